@@ -1,0 +1,87 @@
+//! The content-addressed blob store (SPEC 3.3): preimages too large to sit inline in an
+//! `intent`, directory-tree snapshots, and manifest copies. A blob's name is the blake3 hex
+//! of its content (`blobs/ab/cdef…`). It is written to a temp file, fsynced, renamed into
+//! place and its directory fsynced before any record names it. Reads verify the hash.
+//! Shared by every session of a store; version 1 has no garbage collection.
+
+use crate::error::{Code, Error, Result};
+use crate::failpoint::Failpoints;
+use crate::util::blake3_hex;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct BlobStore {
+    root: PathBuf,
+    fp: Failpoints,
+}
+
+impl BlobStore {
+    pub fn new(root: PathBuf, fp: Failpoints) -> Self {
+        BlobStore { root, fp }
+    }
+
+    pub fn path_of(&self, digest: &str) -> PathBuf {
+        let (a, b) = digest.split_at(2.min(digest.len()));
+        self.root.join(a).join(b)
+    }
+
+    /// Store `bytes` durably and return their digest. Idempotent: an intact blob of the same
+    /// content is left as it is.
+    pub fn put(&self, bytes: &[u8]) -> Result<String> {
+        let digest = blake3_hex(bytes);
+        let path = self.path_of(&digest);
+        if let Ok(existing) = fs::read(&path) {
+            if blake3_hex(&existing) == digest {
+                return Ok(digest);
+            }
+        }
+        let dir = path.parent().expect("blob path has a parent").to_path_buf();
+        let res = (|| -> std::io::Result<()> {
+            self.fp.enospc()?;
+            fs::create_dir_all(&dir)?;
+            let tmp = dir.join(format!(".{}.{}.tmp", &digest[2..], std::process::id()));
+            let mut f = File::create(&tmp)?;
+            let r = f.write_all(bytes).and_then(|_| f.sync_all());
+            if let Err(e) = r {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+            fs::rename(&tmp, &path)?;
+            File::open(&dir)?.sync_all()?;
+            File::open(&self.root)?.sync_all()
+        })();
+        res.map_err(|e| Error::io(format!("cannot write blob {digest}"), e))?;
+        Ok(digest)
+    }
+
+    /// Read a blob and verify it. `step` names the step that needs it, for the error.
+    pub fn get(&self, digest: &str, step: Option<u64>) -> Result<Vec<u8>> {
+        let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
+        let bytes = fs::read(self.path_of(digest)).map_err(|e| {
+            Error::new(
+                Code::MissingPreimage,
+                format!("{who}preimage blob {digest} is missing ({e})"),
+                "restore the store's blobs/ directory from a backup; nothing was run",
+            )
+        })?;
+        if blake3_hex(&bytes) != digest {
+            return Err(Error::new(
+                Code::MissingPreimage,
+                format!("{who}preimage blob {digest} is damaged (its content does not match its name)"),
+                "restore the store's blobs/ directory from a backup; nothing was run",
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Check a blob is present and intact without keeping its bytes.
+    pub fn check(&self, digest: &str, step: Option<u64>) -> Result<()> {
+        self.get(digest, step).map(|_| ())
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}

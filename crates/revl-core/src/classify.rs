@@ -1,0 +1,211 @@
+//! THE classifier. The fork report, `step-back` (both modes), the offline `branch --at` and
+//! `recover` all decide "which bucket does this step fall in" and "may this inverse run in a
+//! rewind" here, through the same functions over the same step data (SPEC 1.1).
+
+use crate::step::{host_confined, Step, StepKind};
+use serde_json::{json, Map, Value};
+
+/// Where one step of a tail lands (SPEC 1.1, last column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bucket {
+    /// An effect whose inverse is host-confined: a rewind runs it.
+    InversesRan,
+    /// A provision: a rewind withdraws it (host-confined by construction).
+    ProvisionsWithdrawn,
+    /// An emission without a compensation, or a compensation that already ran.
+    EmissionsCrossed,
+    /// An emission that has a compensation step.
+    EmissionsCompensated,
+    /// An inverse that would cross if run: never run by a rewind.
+    WouldCrossOnRewind,
+    /// Nothing can restore it (opaque, unknown kinds, an effect with no inverse).
+    Unrestored,
+    /// Provably empty: boundary, hinge.
+    Empty,
+    /// Already undone: nothing left to restore, never run again.
+    Spent,
+}
+
+/// May a *rewind* (fork, scoped step-back, repair) run this effect's inverse? Only when its
+/// recorded scope passes the gate and, for a manifest effect, its undo tool's scope too.
+pub fn inverse_is_host_confined(step: &Step) -> bool {
+    host_confined(step.scope.as_ref())
+        && (step.has_builtin_undo() || host_confined(step.undo_scope.as_ref()))
+}
+
+/// The bucket of one step (SPEC 1.1).
+pub fn bucket(step: &Step) -> Bucket {
+    match step.kind {
+        StepKind::Effect if step.undone => Bucket::Spent,
+        StepKind::Effect if step.undo.is_none() => Bucket::Unrestored,
+        StepKind::Effect if inverse_is_host_confined(step) => Bucket::InversesRan,
+        StepKind::Effect => Bucket::WouldCrossOnRewind,
+        StepKind::Provision if step.undone => Bucket::Spent,
+        StepKind::Provision => Bucket::ProvisionsWithdrawn,
+        StepKind::Emission if step.compensation.is_some() => Bucket::EmissionsCompensated,
+        StepKind::Emission => Bucket::EmissionsCrossed,
+        // A compensation that already ran is itself a crossing that happened.
+        StepKind::Compensation if step.undone => Bucket::EmissionsCrossed,
+        StepKind::Compensation => Bucket::WouldCrossOnRewind,
+        StepKind::Boundary | StepKind::Hinge => Bucket::Empty,
+        StepKind::Opaque | StepKind::Other(_) => Bucket::Unrestored,
+    }
+}
+
+/// The partition of the tail above `at`, as indices, each list newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Partition {
+    pub at: i64,
+    pub inverses_ran: Vec<u64>,
+    pub provisions_withdrawn: Vec<u64>,
+    pub emissions_crossed: Vec<u64>,
+    pub emissions_compensated: Vec<u64>,
+    pub would_cross_on_rewind: Vec<u64>,
+    pub unrestored: Vec<u64>,
+}
+
+impl Partition {
+    /// Indices that make residue not clean, sorted ascending (`residue.outstanding`).
+    pub fn outstanding(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .emissions_crossed
+            .iter()
+            .chain(&self.emissions_compensated)
+            .chain(&self.would_cross_on_rewind)
+            .chain(&self.unrestored)
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The bucket lists as the fork hash and lineage documents name them.
+    pub fn buckets_json(&self) -> Value {
+        json!({
+            "inversesRan": self.inverses_ran,
+            "provisionsWithdrawn": self.provisions_withdrawn,
+            "emissionsCrossed": self.emissions_crossed,
+            "emissionsCompensated": self.emissions_compensated,
+            "wouldCrossOnRewind": self.would_cross_on_rewind,
+            "unrestored": self.unrestored,
+        })
+    }
+}
+
+/// Partition the tail above `at` (steps with index > at, newest first). `steps[i].index == i`.
+pub fn partition(steps: &[Step], at: i64) -> Partition {
+    let mut p = Partition {
+        at,
+        ..Partition::default()
+    };
+    let start = (at + 1).max(0) as usize;
+    for s in steps.iter().skip(start).rev() {
+        let list = match bucket(s) {
+            Bucket::InversesRan => &mut p.inverses_ran,
+            Bucket::ProvisionsWithdrawn => &mut p.provisions_withdrawn,
+            Bucket::EmissionsCrossed => &mut p.emissions_crossed,
+            Bucket::EmissionsCompensated => &mut p.emissions_compensated,
+            Bucket::WouldCrossOnRewind => &mut p.would_cross_on_rewind,
+            Bucket::Unrestored => &mut p.unrestored,
+            Bucket::Empty | Bucket::Spent => continue,
+        };
+        list.push(s.index);
+    }
+    p
+}
+
+/// Why the step at `k` cannot be a rewind target, if it cannot (SPEC 4.3): K must be -1 or
+/// a live step: not undone, and not inside a span an earlier unwind stepped over.
+pub fn k_not_live(steps: &[Step], spans: &[(i64, u64)], k: i64) -> Option<String> {
+    if k == -1 {
+        return None;
+    }
+    let ku = k as u64;
+    if steps.get(ku as usize).is_some_and(|s| s.undone) {
+        return Some(format!("step {k} was undone"));
+    }
+    for &(to, head) in spans {
+        if to < k && ku <= head {
+            return Some(format!(
+                "step {k} lies in the span {}..={head} that an earlier unwind to {to} stepped over",
+                to + 1
+            ));
+        }
+    }
+    None
+}
+
+// ---- entry shapes, shared by every report (SPEC 4.3) ----
+
+/// rewound `{index, kind, label, site, scope}`
+pub fn rewound_entry(s: &Step) -> Value {
+    json!({"index": s.index, "kind": s.kind.as_str(), "label": s.label, "site": s.site, "scope": s.scope_json()})
+}
+
+/// emission `{index, key, method, service, args, site, compensation?}`; a compensation that
+/// already ran: `{index, kind: "compensation", label, for, tool, args, site}`.
+pub fn emission_entry(s: &Step) -> Value {
+    let d = &s.detail;
+    if s.kind == StepKind::Compensation {
+        return json!({"index": s.index, "kind": "compensation", "label": s.label,
+            "for": d.get("for").cloned().unwrap_or(Value::Null),
+            "tool": d.get("tool").cloned().unwrap_or(Value::Null),
+            "args": d.get("args").cloned().unwrap_or(Value::Null), "site": s.site});
+    }
+    let mut m = Map::new();
+    m.insert("index".into(), s.index.into());
+    for k in ["key", "method", "service", "args"] {
+        m.insert(k.into(), d.get(k).cloned().unwrap_or(Value::Null));
+    }
+    m.insert("site".into(), s.site.clone().into());
+    if let Some(c) = s.compensation {
+        m.insert("compensation".into(), c.into());
+    }
+    Value::Object(m)
+}
+
+/// would-cross `{index, kind, label, scope, site, for?}`
+pub fn would_cross_entry(s: &Step) -> Value {
+    let mut v = json!({"index": s.index, "kind": s.kind.as_str(), "label": s.label,
+        "scope": s.scope_json(), "site": s.site});
+    if s.kind == StepKind::Compensation {
+        v["for"] = s.detail.get("for").cloned().unwrap_or(Value::Null);
+    }
+    v
+}
+
+/// Why a would-cross step is not offered as rewindable (offline reader, SPEC 7.2).
+pub fn would_cross_why(s: &Step) -> String {
+    if s.kind == StepKind::Compensation {
+        return "a compensation is a second crossing: it always crosses".into();
+    }
+    if s.scope.is_none() {
+        return "no scope was declared: an absent scope is never assumed host-confined".into();
+    }
+    if !host_confined(s.scope.as_ref()) {
+        return format!(
+            "its scope {} is not provably host-confined",
+            crate::util::jcs(s.scope.as_ref().unwrap_or(&Value::Null))
+        );
+    }
+    match &s.undo_scope {
+        None => "its undo tool declares no scope: an absent scope is never assumed host-confined".into(),
+        Some(u) => format!("its undo tool's scope {} is not provably host-confined", crate::util::jcs(u)),
+    }
+}
+
+/// unrestored `{index, kind, label, repr}`
+pub fn unrestored_entry(s: &Step) -> Value {
+    let repr = s
+        .detail
+        .get("repr")
+        .cloned()
+        .unwrap_or_else(|| Value::String(format!("{} step: no inverse", s.kind.as_str())));
+    json!({"index": s.index, "kind": s.kind.as_str(), "label": s.label, "repr": repr})
+}
+
+/// Render a list of indices with an entry shape.
+pub fn entries(steps: &[Step], idx: &[u64], f: fn(&Step) -> Value) -> Vec<Value> {
+    idx.iter().map(|&i| f(&steps[i as usize])).collect()
+}

@@ -1,0 +1,87 @@
+//! Running a child process without a shell: argv only, outputs capped, optional timeout.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Outputs are capped at 1 MiB each (SPEC 2); the rest is read and discarded.
+pub const OUTPUT_CAP: usize = 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct Ran {
+    /// Exit code; `None` when killed by a signal or by the timeout.
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub timed_out: bool,
+}
+
+fn drain<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 64 * 1024];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = OUTPUT_CAP.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                }
+            }
+        }
+        kept
+    })
+}
+
+/// Run `argv` in `cwd` with extra environment and optional stdin, never through a shell.
+pub fn run(
+    argv: &[String],
+    cwd: &Path,
+    env: &[(String, String)],
+    stdin: Option<Vec<u8>>,
+    timeout: Option<Duration>,
+) -> std::io::Result<Ran> {
+    let (prog, args) = argv
+        .split_first()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .current_dir(cwd)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn()?;
+    let out = drain(child.stdout.take().expect("piped stdout"));
+    let err = drain(child.stderr.take().expect("piped stderr"));
+    if let (Some(data), Some(mut w)) = (stdin, child.stdin.take()) {
+        // A child that does not read its stdin must not block us: write from a thread.
+        std::thread::spawn(move || {
+            let _ = w.write_all(&data);
+        });
+    }
+    let start = Instant::now();
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if timeout.is_some_and(|t| start.elapsed() >= t) {
+            timed_out = true;
+            let _ = child.kill();
+            break child.wait()?;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    Ok(Ran {
+        code: if timed_out { None } else { status.code() },
+        stdout,
+        stderr,
+        timed_out,
+    })
+}

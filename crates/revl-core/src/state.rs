@@ -1,0 +1,443 @@
+//! Session state as a pure function of the WAL. `apply` is the only place a record changes
+//! state: replay from zero and the live session after each append run the same code, so the
+//! two cannot drift (a test replays and compares).
+
+use crate::error::{Code, Error, Result};
+use crate::step::{Step, StepKind};
+use crate::wal::{Record, StepRecord};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// `live`, `frozen`, `committed`, `aborted` (SPEC 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Life {
+    Live,
+    Frozen { branch: String, at: i64 },
+    Committed,
+    Aborted,
+}
+
+impl Life {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Life::Live => "live",
+            Life::Frozen { .. } => "frozen",
+            Life::Committed => "committed",
+            Life::Aborted => "aborted",
+        }
+    }
+}
+
+/// A held send (class b).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deferred {
+    pub seq: u64,
+    pub tool: String,
+    pub service: String,
+    pub method: String,
+    pub args: Value,
+    pub after_step: u64,
+}
+
+impl Deferred {
+    pub fn to_json(&self) -> Value {
+        json!({"seq": self.seq, "tool": self.tool, "service": self.service, "method": self.method, "args": self.args})
+    }
+}
+
+/// An `intent` with neither `step` nor `intent-void` after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingIntent {
+    pub step: u64,
+    pub kind: String,
+    pub label: String,
+    pub site: String,
+    pub undo: Option<Value>,
+    pub after: Option<Value>,
+}
+
+/// What the `fork-branch` record says about where a branch came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchOrigin {
+    pub parent: String,
+    pub at: i64,
+    pub parent_wal: String,
+    pub preserved: Value,
+    pub not_preserved: Value,
+    pub crossed: Vec<u64>,
+    pub would_cross: Vec<u64>,
+    pub failed: Vec<Value>,
+}
+
+/// A `fork-begin` seen in this (parent) WAL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForkBegun {
+    pub branch: String,
+    pub at: i64,
+    pub crossed: Vec<u64>,
+    pub would_cross: Vec<u64>,
+    /// Records in the WAL before `fork-begin` (lineage `walPosition`).
+    pub wal_position: usize,
+    pub head: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct State {
+    pub session: String,
+    pub workspace: String,
+    pub manifest_digest: Option<String>,
+    pub guarantee: String,
+    pub steps: Vec<Step>,
+    /// Spans stepped over by unwinds: (to, head at the time).
+    pub spans: Vec<(i64, u64)>,
+    /// Provisions inherited at a fork: the branch's base layer.
+    pub base_provisions: BTreeMap<String, String>,
+    pub deferred: BTreeMap<u64, Deferred>,
+    /// Held sends still queued, FIFO.
+    pub queue: Vec<u64>,
+    pub flushed: BTreeSet<u64>,
+    pub residue: BTreeMap<u64, Value>,
+    pub intent: Option<PendingIntent>,
+    pub step_back_open: Option<(i64, String)>,
+    pub abort_begun: bool,
+    pub aborted: Option<Value>,
+    pub commit_approved: Option<String>,
+    pub discharged: bool,
+    pub activation_complete: bool,
+    pub fork_pending: Option<(i64, Option<String>)>,
+    pub fork_begun: Option<ForkBegun>,
+    pub fork_frozen: Option<(String, i64, Vec<Value>)>,
+    pub fork_complete: bool,
+    pub fork_abandoned: bool,
+    pub origin: Option<BranchOrigin>,
+    /// Approvals: ticket → (tool, argsDigest) requested; granted tickets; standing tools.
+    pub tickets_requested: BTreeMap<String, (String, String)>,
+    pub tickets_granted: BTreeMap<String, (String, Option<String>)>,
+    pub tickets_consumed: BTreeSet<String>,
+    pub standing: BTreeSet<String>,
+    pub model_decisions: Vec<Value>,
+    pub records: usize,
+}
+
+impl State {
+    /// Replay records from the start of a WAL.
+    pub fn replay(records: &[Record]) -> Result<State> {
+        let mut s = State::default();
+        for (i, r) in records.iter().enumerate() {
+            s.apply(r).map_err(|why| {
+                Error::new(
+                    Code::CorruptWal,
+                    format!("WAL record {} ({}) cannot be replayed: {why}", i + 1, r.name()),
+                    "the WAL was edited outside revl; restore it from a backup",
+                )
+            })?;
+        }
+        Ok(s)
+    }
+
+    /// The highest step index (the hinge is 0).
+    pub fn head(&self) -> u64 {
+        self.steps.len().saturating_sub(1) as u64
+    }
+
+    pub fn next_index(&self) -> u64 {
+        self.steps.len() as u64
+    }
+
+    pub fn life(&self) -> Life {
+        if let Some((branch, at, _)) = &self.fork_frozen {
+            Life::Frozen {
+                branch: branch.clone(),
+                at: *at,
+            }
+        } else if self.activation_complete {
+            Life::Committed
+        } else if self.aborted.is_some() {
+            Life::Aborted
+        } else {
+            Life::Live
+        }
+    }
+
+    fn step_mut(&mut self, i: u64) -> std::result::Result<&mut Step, String> {
+        self.steps
+            .get_mut(i as usize)
+            .ok_or_else(|| format!("names step {i}, which does not exist"))
+    }
+
+    /// Apply one record. The only state transition function.
+    pub fn apply(&mut self, r: &Record) -> std::result::Result<(), String> {
+        self.records += 1;
+        match r {
+            Record::Header {
+                session,
+                workspace,
+                manifest_digest,
+                guarantee,
+                ..
+            } => {
+                if self.records != 1 {
+                    return Err("a second header".into());
+                }
+                self.session = session.clone();
+                self.workspace = workspace.clone();
+                self.manifest_digest = manifest_digest.clone();
+                self.guarantee = guarantee.clone();
+            }
+            Record::Intent {
+                step,
+                kind,
+                label,
+                site,
+                undo,
+                after,
+                ..
+            } => {
+                if *step != self.next_index() {
+                    return Err(format!("intent for step {step}, expected {}", self.next_index()));
+                }
+                self.intent = Some(PendingIntent {
+                    step: *step,
+                    kind: kind.clone(),
+                    label: label.clone(),
+                    site: site.clone(),
+                    undo: undo.clone(),
+                    after: after.clone(),
+                });
+            }
+            Record::IntentVoid { .. } => self.intent = None,
+            Record::Step(sr) => self.push_step(sr)?,
+            Record::StepBack { to, mode } => {
+                self.step_over(*to);
+                self.step_back_open = Some((*to, mode.clone()));
+            }
+            Record::StepBackDone { .. } => self.step_back_open = None,
+            Record::AbortBegin {} => self.abort_begun = true,
+            Record::Undone { step, by } => {
+                let s = self.step_mut(*step)?;
+                s.undone = true;
+                s.undone_by = Some(by.clone());
+                s.fenced = false;
+            }
+            Record::ReplayFence { step } => self.step_mut(*step)?.fenced = true,
+            Record::DeferredEmission {
+                seq,
+                tool,
+                service,
+                method,
+                args,
+                after_step,
+            } => {
+                self.deferred.insert(
+                    *seq,
+                    Deferred {
+                        seq: *seq,
+                        tool: tool.clone(),
+                        service: service.clone(),
+                        method: method.clone(),
+                        args: args.clone(),
+                        after_step: *after_step,
+                    },
+                );
+                self.queue.push(*seq);
+            }
+            Record::DeferredDropped { seqs, .. } => self.queue.retain(|q| !seqs.contains(q)),
+            Record::ApprovalRequested {
+                ticket,
+                tool,
+                args_digest,
+            } => {
+                self.tickets_requested
+                    .insert(ticket.clone(), (tool.clone(), args_digest.clone()));
+            }
+            Record::ApprovalGranted {
+                ticket,
+                tool,
+                standing,
+                args_digest,
+                ..
+            } => {
+                if *standing {
+                    self.standing.insert(tool.clone());
+                } else if let Some(t) = ticket {
+                    self.tickets_granted
+                        .insert(t.clone(), (tool.clone(), args_digest.clone()));
+                }
+            }
+            Record::ApprovalConsumed { ticket, .. } => {
+                if let Some(t) = ticket {
+                    self.tickets_consumed.insert(t.clone());
+                }
+            }
+            Record::CommitApproved { hash } => self.commit_approved = Some(hash.clone()),
+            Record::Flushed { seq } => {
+                self.queue.retain(|q| q != seq);
+                self.flushed.insert(*seq);
+                self.residue.remove(seq);
+            }
+            Record::FlushResidue { seq, error } => {
+                self.queue.retain(|q| q != seq);
+                self.residue.insert(*seq, error.clone());
+            }
+            Record::Discharge { .. } => self.discharged = true,
+            Record::ActivationComplete {} => self.activation_complete = true,
+            Record::Aborted { .. } => {
+                self.aborted = Some(serde_json::to_value(r).unwrap_or(Value::Null));
+            }
+            Record::ForkPending { at, hash } => self.fork_pending = Some((*at, hash.clone())),
+            Record::ForkBegin {
+                branch,
+                at,
+                crossed,
+                would_cross,
+                ..
+            } => {
+                self.fork_begun = Some(ForkBegun {
+                    branch: branch.clone(),
+                    at: *at,
+                    crossed: crossed.clone(),
+                    would_cross: would_cross.clone(),
+                    wal_position: self.records - 1,
+                    head: self.head(),
+                });
+                self.fork_pending = None;
+                self.step_over(*at);
+            }
+            Record::ForkFrozen {
+                branch, at, failed, ..
+            } => self.fork_frozen = Some((branch.clone(), *at, failed.clone())),
+            Record::ForkComplete { .. } => self.fork_complete = true,
+            Record::ForkAbandoned { .. } => {
+                self.fork_abandoned = true;
+                self.fork_begun = None;
+            }
+            Record::ForkBranch {
+                parent,
+                at,
+                parent_wal,
+                preserved,
+                not_preserved,
+                crossed,
+                would_cross,
+                failed,
+                provisions,
+                ..
+            } => {
+                self.origin = Some(BranchOrigin {
+                    parent: parent.clone(),
+                    at: *at,
+                    parent_wal: parent_wal.clone(),
+                    preserved: preserved.clone(),
+                    not_preserved: not_preserved.clone(),
+                    crossed: crossed.clone(),
+                    would_cross: would_cross.clone(),
+                    failed: failed.clone(),
+                });
+                if let Value::Object(m) = provisions {
+                    for (k, v) in m {
+                        if let Some(v) = v.as_str() {
+                            self.base_provisions.insert(k.clone(), v.to_string());
+                        }
+                    }
+                }
+            }
+            Record::ModelDecision { step, outcome, llm } => self
+                .model_decisions
+                .push(json!({"step": step, "outcome": outcome, "llm": llm})),
+        }
+        Ok(())
+    }
+
+    fn push_step(&mut self, sr: &StepRecord) -> std::result::Result<(), String> {
+        if sr.step != self.next_index() {
+            return Err(format!("step {} out of order (expected {})", sr.step, self.next_index()));
+        }
+        let kind = StepKind::parse(&sr.kind);
+        if kind == StepKind::Compensation {
+            let f = sr
+                .detail
+                .get("for")
+                .and_then(Value::as_u64)
+                .ok_or("a compensation without `for`")?;
+            self.step_mut(f)?.compensation = Some(sr.step);
+        }
+        self.steps.push(Step {
+            index: sr.step,
+            kind,
+            label: sr.label.clone(),
+            site: sr.site.clone(),
+            scope: sr.scope.clone(),
+            undo_scope: sr.undo_scope.clone(),
+            detail: sr.detail.clone(),
+            undo: sr.undo.clone(),
+            undo_idempotent: sr.undo_idempotent,
+            compensation: sr.compensation,
+            undone: false,
+            undone_by: None,
+            crossed: false,
+            fenced: false,
+            ts: sr.ts.clone(),
+        });
+        if self.intent.as_ref().is_some_and(|i| i.step <= sr.step) {
+            self.intent = None;
+        }
+        Ok(())
+    }
+
+    /// An unwind to `to` stepped over the current tail: record the span and mark the
+    /// emissions in it crossed.
+    fn step_over(&mut self, to: i64) {
+        let head = self.head();
+        self.spans.push((to, head));
+        let start = (to + 1).max(0) as usize;
+        for s in self.steps.iter_mut().skip(start) {
+            if s.kind == StepKind::Emission {
+                s.crossed = true;
+            }
+        }
+    }
+
+    /// Provisions active at step k (base layer, then the provision steps ≤ k not undone).
+    pub fn provisions_at(&self, k: i64) -> BTreeMap<String, String> {
+        let mut m = self.base_provisions.clone();
+        let end = (k + 1).max(0) as usize;
+        for s in self.steps.iter().take(end) {
+            if s.kind == StepKind::Provision && !s.undone {
+                let key = s.detail.get("key").and_then(Value::as_str).unwrap_or("");
+                match s.detail.get("value").and_then(Value::as_str) {
+                    Some(v) => m.insert(key.to_string(), v.to_string()),
+                    None => m.remove(key),
+                };
+            }
+        }
+        m
+    }
+
+    /// Indices of effect steps with an inverse and of provisions, not undone, ≤ k, newest first.
+    pub fn accumulated(&self, k: i64) -> Vec<u64> {
+        let end = (k + 1).max(0) as usize;
+        self.steps
+            .iter()
+            .take(end)
+            .rev()
+            .filter(|s| {
+                !s.undone
+                    && ((s.kind == StepKind::Effect && s.undo.is_some())
+                        || s.kind == StepKind::Provision)
+            })
+            .map(|s| s.index)
+            .collect()
+    }
+
+    /// The label of step k ("(before every step)" for -1).
+    pub fn label_at(&self, k: i64) -> String {
+        if k < 0 {
+            "(before every step)".into()
+        } else {
+            self.steps
+                .get(k as usize)
+                .map(|s| s.label.clone())
+                .unwrap_or_default()
+        }
+    }
+}

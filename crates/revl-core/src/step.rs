@@ -1,0 +1,152 @@
+//! Steps, the seven kinds, and the scope gate (SPEC 1.1, 1.2).
+
+use serde_json::{json, Map, Value};
+
+/// The seven step kinds. A kind a future version adds is kept by name as `Other` and, like
+/// `opaque`, can never be restored.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StepKind {
+    Effect,
+    Provision,
+    Emission,
+    Compensation,
+    Boundary,
+    Hinge,
+    Opaque,
+    Other(String),
+}
+
+impl StepKind {
+    pub fn parse(s: &str) -> StepKind {
+        match s {
+            "effect" => StepKind::Effect,
+            "provision" => StepKind::Provision,
+            "emission" => StepKind::Emission,
+            "compensation" => StepKind::Compensation,
+            "boundary" => StepKind::Boundary,
+            "hinge" => StepKind::Hinge,
+            "opaque" => StepKind::Opaque,
+            other => StepKind::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            StepKind::Effect => "effect",
+            StepKind::Provision => "provision",
+            StepKind::Emission => "emission",
+            StepKind::Compensation => "compensation",
+            StepKind::Boundary => "boundary",
+            StepKind::Hinge => "hinge",
+            StepKind::Opaque => "opaque",
+            StepKind::Other(s) => s,
+        }
+    }
+}
+
+/// How an unwind ran a step's inverse (`undoneBy`).
+pub const BY_STEP_BACK: &str = "step_back";
+pub const BY_FORK: &str = "fork";
+pub const BY_ABORT: &str = "abort";
+pub const BY_RECOVER: &str = "recover";
+
+/// One timeline step, as replayed from the WAL.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub index: u64,
+    pub kind: StepKind,
+    pub label: String,
+    pub site: String,
+    /// The declared scope, exactly as recorded; `None` = none declared (crossing).
+    pub scope: Option<Value>,
+    /// A manifest effect's undo tool scope (SPEC 1.2: both must pass the gate).
+    pub undo_scope: Option<Value>,
+    pub detail: Value,
+    pub undo: Option<Value>,
+    pub undo_idempotent: Option<bool>,
+    pub compensation: Option<u64>,
+    pub undone: bool,
+    pub undone_by: Option<String>,
+    /// On an emission stepped over by an unwind.
+    pub crossed: bool,
+    /// A `replay-fence` was written for this step's inverse and no `undone` followed.
+    pub fenced: bool,
+    pub ts: Option<String>,
+}
+
+impl Step {
+    /// The timeline JSON of SPEC 1.1 (`timeline` returns these).
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("index".into(), self.index.into());
+        m.insert("kind".into(), self.kind.as_str().into());
+        m.insert("label".into(), self.label.clone().into());
+        m.insert("site".into(), self.site.clone().into());
+        if let Some(s) = &self.scope {
+            m.insert("scope".into(), s.clone());
+        }
+        if let Some(s) = &self.undo_scope {
+            m.insert("undoScope".into(), s.clone());
+        }
+        m.insert("detail".into(), self.detail.clone());
+        if let Some(u) = &self.undo {
+            m.insert("undo".into(), u.clone());
+        }
+        if let Some(i) = self.undo_idempotent {
+            m.insert("undoIdempotent".into(), i.into());
+        }
+        if let Some(c) = self.compensation {
+            m.insert("compensation".into(), c.into());
+        }
+        m.insert("undone".into(), self.undone.into());
+        if let Some(b) = &self.undone_by {
+            m.insert("undoneBy".into(), b.clone().into());
+        }
+        if self.kind == StepKind::Emission {
+            m.insert("crossed".into(), self.crossed.into());
+        }
+        if let Some(t) = &self.ts {
+            m.insert("ts".into(), t.clone().into());
+        }
+        Value::Object(m)
+    }
+
+    /// True when this step's inverse is revl's own file restore (built-in file effects).
+    pub fn has_builtin_undo(&self) -> bool {
+        self.undo
+            .as_ref()
+            .and_then(|u| u.get("type"))
+            .and_then(Value::as_str)
+            == Some(crate::workspace::UNDO_RESTORE)
+    }
+
+    pub fn scope_json(&self) -> Value {
+        self.scope.clone().unwrap_or(Value::Null)
+    }
+}
+
+/// The scope gate (SPEC 1.2), first match wins:
+/// 1. scope absent → crossing (an unproven input is never assumed safe);
+/// 2. `"confined": true` or `"sandbox": true` → host-confined;
+/// 3. `{"caps": []}` → host-confined (declared nothing);
+/// 4. `caps` present and every token is exactly `fs` → host-confined;
+/// 5. anything else (`net`, `FS`, unknown words, `{}`, no `caps`) → crossing.
+pub fn host_confined(scope: Option<&Value>) -> bool {
+    let Some(Value::Object(m)) = scope else {
+        return false;
+    };
+    if m.get("confined") == Some(&Value::Bool(true)) || m.get("sandbox") == Some(&Value::Bool(true))
+    {
+        return true;
+    }
+    match m.get("caps") {
+        // Rules 3 and 4: an empty list passes `all` vacuously.
+        Some(Value::Array(caps)) => caps.iter().all(|t| t.as_str() == Some("fs")),
+        _ => false,
+    }
+}
+
+/// The scope every built-in file effect records.
+pub fn fs_scope() -> Value {
+    json!({"caps": ["fs"]})
+}

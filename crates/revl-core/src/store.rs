@@ -1,0 +1,190 @@
+//! The store (SPEC 1): `sessions/<id>/` (WAL and lock), the shared blob store, and the
+//! store lock that serialises session creation (one live session per workspace).
+
+use crate::blobs::BlobStore;
+use crate::error::{Code, Error, Result};
+use crate::failpoint::Failpoints;
+use crate::state::{Life, State};
+use crate::wal::read_wal;
+use std::fs::{self, File};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How long a command waits for a lock before giving up with `busy` (SPEC 1).
+pub const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+    pub(crate) fp: Failpoints,
+    pub(crate) lock_wait: Duration,
+}
+
+/// Summary of one session, as `sessions` lists it.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub id: String,
+    pub state: Life,
+    pub workspace: String,
+    pub head: u64,
+    pub parent: Option<String>,
+}
+
+impl Store {
+    /// Open (creating with mode 0700 if missing) the store at `root`.
+    pub fn open(root: &Path, fp: Failpoints) -> Result<Store> {
+        if !root.exists() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(root)
+                .map_err(|e| Error::io(format!("cannot create store {}", root.display()), e))?;
+        }
+        let root = fs::canonicalize(root)
+            .map_err(|e| Error::io(format!("cannot open store {}", root.display()), e))?;
+        if !root.is_dir() {
+            return Err(Error::new(
+                Code::Usage,
+                format!("store {} is not a directory", root.display()),
+                "give --store a directory",
+            ));
+        }
+        for sub in ["sessions", "blobs"] {
+            let p = root.join(sub);
+            if !p.exists() {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&p)
+                    .map_err(|e| Error::io(p.display(), e))?;
+            }
+        }
+        Ok(Store {
+            root,
+            fp,
+            lock_wait: LOCK_WAIT,
+        })
+    }
+
+    /// Override the lock wait (tests of `busy`).
+    pub fn with_lock_wait(mut self, d: Duration) -> Self {
+        self.lock_wait = d;
+        self
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn failpoints(&self) -> &Failpoints {
+        &self.fp
+    }
+
+    pub fn blobs(&self) -> BlobStore {
+        BlobStore::new(self.root.join("blobs"), self.fp.clone())
+    }
+
+    pub fn session_dir(&self, id: &str) -> PathBuf {
+        self.root.join("sessions").join(id)
+    }
+
+    pub fn wal_path(&self, id: &str) -> PathBuf {
+        self.session_dir(id).join("wal.jsonl")
+    }
+
+    /// Every session id in the store (directories holding a WAL), sorted.
+    pub fn session_ids(&self) -> Result<Vec<String>> {
+        let dir = self.root.join("sessions");
+        let mut ids = Vec::new();
+        for e in fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))? {
+            let e = e.map_err(|e| Error::io(dir.display(), e))?;
+            if let Some(name) = e.file_name().to_str() {
+                if is_session_id(name) && e.path().join("wal.jsonl").exists() {
+                    ids.push(name.to_string());
+                }
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Resolve a full id or a unique prefix of at least 6 hex characters.
+    pub fn resolve(&self, given: &str) -> Result<String> {
+        let g = given.trim().to_ascii_lowercase();
+        if g.len() < 6 || g.len() > 32 || !g.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(Error::new(
+                Code::UnknownSession,
+                format!("{given:?} is not a session id (32 hex characters, or a unique prefix of at least 6)"),
+                "list sessions with `revl sessions`",
+            ));
+        }
+        let matches: Vec<String> = self
+            .session_ids()?
+            .into_iter()
+            .filter(|id| id.starts_with(&g))
+            .collect();
+        match matches.len() {
+            1 => Ok(matches.into_iter().next().expect("one match")),
+            0 => Err(Error::new(
+                Code::UnknownSession,
+                format!("no session {given} in store {}", self.root.display()),
+                "list sessions with `revl sessions`, or pass the right --store",
+            )),
+            n => Err(Error::new(
+                Code::AmbiguousSession,
+                format!("{given} matches {n} sessions"),
+                "give more characters of the id",
+            )),
+        }
+    }
+
+    /// Read-only summary of one session (no lock, no repair).
+    pub fn info(&self, id: &str) -> Result<SessionInfo> {
+        let read = read_wal(&self.wal_path(id))?;
+        let st = State::replay(&read.records)?;
+        Ok(SessionInfo {
+            id: id.to_string(),
+            state: st.life(),
+            workspace: st.workspace.clone(),
+            head: st.head(),
+            parent: st.origin.as_ref().map(|o| o.parent.clone()),
+        })
+    }
+
+    /// Take an exclusive lock on `path`, waiting up to the store's lock wait.
+    pub(crate) fn lock(&self, path: &Path, what: &str) -> Result<File> {
+        let f = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(path.display(), e))?;
+        let _ = f.set_permissions(fs::Permissions::from_mode(0o600));
+        let start = Instant::now();
+        loop {
+            match f.try_lock() {
+                Ok(()) => return Ok(f),
+                Err(fs::TryLockError::WouldBlock) => {
+                    if start.elapsed() >= self.lock_wait {
+                        return Err(Error::new(
+                            Code::Busy,
+                            format!("{what} is busy: another revl command held its lock for {}s", self.lock_wait.as_secs()),
+                            "wait for the other command to finish, then run this one again",
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(Error::io(path.display(), e)),
+            }
+        }
+    }
+
+    pub(crate) fn store_lock(&self) -> Result<File> {
+        self.lock(&self.root.join("store.lock"), "the store")
+    }
+}
+
+pub fn is_session_id(s: &str) -> bool {
+    s.len() == 32 && s.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
+}

@@ -1,0 +1,85 @@
+//! Small shared helpers: canonical JSON (JCS), digests, ids, RFC 3339 time.
+
+use serde_json::Value;
+use sha2::Digest as _;
+
+/// Canonical JSON (RFC 8785) for documents of strings, integers, booleans, lists and
+/// objects: compact, object keys sorted. `serde_json::Value` keeps objects in a BTreeMap,
+/// so plain compact serialisation is canonical for the ASCII keys revl uses.
+pub fn jcs(v: &Value) -> String {
+    serde_json::to_string(v).expect("a serde_json::Value always serialises")
+}
+
+/// SHA-256 hex of the canonical JSON of `v` (argsDigest, commit hash, fork hash).
+pub fn sha256_jcs(v: &Value) -> String {
+    hex::encode(sha2::Sha256::digest(jcs(v).as_bytes()))
+}
+
+/// blake3 hex of bytes: blob names and post-image digests.
+pub fn blake3_hex(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+/// A fresh 32-hex id (sessions, branches, tickets).
+pub fn new_id() -> String {
+    let mut b = [0u8; 16];
+    // getrandom only fails when the OS has no entropy source at all; fall back to time+pid
+    // so an id is still unique on this machine rather than panicking.
+    if getrandom::fill(&mut b).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        b[..16].copy_from_slice(&(t ^ ((std::process::id() as u128) << 64)).to_le_bytes());
+    }
+    hex::encode(b)
+}
+
+/// Wall-clock time as RFC 3339 UTC (informational only; never used for ordering).
+pub fn now_rfc3339() -> String {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, dd) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{dd:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_789), (2026, 12, 2));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn jcs_sorts_keys() {
+        let v = serde_json::json!({"b": 1, "a": [2, {"d": 1, "c": "x"}]});
+        assert_eq!(jcs(&v), r#"{"a":[2,{"c":"x","d":1}],"b":1}"#);
+    }
+}

@@ -1,0 +1,829 @@
+//! The workspace: path confinement and witnessed file effects with exact inverses.
+//!
+//! Confinement rules (checked before anything changes):
+//! - `..` anywhere, and absolute paths not under the workspace root, are refused;
+//! - an intermediate component that is a symlink is refused (a path *through* a symlink is
+//!   never followed: if it leads out the code is `path-outside`, else `bad-args`);
+//! - a last component that is a symlink is acted on as the link itself (a write replaces the
+//!   link, never writes through it), and refused if the link leads out of the workspace.
+//!
+//! Every effect captures a preimage first (content, mode, kind, or absence) and records an
+//! undo descriptor of type `restore`: a list of "put this path back to this state" entries,
+//! applied in order. Applying it twice equals applying it once (idempotent).
+
+use crate::blobs::BlobStore;
+use crate::error::{Code, Error, Result};
+use crate::failpoint::Failpoints;
+use crate::util::{blake3_hex, jcs};
+use base64::Engine as _;
+use serde_json::{json, Value};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// `undo.type` of the built-in file restore.
+pub const UNDO_RESTORE: &str = "restore";
+/// Preimages up to this size sit inline in the `intent` (SPEC 3.2); larger ones are blobs.
+pub const INLINE_MAX: usize = 4096;
+/// Content limit per call (SPEC 4.1).
+pub const CONTENT_MAX: usize = 16 * 1024 * 1024;
+
+pub fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub fn unb64(s: &str) -> Result<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map_err(|e| Error::bad_args(format!("invalid base64 content: {e}"), "send standard base64 (RFC 4648) with padding"))
+}
+
+pub fn mode_str(mode: u32) -> String {
+    format!("{:04o}", mode & 0o7777)
+}
+
+/// Parse an octal mode such as `644`, `0755` or `0o600`.
+pub fn parse_mode(s: &str) -> Result<u32> {
+    let t = s.trim();
+    let t = t.strip_prefix("0o").unwrap_or(t);
+    match u32::from_str_radix(t, 8) {
+        Ok(m) if m <= 0o7777 && !t.is_empty() => Ok(m),
+        _ => Err(Error::bad_args(
+            format!("mode {s:?} is not an octal mode between 0000 and 7777"),
+            "give the mode in octal, e.g. 644 or 0755",
+        )),
+    }
+}
+
+/// The process umask, read from /proc (no unsafe code needed); 022 when unknown.
+pub fn umask() -> u32 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// A built-in file operation, validated against the workspace.
+#[derive(Debug, Clone)]
+pub enum FileOp {
+    Write { path: String, content: Vec<u8> },
+    Delete { path: String },
+    Rename { from: String, to: String },
+    Mkdir { path: String },
+    Chmod { path: String, mode: u32 },
+}
+
+/// What a file effect will be recorded as, computed before anything changes.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub op: FileOp,
+    pub label: String,
+    pub site: String,
+    /// `{path[, to], after}` for the step's detail (after = the primary post-image).
+    pub detail: Value,
+    /// `{type: "restore", entries: [...]}`
+    pub undo: Value,
+    /// The intended post-images `[{path, kind, digest?, mode?}]`: repair rolls a change
+    /// forward when the workspace shows all of them.
+    pub after: Vec<Value>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    root: PathBuf,
+    fp: Failpoints,
+}
+
+fn io(what: &Path, e: std::io::Error) -> Error {
+    Error::io(what.display(), e)
+}
+
+fn lstat(p: &Path) -> Result<Option<fs::Metadata>> {
+    match fs::symlink_metadata(p) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(p, e)),
+    }
+}
+
+fn kind_of(m: &fs::Metadata) -> &'static str {
+    let t = m.file_type();
+    if t.is_symlink() {
+        "symlink"
+    } else if t.is_dir() {
+        "dir"
+    } else if t.is_file() {
+        "file"
+    } else {
+        "special"
+    }
+}
+
+fn fsync_dir(p: &Path) -> Result<()> {
+    File::open(p).and_then(|f| f.sync_all()).map_err(|e| io(p, e))
+}
+
+impl Workspace {
+    /// `root` must already be canonical (the session fixed it at creation).
+    pub fn new(root: PathBuf, fp: Failpoints) -> Self {
+        Workspace { root, fp }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn abs(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(rel)
+        }
+    }
+
+    /// Confine a user-given path: the normalised relative path, or a refusal.
+    /// `allow_root`: whether the workspace root itself is acceptable (for `list`).
+    pub fn confine(&self, p: &str, allow_root: bool) -> Result<String> {
+        if p.is_empty() {
+            return Err(Error::bad_args("the path is empty", "give a path inside the workspace"));
+        }
+        if p.contains('\0') {
+            return Err(Error::bad_args("the path contains a NUL byte", "give a path inside the workspace"));
+        }
+        let outside = |why: String| {
+            Error::new(
+                Code::PathOutside,
+                format!("path {p:?} {why}"),
+                format!("give a path inside the workspace {}", self.root.display()),
+            )
+        };
+        let path = Path::new(p);
+        let rel_path: PathBuf = if path.is_absolute() {
+            match path.strip_prefix(&self.root) {
+                Ok(r) => r.to_path_buf(),
+                Err(_) => return Err(outside("is outside the workspace".into())),
+            }
+        } else {
+            path.to_path_buf()
+        };
+        let mut parts: Vec<&str> = Vec::new();
+        for c in rel_path.components() {
+            match c {
+                Component::Normal(s) => match s.to_str() {
+                    Some(s) => parts.push(s),
+                    None => return Err(Error::bad_args("the path is not UTF-8", "use UTF-8 names")),
+                },
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    return Err(outside("uses `..`, which could leave the workspace".into()))
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(outside("is outside the workspace".into()))
+                }
+            }
+        }
+        if parts.is_empty() && !allow_root {
+            return Err(Error::bad_args(
+                format!("path {p:?} names the workspace root itself"),
+                "give a file or directory inside the workspace",
+            ));
+        }
+        // Walk the existing prefix with lstat: no component may be a symlink, except the last,
+        // which must not lead out.
+        let mut cur = self.root.clone();
+        for (i, part) in parts.iter().enumerate() {
+            cur.push(part);
+            let last = i + 1 == parts.len();
+            let Some(m) = lstat(&cur)? else { break };
+            if m.file_type().is_symlink() {
+                let inside = fs::canonicalize(&cur)
+                    .map(|t| t.starts_with(&self.root))
+                    .unwrap_or(false);
+                if !inside {
+                    return Err(outside(format!(
+                        "{} symlink {} that leads out of the workspace",
+                        if last { "is a" } else { "goes through the" },
+                        parts[..=i].join("/")
+                    )));
+                }
+                if !last {
+                    return Err(Error::bad_args(
+                        format!("path {p:?} goes through the symlink {}; revl does not follow symlinks", parts[..=i].join("/")),
+                        "use the real path inside the workspace",
+                    ));
+                }
+            } else if !last && !m.is_dir() {
+                return Err(Error::bad_args(
+                    format!("{} is not a directory", parts[..=i].join("/")),
+                    "check the path",
+                ));
+            }
+        }
+        Ok(parts.join("/"))
+    }
+
+    /// The topmost ancestor of `rel` (or `rel` itself) that does not exist, if any parent is
+    /// missing; errors if an ancestor exists but is not a directory.
+    fn topmost_absent_parent(&self, rel: &str) -> Result<Option<String>> {
+        let parts: Vec<&str> = rel.split('/').collect();
+        let mut cur = self.root.clone();
+        for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
+            cur.push(part);
+            match lstat(&cur)? {
+                None => return Ok(Some(parts[..=i].join("/"))),
+                Some(m) if m.is_dir() => {}
+                Some(_) => {
+                    return Err(Error::bad_args(
+                        format!("{} exists and is not a directory", parts[..=i].join("/")),
+                        "delete or rename it first",
+                    ))
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Observe one path: `{path, kind, digest?, mode?}` (dir digest covers the whole tree).
+    pub fn observe(&self, rel: &str) -> Result<Value> {
+        let abs = self.abs(rel);
+        let Some(m) = lstat(&abs)? else {
+            return Ok(json!({"path": rel, "kind": "absent"}));
+        };
+        let mode = mode_str(m.permissions().mode());
+        Ok(match kind_of(&m) {
+            "file" => {
+                let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
+                json!({"path": rel, "kind": "file", "digest": blake3_hex(&bytes), "mode": mode})
+            }
+            "dir" => {
+                let listing = self.listing(&abs, false, None)?;
+                json!({"path": rel, "kind": "dir", "digest": blake3_hex(jcs(&listing).as_bytes()), "mode": mode})
+            }
+            "symlink" => {
+                let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
+                json!({"path": rel, "kind": "symlink", "digest": blake3_hex(t.as_os_str().as_encoded_bytes())})
+            }
+            k => json!({"path": rel, "kind": k}),
+        })
+    }
+
+    /// Does the workspace show this post-image? Every field present must match.
+    pub fn shows(&self, after: &Value) -> Result<bool> {
+        let rel = after.get("path").and_then(Value::as_str).unwrap_or("");
+        let seen = self.observe(rel)?;
+        let obj = after.as_object().cloned().unwrap_or_default();
+        Ok(obj.iter().all(|(k, v)| seen.get(k) == Some(v)))
+    }
+
+    /// A directory listing, sorted, recursive. With `blobs`, file contents are captured
+    /// (inline up to 4 KiB, else as blobs); without, only their digests.
+    fn listing(&self, dir: &Path, capture: bool, blobs: Option<&BlobStore>) -> Result<Value> {
+        let mut out = Vec::new();
+        self.walk(dir, "", capture, blobs, &mut out)?;
+        Ok(Value::Array(out))
+    }
+
+    fn walk(&self, dir: &Path, prefix: &str, capture: bool, blobs: Option<&BlobStore>, out: &mut Vec<Value>) -> Result<()> {
+        let mut names = Vec::new();
+        for e in fs::read_dir(dir).map_err(|e| io(dir, e))? {
+            let e = e.map_err(|e| io(dir, e))?;
+            let name = e.file_name().into_string().map_err(|n| {
+                Error::bad_args(
+                    format!("{} holds a name that is not UTF-8 ({n:?})", dir.display()),
+                    "rename it to a UTF-8 name outside revl first",
+                )
+            })?;
+            names.push(name);
+        }
+        names.sort();
+        for name in names {
+            let abs = dir.join(&name);
+            let rel = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+            let m = fs::symlink_metadata(&abs).map_err(|e| io(&abs, e))?;
+            let mode = mode_str(m.permissions().mode());
+            match kind_of(&m) {
+                "dir" => {
+                    out.push(json!({"p": rel, "k": "dir", "m": mode}));
+                    self.walk(&abs, &rel, capture, blobs, out)?;
+                }
+                "file" => {
+                    let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
+                    let digest = blake3_hex(&bytes);
+                    let mut v = json!({"p": rel, "k": "file", "m": mode, "d": digest});
+                    if capture {
+                        if bytes.len() <= INLINE_MAX {
+                            v["c"] = b64(&bytes).into();
+                        } else if let Some(b) = blobs {
+                            b.put(&bytes)?;
+                        }
+                    }
+                    out.push(v);
+                }
+                "symlink" => {
+                    let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
+                    let t = t.to_str().ok_or_else(|| {
+                        Error::bad_args(format!("symlink {rel} has a target that is not UTF-8"), "fix it outside revl first")
+                    })?;
+                    out.push(json!({"p": rel, "k": "symlink", "t": t}));
+                }
+                k => {
+                    return Err(Error::bad_args(
+                        format!("{rel} is a {k} file; revl witnesses only files, directories and symlinks"),
+                        "remove it outside revl first",
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Capture the preimage of `rel` (its state now) as a restore entry.
+    pub fn capture(&self, rel: &str, blobs: &BlobStore) -> Result<Value> {
+        let abs = self.abs(rel);
+        let Some(m) = lstat(&abs)? else {
+            return Ok(json!({"path": rel, "kind": "absent"}));
+        };
+        let mode = mode_str(m.permissions().mode());
+        match kind_of(&m) {
+            "file" => {
+                let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
+                let digest = blake3_hex(&bytes);
+                let mut v = json!({"path": rel, "kind": "file", "mode": mode, "digest": digest});
+                if bytes.len() <= INLINE_MAX {
+                    v["content"] = b64(&bytes).into();
+                } else {
+                    v["blob"] = blobs.put(&bytes)?.into();
+                }
+                Ok(v)
+            }
+            "dir" => {
+                let listing = self.listing(&abs, true, Some(blobs))?;
+                let text = jcs(&listing);
+                let tree = blobs.put(text.as_bytes())?;
+                // The observable digest covers digests only, not inline contents.
+                let plain = self.listing(&abs, false, None)?;
+                Ok(json!({"path": rel, "kind": "dir", "mode": mode, "tree": tree,
+                          "digest": blake3_hex(jcs(&plain).as_bytes())}))
+            }
+            "symlink" => {
+                let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
+                let t = t.to_str().ok_or_else(|| {
+                    Error::bad_args(format!("symlink {rel} has a target that is not UTF-8"), "fix it outside revl first")
+                })?;
+                Ok(json!({"path": rel, "kind": "symlink", "target": t}))
+            }
+            k => Err(Error::bad_args(
+                format!("{rel} is a {k} file; revl witnesses only files, directories and symlinks"),
+                "remove it outside revl first",
+            )),
+        }
+    }
+
+    /// Every blob a restore entry needs, for the `missing-preimage` check before a rewind.
+    pub fn blobs_needed(entry: &Value, blobs: &BlobStore) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        if let Some(b) = entry.get("blob").and_then(Value::as_str) {
+            out.push(b.to_string());
+        }
+        if let Some(t) = entry.get("tree").and_then(Value::as_str) {
+            out.push(t.to_string());
+            if let Ok(bytes) = blobs.get(t, None) {
+                if let Ok(Value::Array(items)) = serde_json::from_slice::<Value>(&bytes) {
+                    for it in items {
+                        if it.get("k").and_then(Value::as_str) == Some("file") && it.get("c").is_none() {
+                            if let Some(d) = it.get("d").and_then(Value::as_str) {
+                                out.push(d.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Plan a file effect: validate, capture the preimage, compute the intended post-image.
+    /// Nothing in the workspace changes.
+    pub fn plan(&self, op: FileOp, blobs: &BlobStore) -> Result<Planned> {
+        let um = umask();
+        match op {
+            FileOp::Write { path, content } => {
+                let rel = self.confine(&path, false)?;
+                if content.len() > CONTENT_MAX {
+                    return Err(Error::bad_args(
+                        format!("content is {} bytes; the limit is 16 MiB per call", content.len()),
+                        "split the file or write it with exec",
+                    ));
+                }
+                let abs = self.abs(&rel);
+                let existing = lstat(&abs)?;
+                if existing.as_ref().is_some_and(|m| m.is_dir()) {
+                    return Err(Error::bad_args(format!("{rel} is a directory"), "write to a file path"));
+                }
+                let pre = match self.topmost_absent_parent(&rel)? {
+                    Some(top) => json!({"path": top, "kind": "absent"}),
+                    None => self.capture(&rel, blobs)?,
+                };
+                let mode = match &existing {
+                    Some(m) if m.is_file() => m.permissions().mode() & 0o7777,
+                    _ => 0o644 & !um,
+                };
+                let after = json!({"path": rel, "kind": "file", "digest": blake3_hex(&content), "mode": mode_str(mode)});
+                Ok(Planned {
+                    label: format!("fs.write {rel}"),
+                    site: "write".into(),
+                    detail: json!({"path": rel, "after": strip_path(&after)}),
+                    undo: restore(vec![pre]),
+                    after: vec![after],
+                    op: FileOp::Write { path: rel, content },
+                })
+            }
+            FileOp::Delete { path } => {
+                let rel = self.confine(&path, false)?;
+                if lstat(&self.abs(&rel))?.is_none() {
+                    return Err(Error::bad_args(format!("{rel} does not exist"), "check the path with `revl list`"));
+                }
+                let pre = self.capture(&rel, blobs)?;
+                let after = json!({"path": rel, "kind": "absent"});
+                Ok(Planned {
+                    label: format!("fs.delete {rel}"),
+                    site: "delete".into(),
+                    detail: json!({"path": rel, "after": strip_path(&after)}),
+                    undo: restore(vec![pre]),
+                    after: vec![after],
+                    op: FileOp::Delete { path: rel },
+                })
+            }
+            FileOp::Rename { from, to } => {
+                let rf = self.confine(&from, false)?;
+                let rt = self.confine(&to, false)?;
+                let Some(fm) = lstat(&self.abs(&rf))? else {
+                    return Err(Error::bad_args(format!("{rf} does not exist"), "check the path with `revl list`"));
+                };
+                if rf == rt {
+                    return Err(Error::bad_args("rename source and target are the same path", "give two different paths"));
+                }
+                if rt.starts_with(&format!("{rf}/")) {
+                    return Err(Error::bad_args(format!("cannot move {rf} inside itself"), "choose a target outside the source"));
+                }
+                let tm = lstat(&self.abs(&rt))?;
+                if let Some(tm) = &tm {
+                    if tm.is_dir() {
+                        let empty = fs::read_dir(self.abs(&rt)).map_err(|e| io(&self.abs(&rt), e))?.next().is_none();
+                        if !empty {
+                            return Err(Error::bad_args(format!("target {rt} is a non-empty directory"), "delete it first or choose another target"));
+                        }
+                        if !fm.is_dir() {
+                            return Err(Error::bad_args(format!("target {rt} is a directory and {rf} is not"), "choose a file path as target"));
+                        }
+                    } else if fm.is_dir() {
+                        return Err(Error::bad_args(format!("{rf} is a directory and target {rt} is not"), "choose a new path as target"));
+                    }
+                }
+                let pre_to = match self.topmost_absent_parent(&rt)? {
+                    Some(top) => json!({"path": top, "kind": "absent"}),
+                    None => self.capture(&rt, blobs)?,
+                };
+                let pre_from = self.capture(&rf, blobs)?;
+                let mut moved = self.observe(&rf)?;
+                moved["path"] = rt.clone().into();
+                let gone = json!({"path": rf, "kind": "absent"});
+                Ok(Planned {
+                    label: format!("fs.rename {rf} -> {rt}"),
+                    site: "rename".into(),
+                    detail: json!({"path": rf, "to": rt, "after": strip_path(&moved)}),
+                    undo: restore(vec![pre_to, pre_from]),
+                    after: vec![moved, gone],
+                    op: FileOp::Rename { from: rf, to: rt },
+                })
+            }
+            FileOp::Mkdir { path } => {
+                let rel = self.confine(&path, false)?;
+                if let Some(m) = lstat(&self.abs(&rel))? {
+                    return Err(Error::bad_args(
+                        format!("{rel} already exists ({})", kind_of(&m)),
+                        "mkdir creates a new directory; choose another path",
+                    ));
+                }
+                let top = self.topmost_absent_parent(&rel)?.unwrap_or_else(|| rel.clone());
+                let empty = blake3_hex(jcs(&Value::Array(vec![])).as_bytes());
+                let after = json!({"path": rel, "kind": "dir", "digest": empty, "mode": mode_str(0o777 & !um)});
+                Ok(Planned {
+                    label: format!("fs.mkdir {rel}"),
+                    site: "mkdir".into(),
+                    detail: json!({"path": rel, "after": strip_path(&after)}),
+                    undo: restore(vec![json!({"path": top, "kind": "absent"})]),
+                    after: vec![after],
+                    op: FileOp::Mkdir { path: rel },
+                })
+            }
+            FileOp::Chmod { path, mode } => {
+                let rel = self.confine(&path, false)?;
+                let Some(m) = lstat(&self.abs(&rel))? else {
+                    return Err(Error::bad_args(format!("{rel} does not exist"), "check the path with `revl list`"));
+                };
+                if m.file_type().is_symlink() {
+                    return Err(Error::bad_args(format!("{rel} is a symlink; chmod would change its target"), "chmod the real path"));
+                }
+                let kind = kind_of(&m);
+                let pre = json!({"path": rel, "kind": "mode", "mode": mode_str(m.permissions().mode())});
+                let after = json!({"path": rel, "kind": kind, "mode": mode_str(mode)});
+                Ok(Planned {
+                    label: format!("fs.chmod {rel}"),
+                    site: "chmod".into(),
+                    detail: json!({"path": rel, "after": strip_path(&after)}),
+                    undo: restore(vec![pre]),
+                    after: vec![after],
+                    op: FileOp::Chmod { path: rel, mode },
+                })
+            }
+        }
+    }
+
+    /// The deterministic temp name a write of step `step` uses next to its target, so that
+    /// repair can remove a leftover.
+    pub fn temp_for(&self, rel: &str, step: u64) -> PathBuf {
+        let abs = self.abs(rel);
+        abs.parent().unwrap_or(&self.root).join(format!(".revl-{step}.tmp"))
+    }
+
+    /// Perform a planned change. Each change is durable (file and directory fsynced) when
+    /// this returns.
+    pub fn apply(&self, p: &Planned, step: u64) -> Result<()> {
+        match &p.op {
+            FileOp::Write { path, content } => {
+                let mode = p.after[0].get("mode").and_then(Value::as_str).map(parse_mode).transpose()?.unwrap_or(0o644);
+                self.create_parents(path)?;
+                let tmp = self.temp_for(path, step);
+                self.write_file_atomic(&tmp, &self.abs(path), content, mode)
+            }
+            FileOp::Delete { path } => {
+                let abs = self.abs(path);
+                remove_any(&abs)?;
+                fsync_dir(abs.parent().unwrap_or(&self.root))
+            }
+            FileOp::Rename { from, to } => {
+                self.create_parents(to)?;
+                let (af, at) = (self.abs(from), self.abs(to));
+                self.fp.enospc().map_err(|e| io(&at, e))?;
+                fs::rename(&af, &at).map_err(|e| io(&af, e))?;
+                fsync_dir(at.parent().unwrap_or(&self.root))?;
+                fsync_dir(af.parent().unwrap_or(&self.root))
+            }
+            FileOp::Mkdir { path } => {
+                let abs = self.abs(path);
+                self.fp.enospc().map_err(|e| io(&abs, e))?;
+                self.create_parents(path)?;
+                fs::create_dir(&abs).map_err(|e| io(&abs, e))?;
+                fsync_dir(abs.parent().unwrap_or(&self.root))
+            }
+            FileOp::Chmod { path, mode } => {
+                let abs = self.abs(path);
+                fs::set_permissions(&abs, fs::Permissions::from_mode(*mode)).map_err(|e| io(&abs, e))?;
+                File::open(&abs).and_then(|f| f.sync_all()).map_err(|e| io(&abs, e))
+            }
+        }
+    }
+
+    fn create_parents(&self, rel: &str) -> Result<()> {
+        let abs = self.abs(rel);
+        let parent = abs.parent().unwrap_or(&self.root);
+        if parent.is_dir() {
+            return Ok(());
+        }
+        self.fp.enospc().map_err(|e| io(parent, e))?;
+        fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        // Make each new directory entry durable.
+        let mut p = parent;
+        while p != self.root {
+            let up = p.parent().unwrap_or(&self.root);
+            fsync_dir(up)?;
+            p = up;
+        }
+        Ok(())
+    }
+
+    fn write_file_atomic(&self, tmp: &Path, dest: &Path, content: &[u8], mode: u32) -> Result<()> {
+        let res = (|| -> std::io::Result<()> {
+            let _ = fs::remove_file(tmp);
+            self.fp.enospc()?;
+            let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(tmp)?;
+            f.write_all(content)?;
+            f.set_permissions(fs::Permissions::from_mode(mode))?;
+            f.sync_all()?;
+            Ok(())
+        })();
+        if let Err(e) = res {
+            let _ = fs::remove_file(tmp);
+            return Err(io(dest, e));
+        }
+        if let Some(m) = lstat(dest)? {
+            if m.is_dir() {
+                fs::remove_dir_all(dest).map_err(|e| io(dest, e))?;
+            }
+        }
+        fs::rename(tmp, dest).map_err(|e| io(dest, e))?;
+        fsync_dir(dest.parent().unwrap_or(&self.root))
+    }
+
+    /// Run a `restore` undo descriptor: put every listed path back to its recorded state,
+    /// in order. Idempotent. Intermediate components must still be real directories.
+    pub fn restore(&self, undo: &Value, blobs: &BlobStore, step: u64) -> Result<()> {
+        let entries = undo.get("entries").and_then(Value::as_array).cloned().unwrap_or_default();
+        for e in &entries {
+            self.restore_entry(e, blobs, step)?;
+        }
+        Ok(())
+    }
+
+    fn restore_entry(&self, e: &Value, blobs: &BlobStore, step: u64) -> Result<()> {
+        let rel = e.get("path").and_then(Value::as_str).unwrap_or("");
+        if rel.is_empty() || rel.split('/').any(|c| c == ".." || c.is_empty()) {
+            return Err(Error::new(Code::CorruptWal, format!("step {step}: restore entry has a bad path {rel:?}"), "the WAL was edited outside revl"));
+        }
+        // No intermediate symlink may have appeared since.
+        let parts: Vec<&str> = rel.split('/').collect();
+        let mut cur = self.root.clone();
+        for part in &parts[..parts.len() - 1] {
+            cur.push(part);
+            if lstat(&cur)?.is_some_and(|m| m.file_type().is_symlink()) {
+                return Err(Error::new(
+                    Code::PathOutside,
+                    format!("step {step}: {} became a symlink; refusing to restore through it", cur.display()),
+                    "remove the symlink outside revl, then run the command again",
+                ));
+            }
+        }
+        let abs = self.abs(rel);
+        let parent = abs.parent().unwrap_or(&self.root).to_path_buf();
+        let kind = e.get("kind").and_then(Value::as_str).unwrap_or("");
+        let mode = e.get("mode").and_then(Value::as_str).map(parse_mode).transpose()?;
+        match kind {
+            "absent" => {
+                remove_any(&abs)?;
+                if parent.exists() {
+                    fsync_dir(&parent)?;
+                }
+            }
+            "mode" => {
+                if let Some(m) = lstat(&abs)? {
+                    if !m.file_type().is_symlink() {
+                        fs::set_permissions(&abs, fs::Permissions::from_mode(mode.unwrap_or(0o644))).map_err(|e| io(&abs, e))?;
+                    }
+                }
+            }
+            "file" => {
+                let content = self.entry_content(e, blobs, step)?;
+                fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
+                let tmp = parent.join(format!(".revl-restore-{step}.tmp"));
+                if lstat(&abs)?.is_some_and(|m| !m.is_dir() && !m.is_file()) {
+                    remove_any(&abs)?;
+                }
+                self.write_file_atomic(&tmp, &abs, &content, mode.unwrap_or(0o644))?;
+            }
+            "symlink" => {
+                let t = e.get("target").and_then(Value::as_str).unwrap_or("");
+                fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
+                remove_any(&abs)?;
+                std::os::unix::fs::symlink(t, &abs).map_err(|e| io(&abs, e))?;
+                fsync_dir(&parent)?;
+            }
+            "dir" => {
+                let tree = e.get("tree").and_then(Value::as_str).unwrap_or("");
+                let listing: Vec<Value> = serde_json::from_slice(&blobs.get(tree, Some(step))?)
+                    .map_err(|_| Error::new(Code::MissingPreimage, format!("step {step}: tree blob {tree} is not a listing"), "restore the store's blobs/ from a backup"))?;
+                fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
+                remove_any(&abs)?;
+                fs::create_dir(&abs).map_err(|e| io(&abs, e))?;
+                let mut dirs = vec![(abs.clone(), mode.unwrap_or(0o755))];
+                for it in &listing {
+                    let p = abs.join(it.get("p").and_then(Value::as_str).unwrap_or(""));
+                    let m = it.get("m").and_then(Value::as_str).map(parse_mode).transpose()?.unwrap_or(0o644);
+                    match it.get("k").and_then(Value::as_str) {
+                        Some("dir") => {
+                            fs::create_dir(&p).map_err(|e| io(&p, e))?;
+                            dirs.push((p, m));
+                        }
+                        Some("file") => {
+                            let content = match it.get("c").and_then(Value::as_str) {
+                                Some(c) => unb64(c)?,
+                                None => blobs.get(it.get("d").and_then(Value::as_str).unwrap_or(""), Some(step))?,
+                            };
+                            let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&p).map_err(|e| io(&p, e))?;
+                            f.write_all(&content).and_then(|_| f.set_permissions(fs::Permissions::from_mode(m))).and_then(|_| f.sync_all()).map_err(|e| io(&p, e))?;
+                        }
+                        Some("symlink") => {
+                            std::os::unix::fs::symlink(it.get("t").and_then(Value::as_str).unwrap_or(""), &p).map_err(|e| io(&p, e))?;
+                        }
+                        _ => {}
+                    }
+                }
+                // Modes deepest first (a read-only directory is set after its contents).
+                for (d, m) in dirs.iter().rev() {
+                    fsync_dir(d)?;
+                    fs::set_permissions(d, fs::Permissions::from_mode(*m)).map_err(|e| io(d, e))?;
+                }
+                fsync_dir(&parent)?;
+            }
+            other => {
+                return Err(Error::new(Code::CorruptWal, format!("step {step}: unknown restore kind {other:?}"), "the WAL was written by a newer revl"))
+            }
+        }
+        Ok(())
+    }
+
+    fn entry_content(&self, e: &Value, blobs: &BlobStore, step: u64) -> Result<Vec<u8>> {
+        if let Some(c) = e.get("content").and_then(Value::as_str) {
+            return unb64(c);
+        }
+        let b = e.get("blob").and_then(Value::as_str).unwrap_or("");
+        blobs.get(b, Some(step))
+    }
+
+    /// `read PATH` → `{path, mode, content | contentBase64}`
+    pub fn read(&self, path: &str) -> Result<Value> {
+        let rel = self.confine(path, false)?;
+        let abs = self.abs(&rel);
+        let m = fs::metadata(&abs).map_err(|e| io(&abs, e))?;
+        if !m.is_file() {
+            return Err(Error::bad_args(format!("{rel} is not a file"), "use `list` for directories"));
+        }
+        if m.len() as usize > CONTENT_MAX {
+            return Err(Error::bad_args(format!("{rel} is larger than 16 MiB"), "read it with exec"));
+        }
+        let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
+        let mut v = json!({"path": rel, "mode": mode_str(m.permissions().mode())});
+        match String::from_utf8(bytes) {
+            Ok(s) => v["content"] = s.into(),
+            Err(e) => v["contentBase64"] = b64(e.as_bytes()).into(),
+        }
+        Ok(v)
+    }
+
+    /// `list [PATH]` → `{path, entries: [{name, kind, mode, size?}]}`
+    pub fn list(&self, path: Option<&str>) -> Result<Value> {
+        let rel = match path {
+            Some(p) => self.confine(p, true)?,
+            None => String::new(),
+        };
+        let abs = self.abs(&rel);
+        let mut entries = Vec::new();
+        for e in fs::read_dir(&abs).map_err(|e| io(&abs, e))? {
+            let e = e.map_err(|e| io(&abs, e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let m = fs::symlink_metadata(e.path()).map_err(|err| io(&e.path(), err))?;
+            let mut v = json!({"name": name, "kind": kind_of(&m), "mode": mode_str(m.permissions().mode())});
+            if m.is_file() {
+                v["size"] = m.len().into();
+            }
+            entries.push(v);
+        }
+        entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        Ok(json!({"path": rel, "entries": entries}))
+    }
+}
+
+fn restore(entries: Vec<Value>) -> Value {
+    json!({"type": UNDO_RESTORE, "entries": entries})
+}
+
+fn strip_path(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("path");
+    }
+    v
+}
+
+fn remove_any(p: &Path) -> Result<()> {
+    match lstat(p)? {
+        None => Ok(()),
+        Some(m) if m.is_dir() => {
+            // A read-only directory inside the tree would make remove_dir_all fail: open it up.
+            make_writable(p);
+            fs::remove_dir_all(p).map_err(|e| io(p, e))
+        }
+        Some(_) => fs::remove_file(p).map_err(|e| io(p, e)),
+    }
+}
+
+fn make_writable(p: &Path) {
+    if let Ok(m) = fs::symlink_metadata(p) {
+        if m.is_dir() {
+            let mode = m.permissions().mode();
+            if mode & 0o700 != 0o700 {
+                let _ = fs::set_permissions(p, fs::Permissions::from_mode(mode | 0o700));
+            }
+            if let Ok(rd) = fs::read_dir(p) {
+                for e in rd.flatten() {
+                    make_writable(&e.path());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The `revl` command line: parse, call a core verb, render. No rules live here.
+
+mod demo;
+mod render;
+
+use clap::{Parser, Subcommand};
+use revl_core::{Code, Error, FileOp, Session, StepBackMode, Store};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "revl", version, about = "Branch and rewind agent sessions without leaving residue in the world.", long_about = None)]
+struct Cli {
+    /// The store directory (default: $REVL_STORE, else $XDG_STATE_HOME/revl, else ~/.local/state/revl).
+    #[arg(long, global = true, value_name = "DIR")]
+    store: Option<PathBuf>,
+    /// Print exactly one JSON document on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create a session on a workspace directory (created if missing).
+    New {
+        #[arg(long, value_name = "DIR")]
+        workspace: PathBuf,
+        /// The tool manifest (default: revl.toml in the workspace, if present).
+        #[arg(long, value_name = "FILE")]
+        manifest: Option<PathBuf>,
+    },
+    /// List the sessions of the store.
+    Sessions,
+    /// A session's state, head, provisions, held sends and owed entries.
+    Status { session: String },
+    /// Report witnessed paths changed outside revl.
+    Verify { session: String },
+    /// Replace a file (temp + rename), creating missing parent directories.
+    Write {
+        session: String,
+        path: String,
+        #[arg(long, conflicts_with = "from", required_unless_present = "from")]
+        content: Option<String>,
+        #[arg(long, value_name = "FILE")]
+        from: Option<PathBuf>,
+    },
+    /// Delete a file or a whole directory tree.
+    Delete { session: String, path: String },
+    /// Rename a file or directory (replaces an existing file target).
+    Rename { session: String, from: String, to: String },
+    /// Create a directory (like mkdir -p; an existing directory is an error).
+    Mkdir { session: String, path: String },
+    /// Change a mode (octal).
+    Chmod { session: String, path: String, mode: String },
+    /// Read a file (records nothing).
+    Read { session: String, path: String },
+    /// List a directory (records nothing).
+    List { session: String, path: Option<String> },
+    /// Provide a session-scoped key/value (a provision step).
+    Provide { session: String, key: String, value: String },
+    /// Mark an agent turn.
+    Boundary {
+        session: String,
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// Run a command in the workspace (never through a shell); always an opaque step.
+    Exec {
+        session: String,
+        #[arg(last = true, required = true, value_name = "ARGV")]
+        argv: Vec<String>,
+    },
+    /// The session's steps.
+    Timeline { session: String },
+    /// What holds at step K.
+    Inspect {
+        session: String,
+        #[arg(long, allow_hyphen_values = true)]
+        at: String,
+    },
+    /// Rewind to step K: scoped (default, never crosses) or compensating.
+    StepBack {
+        session: String,
+        #[arg(long, allow_hyphen_values = true)]
+        to: String,
+        /// Run only host-confined inverses and provision withdrawals (the default).
+        #[arg(long, conflicts_with = "compensating")]
+        scoped: bool,
+        /// Run every inverse, compensations and outbound undos included (they cross).
+        #[arg(long)]
+        compensating: bool,
+        /// With --compensating: run the rest even over emissions that have no compensation.
+        #[arg(long, requires = "compensating")]
+        force: bool,
+    },
+    /// The end-to-end story on a temporary workspace.
+    Demo {
+        /// Keep the temporary store and workspace and print where they are.
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+/// What a command produced: the JSON document, its human rendering, and the exit code.
+pub struct Outcome {
+    pub doc: Value,
+    pub text: String,
+    pub exit: u8,
+}
+
+impl Outcome {
+    fn ok(doc: Value, text: String) -> Self {
+        Outcome { doc, text, exit: 0 }
+    }
+}
+
+fn default_store() -> Result<PathBuf, Error> {
+    if let Some(s) = std::env::var_os("REVL_STORE").filter(|s| !s.is_empty()) {
+        return Ok(PathBuf::from(s));
+    }
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|s| !s.is_empty()) {
+        return Ok(PathBuf::from(x).join("revl"));
+    }
+    match std::env::var_os("HOME").filter(|s| !s.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".local/state/revl")),
+        None => Err(Error::new(Code::Usage, "no store: HOME is not set", "pass --store DIR or set REVL_STORE")),
+    }
+}
+
+fn open_store(cli: &Cli) -> Result<Store, Error> {
+    let root = match &cli.store {
+        Some(s) => s.clone(),
+        None => default_store()?,
+    };
+    let mut store = Store::open(&root, revl_core::Failpoints::from_env())?;
+    if let Some(ms) = std::env::var("REVL_LOCK_WAIT_MS").ok().and_then(|v| v.parse().ok()) {
+        store = store.with_lock_wait(std::time::Duration::from_millis(ms));
+    }
+    Ok(store)
+}
+
+fn parse_k(s: &str, what: &str) -> Result<i64, Error> {
+    s.trim().parse::<i64>().map_err(|_| {
+        Error::bad_args(format!("{what} {s:?} is not an integer"), "give a step index from `revl timeline`, or -1 for before every step")
+    })
+}
+
+fn attach(store: &Store, given: &str) -> Result<Session, Error> {
+    let id = store.resolve(given)?;
+    store.attach(&id)
+}
+
+fn run(cli: &Cli) -> Result<Outcome, Error> {
+    if let Cmd::Demo { keep } = &cli.cmd {
+        return demo::run(*keep);
+    }
+    let store = open_store(cli)?;
+    let effect = |session: &str, op: FileOp| -> Result<Outcome, Error> {
+        let mut s = attach(&store, session)?;
+        let doc = s.file_effect(op)?;
+        let text = render::stepped(&doc);
+        Ok(Outcome::ok(doc, text))
+    };
+    match &cli.cmd {
+        Cmd::Demo { .. } => unreachable!("handled above"),
+        Cmd::New { workspace, manifest } => {
+            let _ = manifest;
+            let s = store.new_session(workspace, None)?;
+            let doc = serde_json::json!({"session": s.id(), "workspace": s.state().workspace, "wal": s.wal_path().display().to_string()});
+            let text = format!("session   {}\nworkspace {}\nwal       {}", s.id(), s.state().workspace, s.wal_path().display());
+            Ok(Outcome::ok(doc, text))
+        }
+        Cmd::Sessions => {
+            let mut list = Vec::new();
+            for id in store.session_ids()? {
+                let info = store.info(&id)?;
+                let mut v = serde_json::json!({"session": info.id, "state": info.state.as_str(), "workspace": info.workspace, "head": info.head});
+                if let Some(p) = info.parent {
+                    v["parent"] = p.into();
+                }
+                list.push(v);
+            }
+            let doc = serde_json::json!({"sessions": list});
+            let text = render::sessions(&doc);
+            Ok(Outcome::ok(doc, text))
+        }
+        Cmd::Status { session } => {
+            let s = attach(&store, session)?;
+            let doc = s.status();
+            Ok(Outcome::ok(doc.clone(), render::status(&doc)))
+        }
+        Cmd::Verify { session } => {
+            let s = attach(&store, session)?;
+            let doc = s.verify()?;
+            Ok(Outcome::ok(doc.clone(), render::verify(&doc)))
+        }
+        Cmd::Write { session, path, content, from } => {
+            let bytes = match (content, from) {
+                (Some(c), _) => c.clone().into_bytes(),
+                (None, Some(f)) => read_input_file(f)?,
+                (None, None) => return Err(Error::new(Code::Usage, "write needs --content TEXT or --from FILE", "revl write SESSION PATH --content TEXT")),
+            };
+            effect(session, FileOp::Write { path: path.clone(), content: bytes })
+        }
+        Cmd::Delete { session, path } => effect(session, FileOp::Delete { path: path.clone() }),
+        Cmd::Rename { session, from, to } => effect(session, FileOp::Rename { from: from.clone(), to: to.clone() }),
+        Cmd::Mkdir { session, path } => effect(session, FileOp::Mkdir { path: path.clone() }),
+        Cmd::Chmod { session, path, mode } => {
+            let mode = revl_core::workspace::parse_mode(mode)?;
+            effect(session, FileOp::Chmod { path: path.clone(), mode })
+        }
+        Cmd::Read { session, path } => {
+            let s = attach(&store, session)?;
+            let doc = s.workspace().read(path)?;
+            let text = match doc.get("content").and_then(Value::as_str) {
+                Some(c) => c.to_string(),
+                None => format!("(binary, base64) {}", doc["contentBase64"].as_str().unwrap_or("")),
+            };
+            Ok(Outcome::ok(doc, text))
+        }
+        Cmd::List { session, path } => {
+            let s = attach(&store, session)?;
+            let doc = s.workspace().list(path.as_deref())?;
+            Ok(Outcome::ok(doc.clone(), render::list(&doc)))
+        }
+        Cmd::Provide { session, key, value } => {
+            let mut s = attach(&store, session)?;
+            let doc = s.provide(key, value)?;
+            Ok(Outcome::ok(doc.clone(), render::stepped(&doc)))
+        }
+        Cmd::Boundary { session, label } => {
+            let mut s = attach(&store, session)?;
+            let doc = s.boundary(label.as_deref())?;
+            Ok(Outcome::ok(doc.clone(), render::stepped(&doc)))
+        }
+        Cmd::Exec { session, argv } => {
+            let mut s = attach(&store, session)?;
+            let doc = s.exec(argv)?;
+            Ok(Outcome::ok(doc.clone(), render::exec(&doc)))
+        }
+        Cmd::Timeline { session } => {
+            let s = attach(&store, session)?;
+            let doc = s.timeline();
+            Ok(Outcome::ok(doc.clone(), render::timeline(&doc)))
+        }
+        Cmd::Inspect { session, at } => {
+            let k = parse_k(at, "--at")?;
+            let s = attach(&store, session)?;
+            let doc = s.inspect(k)?;
+            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+        }
+        Cmd::StepBack { session, to, compensating, force, .. } => {
+            let k = parse_k(to, "--to")?;
+            let mode = if *compensating { StepBackMode::Compensating { force: *force } } else { StepBackMode::Scoped };
+            let mut s = attach(&store, session)?;
+            let doc = s.step_back(k, mode)?;
+            Ok(Outcome::ok(doc.clone(), render::step_back(&doc)))
+        }
+    }
+}
+
+fn read_input_file(f: &Path) -> Result<Vec<u8>, Error> {
+    let meta = std::fs::metadata(f).map_err(|e| Error::bad_args(format!("cannot read --from {}: {e}", f.display()), "give a readable file"))?;
+    if meta.len() > revl_core::workspace::CONTENT_MAX as u64 {
+        return Err(Error::bad_args(format!("--from {} is {} bytes; the limit is 16 MiB per call", f.display(), meta.len()), "split the file"));
+    }
+    std::fs::read(f).map_err(|e| Error::bad_args(format!("cannot read --from {}: {e}", f.display()), "give a readable file"))
+}
+
+/// `--json` may appear anywhere before a `--`.
+fn wants_json(args: &[std::ffi::OsString]) -> bool {
+    args.iter().skip(1).take_while(|a| a.as_os_str() != "--").any(|a| a.as_os_str() == "--json")
+}
+
+fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let json = wants_json(&args);
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
+            }
+            let msg = e.to_string();
+            let first = msg.lines().find(|l| !l.trim().is_empty()).unwrap_or("bad usage").trim_start_matches("error: ").to_string();
+            let err = Error::new(Code::Usage, first, "see `revl --help` or `revl <command> --help`");
+            return fail(&err, json);
+        }
+    };
+    // A panic anywhere becomes a one-line error, never a stack trace.
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&cli)));
+    match result {
+        Ok(Ok(out)) => {
+            if cli.json {
+                println!("{}", serde_json::to_string_pretty(&out.doc).unwrap_or_default());
+            } else if !out.text.is_empty() {
+                println!("{}", out.text);
+            }
+            ExitCode::from(out.exit)
+        }
+        Ok(Err(e)) => fail(&e, cli.json),
+        Err(p) => {
+            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
+            let err = Error::new(Code::Io, format!("internal error: {what}"), "this is a bug in revl; the WAL is intact, report it with the command you ran");
+            fail(&err, cli.json)
+        }
+    }
+}
+
+fn fail(e: &Error, json: bool) -> ExitCode {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&e.to_json()).unwrap_or_default());
+    }
+    eprintln!("revl: {}: {} (hint: {})", e.code.as_str(), e.message, e.hint);
+    ExitCode::from(e.code.exit_code() as u8)
+}

@@ -1,0 +1,146 @@
+//! Human renderings. Designed for people; `--json` is the machine format.
+
+use serde_json::Value;
+use std::fmt::Write as _;
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+pub fn generic(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+pub fn stepped(v: &Value) -> String {
+    format!("step {}  {}", s(&v["step"]), s(&v["label"]))
+}
+
+pub fn exec(v: &Value) -> String {
+    let mut out = format!("step {}  exec/opaque  exit {}", s(&v["step"]), s(&v["exitCode"]));
+    for k in ["stdout", "stderr"] {
+        if let Some(t) = v[k].as_str().filter(|t| !t.is_empty()) {
+            let _ = write!(out, "\n--- {k} ---\n{}", t.trim_end());
+        }
+    }
+    out
+}
+
+pub fn sessions(v: &Value) -> String {
+    let list = v["sessions"].as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        return "no sessions".into();
+    }
+    let mut out = String::new();
+    for x in list {
+        let _ = writeln!(
+            out,
+            "{}  {:<9} head {:<5} {}{}",
+            s(&x["session"]),
+            s(&x["state"]),
+            s(&x["head"]),
+            s(&x["workspace"]),
+            x.get("parent").map(|p| format!("  (branch of {})", s(p))).unwrap_or_default()
+        );
+    }
+    out.trim_end().to_string()
+}
+
+pub fn status(v: &Value) -> String {
+    let mut out = format!(
+        "session   {}\nstate     {}\nworkspace {}\nwal       {}\nhead      {}{}",
+        s(&v["session"]),
+        s(&v["state"]),
+        s(&v["workspace"]),
+        s(&v["wal"]),
+        s(&v["head"]),
+        if v["torn"] == Value::Bool(true) { "  (torn tail: the next write truncates it)" } else { "" }
+    );
+    if let Some(p) = v.get("parent") {
+        let _ = write!(out, "\nbranch of {} at step {}", s(p), s(&v["forkedAt"]));
+    }
+    if let Some(b) = v.get("branch") {
+        let _ = write!(out, "\nfrozen at step {}: continues as branch {}", s(&v["frozenAt"]), s(b));
+    }
+    if let Some(p) = v["provisions"].as_object().filter(|p| !p.is_empty()) {
+        let _ = write!(out, "\nprovisions:");
+        for (k, val) in p {
+            let _ = write!(out, "\n  {k} = {}", s(val));
+        }
+    }
+    for (key, title) in [("queue", "held sends (fire only at commit)"), ("owed", "owed (run only by an explicit abort, recover or resend)")] {
+        if let Some(q) = v[key].as_array().filter(|q| !q.is_empty()) {
+            let _ = write!(out, "\n{title}:");
+            for e in q {
+                let _ = write!(out, "\n  {}", e);
+            }
+        }
+    }
+    out
+}
+
+pub fn verify(v: &Value) -> String {
+    let drift = v["drift"].as_array().cloned().unwrap_or_default();
+    if drift.is_empty() {
+        return "no drift: every witnessed path matches its last recorded image".into();
+    }
+    let mut out = format!("{} witnessed path(s) changed outside revl:", drift.len());
+    for d in drift {
+        let _ = write!(out, "\n  {}  expected {}  found {}", s(&d["path"]), d["expected"], d["actual"]);
+    }
+    out
+}
+
+pub fn list(v: &Value) -> String {
+    let mut out = String::new();
+    for e in v["entries"].as_array().cloned().unwrap_or_default() {
+        let _ = writeln!(out, "{:<8} {} {:>9}  {}", s(&e["kind"]), s(&e["mode"]), e.get("size").map(s).unwrap_or_default(), s(&e["name"]));
+    }
+    out.trim_end().to_string()
+}
+
+pub fn timeline(v: &Value) -> String {
+    let mut out = format!("session {}  state {}  head {}{}\n", s(&v["session"]), s(&v["state"]), s(&v["head"]), if v["torn"] == Value::Bool(true) { "  (torn tail)" } else { "" });
+    for st in v["steps"].as_array().cloned().unwrap_or_default() {
+        let mut note = String::new();
+        if st["undone"] == Value::Bool(true) {
+            let _ = write!(note, "  [undone by {}]", s(&st["undoneBy"]));
+        }
+        if st["crossed"] == Value::Bool(true) {
+            note.push_str("  [crossed]");
+        }
+        let scope = st.get("scope").map(|x| x.to_string()).unwrap_or_else(|| "(no scope)".into());
+        let _ = writeln!(out, "{:>5}  {:<12} {:<40} {}{}", s(&st["index"]), s(&st["kind"]), s(&st["label"]), scope, note);
+    }
+    out.trim_end().to_string()
+}
+
+fn entries(out: &mut String, title: &str, v: &Value) {
+    if let Some(list) = v.as_array().filter(|l| !l.is_empty()) {
+        let _ = write!(out, "\n{title}:");
+        for e in list {
+            let label = e.get("label").map(s).unwrap_or_else(|| format!("{}.{}", s(&e["service"]), s(&e["method"])));
+            let extra = e.get("why").or(e.get("error")).or(e.get("repr")).map(|w| format!("  ({})", s(w))).unwrap_or_default();
+            let idx = e.get("index").or(e.get("seq")).map(s).unwrap_or_default();
+            let _ = write!(out, "\n  {idx:>5}  {label}{extra}");
+        }
+    }
+}
+
+pub fn step_back(v: &Value) -> String {
+    let mut out = format!("stepped back to {} ({})", s(&v["to"]), s(&v["toLabel"]));
+    entries(&mut out, "inverses ran", &v["inversesRan"]);
+    entries(&mut out, "provisions withdrawn", &v["provisionsWithdrawn"]);
+    entries(&mut out, "compensations ran (they crossed)", &v["compensationsRan"]);
+    entries(&mut out, "CROSSED (cannot be undone)", &v["emissionsCrossed"]);
+    entries(&mut out, "compensated emissions", &v["emissionsCompensated"]);
+    entries(&mut out, "NOT FIRED (would cross on rewind)", &v["wouldCrossOnRewind"]);
+    entries(&mut out, "unrestored", &v["unrestored"]);
+    entries(&mut out, "FAILED", &v["failed"]);
+    entries(&mut out, "held sends dropped (never sent)", &v["droppedDeferred"]);
+    let _ = write!(out, "\nguarantee: {}", s(&v["guarantee"]));
+    out
+}
