@@ -69,7 +69,9 @@ impl BlobStore {
         if blake3_hex(&bytes) != digest {
             return Err(Error::new(
                 Code::MissingPreimage,
-                format!("{who}preimage blob {digest} is damaged (its content does not match its name)"),
+                format!(
+                    "{who}preimage blob {digest} is damaged (its content does not match its name)"
+                ),
                 "restore the store's blobs/ directory from a backup; nothing was run",
             ));
         }

@@ -190,8 +190,13 @@ pub fn would_cross_why(s: &Step) -> String {
         );
     }
     match &s.undo_scope {
-        None => "its undo tool declares no scope: an absent scope is never assumed host-confined".into(),
-        Some(u) => format!("its undo tool's scope {} is not provably host-confined", crate::util::jcs(u)),
+        None => {
+            "its undo tool declares no scope: an absent scope is never assumed host-confined".into()
+        }
+        Some(u) => format!(
+            "its undo tool's scope {} is not provably host-confined",
+            crate::util::jcs(u)
+        ),
     }
 }
 

@@ -12,15 +12,17 @@ pub mod blobs;
 pub mod classify;
 pub mod error;
 pub mod failpoint;
+pub mod outbound;
 pub mod proc;
+pub mod recover;
 pub mod session;
 pub mod state;
 pub mod step;
 pub mod store;
+pub mod tools;
 pub mod util;
 pub mod wal;
 pub mod workspace;
-mod later;
 
 pub use error::{Code, Error, Result};
 pub use failpoint::Failpoints;

@@ -48,7 +48,11 @@ pub fn run(
     let mut cmd = Command::new(prog);
     cmd.args(args)
         .current_dir(cwd)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {

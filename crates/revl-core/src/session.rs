@@ -54,21 +54,33 @@ fn created_by() -> String {
 impl Store {
     /// `new --workspace DIR`: create a session (refusing a workspace that has, or is nested
     /// in or around, a live session) and return it attached.
-    pub fn new_session(&self, workspace: &Path, manifest_digest: Option<String>) -> Result<Session> {
-        std::fs::create_dir_all(workspace)
-            .map_err(|e| Error::io(format!("cannot create workspace {}", workspace.display()), e))?;
+    pub fn new_session(&self, workspace: &Path, manifest: Option<&Path>) -> Result<Session> {
+        std::fs::create_dir_all(workspace).map_err(|e| {
+            Error::io(
+                format!("cannot create workspace {}", workspace.display()),
+                e,
+            )
+        })?;
         let ws = std::fs::canonicalize(workspace)
             .map_err(|e| Error::io(format!("cannot open workspace {}", workspace.display()), e))?;
         if !ws.is_dir() {
-            return Err(Error::bad_args(format!("workspace {} is not a directory", ws.display()), "give --workspace a directory"));
+            return Err(Error::bad_args(
+                format!("workspace {} is not a directory", ws.display()),
+                "give --workspace a directory",
+            ));
         }
         if self.root().starts_with(&ws) || ws.starts_with(self.root()) {
             return Err(Error::new(
                 Code::StoreInWorkspace,
-                format!("the store {} and the workspace {} overlap", self.root().display(), ws.display()),
+                format!(
+                    "the store {} and the workspace {} overlap",
+                    self.root().display(),
+                    ws.display()
+                ),
                 "put the store outside the workspace (--store or REVL_STORE)",
             ));
         }
+        let manifest_digest = self.import_manifest(manifest, &ws)?;
         let _store_lock = self.store_lock()?;
         for id in self.session_ids()? {
             // A WAL that cannot be read is reported by the commands that use it; it does not
@@ -78,7 +90,12 @@ impl Store {
             if info.state == Life::Live && (other.starts_with(&ws) || ws.starts_with(other)) {
                 return Err(Error::new(
                     Code::WorkspaceBusy,
-                    format!("workspace {} already has a live session {} (on {})", ws.display(), id, other.display()),
+                    format!(
+                        "workspace {} already has a live session {} (on {})",
+                        ws.display(),
+                        id,
+                        other.display()
+                    ),
                     format!("commit or abort session {id} first, or use it"),
                 ));
             }
@@ -97,8 +114,14 @@ impl Store {
             guarantee: GUARANTEE.into(),
             ts: ts.clone(),
         };
-        create_wal(&self.wal_path(&id), &[header, hinge_record(1, ts)], &self.fp)?;
-        File::open(self.root().join("sessions")).and_then(|f| f.sync_all()).map_err(|e| Error::io("sessions/", e))?;
+        create_wal(
+            &self.wal_path(&id),
+            &[header, hinge_record(1, ts)],
+            &self.fp,
+        )?;
+        File::open(self.root().join("sessions"))
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io("sessions/", e))?;
         self.attach(&id)
     }
 
@@ -199,7 +222,11 @@ impl Session {
         self.writer()?.append_many(&recs, durable)?;
         for r in &recs {
             if let Err(why) = self.state.apply(r) {
-                return Err(Error::new(Code::CorruptWal, format!("internal: {why}"), "report this as a bug"));
+                return Err(Error::new(
+                    Code::CorruptWal,
+                    format!("internal: {why}"),
+                    "report this as a bug",
+                ));
             }
         }
         Ok(())
@@ -221,7 +248,14 @@ impl Session {
         self.state.records
     }
 
-    pub(crate) fn step_record(&mut self, step: u64, kind: &str, label: &str, site: &str, detail: Value) -> Result<StepRecord> {
+    pub(crate) fn step_record(
+        &mut self,
+        step: u64,
+        kind: &str,
+        label: &str,
+        site: &str,
+        detail: Value,
+    ) -> Result<StepRecord> {
         Ok(StepRecord {
             seq: self.take_seq()?,
             step,
@@ -287,12 +321,24 @@ impl Session {
             // that fails, the intent stays open and the next attach repairs it.
             if self.ws.restore(&planned.undo, &self.blobs, step).is_ok() {
                 self.clean_temps(&planned.after, step);
-                let _ = self.append(Record::IntentVoid { step, why: e.message.clone() }, true);
+                let _ = self.append(
+                    Record::IntentVoid {
+                        step,
+                        why: e.message.clone(),
+                    },
+                    true,
+                );
             }
             return Err(e);
         }
         self.fp.point("effect.after-change");
-        let mut rec = self.step_record(step, "effect", &planned.label, &planned.site, planned.detail.clone())?;
+        let mut rec = self.step_record(
+            step,
+            "effect",
+            &planned.label,
+            &planned.site,
+            planned.detail.clone(),
+        )?;
         rec.scope = Some(fs_scope());
         rec.undo = Some(planned.undo);
         rec.undo_idempotent = Some(true);
@@ -314,12 +360,25 @@ impl Session {
     pub fn provide(&mut self, key: &str, value: &str) -> Result<Value> {
         self.require_live()?;
         if key.is_empty() {
-            return Err(Error::bad_args("the provision key is empty", "give a non-empty KEY"));
+            return Err(Error::bad_args(
+                "the provision key is empty",
+                "give a non-empty KEY",
+            ));
         }
         let step = self.state.next_index();
-        let previous = self.state.provisions_at(self.state.head() as i64).get(key).cloned();
+        let previous = self
+            .state
+            .provisions_at(self.state.head() as i64)
+            .get(key)
+            .cloned();
         let detail = json!({"key": key, "value": value, "previous": previous});
-        let mut rec = self.step_record(step, "provision", &format!("provide {key}"), "provide", detail)?;
+        let mut rec = self.step_record(
+            step,
+            "provision",
+            &format!("provide {key}"),
+            "provide",
+            detail,
+        )?;
         rec.undo = Some(json!({"type": "withdraw", "key": key, "previous": previous}));
         rec.undo_idempotent = Some(true);
         let seq = rec.seq;
@@ -332,7 +391,10 @@ impl Session {
     pub fn boundary(&mut self, label: Option<&str>) -> Result<Value> {
         self.require_live()?;
         let step = self.state.next_index();
-        let label = format!("{}/boundary", label.filter(|l| !l.is_empty()).unwrap_or("turn"));
+        let label = format!(
+            "{}/boundary",
+            label.filter(|l| !l.is_empty()).unwrap_or("turn")
+        );
         let rec = self.step_record(step, "boundary", &label, "boundary", json!({}))?;
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
@@ -345,19 +407,43 @@ impl Session {
     pub fn exec(&mut self, argv: &[String]) -> Result<Value> {
         self.require_live()?;
         if argv.is_empty() || argv[0].is_empty() {
-            return Err(Error::bad_args("exec needs a command", "revl exec SESSION -- PROGRAM [ARGS...]"));
+            return Err(Error::bad_args(
+                "exec needs a command",
+                "revl exec SESSION -- PROGRAM [ARGS...]",
+            ));
         }
         let step = self.state.next_index();
         self.append(
-            Record::Intent { step, kind: "opaque".into(), label: "exec/opaque".into(), site: "exec".into(), undo: None, preimage: None, after: None },
+            Record::Intent {
+                step,
+                kind: "opaque".into(),
+                label: "exec/opaque".into(),
+                site: "exec".into(),
+                undo: None,
+                preimage: None,
+                after: None,
+            },
             true,
         )?;
-        let env = vec![("REVL_SESSION".to_string(), self.id.clone()), ("REVL_STEP".to_string(), step.to_string())];
+        let env = vec![
+            ("REVL_SESSION".to_string(), self.id.clone()),
+            ("REVL_STEP".to_string(), step.to_string()),
+        ];
         let ran = match crate::proc::run(argv, self.ws.root(), &env, None, None) {
             Ok(r) => r,
             Err(e) => {
-                self.append(Record::IntentVoid { step, why: format!("could not start {}: {e}", argv[0]) }, true)?;
-                return Err(Error::new(Code::ToolFailed, format!("could not start {}: {e}", argv[0]), "check the program name and that it is executable"));
+                self.append(
+                    Record::IntentVoid {
+                        step,
+                        why: format!("could not start {}: {e}", argv[0]),
+                    },
+                    true,
+                )?;
+                return Err(Error::new(
+                    Code::ToolFailed,
+                    format!("could not start {}: {e}", argv[0]),
+                    "check the program name and that it is executable",
+                ));
             }
         };
         let status = match ran.code {
@@ -365,7 +451,13 @@ impl Session {
             None => "killed by a signal".to_string(),
         };
         let repr = format!("exec {} ({status})", crate::util::jcs(&json!(argv)));
-        let rec = self.step_record(step, "opaque", "exec/opaque", "exec", json!({"repr": repr, "argv": argv, "exitCode": ran.code}))?;
+        let rec = self.step_record(
+            step,
+            "opaque",
+            "exec/opaque",
+            "exec",
+            json!({"repr": repr, "argv": argv, "exitCode": ran.code}),
+        )?;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
         Ok(json!({
@@ -394,7 +486,10 @@ impl Session {
     pub fn check_range(&self, k: i64) -> Result<()> {
         let head = self.state.head() as i64;
         if k < -1 || k > head {
-            return Err(Error::bad_args(format!("step {k} is out of range: this session has steps -1..={head}"), "see `revl timeline` for the step indices"));
+            return Err(Error::bad_args(
+                format!("step {k} is out of range: this session has steps -1..={head}"),
+                "see `revl timeline` for the step indices",
+            ));
         }
         Ok(())
     }
@@ -442,15 +537,25 @@ impl Session {
         let mut owed: Vec<Value> = Vec::new();
         if let Some(a) = &st.aborted {
             if let Some(list) = a.get("owed").and_then(Value::as_array) {
-                owed.extend(list.iter().filter(|o| {
-                    // An owed inverse that a later explicit abort ran is no longer owed.
-                    o.get("index").and_then(Value::as_u64).is_none_or(|i| !st.steps.get(i as usize).is_some_and(|s| s.undone))
-                }).cloned());
+                owed.extend(
+                    list.iter()
+                        .filter(|o| {
+                            // An owed inverse that a later explicit abort ran is no longer owed.
+                            o.get("index")
+                                .and_then(Value::as_u64)
+                                .is_none_or(|i| !st.steps.get(i as usize).is_some_and(|s| s.undone))
+                        })
+                        .cloned(),
+                );
             }
         }
         for (seq, err) in &st.residue {
             if err.get("type").and_then(Value::as_str) == Some("unconfirmed") {
-                let mut e = st.deferred.get(seq).map(|d| d.to_json()).unwrap_or_else(|| json!({"seq": seq}));
+                let mut e = st
+                    .deferred
+                    .get(seq)
+                    .map(|d| d.to_json())
+                    .unwrap_or_else(|| json!({"seq": seq}));
                 e["kind"] = "held-send".into();
                 e["why"] = "its outcome is unknown after a crash during the flush; `revl resend` fires it again explicitly".into();
                 owed.push(e);
@@ -464,7 +569,11 @@ impl Session {
     pub fn verify(&self) -> Result<Value> {
         let mut expected: Vec<Value> = Vec::new();
         let set = |expected: &mut Vec<Value>, img: Value| {
-            let p = img.get("path").and_then(Value::as_str).unwrap_or("").to_string();
+            let p = img
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
             let under = format!("{p}/");
             expected.retain(|e| {
                 let q = e.get("path").and_then(Value::as_str).unwrap_or("");
@@ -481,7 +590,12 @@ impl Session {
         }
         // Undone steps: their preimages are the expectation, applied after the steps (an unwind
         // runs after the steps it unwinds).
-        let mut undone: Vec<&Step> = self.state.steps.iter().filter(|s| s.undone && s.has_builtin_undo()).collect();
+        let mut undone: Vec<&Step> = self
+            .state
+            .steps
+            .iter()
+            .filter(|s| s.undone && s.has_builtin_undo())
+            .collect();
         undone.sort_by(|a, b| b.index.cmp(&a.index));
         for (_, _, s) in &order {
             for img in after_images(s) {
@@ -489,7 +603,14 @@ impl Session {
             }
         }
         for s in undone {
-            for e in s.undo.as_ref().and_then(|u| u.get("entries")).and_then(Value::as_array).into_iter().flatten() {
+            for e in s
+                .undo
+                .as_ref()
+                .and_then(|u| u.get("entries"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let mut img = json!({"path": e["path"], "kind": e["kind"]});
                 match e["kind"].as_str() {
                     Some("mode") => img = json!({"path": e["path"], "mode": e["mode"]}),
@@ -510,7 +631,9 @@ impl Session {
         for img in expected {
             let path = img.get("path").and_then(Value::as_str).unwrap_or("");
             let seen = self.ws.observe(path)?;
-            let ok = img.as_object().is_some_and(|o| o.iter().all(|(k, v)| seen.get(k) == Some(v)));
+            let ok = img
+                .as_object()
+                .is_some_and(|o| o.iter().all(|(k, v)| seen.get(k) == Some(v)));
             if !ok {
                 drift.push(json!({"path": path, "expected": img, "actual": seen}));
             }
@@ -528,10 +651,21 @@ impl Session {
         self.require_live()?;
         self.check_range(to)?;
         if let Some(why) = classify::k_not_live(&self.state.steps, &self.state.spans, to) {
-            return Err(Error::new(Code::Undone, format!("cannot step back to {to}: {why}"), "pick a live step from `revl timeline`"));
+            return Err(Error::new(
+                Code::Undone,
+                format!("cannot step back to {to}: {why}"),
+                "pick a live step from `revl timeline`",
+            ));
         }
         let part = partition(&self.state.steps, to);
-        let tail: Vec<u64> = self.state.steps.iter().skip((to + 1) as usize).rev().map(|s| s.index).collect();
+        let tail: Vec<u64> = self
+            .state
+            .steps
+            .iter()
+            .skip((to + 1) as usize)
+            .rev()
+            .map(|s| s.index)
+            .collect();
         // What this mode runs, newest first.
         let run: Vec<u64> = tail
             .iter()
@@ -553,10 +687,16 @@ impl Session {
                 .filter(|s| s.kind == StepKind::Emission)
                 .collect();
             if !bare.is_empty() {
-                let labels: Vec<String> = bare.iter().map(|s| format!("{} ({})", s.index, s.label)).collect();
+                let labels: Vec<String> = bare
+                    .iter()
+                    .map(|s| format!("{} ({})", s.index, s.label))
+                    .collect();
                 return Err(Error::new(
                     Code::Irreversible,
-                    format!("the tail holds emissions with no compensation: {}", labels.join(", ")),
+                    format!(
+                        "the tail holds emissions with no compensation: {}",
+                        labels.join(", ")
+                    ),
                     "use --force to run the other inverses anyway, or a scoped step-back",
                 ));
             }
@@ -566,7 +706,13 @@ impl Session {
             StepBackMode::Scoped => "scoped",
             StepBackMode::Compensating { .. } => "compensating",
         };
-        self.append(Record::StepBack { to, mode: mode_name.into() }, true)?;
+        self.append(
+            Record::StepBack {
+                to,
+                mode: mode_name.into(),
+            },
+            true,
+        )?;
         let mut ran = Vec::new();
         let mut failed = Vec::new();
         for &i in &run {
@@ -576,7 +722,13 @@ impl Session {
             }
         }
         let dropped = self.drop_deferred(|d| d.after_step as i64 > to, BY_STEP_BACK)?;
-        self.append(Record::StepBackDone { to, failed: failed.clone() }, false)?;
+        self.append(
+            Record::StepBackDone {
+                to,
+                failed: failed.clone(),
+            },
+            false,
+        )?;
         self.sync()?;
         let steps = &self.state.steps;
         let mut report = json!({
@@ -595,10 +747,20 @@ impl Session {
         match mode {
             StepBackMode::Scoped => {
                 report["compensate"] = false.into();
-                report["wouldCrossOnRewind"] = classify::entries(steps, &part.would_cross_on_rewind, classify::would_cross_entry).into();
+                report["wouldCrossOnRewind"] = classify::entries(
+                    steps,
+                    &part.would_cross_on_rewind,
+                    classify::would_cross_entry,
+                )
+                .into();
             }
             StepBackMode::Compensating { .. } => {
-                report["compensationsRan"] = ran.iter().filter(|&&i| steps[i as usize].kind == StepKind::Compensation).map(|&i| classify::emission_entry(&steps[i as usize])).collect::<Vec<_>>().into();
+                report["compensationsRan"] = ran
+                    .iter()
+                    .filter(|&&i| steps[i as usize].kind == StepKind::Compensation)
+                    .map(|&i| classify::emission_entry(&steps[i as usize]))
+                    .collect::<Vec<_>>()
+                    .into();
             }
         }
         Ok(report)
@@ -611,11 +773,21 @@ impl Session {
             if !s.has_builtin_undo() {
                 continue;
             }
-            let entries = s.undo.as_ref().and_then(|u| u.get("entries")).and_then(Value::as_array).cloned().unwrap_or_default();
+            let entries = s
+                .undo
+                .as_ref()
+                .and_then(|u| u.get("entries"))
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
             for e in &entries {
                 for b in Workspace::blobs_needed(e, &self.blobs)? {
                     self.blobs.check(&b, Some(i)).map_err(|err| {
-                        Error::new(Code::MissingPreimage, format!("step {i} ({}): {}", s.label, err.message), err.hint.clone())
+                        Error::new(
+                            Code::MissingPreimage,
+                            format!("step {i} ({}): {}", s.label, err.message),
+                            err.hint.clone(),
+                        )
                     })?;
                 }
             }
@@ -626,32 +798,68 @@ impl Session {
     /// Run one step's inverse and record `undone`. The outer `Result` is a WAL failure (stop
     /// everything); the inner one is the inverse's own failure (listed in `failed`).
     /// `crash_point` is passed after the inverse ran and before its `undone`.
-    pub(crate) fn run_inverse(&mut self, i: u64, by: &str, crash_point: &str) -> Result<std::result::Result<(), Value>> {
+    pub(crate) fn run_inverse(
+        &mut self,
+        i: u64,
+        by: &str,
+        crash_point: &str,
+    ) -> Result<std::result::Result<(), Value>> {
         let s = self.state.steps[i as usize].clone();
         if s.undo_idempotent == Some(false) {
             self.append(Record::ReplayFence { step: i }, true)?;
         }
         let outcome: Result<()> = match s.kind {
             StepKind::Provision => Ok(()),
-            StepKind::Effect if s.has_builtin_undo() => self.ws.restore(s.undo.as_ref().expect("builtin undo"), &self.blobs, i),
+            StepKind::Effect if s.has_builtin_undo() => {
+                self.ws
+                    .restore(s.undo.as_ref().expect("builtin undo"), &self.blobs, i)
+            }
             _ => self.run_tool_inverse(&s),
         };
         self.fp.point(crash_point);
         match outcome {
             Ok(()) => {
-                self.append(Record::Undone { step: i, by: by.into() }, false)?;
+                self.append(
+                    Record::Undone {
+                        step: i,
+                        by: by.into(),
+                    },
+                    false,
+                )?;
                 Ok(Ok(()))
             }
-            Err(e) => Ok(Err(json!({"index": i, "label": s.label, "error": e.message, "outcome": "failed"}))),
+            Err(e) => Ok(Err(
+                json!({"index": i, "label": s.label, "error": e.message, "outcome": "failed"}),
+            )),
         }
     }
 
     /// Drop held sends matching `which`; returns their entries (FIFO).
-    pub(crate) fn drop_deferred(&mut self, which: impl Fn(&crate::state::Deferred) -> bool, by: &str) -> Result<Vec<Value>> {
-        let seqs: Vec<u64> = self.state.queue.iter().copied().filter(|q| self.state.deferred.get(q).is_some_and(&which)).collect();
-        let entries: Vec<Value> = seqs.iter().filter_map(|q| self.state.deferred.get(q)).map(|d| d.to_json()).collect();
+    pub(crate) fn drop_deferred(
+        &mut self,
+        which: impl Fn(&crate::state::Deferred) -> bool,
+        by: &str,
+    ) -> Result<Vec<Value>> {
+        let seqs: Vec<u64> = self
+            .state
+            .queue
+            .iter()
+            .copied()
+            .filter(|q| self.state.deferred.get(q).is_some_and(&which))
+            .collect();
+        let entries: Vec<Value> = seqs
+            .iter()
+            .filter_map(|q| self.state.deferred.get(q))
+            .map(|d| d.to_json())
+            .collect();
         if !seqs.is_empty() {
-            self.append(Record::DeferredDropped { seqs, by: by.into() }, false)?;
+            self.append(
+                Record::DeferredDropped {
+                    seqs,
+                    by: by.into(),
+                },
+                false,
+            )?;
         }
         Ok(entries)
     }
@@ -661,10 +869,19 @@ impl Session {
     fn repair(&mut self) -> Result<()> {
         if let Some(intent) = self.state.intent.clone() {
             let file_effect = intent.kind == "effect"
-                && intent.undo.as_ref().and_then(|u| u.get("type")).and_then(Value::as_str) == Some(UNDO_RESTORE);
+                && intent
+                    .undo
+                    .as_ref()
+                    .and_then(|u| u.get("type"))
+                    .and_then(Value::as_str)
+                    == Some(UNDO_RESTORE);
             if file_effect {
                 let after = intent.after.clone().unwrap_or(Value::Null);
-                let images: Vec<Value> = after.get("images").and_then(Value::as_array).cloned().unwrap_or_default();
+                let images: Vec<Value> = after
+                    .get("images")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
                 let mut done = !images.is_empty();
                 for img in &images {
                     done &= self.ws.shows(img)?;
@@ -673,19 +890,39 @@ impl Session {
                 if done {
                     // Roll forward: the change is on disk; record it.
                     let detail = after.get("detail").cloned().unwrap_or(Value::Null);
-                    let mut rec = self.step_record(intent.step, "effect", &intent.label, &intent.site, detail)?;
+                    let mut rec = self.step_record(
+                        intent.step,
+                        "effect",
+                        &intent.label,
+                        &intent.site,
+                        detail,
+                    )?;
                     rec.scope = Some(fs_scope());
                     rec.undo = intent.undo.clone();
                     rec.undo_idempotent = Some(true);
                     self.append(Record::Step(rec), false)?;
                 } else {
-                    self.ws.restore(intent.undo.as_ref().expect("file intent has undo"), &self.blobs, intent.step)?;
+                    self.ws.restore(
+                        intent.undo.as_ref().expect("file intent has undo"),
+                        &self.blobs,
+                        intent.step,
+                    )?;
                     self.append(Record::IntentVoid { step: intent.step, why: "interrupted before the change completed; preimage restored at repair".into() }, false)?;
                 }
             } else {
                 // A tool call or exec with unknown outcome: opaque, so a fork over it refuses.
-                let label = if intent.kind == "opaque" { intent.label.clone() } else { format!("{}/opaque", intent.site) };
-                let rec = self.step_record(intent.step, "opaque", &label, &intent.site, json!({"repr": "interrupted: outcome unknown", "intended": intent.label}))?;
+                let label = if intent.kind == "opaque" {
+                    intent.label.clone()
+                } else {
+                    format!("{}/opaque", intent.site)
+                };
+                let rec = self.step_record(
+                    intent.step,
+                    "opaque",
+                    &label,
+                    &intent.site,
+                    json!({"repr": "interrupted: outcome unknown", "intended": intent.label}),
+                )?;
                 self.append(Record::Step(rec), false)?;
             }
             self.sync()?;
@@ -693,14 +930,19 @@ impl Session {
         if let Some((to, mode)) = self.state.step_back_open.clone() {
             self.finish_step_back(to, &mode)?;
         }
-        self.repair_more()?;
+        self.repair_outbound()?;
         Ok(())
     }
 
     /// Finish an interrupted step-back: host-confined inverses not yet `undone` are run;
     /// a fenced one is `failed` (outcome unknown, never re-run); crossing ones are owed.
     fn finish_step_back(&mut self, to: i64, mode: &str) -> Result<()> {
-        let head_then = self.state.spans.last().map(|s| s.1).unwrap_or(self.state.head());
+        let head_then = self
+            .state
+            .spans
+            .last()
+            .map(|s| s.1)
+            .unwrap_or(self.state.head());
         let mut failed = Vec::new();
         let idx: Vec<u64> = ((to + 1) as u64..=head_then).rev().collect();
         for i in idx {

@@ -127,7 +127,11 @@ impl State {
             s.apply(r).map_err(|why| {
                 Error::new(
                     Code::CorruptWal,
-                    format!("WAL record {} ({}) cannot be replayed: {why}", i + 1, r.name()),
+                    format!(
+                        "WAL record {} ({}) cannot be replayed: {why}",
+                        i + 1,
+                        r.name()
+                    ),
                     "the WAL was edited outside revl; restore it from a backup",
                 )
             })?;
@@ -194,7 +198,10 @@ impl State {
                 ..
             } => {
                 if *step != self.next_index() {
-                    return Err(format!("intent for step {step}, expected {}", self.next_index()));
+                    return Err(format!(
+                        "intent for step {step}, expected {}",
+                        self.next_index()
+                    ));
                 }
                 self.intent = Some(PendingIntent {
                     step: *step,
@@ -350,7 +357,11 @@ impl State {
 
     fn push_step(&mut self, sr: &StepRecord) -> std::result::Result<(), String> {
         if sr.step != self.next_index() {
-            return Err(format!("step {} out of order (expected {})", sr.step, self.next_index()));
+            return Err(format!(
+                "step {} out of order (expected {})",
+                sr.step,
+                self.next_index()
+            ));
         }
         let kind = StepKind::parse(&sr.kind);
         if kind == StepKind::Compensation {

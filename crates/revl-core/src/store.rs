@@ -169,7 +169,10 @@ impl Store {
                     if start.elapsed() >= self.lock_wait {
                         return Err(Error::new(
                             Code::Busy,
-                            format!("{what} is busy: another revl command held its lock for {}s", self.lock_wait.as_secs()),
+                            format!(
+                                "{what} is busy: another revl command held its lock for {}s",
+                                self.lock_wait.as_secs()
+                            ),
                             "wait for the other command to finish, then run this one again",
                         ));
                     }

@@ -447,7 +447,12 @@ impl WalWriter {
             // The torn tail is the crash itself: cut it off, durably, before appending.
             file.set_len(read.good_len)
                 .and_then(|_| file.sync_all())
-                .map_err(|e| Error::io(format!("cannot truncate torn tail of {}", path.display()), e))?;
+                .map_err(|e| {
+                    Error::io(
+                        format!("cannot truncate torn tail of {}", path.display()),
+                        e,
+                    )
+                })?;
         }
         file.seek(SeekFrom::End(0))
             .map_err(|e| Error::io(path.display(), e))?;
@@ -516,12 +521,21 @@ impl WalWriter {
             .fp
             .enospc()
             .and_then(|_| self.file.write_all(&buf))
-            .and_then(|_| if durable { self.file.sync_data() } else { Ok(()) });
+            .and_then(|_| {
+                if durable {
+                    self.file.sync_data()
+                } else {
+                    Ok(())
+                }
+            });
         if let Err(e) = res {
             self.poisoned = true;
             // Best effort: do not leave a partial line behind for the next writer to mistake
             // for a torn tail of an acknowledged record (it would be one anyway: unacknowledged).
-            return Err(Error::io(format!("cannot append to WAL {}", self.path.display()), e));
+            return Err(Error::io(
+                format!("cannot append to WAL {}", self.path.display()),
+                e,
+            ));
         }
         self.records += recs.len();
         self.dirty = !durable;
@@ -540,7 +554,10 @@ impl WalWriter {
         if self.dirty {
             if let Err(e) = self.file.sync_data() {
                 self.poisoned = true;
-                return Err(Error::io(format!("cannot fsync WAL {}", self.path.display()), e));
+                return Err(Error::io(
+                    format!("cannot fsync WAL {}", self.path.display()),
+                    e,
+                ));
             }
             self.dirty = false;
         }

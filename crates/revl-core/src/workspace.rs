@@ -36,7 +36,12 @@ pub fn b64(bytes: &[u8]) -> String {
 pub fn unb64(s: &str) -> Result<Vec<u8>> {
     base64::engine::general_purpose::STANDARD
         .decode(s)
-        .map_err(|e| Error::bad_args(format!("invalid base64 content: {e}"), "send standard base64 (RFC 4648) with padding"))
+        .map_err(|e| {
+            Error::bad_args(
+                format!("invalid base64 content: {e}"),
+                "send standard base64 (RFC 4648) with padding",
+            )
+        })
 }
 
 pub fn mode_str(mode: u32) -> String {
@@ -125,7 +130,9 @@ fn kind_of(m: &fs::Metadata) -> &'static str {
 }
 
 fn fsync_dir(p: &Path) -> Result<()> {
-    File::open(p).and_then(|f| f.sync_all()).map_err(|e| io(p, e))
+    File::open(p)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io(p, e))
 }
 
 impl Workspace {
@@ -150,10 +157,16 @@ impl Workspace {
     /// `allow_root`: whether the workspace root itself is acceptable (for `list`).
     pub fn confine(&self, p: &str, allow_root: bool) -> Result<String> {
         if p.is_empty() {
-            return Err(Error::bad_args("the path is empty", "give a path inside the workspace"));
+            return Err(Error::bad_args(
+                "the path is empty",
+                "give a path inside the workspace",
+            ));
         }
         if p.contains('\0') {
-            return Err(Error::bad_args("the path contains a NUL byte", "give a path inside the workspace"));
+            return Err(Error::bad_args(
+                "the path contains a NUL byte",
+                "give a path inside the workspace",
+            ));
         }
         let outside = |why: String| {
             Error::new(
@@ -176,7 +189,9 @@ impl Workspace {
             match c {
                 Component::Normal(s) => match s.to_str() {
                     Some(s) => parts.push(s),
-                    None => return Err(Error::bad_args("the path is not UTF-8", "use UTF-8 names")),
+                    None => {
+                        return Err(Error::bad_args("the path is not UTF-8", "use UTF-8 names"))
+                    }
                 },
                 Component::CurDir => {}
                 Component::ParentDir => {
@@ -213,7 +228,10 @@ impl Workspace {
                 }
                 if !last {
                     return Err(Error::bad_args(
-                        format!("path {p:?} goes through the symlink {}; revl does not follow symlinks", parts[..=i].join("/")),
+                        format!(
+                            "path {p:?} goes through the symlink {}; revl does not follow symlinks",
+                            parts[..=i].join("/")
+                        ),
                         "use the real path inside the workspace",
                     ));
                 }
@@ -288,7 +306,14 @@ impl Workspace {
         Ok(Value::Array(out))
     }
 
-    fn walk(&self, dir: &Path, prefix: &str, capture: bool, blobs: Option<&BlobStore>, out: &mut Vec<Value>) -> Result<()> {
+    fn walk(
+        &self,
+        dir: &Path,
+        prefix: &str,
+        capture: bool,
+        blobs: Option<&BlobStore>,
+        out: &mut Vec<Value>,
+    ) -> Result<()> {
         let mut names = Vec::new();
         for e in fs::read_dir(dir).map_err(|e| io(dir, e))? {
             let e = e.map_err(|e| io(dir, e))?;
@@ -303,7 +328,11 @@ impl Workspace {
         names.sort();
         for name in names {
             let abs = dir.join(&name);
-            let rel = if prefix.is_empty() { name.clone() } else { format!("{prefix}/{name}") };
+            let rel = if prefix.is_empty() {
+                name.clone()
+            } else {
+                format!("{prefix}/{name}")
+            };
             let m = fs::symlink_metadata(&abs).map_err(|e| io(&abs, e))?;
             let mode = mode_str(m.permissions().mode());
             match kind_of(&m) {
@@ -327,16 +356,19 @@ impl Workspace {
                 "symlink" => {
                     let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
                     let t = t.to_str().ok_or_else(|| {
-                        Error::bad_args(format!("symlink {rel} has a target that is not UTF-8"), "fix it outside revl first")
+                        Error::bad_args(
+                            format!("symlink {rel} has a target that is not UTF-8"),
+                            "fix it outside revl first",
+                        )
                     })?;
                     out.push(json!({"p": rel, "k": "symlink", "t": t}));
                 }
-                k => {
-                    return Err(Error::bad_args(
-                        format!("{rel} is a {k} file; revl witnesses only files, directories and symlinks"),
-                        "remove it outside revl first",
-                    ))
-                }
+                k => return Err(Error::bad_args(
+                    format!(
+                        "{rel} is a {k} file; revl witnesses only files, directories and symlinks"
+                    ),
+                    "remove it outside revl first",
+                )),
             }
         }
         Ok(())
@@ -367,13 +399,18 @@ impl Workspace {
                 let tree = blobs.put(text.as_bytes())?;
                 // The observable digest covers digests only, not inline contents.
                 let plain = self.listing(&abs, false, None)?;
-                Ok(json!({"path": rel, "kind": "dir", "mode": mode, "tree": tree,
-                          "digest": blake3_hex(jcs(&plain).as_bytes())}))
+                Ok(
+                    json!({"path": rel, "kind": "dir", "mode": mode, "tree": tree,
+                          "digest": blake3_hex(jcs(&plain).as_bytes())}),
+                )
             }
             "symlink" => {
                 let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
                 let t = t.to_str().ok_or_else(|| {
-                    Error::bad_args(format!("symlink {rel} has a target that is not UTF-8"), "fix it outside revl first")
+                    Error::bad_args(
+                        format!("symlink {rel} has a target that is not UTF-8"),
+                        "fix it outside revl first",
+                    )
                 })?;
                 Ok(json!({"path": rel, "kind": "symlink", "target": t}))
             }
@@ -395,7 +432,9 @@ impl Workspace {
             if let Ok(bytes) = blobs.get(t, None) {
                 if let Ok(Value::Array(items)) = serde_json::from_slice::<Value>(&bytes) {
                     for it in items {
-                        if it.get("k").and_then(Value::as_str) == Some("file") && it.get("c").is_none() {
+                        if it.get("k").and_then(Value::as_str) == Some("file")
+                            && it.get("c").is_none()
+                        {
                             if let Some(d) = it.get("d").and_then(Value::as_str) {
                                 out.push(d.to_string());
                             }
@@ -416,14 +455,20 @@ impl Workspace {
                 let rel = self.confine(&path, false)?;
                 if content.len() > CONTENT_MAX {
                     return Err(Error::bad_args(
-                        format!("content is {} bytes; the limit is 16 MiB per call", content.len()),
+                        format!(
+                            "content is {} bytes; the limit is 16 MiB per call",
+                            content.len()
+                        ),
                         "split the file or write it with exec",
                     ));
                 }
                 let abs = self.abs(&rel);
                 let existing = lstat(&abs)?;
                 if existing.as_ref().is_some_and(|m| m.is_dir()) {
-                    return Err(Error::bad_args(format!("{rel} is a directory"), "write to a file path"));
+                    return Err(Error::bad_args(
+                        format!("{rel} is a directory"),
+                        "write to a file path",
+                    ));
                 }
                 let pre = match self.topmost_absent_parent(&rel)? {
                     Some(top) => json!({"path": top, "kind": "absent"}),
@@ -446,7 +491,10 @@ impl Workspace {
             FileOp::Delete { path } => {
                 let rel = self.confine(&path, false)?;
                 if lstat(&self.abs(&rel))?.is_none() {
-                    return Err(Error::bad_args(format!("{rel} does not exist"), "check the path with `revl list`"));
+                    return Err(Error::bad_args(
+                        format!("{rel} does not exist"),
+                        "check the path with `revl list`",
+                    ));
                 }
                 let pre = self.capture(&rel, blobs)?;
                 let after = json!({"path": rel, "kind": "absent"});
@@ -463,26 +511,47 @@ impl Workspace {
                 let rf = self.confine(&from, false)?;
                 let rt = self.confine(&to, false)?;
                 let Some(fm) = lstat(&self.abs(&rf))? else {
-                    return Err(Error::bad_args(format!("{rf} does not exist"), "check the path with `revl list`"));
+                    return Err(Error::bad_args(
+                        format!("{rf} does not exist"),
+                        "check the path with `revl list`",
+                    ));
                 };
                 if rf == rt {
-                    return Err(Error::bad_args("rename source and target are the same path", "give two different paths"));
+                    return Err(Error::bad_args(
+                        "rename source and target are the same path",
+                        "give two different paths",
+                    ));
                 }
                 if rt.starts_with(&format!("{rf}/")) {
-                    return Err(Error::bad_args(format!("cannot move {rf} inside itself"), "choose a target outside the source"));
+                    return Err(Error::bad_args(
+                        format!("cannot move {rf} inside itself"),
+                        "choose a target outside the source",
+                    ));
                 }
                 let tm = lstat(&self.abs(&rt))?;
                 if let Some(tm) = &tm {
                     if tm.is_dir() {
-                        let empty = fs::read_dir(self.abs(&rt)).map_err(|e| io(&self.abs(&rt), e))?.next().is_none();
+                        let empty = fs::read_dir(self.abs(&rt))
+                            .map_err(|e| io(&self.abs(&rt), e))?
+                            .next()
+                            .is_none();
                         if !empty {
-                            return Err(Error::bad_args(format!("target {rt} is a non-empty directory"), "delete it first or choose another target"));
+                            return Err(Error::bad_args(
+                                format!("target {rt} is a non-empty directory"),
+                                "delete it first or choose another target",
+                            ));
                         }
                         if !fm.is_dir() {
-                            return Err(Error::bad_args(format!("target {rt} is a directory and {rf} is not"), "choose a file path as target"));
+                            return Err(Error::bad_args(
+                                format!("target {rt} is a directory and {rf} is not"),
+                                "choose a file path as target",
+                            ));
                         }
                     } else if fm.is_dir() {
-                        return Err(Error::bad_args(format!("{rf} is a directory and target {rt} is not"), "choose a new path as target"));
+                        return Err(Error::bad_args(
+                            format!("{rf} is a directory and target {rt} is not"),
+                            "choose a new path as target",
+                        ));
                     }
                 }
                 let pre_to = match self.topmost_absent_parent(&rt)? {
@@ -510,7 +579,9 @@ impl Workspace {
                         "mkdir creates a new directory; choose another path",
                     ));
                 }
-                let top = self.topmost_absent_parent(&rel)?.unwrap_or_else(|| rel.clone());
+                let top = self
+                    .topmost_absent_parent(&rel)?
+                    .unwrap_or_else(|| rel.clone());
                 let empty = blake3_hex(jcs(&Value::Array(vec![])).as_bytes());
                 let after = json!({"path": rel, "kind": "dir", "digest": empty, "mode": mode_str(0o777 & !um)});
                 Ok(Planned {
@@ -525,13 +596,20 @@ impl Workspace {
             FileOp::Chmod { path, mode } => {
                 let rel = self.confine(&path, false)?;
                 let Some(m) = lstat(&self.abs(&rel))? else {
-                    return Err(Error::bad_args(format!("{rel} does not exist"), "check the path with `revl list`"));
+                    return Err(Error::bad_args(
+                        format!("{rel} does not exist"),
+                        "check the path with `revl list`",
+                    ));
                 };
                 if m.file_type().is_symlink() {
-                    return Err(Error::bad_args(format!("{rel} is a symlink; chmod would change its target"), "chmod the real path"));
+                    return Err(Error::bad_args(
+                        format!("{rel} is a symlink; chmod would change its target"),
+                        "chmod the real path",
+                    ));
                 }
                 let kind = kind_of(&m);
-                let pre = json!({"path": rel, "kind": "mode", "mode": mode_str(m.permissions().mode())});
+                let pre =
+                    json!({"path": rel, "kind": "mode", "mode": mode_str(m.permissions().mode())});
                 let after = json!({"path": rel, "kind": kind, "mode": mode_str(mode)});
                 Ok(Planned {
                     label: format!("fs.chmod {rel}"),
@@ -549,7 +627,9 @@ impl Workspace {
     /// repair can remove a leftover.
     pub fn temp_for(&self, rel: &str, step: u64) -> PathBuf {
         let abs = self.abs(rel);
-        abs.parent().unwrap_or(&self.root).join(format!(".revl-{step}.tmp"))
+        abs.parent()
+            .unwrap_or(&self.root)
+            .join(format!(".revl-{step}.tmp"))
     }
 
     /// Perform a planned change. Each change is durable (file and directory fsynced) when
@@ -557,7 +637,12 @@ impl Workspace {
     pub fn apply(&self, p: &Planned, step: u64) -> Result<()> {
         match &p.op {
             FileOp::Write { path, content } => {
-                let mode = p.after[0].get("mode").and_then(Value::as_str).map(parse_mode).transpose()?.unwrap_or(0o644);
+                let mode = p.after[0]
+                    .get("mode")
+                    .and_then(Value::as_str)
+                    .map(parse_mode)
+                    .transpose()?
+                    .unwrap_or(0o644);
                 self.create_parents(path)?;
                 let tmp = self.temp_for(path, step);
                 self.write_file_atomic(&tmp, &self.abs(path), content, mode)
@@ -584,8 +669,11 @@ impl Workspace {
             }
             FileOp::Chmod { path, mode } => {
                 let abs = self.abs(path);
-                fs::set_permissions(&abs, fs::Permissions::from_mode(*mode)).map_err(|e| io(&abs, e))?;
-                File::open(&abs).and_then(|f| f.sync_all()).map_err(|e| io(&abs, e))
+                fs::set_permissions(&abs, fs::Permissions::from_mode(*mode))
+                    .map_err(|e| io(&abs, e))?;
+                File::open(&abs)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| io(&abs, e))
             }
         }
     }
@@ -612,7 +700,11 @@ impl Workspace {
         let res = (|| -> std::io::Result<()> {
             let _ = fs::remove_file(tmp);
             self.fp.enospc()?;
-            let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(tmp)?;
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(tmp)?;
             f.write_all(content)?;
             f.set_permissions(fs::Permissions::from_mode(mode))?;
             f.sync_all()?;
@@ -634,7 +726,11 @@ impl Workspace {
     /// Run a `restore` undo descriptor: put every listed path back to its recorded state,
     /// in order. Idempotent. Intermediate components must still be real directories.
     pub fn restore(&self, undo: &Value, blobs: &BlobStore, step: u64) -> Result<()> {
-        let entries = undo.get("entries").and_then(Value::as_array).cloned().unwrap_or_default();
+        let entries = undo
+            .get("entries")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         for e in &entries {
             self.restore_entry(e, blobs, step)?;
         }
@@ -644,7 +740,11 @@ impl Workspace {
     fn restore_entry(&self, e: &Value, blobs: &BlobStore, step: u64) -> Result<()> {
         let rel = e.get("path").and_then(Value::as_str).unwrap_or("");
         if rel.is_empty() || rel.split('/').any(|c| c == ".." || c.is_empty()) {
-            return Err(Error::new(Code::CorruptWal, format!("step {step}: restore entry has a bad path {rel:?}"), "the WAL was edited outside revl"));
+            return Err(Error::new(
+                Code::CorruptWal,
+                format!("step {step}: restore entry has a bad path {rel:?}"),
+                "the WAL was edited outside revl",
+            ));
         }
         // No intermediate symlink may have appeared since.
         let parts: Vec<&str> = rel.split('/').collect();
@@ -654,7 +754,10 @@ impl Workspace {
             if lstat(&cur)?.is_some_and(|m| m.file_type().is_symlink()) {
                 return Err(Error::new(
                     Code::PathOutside,
-                    format!("step {step}: {} became a symlink; refusing to restore through it", cur.display()),
+                    format!(
+                        "step {step}: {} became a symlink; refusing to restore through it",
+                        cur.display()
+                    ),
                     "remove the symlink outside revl, then run the command again",
                 ));
             }
@@ -662,7 +765,11 @@ impl Workspace {
         let abs = self.abs(rel);
         let parent = abs.parent().unwrap_or(&self.root).to_path_buf();
         let kind = e.get("kind").and_then(Value::as_str).unwrap_or("");
-        let mode = e.get("mode").and_then(Value::as_str).map(parse_mode).transpose()?;
+        let mode = e
+            .get("mode")
+            .and_then(Value::as_str)
+            .map(parse_mode)
+            .transpose()?;
         match kind {
             "absent" => {
                 remove_any(&abs)?;
@@ -673,7 +780,11 @@ impl Workspace {
             "mode" => {
                 if let Some(m) = lstat(&abs)? {
                     if !m.file_type().is_symlink() {
-                        fs::set_permissions(&abs, fs::Permissions::from_mode(mode.unwrap_or(0o644))).map_err(|e| io(&abs, e))?;
+                        fs::set_permissions(
+                            &abs,
+                            fs::Permissions::from_mode(mode.unwrap_or(0o644)),
+                        )
+                        .map_err(|e| io(&abs, e))?;
                     }
                 }
             }
@@ -696,14 +807,25 @@ impl Workspace {
             "dir" => {
                 let tree = e.get("tree").and_then(Value::as_str).unwrap_or("");
                 let listing: Vec<Value> = serde_json::from_slice(&blobs.get(tree, Some(step))?)
-                    .map_err(|_| Error::new(Code::MissingPreimage, format!("step {step}: tree blob {tree} is not a listing"), "restore the store's blobs/ from a backup"))?;
+                    .map_err(|_| {
+                        Error::new(
+                            Code::MissingPreimage,
+                            format!("step {step}: tree blob {tree} is not a listing"),
+                            "restore the store's blobs/ from a backup",
+                        )
+                    })?;
                 fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
                 remove_any(&abs)?;
                 fs::create_dir(&abs).map_err(|e| io(&abs, e))?;
                 let mut dirs = vec![(abs.clone(), mode.unwrap_or(0o755))];
                 for it in &listing {
                     let p = abs.join(it.get("p").and_then(Value::as_str).unwrap_or(""));
-                    let m = it.get("m").and_then(Value::as_str).map(parse_mode).transpose()?.unwrap_or(0o644);
+                    let m = it
+                        .get("m")
+                        .and_then(Value::as_str)
+                        .map(parse_mode)
+                        .transpose()?
+                        .unwrap_or(0o644);
                     match it.get("k").and_then(Value::as_str) {
                         Some("dir") => {
                             fs::create_dir(&p).map_err(|e| io(&p, e))?;
@@ -712,13 +834,28 @@ impl Workspace {
                         Some("file") => {
                             let content = match it.get("c").and_then(Value::as_str) {
                                 Some(c) => unb64(c)?,
-                                None => blobs.get(it.get("d").and_then(Value::as_str).unwrap_or(""), Some(step))?,
+                                None => blobs.get(
+                                    it.get("d").and_then(Value::as_str).unwrap_or(""),
+                                    Some(step),
+                                )?,
                             };
-                            let mut f = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&p).map_err(|e| io(&p, e))?;
-                            f.write_all(&content).and_then(|_| f.set_permissions(fs::Permissions::from_mode(m))).and_then(|_| f.sync_all()).map_err(|e| io(&p, e))?;
+                            let mut f = OpenOptions::new()
+                                .write(true)
+                                .create_new(true)
+                                .mode(0o600)
+                                .open(&p)
+                                .map_err(|e| io(&p, e))?;
+                            f.write_all(&content)
+                                .and_then(|_| f.set_permissions(fs::Permissions::from_mode(m)))
+                                .and_then(|_| f.sync_all())
+                                .map_err(|e| io(&p, e))?;
                         }
                         Some("symlink") => {
-                            std::os::unix::fs::symlink(it.get("t").and_then(Value::as_str).unwrap_or(""), &p).map_err(|e| io(&p, e))?;
+                            std::os::unix::fs::symlink(
+                                it.get("t").and_then(Value::as_str).unwrap_or(""),
+                                &p,
+                            )
+                            .map_err(|e| io(&p, e))?;
                         }
                         _ => {}
                     }
@@ -731,7 +868,11 @@ impl Workspace {
                 fsync_dir(&parent)?;
             }
             other => {
-                return Err(Error::new(Code::CorruptWal, format!("step {step}: unknown restore kind {other:?}"), "the WAL was written by a newer revl"))
+                return Err(Error::new(
+                    Code::CorruptWal,
+                    format!("step {step}: unknown restore kind {other:?}"),
+                    "the WAL was written by a newer revl",
+                ))
             }
         }
         Ok(())
@@ -751,10 +892,16 @@ impl Workspace {
         let abs = self.abs(&rel);
         let m = fs::metadata(&abs).map_err(|e| io(&abs, e))?;
         if !m.is_file() {
-            return Err(Error::bad_args(format!("{rel} is not a file"), "use `list` for directories"));
+            return Err(Error::bad_args(
+                format!("{rel} is not a file"),
+                "use `list` for directories",
+            ));
         }
         if m.len() as usize > CONTENT_MAX {
-            return Err(Error::bad_args(format!("{rel} is larger than 16 MiB"), "read it with exec"));
+            return Err(Error::bad_args(
+                format!("{rel} is larger than 16 MiB"),
+                "read it with exec",
+            ));
         }
         let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
         let mut v = json!({"path": rel, "mode": mode_str(m.permissions().mode())});

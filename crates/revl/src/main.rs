@@ -50,17 +50,32 @@ enum Cmd {
     /// Delete a file or a whole directory tree.
     Delete { session: String, path: String },
     /// Rename a file or directory (replaces an existing file target).
-    Rename { session: String, from: String, to: String },
+    Rename {
+        session: String,
+        from: String,
+        to: String,
+    },
     /// Create a directory (like mkdir -p; an existing directory is an error).
     Mkdir { session: String, path: String },
     /// Change a mode (octal).
-    Chmod { session: String, path: String, mode: String },
+    Chmod {
+        session: String,
+        path: String,
+        mode: String,
+    },
     /// Read a file (records nothing).
     Read { session: String, path: String },
     /// List a directory (records nothing).
-    List { session: String, path: Option<String> },
+    List {
+        session: String,
+        path: Option<String>,
+    },
     /// Provide a session-scoped key/value (a provision step).
-    Provide { session: String, key: String, value: String },
+    Provide {
+        session: String,
+        key: String,
+        value: String,
+    },
     /// Mark an agent turn.
     Boundary {
         session: String,
@@ -96,6 +111,52 @@ enum Cmd {
         #[arg(long, requires = "compensating")]
         force: bool,
     },
+    /// Call a declared tool (by its class: effect, emission, deferred, opaque).
+    Call {
+        session: String,
+        tool: String,
+        /// The tool's arguments, a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+    },
+    /// The commit plan: held sends and witnessed steps, with the hash to confirm.
+    Commit { session: String },
+    /// Commit: fire every held send once, FIFO, and close the session.
+    CommitConfirm {
+        session: String,
+        #[arg(long)]
+        hash: String,
+    },
+    /// Drop held sends and run every remaining inverse, newest first.
+    Abort { session: String },
+    /// Operator: fire one owed or failed held send of a committed session again.
+    Resend {
+        session: String,
+        #[arg(long)]
+        seq: u64,
+    },
+    /// Operator: approve an emission (a ticket once, or a tool for this session).
+    Approve {
+        session: String,
+        #[arg(long, conflicts_with = "tool", required_unless_present = "tool")]
+        ticket: Option<String>,
+        #[arg(long)]
+        tool: Option<String>,
+    },
+    /// Operator: the verdict on a dead session, and its repair.
+    Recover {
+        session: Option<String>,
+        #[arg(
+            long,
+            value_name = "FILE",
+            conflicts_with = "session",
+            required_unless_present = "session"
+        )]
+        wal: Option<PathBuf>,
+        /// Roll a live session back like an abort.
+        #[arg(long)]
+        force: bool,
+    },
     /// The end-to-end story on a temporary workspace.
     Demo {
         /// Keep the temporary store and workspace and print where they are.
@@ -126,7 +187,11 @@ fn default_store() -> Result<PathBuf, Error> {
     }
     match std::env::var_os("HOME").filter(|s| !s.is_empty()) {
         Some(h) => Ok(PathBuf::from(h).join(".local/state/revl")),
-        None => Err(Error::new(Code::Usage, "no store: HOME is not set", "pass --store DIR or set REVL_STORE")),
+        None => Err(Error::new(
+            Code::Usage,
+            "no store: HOME is not set",
+            "pass --store DIR or set REVL_STORE",
+        )),
     }
 }
 
@@ -136,7 +201,10 @@ fn open_store(cli: &Cli) -> Result<Store, Error> {
         None => default_store()?,
     };
     let mut store = Store::open(&root, revl_core::Failpoints::from_env())?;
-    if let Some(ms) = std::env::var("REVL_LOCK_WAIT_MS").ok().and_then(|v| v.parse().ok()) {
+    if let Some(ms) = std::env::var("REVL_LOCK_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         store = store.with_lock_wait(std::time::Duration::from_millis(ms));
     }
     Ok(store)
@@ -144,7 +212,10 @@ fn open_store(cli: &Cli) -> Result<Store, Error> {
 
 fn parse_k(s: &str, what: &str) -> Result<i64, Error> {
     s.trim().parse::<i64>().map_err(|_| {
-        Error::bad_args(format!("{what} {s:?} is not an integer"), "give a step index from `revl timeline`, or -1 for before every step")
+        Error::bad_args(
+            format!("{what} {s:?} is not an integer"),
+            "give a step index from `revl timeline`, or -1 for before every step",
+        )
     })
 }
 
@@ -166,11 +237,18 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     };
     match &cli.cmd {
         Cmd::Demo { .. } => unreachable!("handled above"),
-        Cmd::New { workspace, manifest } => {
-            let _ = manifest;
-            let s = store.new_session(workspace, None)?;
+        Cmd::New {
+            workspace,
+            manifest,
+        } => {
+            let s = store.new_session(workspace, manifest.as_deref())?;
             let doc = serde_json::json!({"session": s.id(), "workspace": s.state().workspace, "wal": s.wal_path().display().to_string()});
-            let text = format!("session   {}\nworkspace {}\nwal       {}", s.id(), s.state().workspace, s.wal_path().display());
+            let text = format!(
+                "session   {}\nworkspace {}\nwal       {}",
+                s.id(),
+                s.state().workspace,
+                s.wal_path().display()
+            );
             Ok(Outcome::ok(doc, text))
         }
         Cmd::Sessions => {
@@ -197,27 +275,63 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let doc = s.verify()?;
             Ok(Outcome::ok(doc.clone(), render::verify(&doc)))
         }
-        Cmd::Write { session, path, content, from } => {
+        Cmd::Write {
+            session,
+            path,
+            content,
+            from,
+        } => {
             let bytes = match (content, from) {
                 (Some(c), _) => c.clone().into_bytes(),
                 (None, Some(f)) => read_input_file(f)?,
-                (None, None) => return Err(Error::new(Code::Usage, "write needs --content TEXT or --from FILE", "revl write SESSION PATH --content TEXT")),
+                (None, None) => {
+                    return Err(Error::new(
+                        Code::Usage,
+                        "write needs --content TEXT or --from FILE",
+                        "revl write SESSION PATH --content TEXT",
+                    ))
+                }
             };
-            effect(session, FileOp::Write { path: path.clone(), content: bytes })
+            effect(
+                session,
+                FileOp::Write {
+                    path: path.clone(),
+                    content: bytes,
+                },
+            )
         }
         Cmd::Delete { session, path } => effect(session, FileOp::Delete { path: path.clone() }),
-        Cmd::Rename { session, from, to } => effect(session, FileOp::Rename { from: from.clone(), to: to.clone() }),
+        Cmd::Rename { session, from, to } => effect(
+            session,
+            FileOp::Rename {
+                from: from.clone(),
+                to: to.clone(),
+            },
+        ),
         Cmd::Mkdir { session, path } => effect(session, FileOp::Mkdir { path: path.clone() }),
-        Cmd::Chmod { session, path, mode } => {
+        Cmd::Chmod {
+            session,
+            path,
+            mode,
+        } => {
             let mode = revl_core::workspace::parse_mode(mode)?;
-            effect(session, FileOp::Chmod { path: path.clone(), mode })
+            effect(
+                session,
+                FileOp::Chmod {
+                    path: path.clone(),
+                    mode,
+                },
+            )
         }
         Cmd::Read { session, path } => {
             let s = attach(&store, session)?;
             let doc = s.workspace().read(path)?;
             let text = match doc.get("content").and_then(Value::as_str) {
                 Some(c) => c.to_string(),
-                None => format!("(binary, base64) {}", doc["contentBase64"].as_str().unwrap_or("")),
+                None => format!(
+                    "(binary, base64) {}",
+                    doc["contentBase64"].as_str().unwrap_or("")
+                ),
             };
             Ok(Outcome::ok(doc, text))
         }
@@ -226,7 +340,11 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let doc = s.workspace().list(path.as_deref())?;
             Ok(Outcome::ok(doc.clone(), render::list(&doc)))
         }
-        Cmd::Provide { session, key, value } => {
+        Cmd::Provide {
+            session,
+            key,
+            value,
+        } => {
             let mut s = attach(&store, session)?;
             let doc = s.provide(key, value)?;
             Ok(Outcome::ok(doc.clone(), render::stepped(&doc)))
@@ -252,9 +370,89 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let doc = s.inspect(k)?;
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
         }
-        Cmd::StepBack { session, to, compensating, force, .. } => {
+        Cmd::Call {
+            session,
+            tool,
+            args,
+        } => {
+            let args: Value = serde_json::from_str(args).map_err(|e| {
+                Error::bad_args(
+                    format!("--args is not valid JSON: {e}"),
+                    "pass a JSON object, e.g. --args '{\"to\": \"a@b.c\"}'",
+                )
+            })?;
+            let mut s = attach(&store, session)?;
+            let doc = s.call(tool, args)?;
+            Ok(negative_aware(doc, render::call))
+        }
+        Cmd::Commit { session } => {
+            let s = attach(&store, session)?;
+            let doc = s.commit()?;
+            Ok(Outcome::ok(doc.clone(), render::commit_plan(&doc)))
+        }
+        Cmd::CommitConfirm { session, hash } => {
+            let mut s = attach(&store, session)?;
+            let doc = s.commit_confirm(hash)?;
+            Ok(negative_aware(doc, render::generic))
+        }
+        Cmd::Abort { session } => {
+            let mut s = attach(&store, session)?;
+            let doc = s.abort()?;
+            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+        }
+        Cmd::Resend { session, seq } => {
+            let mut s = attach(&store, session)?;
+            let doc = s.resend(*seq)?;
+            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+        }
+        Cmd::Approve {
+            session,
+            ticket,
+            tool,
+        } => {
+            let mut s = attach(&store, session)?;
+            let doc = s.approve(ticket.as_deref(), tool.as_deref())?;
+            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+        }
+        Cmd::Recover {
+            session,
+            wal,
+            force,
+        } => {
+            let (store, id) = match (session, wal) {
+                (Some(sid), _) => {
+                    let id = store.resolve(sid)?;
+                    (store, id)
+                }
+                (None, Some(w)) => {
+                    let given = cli.store.as_ref().map(|_| &store);
+                    let (root, id) = revl_core::recover::locate_wal(w, given)?;
+                    (Store::open(&root, revl_core::Failpoints::from_env())?, id)
+                }
+                (None, None) => {
+                    return Err(Error::new(
+                        Code::Usage,
+                        "recover needs SESSION or --wal FILE",
+                        "revl recover SESSION",
+                    ))
+                }
+            };
+            let doc = store.recover(&id, *force)?;
+            Ok(Outcome::ok(doc.clone(), render::recover(&doc)))
+        }
+        Cmd::StepBack {
+            session,
+            to,
+            compensating,
+            force,
+            ..
+        } => {
             let k = parse_k(to, "--to")?;
-            let mode = if *compensating { StepBackMode::Compensating { force: *force } } else { StepBackMode::Scoped };
+            let mode = if *compensating {
+                StepBackMode::Compensating { force: *force }
+            } else {
+                StepBackMode::Scoped
+            };
             let mut s = attach(&store, session)?;
             let doc = s.step_back(k, mode)?;
             Ok(Outcome::ok(doc.clone(), render::step_back(&doc)))
@@ -262,17 +460,58 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     }
 }
 
-fn read_input_file(f: &Path) -> Result<Vec<u8>, Error> {
-    let meta = std::fs::metadata(f).map_err(|e| Error::bad_args(format!("cannot read --from {}: {e}", f.display()), "give a readable file"))?;
-    if meta.len() > revl_core::workspace::CONTENT_MAX as u64 {
-        return Err(Error::bad_args(format!("--from {} is {} bytes; the limit is 16 MiB per call", f.display(), meta.len()), "split the file"));
+/// A verb's own-shape negative (`refused: true`, `approvalRequired: true`) exits 1.
+fn negative_aware(doc: Value, text: fn(&Value) -> String) -> Outcome {
+    let negative = doc.get("refused") == Some(&Value::Bool(true))
+        || doc.get("approvalRequired") == Some(&Value::Bool(true));
+    let t = text(&doc);
+    if negative {
+        eprintln!(
+            "revl: {}",
+            doc.get("reason")
+                .or(doc.get("hint"))
+                .and_then(Value::as_str)
+                .unwrap_or("refused")
+        );
     }
-    std::fs::read(f).map_err(|e| Error::bad_args(format!("cannot read --from {}: {e}", f.display()), "give a readable file"))
+    Outcome {
+        doc,
+        text: t,
+        exit: if negative { 1 } else { 0 },
+    }
+}
+
+fn read_input_file(f: &Path) -> Result<Vec<u8>, Error> {
+    let meta = std::fs::metadata(f).map_err(|e| {
+        Error::bad_args(
+            format!("cannot read --from {}: {e}", f.display()),
+            "give a readable file",
+        )
+    })?;
+    if meta.len() > revl_core::workspace::CONTENT_MAX as u64 {
+        return Err(Error::bad_args(
+            format!(
+                "--from {} is {} bytes; the limit is 16 MiB per call",
+                f.display(),
+                meta.len()
+            ),
+            "split the file",
+        ));
+    }
+    std::fs::read(f).map_err(|e| {
+        Error::bad_args(
+            format!("cannot read --from {}: {e}", f.display()),
+            "give a readable file",
+        )
+    })
 }
 
 /// `--json` may appear anywhere before a `--`.
 fn wants_json(args: &[std::ffi::OsString]) -> bool {
-    args.iter().skip(1).take_while(|a| a.as_os_str() != "--").any(|a| a.as_os_str() == "--json")
+    args.iter()
+        .skip(1)
+        .take_while(|a| a.as_os_str() != "--")
+        .any(|a| a.as_os_str() == "--json")
 }
 
 fn main() -> ExitCode {
@@ -282,13 +521,33 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
-                return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
+                return ExitCode::from(
+                    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                        2
+                    } else {
+                        0
+                    },
+                );
             }
             let msg = e.to_string();
-            let first = msg.lines().find(|l| !l.trim().is_empty()).unwrap_or("bad usage").trim_start_matches("error: ").to_string();
-            let err = Error::new(Code::Usage, first, "see `revl --help` or `revl <command> --help`");
+            let first = msg
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("bad usage")
+                .trim_start_matches("error: ")
+                .to_string();
+            let err = Error::new(
+                Code::Usage,
+                first,
+                "see `revl --help` or `revl <command> --help`",
+            );
             return fail(&err, json);
         }
     };
@@ -298,7 +557,10 @@ fn main() -> ExitCode {
     match result {
         Ok(Ok(out)) => {
             if cli.json {
-                println!("{}", serde_json::to_string_pretty(&out.doc).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&out.doc).unwrap_or_default()
+                );
             } else if !out.text.is_empty() {
                 println!("{}", out.text);
             }
@@ -306,8 +568,16 @@ fn main() -> ExitCode {
         }
         Ok(Err(e)) => fail(&e, cli.json),
         Err(p) => {
-            let what = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_default();
-            let err = Error::new(Code::Io, format!("internal error: {what}"), "this is a bug in revl; the WAL is intact, report it with the command you ran");
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let err = Error::new(
+                Code::Io,
+                format!("internal error: {what}"),
+                "this is a bug in revl; the WAL is intact, report it with the command you ran",
+            );
             fail(&err, cli.json)
         }
     }
@@ -315,8 +585,16 @@ fn main() -> ExitCode {
 
 fn fail(e: &Error, json: bool) -> ExitCode {
     if json {
-        println!("{}", serde_json::to_string_pretty(&e.to_json()).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&e.to_json()).unwrap_or_default()
+        );
     }
-    eprintln!("revl: {}: {} (hint: {})", e.code.as_str(), e.message, e.hint);
+    eprintln!(
+        "revl: {}: {} (hint: {})",
+        e.code.as_str(),
+        e.message,
+        e.hint
+    );
     ExitCode::from(e.code.exit_code() as u8)
 }

@@ -20,7 +20,11 @@ pub fn stepped(v: &Value) -> String {
 }
 
 pub fn exec(v: &Value) -> String {
-    let mut out = format!("step {}  exec/opaque  exit {}", s(&v["step"]), s(&v["exitCode"]));
+    let mut out = format!(
+        "step {}  exec/opaque  exit {}",
+        s(&v["step"]),
+        s(&v["exitCode"])
+    );
     for k in ["stdout", "stderr"] {
         if let Some(t) = v[k].as_str().filter(|t| !t.is_empty()) {
             let _ = write!(out, "\n--- {k} ---\n{}", t.trim_end());
@@ -43,7 +47,9 @@ pub fn sessions(v: &Value) -> String {
             s(&x["state"]),
             s(&x["head"]),
             s(&x["workspace"]),
-            x.get("parent").map(|p| format!("  (branch of {})", s(p))).unwrap_or_default()
+            x.get("parent")
+                .map(|p| format!("  (branch of {})", s(p)))
+                .unwrap_or_default()
         );
     }
     out.trim_end().to_string()
@@ -57,13 +63,22 @@ pub fn status(v: &Value) -> String {
         s(&v["workspace"]),
         s(&v["wal"]),
         s(&v["head"]),
-        if v["torn"] == Value::Bool(true) { "  (torn tail: the next write truncates it)" } else { "" }
+        if v["torn"] == Value::Bool(true) {
+            "  (torn tail: the next write truncates it)"
+        } else {
+            ""
+        }
     );
     if let Some(p) = v.get("parent") {
         let _ = write!(out, "\nbranch of {} at step {}", s(p), s(&v["forkedAt"]));
     }
     if let Some(b) = v.get("branch") {
-        let _ = write!(out, "\nfrozen at step {}: continues as branch {}", s(&v["frozenAt"]), s(b));
+        let _ = write!(
+            out,
+            "\nfrozen at step {}: continues as branch {}",
+            s(&v["frozenAt"]),
+            s(b)
+        );
     }
     if let Some(p) = v["provisions"].as_object().filter(|p| !p.is_empty()) {
         let _ = write!(out, "\nprovisions:");
@@ -71,7 +86,13 @@ pub fn status(v: &Value) -> String {
             let _ = write!(out, "\n  {k} = {}", s(val));
         }
     }
-    for (key, title) in [("queue", "held sends (fire only at commit)"), ("owed", "owed (run only by an explicit abort, recover or resend)")] {
+    for (key, title) in [
+        ("queue", "held sends (fire only at commit)"),
+        (
+            "owed",
+            "owed (run only by an explicit abort, recover or resend)",
+        ),
+    ] {
         if let Some(q) = v[key].as_array().filter(|q| !q.is_empty()) {
             let _ = write!(out, "\n{title}:");
             for e in q {
@@ -89,7 +110,13 @@ pub fn verify(v: &Value) -> String {
     }
     let mut out = format!("{} witnessed path(s) changed outside revl:", drift.len());
     for d in drift {
-        let _ = write!(out, "\n  {}  expected {}  found {}", s(&d["path"]), d["expected"], d["actual"]);
+        let _ = write!(
+            out,
+            "\n  {}  expected {}  found {}",
+            s(&d["path"]),
+            d["expected"],
+            d["actual"]
+        );
     }
     out
 }
@@ -97,13 +124,30 @@ pub fn verify(v: &Value) -> String {
 pub fn list(v: &Value) -> String {
     let mut out = String::new();
     for e in v["entries"].as_array().cloned().unwrap_or_default() {
-        let _ = writeln!(out, "{:<8} {} {:>9}  {}", s(&e["kind"]), s(&e["mode"]), e.get("size").map(s).unwrap_or_default(), s(&e["name"]));
+        let _ = writeln!(
+            out,
+            "{:<8} {} {:>9}  {}",
+            s(&e["kind"]),
+            s(&e["mode"]),
+            e.get("size").map(s).unwrap_or_default(),
+            s(&e["name"])
+        );
     }
     out.trim_end().to_string()
 }
 
 pub fn timeline(v: &Value) -> String {
-    let mut out = format!("session {}  state {}  head {}{}\n", s(&v["session"]), s(&v["state"]), s(&v["head"]), if v["torn"] == Value::Bool(true) { "  (torn tail)" } else { "" });
+    let mut out = format!(
+        "session {}  state {}  head {}{}\n",
+        s(&v["session"]),
+        s(&v["state"]),
+        s(&v["head"]),
+        if v["torn"] == Value::Bool(true) {
+            "  (torn tail)"
+        } else {
+            ""
+        }
+    );
     for st in v["steps"].as_array().cloned().unwrap_or_default() {
         let mut note = String::new();
         if st["undone"] == Value::Bool(true) {
@@ -112,8 +156,19 @@ pub fn timeline(v: &Value) -> String {
         if st["crossed"] == Value::Bool(true) {
             note.push_str("  [crossed]");
         }
-        let scope = st.get("scope").map(|x| x.to_string()).unwrap_or_else(|| "(no scope)".into());
-        let _ = writeln!(out, "{:>5}  {:<12} {:<40} {}{}", s(&st["index"]), s(&st["kind"]), s(&st["label"]), scope, note);
+        let scope = st
+            .get("scope")
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| "(no scope)".into());
+        let _ = writeln!(
+            out,
+            "{:>5}  {:<12} {:<40} {}{}",
+            s(&st["index"]),
+            s(&st["kind"]),
+            s(&st["label"]),
+            scope,
+            note
+        );
     }
     out.trim_end().to_string()
 }
@@ -122,8 +177,16 @@ fn entries(out: &mut String, title: &str, v: &Value) {
     if let Some(list) = v.as_array().filter(|l| !l.is_empty()) {
         let _ = write!(out, "\n{title}:");
         for e in list {
-            let label = e.get("label").map(s).unwrap_or_else(|| format!("{}.{}", s(&e["service"]), s(&e["method"])));
-            let extra = e.get("why").or(e.get("error")).or(e.get("repr")).map(|w| format!("  ({})", s(w))).unwrap_or_default();
+            let label = e
+                .get("label")
+                .map(s)
+                .unwrap_or_else(|| format!("{}.{}", s(&e["service"]), s(&e["method"])));
+            let extra = e
+                .get("why")
+                .or(e.get("error"))
+                .or(e.get("repr"))
+                .map(|w| format!("  ({})", s(w)))
+                .unwrap_or_default();
             let idx = e.get("index").or(e.get("seq")).map(s).unwrap_or_default();
             let _ = write!(out, "\n  {idx:>5}  {label}{extra}");
         }
@@ -134,13 +197,101 @@ pub fn step_back(v: &Value) -> String {
     let mut out = format!("stepped back to {} ({})", s(&v["to"]), s(&v["toLabel"]));
     entries(&mut out, "inverses ran", &v["inversesRan"]);
     entries(&mut out, "provisions withdrawn", &v["provisionsWithdrawn"]);
-    entries(&mut out, "compensations ran (they crossed)", &v["compensationsRan"]);
-    entries(&mut out, "CROSSED (cannot be undone)", &v["emissionsCrossed"]);
-    entries(&mut out, "compensated emissions", &v["emissionsCompensated"]);
-    entries(&mut out, "NOT FIRED (would cross on rewind)", &v["wouldCrossOnRewind"]);
+    entries(
+        &mut out,
+        "compensations ran (they crossed)",
+        &v["compensationsRan"],
+    );
+    entries(
+        &mut out,
+        "CROSSED (cannot be undone)",
+        &v["emissionsCrossed"],
+    );
+    entries(
+        &mut out,
+        "compensated emissions",
+        &v["emissionsCompensated"],
+    );
+    entries(
+        &mut out,
+        "NOT FIRED (would cross on rewind)",
+        &v["wouldCrossOnRewind"],
+    );
     entries(&mut out, "unrestored", &v["unrestored"]);
     entries(&mut out, "FAILED", &v["failed"]);
-    entries(&mut out, "held sends dropped (never sent)", &v["droppedDeferred"]);
+    entries(
+        &mut out,
+        "held sends dropped (never sent)",
+        &v["droppedDeferred"],
+    );
     let _ = write!(out, "\nguarantee: {}", s(&v["guarantee"]));
+    out
+}
+
+pub fn call(v: &Value) -> String {
+    if v["approvalRequired"] == Value::Bool(true) {
+        return format!(
+            "APPROVAL REQUIRED for {} (ticket {})\n{}",
+            s(&v["tool"]),
+            s(&v["ticket"]),
+            s(&v["hint"])
+        );
+    }
+    if v["queued"] == Value::Bool(true) {
+        return format!(
+            "held send {} queued: it fires only at a confirmed commit",
+            s(&v["seq"])
+        );
+    }
+    let mut out = stepped(v);
+    for k in ["stdout", "stderr"] {
+        if let Some(t) = v[k].as_str().filter(|t| !t.is_empty()) {
+            let _ = write!(out, "\n--- {k} ---\n{}", t.trim_end());
+        }
+    }
+    out
+}
+
+pub fn commit_plan(v: &Value) -> String {
+    let mut out = String::from("commit plan (nothing fired yet):");
+    entries(
+        &mut out,
+        "held sends that will fire, in this order",
+        &v["deferred"],
+    );
+    let _ = write!(
+        out,
+        "\nwitnessed steps kept as the deliverable: {}",
+        s(&v["witnessed"]["count"])
+    );
+    let _ = write!(
+        out,
+        "\nconfirm with: revl commit-confirm {} --hash {}",
+        s(&v["session"]),
+        s(&v["hash"])
+    );
+    out
+}
+
+pub fn recover(v: &Value) -> String {
+    let mut out = format!(
+        "verdict: {}  (session {})",
+        s(&v["verdict"]).to_uppercase(),
+        s(&v["session"])
+    );
+    let _ = write!(
+        out,
+        "\nresidue: {}  {}",
+        if v["residue"]["clean"] == Value::Bool(true) {
+            "clean"
+        } else {
+            "NOT CLEAN"
+        },
+        s(&v["residue"]["proof"])
+    );
+    entries(&mut out, "owed", &v["owed"]);
+    if let Some(n) = v.get("note") {
+        let _ = write!(out, "\n{}", s(n));
+    }
     out
 }

@@ -1,0 +1,144 @@
+//! `recover (SESSION | --wal FILE) [--force]`: the operator's verdict on a dead session
+//! (SPEC 7.1). The verdict is decided from the WAL as it stands after the fork repair and
+//! before the commit, abort and step-back repairs; then the repairs run, then the verdict.
+
+use crate::error::{Code, Error, Result};
+use crate::state::State;
+use crate::store::{is_session_id, Store};
+use crate::wal::read_wal;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// Find the store and session id of a WAL at `<store>/sessions/<id>/wal.jsonl`, or read the
+/// id from its header when `store` is given.
+pub fn locate_wal(wal: &Path, store: Option<&Store>) -> Result<(PathBuf, String)> {
+    let wal = std::fs::canonicalize(wal).map_err(|e| {
+        Error::bad_args(
+            format!("cannot open WAL {}: {e}", wal.display()),
+            "give the path of a session's wal.jsonl",
+        )
+    })?;
+    let read = read_wal(&wal)?;
+    let id = match read.header() {
+        Some(crate::wal::Record::Header { session, .. }) => session.clone(),
+        _ => unreachable!("read_wal checks the header"),
+    };
+    let dir = wal.parent().and_then(Path::parent).and_then(Path::parent);
+    let from_place = dir.filter(|_| {
+        wal.parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .is_some_and(is_session_id)
+    });
+    match (store, from_place) {
+        (Some(s), _) => Ok((s.root().to_path_buf(), id)),
+        (None, Some(root)) => Ok((root.to_path_buf(), id)),
+        (None, None) => Err(Error::new(
+            Code::Usage,
+            format!(
+                "{} is not at <store>/sessions/<id>/wal.jsonl",
+                wal.display()
+            ),
+            "pass --store DIR",
+        )),
+    }
+}
+
+impl Store {
+    pub fn recover(&self, id: &str, force: bool) -> Result<Value> {
+        let read = read_wal(&self.wal_path(id))?;
+        let pre = State::replay(&read.records)?;
+        // The fork repair rolls a fork forward when the branch WAL exists.
+        let fork_rolls_forward = pre.fork_frozen.is_none()
+            && pre.fork_begun.as_ref().is_some_and(|f| {
+                crate::wal::read_wal(&self.wal_path(&f.branch)).is_ok_and(|r| r.records.len() >= 2)
+            });
+        let verdict = if pre.fork_frozen.is_some() || fork_rolls_forward {
+            "fork-retired"
+        } else if pre.activation_complete {
+            "rolled-forward"
+        } else if pre.aborted.is_some() || pre.abort_begun {
+            "already-aborted"
+        } else if pre.commit_approved.is_some() {
+            "committed"
+        } else {
+            "live"
+        };
+        if verdict == "live" && !force {
+            return Err(Error::new(
+                Code::Live,
+                format!("session {id} is live: recover does not roll back a live session"),
+                "use `revl abort` (or `recover --force` to roll it back like an abort)",
+            ));
+        }
+        let mut s = self.attach(id)?;
+        let mut out = json!({"session": id});
+        let residue;
+        match verdict {
+            "fork-retired" => {
+                let st = s.state();
+                let (branch, at, failed) = st.fork_frozen.clone().unwrap_or_default();
+                let begun = st.fork_begun.clone();
+                let mut outstanding: Vec<u64> = begun
+                    .as_ref()
+                    .map(|b| b.crossed.iter().chain(&b.would_cross).copied().collect())
+                    .unwrap_or_default();
+                outstanding.extend(
+                    failed
+                        .iter()
+                        .filter_map(|f| f.get("index").and_then(Value::as_u64)),
+                );
+                outstanding.sort_unstable();
+                outstanding.dedup();
+                out["at"] = at.into();
+                out["branch"] = branch.into();
+                out["forkComplete"] = st.fork_complete.into();
+                out["failed"] = failed.clone().into();
+                residue = residue_doc(&outstanding, "the session was forked and retired; what crossed before the fork stays out in the world; nothing ran now");
+            }
+            "live" => {
+                let r = s.abort()?;
+                out["rolledBack"] = r.clone();
+                let failed: Vec<u64> = r["failed"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f["index"].as_u64())
+                    .collect();
+                residue = residue_doc(
+                    &failed,
+                    "rolled back like an abort: held sends dropped, inverses run newest first",
+                );
+            }
+            _ => {
+                let owed = s.owed();
+                let outstanding: Vec<u64> = owed
+                    .iter()
+                    .filter_map(|o| o.get("index").or(o.get("seq")).and_then(Value::as_u64))
+                    .collect();
+                residue = residue_doc(&outstanding, match verdict {
+                    "committed" => "the commit was interrupted and completed at repair; sends without an outcome are owed and never re-fired (use `revl resend`)",
+                    "already-aborted" => "the abort is finished without crossing; crossing inverses not yet run are owed (an explicit `revl abort` runs them)",
+                    _ => "the session had committed",
+                });
+            }
+        }
+        out["verdict"] = (if verdict == "live" {
+            "rolled-back"
+        } else {
+            verdict
+        })
+        .into();
+        out["residue"] = residue;
+        out["owed"] = s.owed().into();
+        if let Some(o) = &s.state().origin {
+            out["lineage"] = json!({"role": "branch", "parent": o.parent, "divergedAt": o.at, "parentWal": o.parent_wal});
+            out["note"] = format!("this is a branch of {} forked at step {}: a roll-back lands at the fork point (the parent's step {} content), not at an empty workspace", o.parent, o.at, o.at).into();
+        }
+        Ok(out)
+    }
+}
+
+fn residue_doc(outstanding: &[u64], proof: &str) -> Value {
+    json!({"clean": outstanding.is_empty(), "outstanding": outstanding, "proof": proof})
+}

@@ -1,0 +1,714 @@
+//! The manifest (`revl.toml`, SPEC 2) and running declared tools: argv (never through a
+//! shell) or HTTP (JSON body). A manifest is validated completely at `new`, copied into the
+//! blob store under its blake3 digest, and the session always uses that copy.
+
+use crate::error::{Code, Error, Result};
+use serde_json::{json, Map, Value};
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Effect,
+    Emission,
+    Deferred,
+    Opaque,
+    Inverse,
+}
+
+impl Class {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Effect => "effect",
+            Class::Emission => "emission",
+            Class::Deferred => "deferred",
+            Class::Opaque => "opaque",
+            Class::Inverse => "inverse",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Runner {
+    Argv(Vec<String>),
+    Http { method: String, url: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct Tool {
+    pub name: String,
+    pub class: Class,
+    pub service: String,
+    pub method: String,
+    /// Normalised to `{"caps": [...], "confined"?, "sandbox"?}`; `None` only for opaque tools.
+    pub scope: Option<Value>,
+    pub runner: Runner,
+    pub undo: Option<String>,
+    pub undo_idempotent: Option<bool>,
+    pub compensate: Option<String>,
+    pub approval_none: bool,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Manifest {
+    pub tools: Vec<Tool>,
+}
+
+const TOOL_KEYS: &[&str] = &[
+    "name",
+    "class",
+    "service",
+    "method",
+    "scope",
+    "run",
+    "http",
+    "undo",
+    "undo_idempotent",
+    "compensate",
+    "approval",
+    "timeout_seconds",
+];
+
+impl Manifest {
+    /// Parse and validate. `file` names the manifest in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Manifest> {
+        let bad = |tool: &str, field: &str, why: String| {
+            Error::new(
+                Code::BadManifest,
+                format!("{file}: tool {tool:?}, field `{field}`: {why}"),
+                "fix the manifest (see docs/user-guide.md, \"The manifest\") and run `revl new` again",
+            )
+        };
+        let table: toml::Table = toml::from_str(text).map_err(|e| {
+            Error::new(
+                Code::BadManifest,
+                format!(
+                    "{file}: not valid TOML: {}",
+                    e.to_string().lines().next().unwrap_or("")
+                ),
+                "fix the TOML syntax and run `revl new` again",
+            )
+        })?;
+        for k in table.keys() {
+            if k != "tool" {
+                return Err(bad(
+                    "-",
+                    k,
+                    "unknown top-level key (only [[tool]] tables are allowed)".into(),
+                ));
+            }
+        }
+        let list = match table.get("tool") {
+            None => return Ok(Manifest::default()),
+            Some(toml::Value::Array(a)) => a.clone(),
+            Some(_) => {
+                return Err(bad(
+                    "-",
+                    "tool",
+                    "must be an array of tables ([[tool]])".into(),
+                ))
+            }
+        };
+        let mut tools: Vec<Tool> = Vec::new();
+        for (i, t) in list.iter().enumerate() {
+            let Some(t) = t.as_table() else {
+                return Err(bad(
+                    &format!("#{}", i + 1),
+                    "tool",
+                    "must be a table".into(),
+                ));
+            };
+            let name = match t.get("name") {
+                Some(toml::Value::String(s)) if !s.is_empty() => s.clone(),
+                Some(_) => {
+                    return Err(bad(
+                        &format!("#{}", i + 1),
+                        "name",
+                        "must be a non-empty string".into(),
+                    ))
+                }
+                None => return Err(bad(&format!("#{}", i + 1), "name", "is required".into())),
+            };
+            let n = name.as_str();
+            if tools.iter().any(|x| x.name == name) {
+                return Err(bad(n, "name", "is declared twice".into()));
+            }
+            for k in t.keys() {
+                if !TOOL_KEYS.contains(&k.as_str()) {
+                    return Err(bad(n, k, "unknown key".into()));
+                }
+            }
+            let string = |field: &str| -> Result<Option<String>> {
+                match t.get(field) {
+                    None => Ok(None),
+                    Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+                    Some(_) => Err(bad(n, field, "must be a string".into())),
+                }
+            };
+            let class =
+                match string("class")?.as_deref() {
+                    Some("effect") => Class::Effect,
+                    Some("emission") => Class::Emission,
+                    Some("deferred") => Class::Deferred,
+                    Some("opaque") => Class::Opaque,
+                    Some("inverse") => Class::Inverse,
+                    Some(other) => return Err(bad(
+                        n,
+                        "class",
+                        format!(
+                            "unknown class {other:?} (effect, emission, deferred, opaque, inverse)"
+                        ),
+                    )),
+                    None => return Err(bad(n, "class", "is required".into())),
+                };
+            let scope = match t.get("scope") {
+                None if class == Class::Opaque => None,
+                None => {
+                    return Err(bad(
+                        n,
+                        "scope",
+                        format!("is required for class {}", class.as_str()),
+                    ))
+                }
+                Some(v) => Some(normalise_scope(v).map_err(|why| bad(n, "scope", why))?),
+            };
+            let runner = match (t.get("run"), t.get("http")) {
+                (Some(_), Some(_)) => {
+                    return Err(bad(
+                        n,
+                        "run",
+                        "give exactly one of `run` or `http`, not both".into(),
+                    ))
+                }
+                (None, None) => {
+                    return Err(bad(n, "run", "one of `run` or `http` is required".into()))
+                }
+                (Some(toml::Value::Array(a)), None) => {
+                    let argv: Option<Vec<String>> =
+                        a.iter().map(|x| x.as_str().map(str::to_string)).collect();
+                    match argv {
+                        Some(v) if !v.is_empty() && !v[0].is_empty() => {
+                            for part in &v {
+                                template_names(part).map_err(|why| bad(n, "run", why))?;
+                            }
+                            Runner::Argv(v)
+                        }
+                        _ => {
+                            return Err(bad(
+                                n,
+                                "run",
+                                "must be a non-empty array of strings (an argv)".into(),
+                            ))
+                        }
+                    }
+                }
+                (Some(_), None) => {
+                    return Err(bad(
+                        n,
+                        "run",
+                        "must be an array of strings (an argv, never a shell line)".into(),
+                    ))
+                }
+                (None, Some(toml::Value::Table(h))) => {
+                    for k in h.keys() {
+                        if k != "method" && k != "url" {
+                            return Err(bad(
+                                n,
+                                &format!("http.{k}"),
+                                "unknown key (method, url)".into(),
+                            ));
+                        }
+                    }
+                    let method = h
+                        .get("method")
+                        .and_then(|m| m.as_str())
+                        .unwrap_or("POST")
+                        .to_ascii_uppercase();
+                    if !["POST", "PUT", "PATCH", "DELETE", "GET"].contains(&method.as_str()) {
+                        return Err(bad(
+                            n,
+                            "http.method",
+                            format!("{method:?} is not one of POST, PUT, PATCH, DELETE, GET"),
+                        ));
+                    }
+                    let url = match h.get("url").and_then(|u| u.as_str()) {
+                        Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                            u.to_string()
+                        }
+                        Some(u) => {
+                            return Err(bad(
+                                n,
+                                "http.url",
+                                format!("{u:?} is not an http or https URL"),
+                            ))
+                        }
+                        None => return Err(bad(n, "http.url", "is required".into())),
+                    };
+                    Runner::Http { method, url }
+                }
+                (None, Some(_)) => {
+                    return Err(bad(n, "http", "must be a table { method, url }".into()))
+                }
+            };
+            let undo = string("undo")?;
+            let compensate = string("compensate")?;
+            let undo_idempotent = match t.get("undo_idempotent") {
+                None => None,
+                Some(toml::Value::Boolean(b)) => Some(*b),
+                Some(_) => return Err(bad(n, "undo_idempotent", "must be true or false".into())),
+            };
+            match (class, &undo) {
+                (Class::Effect, None) => {
+                    return Err(bad(n, "undo", "is required for class effect".into()))
+                }
+                (Class::Effect, Some(_)) => {}
+                (_, Some(_)) => {
+                    return Err(bad(n, "undo", "is allowed only on class effect".into()))
+                }
+                _ => {}
+            }
+            if undo_idempotent.is_some() && class != Class::Effect {
+                return Err(bad(
+                    n,
+                    "undo_idempotent",
+                    "is allowed only on class effect".into(),
+                ));
+            }
+            if compensate.is_some() && class != Class::Emission {
+                return Err(bad(
+                    n,
+                    "compensate",
+                    "is allowed only on class emission".into(),
+                ));
+            }
+            let approval_none = match string("approval")?.as_deref() {
+                None => false,
+                Some("none") if class == Class::Emission => true,
+                Some("none") => {
+                    return Err(bad(
+                        n,
+                        "approval",
+                        "`approval = \"none\"` is allowed only on class emission".into(),
+                    ))
+                }
+                Some(other) => {
+                    return Err(bad(
+                        n,
+                        "approval",
+                        format!("{other:?}: the only value is \"none\""),
+                    ))
+                }
+            };
+            let timeout = match t.get("timeout_seconds") {
+                None => Duration::from_secs(30),
+                Some(toml::Value::Integer(s)) if *s > 0 && *s <= 86_400 => {
+                    Duration::from_secs(*s as u64)
+                }
+                Some(toml::Value::Float(s)) if *s > 0.0 && *s <= 86_400.0 => {
+                    Duration::from_secs_f64(*s)
+                }
+                Some(_) => {
+                    return Err(bad(
+                        n,
+                        "timeout_seconds",
+                        "must be a positive number of seconds (at most 86400)".into(),
+                    ))
+                }
+            };
+            tools.push(Tool {
+                service: string("service")?.unwrap_or_else(|| name.clone()),
+                method: string("method")?.unwrap_or_else(|| "call".into()),
+                name,
+                class,
+                scope,
+                runner,
+                undo,
+                undo_idempotent,
+                compensate,
+                approval_none,
+                timeout,
+            });
+        }
+        // Targets of undo/compensate must exist and be of class inverse.
+        for t in &tools {
+            for (field, target) in [("undo", &t.undo), ("compensate", &t.compensate)] {
+                if let Some(target) = target {
+                    match tools.iter().find(|x| &x.name == target) {
+                        None => {
+                            return Err(bad(
+                                &t.name,
+                                field,
+                                format!("names {target:?}, which is not declared"),
+                            ))
+                        }
+                        Some(x) if x.class != Class::Inverse => return Err(bad(
+                            &t.name,
+                            field,
+                            format!(
+                                "names {target:?}, which is of class {} (it must be class inverse)",
+                                x.class.as_str()
+                            ),
+                        )),
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        Ok(Manifest { tools })
+    }
+
+    pub fn tool(&self, name: &str) -> Option<&Tool> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Sorted scope tokens the manifest declares, plus `fs` (lineage `capabilities`).
+    pub fn capabilities(&self) -> Vec<String> {
+        let mut caps: Vec<String> = vec!["fs".into()];
+        for t in &self.tools {
+            if let Some(list) = t
+                .scope
+                .as_ref()
+                .and_then(|s| s.get("caps"))
+                .and_then(Value::as_array)
+            {
+                caps.extend(list.iter().filter_map(|c| c.as_str().map(str::to_string)));
+            }
+        }
+        caps.sort();
+        caps.dedup();
+        caps
+    }
+
+    pub fn unknown_tool(&self, name: &str) -> Error {
+        let names: Vec<&str> = self
+            .tools
+            .iter()
+            .filter(|t| t.class != Class::Inverse)
+            .map(|t| t.name.as_str())
+            .collect();
+        Error::bad_args(
+            format!("no tool {name:?} in this session's manifest"),
+            if names.is_empty() {
+                "this session has no declared tools (give --manifest at `revl new`)".to_string()
+            } else {
+                format!("callable tools: {}", names.join(", "))
+            },
+        )
+    }
+}
+
+fn normalise_scope(v: &toml::Value) -> std::result::Result<Value, String> {
+    match v {
+        toml::Value::Array(a) => {
+            let caps: Option<Vec<Value>> = a
+                .iter()
+                .map(|x| x.as_str().map(|s| Value::String(s.into())))
+                .collect();
+            caps.map(|c| json!({"caps": c}))
+                .ok_or_else(|| "an array of scope tokens must hold only strings".into())
+        }
+        toml::Value::Table(t) => {
+            let mut m = Map::new();
+            for (k, v) in t {
+                match (k.as_str(), v) {
+                    ("caps", toml::Value::Array(a)) => {
+                        let caps: Option<Vec<Value>> = a.iter().map(|x| x.as_str().map(|s| Value::String(s.into()))).collect();
+                        m.insert("caps".into(), Value::Array(caps.ok_or("`caps` must hold only strings")?));
+                    }
+                    ("confined" | "sandbox", toml::Value::Boolean(b)) => {
+                        m.insert(k.clone(), Value::Bool(*b));
+                    }
+                    (k, _) => return Err(format!("unknown or mistyped scope key `{k}` (caps = [..], confined = bool, sandbox = bool)")),
+                }
+            }
+            Ok(Value::Object(m))
+        }
+        _ => Err("must be an array of tokens or a table { caps, confined, sandbox }".into()),
+    }
+}
+
+/// The `{name}` placeholders of a template (`{{` and `}}` are literal braces).
+pub fn template_names(t: &str) -> std::result::Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    let b = t.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'{' if b.get(i + 1) == Some(&b'{') => i += 2,
+            b'}' if b.get(i + 1) == Some(&b'}') => i += 2,
+            b'{' => {
+                let end = t[i + 1..]
+                    .find('}')
+                    .ok_or_else(|| format!("unclosed `{{` in {t:?}"))?;
+                let name = &t[i + 1..i + 1 + end];
+                if name.is_empty() || name.contains('{') {
+                    return Err(format!("bad placeholder in {t:?}"));
+                }
+                names.push(name.to_string());
+                i += end + 2;
+            }
+            b'}' => {
+                return Err(format!(
+                    "lone `}}` in {t:?} (write `}}}}` for a literal brace)"
+                ))
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(names)
+}
+
+/// Substitute `{name}` from `args` (non-strings JSON-encoded) and `{witness}` (JSON text).
+pub fn fill_template(t: &str, args: &Value, witness: Option<&Value>) -> Result<String> {
+    let mut out = String::new();
+    let b = t.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'{' && b.get(i + 1) == Some(&b'{') {
+            out.push('{');
+            i += 2;
+        } else if b[i] == b'}' && b.get(i + 1) == Some(&b'}') {
+            out.push('}');
+            i += 2;
+        } else if b[i] == b'{' {
+            let end = t[i + 1..].find('}').unwrap_or(t.len() - i - 1);
+            let name = &t[i + 1..i + 1 + end];
+            let v = match (name, args.get(name)) {
+                (_, Some(v)) => v.clone(),
+                ("witness", None) if witness.is_some() => witness.cloned().unwrap_or(Value::Null),
+                _ => {
+                    return Err(Error::bad_args(
+                        format!("argument `{name}` is missing (the tool's template needs it)"),
+                        format!("pass it in --args, e.g. --args '{{\"{name}\": ...}}'"),
+                    ))
+                }
+            };
+            match v {
+                Value::String(s) => out.push_str(&s),
+                other => out.push_str(&other.to_string()),
+            }
+            i += end + 2;
+        } else {
+            let ch = t[i..].chars().next().expect("in bounds");
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    Ok(out)
+}
+
+/// The outcome of one tool run.
+#[derive(Debug, Clone)]
+pub struct ToolRun {
+    pub exit_code: Option<i32>,
+    pub status: Option<u16>,
+    pub stdout: String,
+    pub stderr: String,
+    pub witness: Value,
+    /// `None` = success; else `{type, message}` (`exit`, `http`, `timeout`, `connect`, `spawn`).
+    pub error: Option<Value>,
+}
+
+impl ToolRun {
+    pub fn timed_out(&self) -> bool {
+        self.error
+            .as_ref()
+            .and_then(|e| e.get("type"))
+            .and_then(Value::as_str)
+            == Some("timeout")
+    }
+
+    pub fn error_message(&self) -> String {
+        self.error
+            .as_ref()
+            .and_then(|e| e.get("message"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+/// Check every template argument is present, before anything runs.
+pub fn check_args(tool: &Tool, args: &Value, inverse: bool) -> Result<()> {
+    if let Runner::Argv(argv) = &tool.runner {
+        for part in argv {
+            for name in template_names(part).unwrap_or_default() {
+                if args.get(&name).is_none() && !(inverse && name == "witness") {
+                    return Err(Error::bad_args(
+                        format!("tool {:?} needs argument `{name}`", tool.name),
+                        format!("pass it in --args, e.g. --args '{{\"{name}\": ...}}'"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Run a tool. `stdin_doc` is `{"args", "witness"}`; `env` adds REVL_* variables;
+/// `idem_key` sets `REVL_IDEMPOTENCY_KEY` / the `Idempotency-Key` header.
+pub fn run_tool(
+    tool: &Tool,
+    args: &Value,
+    witness: Option<&Value>,
+    cwd: &Path,
+    env: &[(String, String)],
+    idem_key: Option<&str>,
+) -> Result<ToolRun> {
+    let doc = json!({"args": args, "witness": witness.cloned().unwrap_or(Value::Null)});
+    match &tool.runner {
+        Runner::Argv(template) => {
+            let argv: Vec<String> = template
+                .iter()
+                .map(|t| fill_template(t, args, witness))
+                .collect::<Result<_>>()?;
+            let mut env = env.to_vec();
+            if let Some(k) = idem_key {
+                env.push(("REVL_IDEMPOTENCY_KEY".into(), k.into()));
+            }
+            let ran = match crate::proc::run(
+                &argv,
+                cwd,
+                &env,
+                Some(doc.to_string().into_bytes()),
+                Some(tool.timeout),
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    return Ok(ToolRun {
+                        exit_code: None,
+                        status: None,
+                        stdout: String::new(),
+                        stderr: String::new(),
+                        witness: Value::Null,
+                        error: Some(
+                            json!({"type": "spawn", "message": format!("could not start {}: {e}", argv[0])}),
+                        ),
+                    })
+                }
+            };
+            let stdout = String::from_utf8_lossy(&ran.stdout).into_owned();
+            let stderr = String::from_utf8_lossy(&ran.stderr).into_owned();
+            let witness = serde_json::from_str::<Value>(stdout.trim()).unwrap_or(Value::Null);
+            let error = if ran.timed_out {
+                Some(
+                    json!({"type": "timeout", "message": format!("{} did not finish within {}s", tool.name, tool.timeout.as_secs_f64())}),
+                )
+            } else {
+                match ran.code {
+                    Some(0) => None,
+                    Some(c) => Some(
+                        json!({"type": "exit", "message": format!("{} exited with status {c}: {}", tool.name, stderr.trim().lines().last().unwrap_or(""))}),
+                    ),
+                    None => Some(
+                        json!({"type": "exit", "message": format!("{} was killed by a signal", tool.name)}),
+                    ),
+                }
+            };
+            Ok(ToolRun {
+                exit_code: ran.code,
+                status: None,
+                stdout,
+                stderr,
+                witness,
+                error,
+            })
+        }
+        Runner::Http { method, url } => {
+            let body = if tool.class == Class::Inverse {
+                doc
+            } else {
+                args.clone()
+            };
+            Ok(http_call(
+                method,
+                url,
+                &body,
+                idem_key,
+                tool.timeout,
+                &tool.name,
+            ))
+        }
+    }
+}
+
+/// One HTTP request with a JSON body; status ≥ 400, a timeout or a refused connection fail.
+pub fn http_call(
+    method: &str,
+    url: &str,
+    body: &Value,
+    idem_key: Option<&str>,
+    timeout: Duration,
+    name: &str,
+) -> ToolRun {
+    let agent = agent(timeout);
+    let mut req = ureq::http::Request::builder()
+        .method(method)
+        .uri(url)
+        .header("Content-Type", "application/json");
+    if let Some(k) = idem_key {
+        req = req.header("Idempotency-Key", k);
+    }
+    let fail = |ty: &str, message: String| ToolRun {
+        exit_code: None,
+        status: None,
+        stdout: String::new(),
+        stderr: String::new(),
+        witness: Value::Null,
+        error: Some(json!({"type": ty, "message": message})),
+    };
+    let req = match req.body(body.to_string().into_bytes()) {
+        Ok(r) => r,
+        Err(e) => return fail("http", format!("{name}: bad request to {url}: {e}")),
+    };
+    match agent.run(req) {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let text = resp
+                .into_body()
+                .with_config()
+                .limit(crate::proc::OUTPUT_CAP as u64)
+                .read_to_string()
+                .unwrap_or_default();
+            let witness = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
+            let error = (status >= 400).then(|| json!({"type": "http", "message": format!("{name}: {method} {url} answered HTTP {status}")}));
+            ToolRun {
+                exit_code: None,
+                status: Some(status),
+                stdout: text,
+                stderr: String::new(),
+                witness,
+                error,
+            }
+        }
+        Err(ureq::Error::Timeout(_)) => fail(
+            "timeout",
+            format!(
+                "{name}: {method} {url} did not answer within {}s",
+                timeout.as_secs_f64()
+            ),
+        ),
+        Err(e) => fail("connect", format!("{name}: {method} {url} failed: {e}")),
+    }
+}
+
+fn agent(timeout: Duration) -> ureq::Agent {
+    thread_local! {
+        static AGENTS: std::cell::RefCell<Vec<(Duration, ureq::Agent)>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    AGENTS.with(|a| {
+        let mut a = a.borrow_mut();
+        if let Some((_, ag)) = a.iter().find(|(t, _)| *t == timeout) {
+            return ag.clone();
+        }
+        let ag: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(timeout))
+            .http_status_as_error(false)
+            .allow_non_standard_methods(true)
+            .build()
+            .into();
+        a.push((timeout, ag.clone()));
+        ag
+    })
+}

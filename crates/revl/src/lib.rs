@@ -1,0 +1,3 @@
+//! Support code shared by the `revl` binary and its tests.
+
+pub mod sink;
