@@ -12,6 +12,7 @@ pub mod blobs;
 pub mod classify;
 pub mod error;
 pub mod failpoint;
+pub mod fork;
 pub mod outbound;
 pub mod proc;
 pub mod recover;

@@ -581,49 +581,23 @@ impl Session {
             });
             expected.push(img);
         };
-        // Replay the file effects in WAL order, undos at the point they ran.
-        let mut order: Vec<(usize, bool, &Step)> = Vec::new();
-        for s in &self.state.steps {
-            if s.kind == StepKind::Effect && s.has_builtin_undo() {
-                order.push((s.index as usize, false, s));
-            }
-        }
-        // Undone steps: their preimages are the expectation, applied after the steps (an unwind
-        // runs after the steps it unwinds).
-        let mut undone: Vec<&Step> = self
+        // Events in the order they happened: each file effect's post-images at its index; each
+        // undo's preimages right after the head it was run at (newest first within an unwind).
+        let mut events: Vec<(EventKey, Vec<Value>)> = Vec::new();
+        for s in self
             .state
             .steps
             .iter()
-            .filter(|s| s.undone && s.has_builtin_undo())
-            .collect();
-        undone.sort_by(|a, b| b.index.cmp(&a.index));
-        for (_, _, s) in &order {
-            for img in after_images(s) {
-                set(&mut expected, img);
+            .filter(|s| s.kind == StepKind::Effect && s.has_builtin_undo())
+        {
+            events.push(((s.index, 0, std::cmp::Reverse(0)), after_images(s)));
+            if let (true, Some(at)) = (s.undone, s.undone_at) {
+                events.push(((at, 1, std::cmp::Reverse(s.index)), preimages(s)));
             }
         }
-        for s in undone {
-            for e in s
-                .undo
-                .as_ref()
-                .and_then(|u| u.get("entries"))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let mut img = json!({"path": e["path"], "kind": e["kind"]});
-                match e["kind"].as_str() {
-                    Some("mode") => img = json!({"path": e["path"], "mode": e["mode"]}),
-                    Some("absent") => {}
-                    _ => {
-                        if let Some(d) = e.get("digest") {
-                            img["digest"] = d.clone();
-                        }
-                        if let Some(m) = e.get("mode") {
-                            img["mode"] = m.clone();
-                        }
-                    }
-                }
+        events.sort_by_key(|e| e.0);
+        for (_, imgs) in events {
+            for img in imgs {
                 set(&mut expected, img);
             }
         }
@@ -672,11 +646,14 @@ impl Session {
             .copied()
             .filter(|&i| {
                 let s = &self.state.steps[i as usize];
-                match (mode, bucket(s)) {
-                    (_, Bucket::InversesRan | Bucket::ProvisionsWithdrawn) => true,
-                    (StepBackMode::Compensating { .. }, Bucket::WouldCrossOnRewind) => true,
-                    _ => false,
-                }
+                matches!(
+                    (mode, bucket(s)),
+                    (_, Bucket::InversesRan | Bucket::ProvisionsWithdrawn)
+                        | (
+                            StepBackMode::Compensating { .. },
+                            Bucket::WouldCrossOnRewind
+                        )
+                )
             })
             .collect();
         if let StepBackMode::Compensating { force: false } = mode {
@@ -867,6 +844,8 @@ impl Session {
     // ---- repair on attach (SPEC 6.4) ----
 
     fn repair(&mut self) -> Result<()> {
+        self.repair_fork()?;
+        self.repair_parent_fork()?;
         if let Some(intent) = self.state.intent.clone() {
             let file_effect = intent.kind == "effect"
                 && intent
@@ -964,6 +943,36 @@ impl Session {
         self.append(Record::StepBackDone { to, failed }, false)?;
         self.sync()
     }
+}
+
+/// (head, 0 = step / 1 = undo, newest undo first)
+type EventKey = (u64, u8, std::cmp::Reverse<u64>);
+
+/// What an undone file effect's restore put back, as images to compare.
+fn preimages(s: &Step) -> Vec<Value> {
+    let entries = s
+        .undo
+        .as_ref()
+        .and_then(|u| u.get("entries"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    entries
+        .iter()
+        .map(|e| match e["kind"].as_str() {
+            Some("mode") => json!({"path": e["path"], "mode": e["mode"]}),
+            Some("absent") => json!({"path": e["path"], "kind": "absent"}),
+            _ => {
+                let mut img = json!({"path": e["path"], "kind": e["kind"]});
+                for k in ["digest", "mode"] {
+                    if let Some(v) = e.get(k) {
+                        img[k] = v.clone();
+                    }
+                }
+                img
+            }
+        })
+        .collect()
 }
 
 fn after_images(s: &Step) -> Vec<Value> {

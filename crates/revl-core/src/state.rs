@@ -221,7 +221,9 @@ impl State {
             Record::StepBackDone { .. } => self.step_back_open = None,
             Record::AbortBegin {} => self.abort_begun = true,
             Record::Undone { step, by } => {
+                let head = self.head();
                 let s = self.step_mut(*step)?;
+                s.undone_at = Some(head);
                 s.undone = true;
                 s.undone_by = Some(by.clone());
                 s.fenced = false;
@@ -385,6 +387,7 @@ impl State {
             compensation: sr.compensation,
             undone: false,
             undone_by: None,
+            undone_at: None,
             crossed: false,
             fenced: false,
             ts: sr.ts.clone(),

@@ -67,6 +67,8 @@ pub struct Step {
     pub compensation: Option<u64>,
     pub undone: bool,
     pub undone_by: Option<String>,
+    /// The head when the inverse ran (orders undos among later steps, for `verify`).
+    pub undone_at: Option<u64>,
     /// On an emission stepped over by an unwind.
     pub crossed: bool,
     /// A `replay-fence` was written for this step's inverse and no `undone` followed.

@@ -146,22 +146,23 @@ impl Manifest {
                     Some(_) => Err(bad(n, field, "must be a string".into())),
                 }
             };
-            let class =
-                match string("class")?.as_deref() {
-                    Some("effect") => Class::Effect,
-                    Some("emission") => Class::Emission,
-                    Some("deferred") => Class::Deferred,
-                    Some("opaque") => Class::Opaque,
-                    Some("inverse") => Class::Inverse,
-                    Some(other) => return Err(bad(
+            let class = match string("class")?.as_deref() {
+                Some("effect") => Class::Effect,
+                Some("emission") => Class::Emission,
+                Some("deferred") => Class::Deferred,
+                Some("opaque") => Class::Opaque,
+                Some("inverse") => Class::Inverse,
+                Some(other) => {
+                    return Err(bad(
                         n,
                         "class",
                         format!(
                             "unknown class {other:?} (effect, emission, deferred, opaque, inverse)"
                         ),
-                    )),
-                    None => return Err(bad(n, "class", "is required".into())),
-                };
+                    ))
+                }
+                None => return Err(bad(n, "class", "is required".into())),
+            };
             let scope = match t.get("scope") {
                 None if class == Class::Opaque => None,
                 None => {
@@ -342,14 +343,16 @@ impl Manifest {
                                 format!("names {target:?}, which is not declared"),
                             ))
                         }
-                        Some(x) if x.class != Class::Inverse => return Err(bad(
-                            &t.name,
-                            field,
-                            format!(
+                        Some(x) if x.class != Class::Inverse => {
+                            return Err(bad(
+                                &t.name,
+                                field,
+                                format!(
                                 "names {target:?}, which is of class {} (it must be class inverse)",
                                 x.class.as_str()
                             ),
-                        )),
+                            ))
+                        }
                         Some(_) => {}
                     }
                 }

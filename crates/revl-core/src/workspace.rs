@@ -363,12 +363,14 @@ impl Workspace {
                     })?;
                     out.push(json!({"p": rel, "k": "symlink", "t": t}));
                 }
-                k => return Err(Error::bad_args(
-                    format!(
+                k => {
+                    return Err(Error::bad_args(
+                        format!(
                         "{rel} is a {k} file; revl witnesses only files, directories and symlinks"
                     ),
-                    "remove it outside revl first",
-                )),
+                        "remove it outside revl first",
+                    ))
+                }
             }
         }
         Ok(())

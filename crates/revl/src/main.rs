@@ -143,6 +143,18 @@ enum Cmd {
         #[arg(long)]
         tool: Option<String>,
     },
+    /// Enumerate a fork at step K: the report and its hash. Changes nothing in the workspace.
+    Fork {
+        session: String,
+        #[arg(long, allow_hyphen_values = true)]
+        at: String,
+    },
+    /// Perform the enumerated fork: rewind, freeze the parent, start the branch.
+    ForkConfirm {
+        session: String,
+        #[arg(long)]
+        hash: String,
+    },
     /// Operator: the verdict on a dead session, and its repair.
     Recover {
         session: Option<String>,
@@ -413,6 +425,17 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let mut s = attach(&store, session)?;
             let doc = s.approve(ticket.as_deref(), tool.as_deref())?;
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+        }
+        Cmd::Fork { session, at } => {
+            let k = parse_k(at, "--at")?;
+            let mut s = attach(&store, session)?;
+            let doc = s.fork(k)?;
+            Ok(Outcome::ok(doc.clone(), render::fork(&doc)))
+        }
+        Cmd::ForkConfirm { session, hash } => {
+            let mut s = attach(&store, session)?;
+            let doc = s.fork_confirm(hash)?;
+            Ok(negative_aware(doc, render::fork))
         }
         Cmd::Recover {
             session,

@@ -295,3 +295,84 @@ pub fn recover(v: &Value) -> String {
     }
     out
 }
+
+pub fn fork(v: &Value) -> String {
+    let mut out = if v["forked"] == Value::Bool(true) {
+        format!("FORKED at step {} ({})\n  parent {} is now frozen\n  branch {} is live: continue there", s(&v["at"]), s(&v["atLabel"]), s(&v["parent"]), s(&v["branch"]))
+    } else if v["refused"] == Value::Bool(true) {
+        format!(
+            "REFUSED: {}\nfresh report for step {}:",
+            s(&v["reason"]),
+            s(&v["at"])
+        )
+    } else {
+        format!(
+            "fork of {} at step {} ({}): nothing has changed yet",
+            s(&v["parent"]),
+            s(&v["at"]),
+            s(&v["atLabel"])
+        )
+    };
+    let done = v["forked"] == Value::Bool(true);
+    entries(
+        &mut out,
+        if done {
+            "rewound (inverses ran, host-confined)"
+        } else {
+            "will be rewound (host-confined inverses)"
+        },
+        &v["rewound"]["inversesRan"],
+    );
+    entries(
+        &mut out,
+        if done {
+            "provisions withdrawn"
+        } else {
+            "provisions to withdraw"
+        },
+        &v["rewound"]["provisionsWithdrawn"],
+    );
+    entries(
+        &mut out,
+        "held sends dropped (they never crossed)",
+        &v["droppedDeferred"],
+    );
+    entries(
+        &mut out,
+        "CROSSED (cannot be undone)",
+        &v["emissionsCrossed"],
+    );
+    entries(
+        &mut out,
+        "CROSSED, with a compensation that is NOT FIRED",
+        &v["emissionsCompensated"],
+    );
+    entries(
+        &mut out,
+        "NOT FIRED (the inverse would cross)",
+        &v["wouldCrossOnRewind"],
+    );
+    entries(&mut out, "unrestored", &v["unrestored"]);
+    entries(&mut out, "FAILED", &v["failed"]);
+    let _ = write!(
+        out,
+        "\nresidue: {}",
+        if v["residue"]["clean"] == Value::Bool(true) {
+            "clean"
+        } else {
+            "NOT CLEAN"
+        }
+    );
+    let _ = write!(out, "\nproof: {}", s(&v["residue"]["proof"]));
+    let _ = write!(out, "\nwarning: {}", s(&v["warning_emissions"]));
+    if let Some(h) = v.get("hash") {
+        let _ = write!(
+            out,
+            "\nhash: {}\nconfirm with: revl fork-confirm {} --hash {}",
+            s(h),
+            s(&v["parent"]),
+            s(h)
+        );
+    }
+    out
+}

@@ -1,60 +1,11 @@
 //! Outbound effects through the binary, against a real loopback HTTP sink and a real argv
 //! tool: held sends, commit, abort, approvals, compensations, failpoints.
 
+mod support;
 use revl::sink::Sink;
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::Command;
-
-struct Env {
-    _tmp: tempfile::TempDir,
-    store: PathBuf,
-    ws: PathBuf,
-    root: PathBuf,
-}
-
-fn env() -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    Env {
-        store: root.join("store"),
-        ws: root.join("ws"),
-        root,
-        _tmp: tmp,
-    }
-}
-
-struct Out {
-    code: i32,
-    json: Value,
-    stderr: String,
-}
-
-fn revl(e: &Env, args: &[&str], failpoint: Option<&str>) -> Out {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_revl"));
-    c.arg("--store")
-        .arg(&e.store)
-        .arg("--json")
-        .args(args)
-        .env_remove("REVL_FAILPOINT")
-        .env_remove("REVL_STORE");
-    if let Some(f) = failpoint {
-        c.env("REVL_FAILPOINT", f);
-    }
-    let o = c.output().unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        json: serde_json::from_str(&stdout).unwrap_or(Value::Null),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
-}
-
-fn ok(e: &Env, args: &[&str]) -> Value {
-    let o = revl(e, args, None);
-    assert_eq!(o.code, 0, "revl {args:?} failed: {} {}", o.json, o.stderr);
-    o.json
-}
+use support::*;
 
 /// A manifest whose deferred tool posts to the sink, an emission with a compensation (both
 /// to the sink), a bare emission, an argv effect whose undo appends to a log file.

@@ -1,0 +1,449 @@
+//! Fork (SPEC 6): enumerate with a hash, confirm, scope-gated rewind, frozen parent, branch,
+//! and the repair of a fork interrupted at any point. Every bucket decision comes from
+//! `classify` (the one classifier).
+
+use crate::classify::{self, partition, Bucket, Partition};
+use crate::error::{Code, Error, Result};
+use crate::session::{Session, GUARANTEE};
+use crate::state::Life;
+use crate::step::{Step, StepKind, BY_FORK};
+use crate::util::{new_id, now_rfc3339, sha256_jcs};
+use crate::wal::{create_wal, read_wal, Record, StepRecord};
+use serde_json::{json, Value};
+
+/// The three axes a branch does not preserve, in this order (SPEC 6.2).
+pub fn not_preserved() -> Value {
+    json!([
+        {"axis": "providerVersions", "why": "revl records no model-provider or runtime version per step, so a branch cannot pin the versions the parent ran with"},
+        {"axis": "seedsAndClock", "why": "records carry wall-clock times for audit only; the agent's own random seeds and clock are not captured, so a branch is a divergent continuation, not a bit-exact replay"},
+        {"axis": "modelDecisions", "why": "the branch's WAL does not copy the parent's model-decision records, and no prompt or response is ever recorded"},
+    ])
+}
+
+/// `residue {clean, outstanding, proof}` and `warning_emissions` for a partition.
+pub fn residue(p: &Partition, failed: &[Value]) -> (Value, String) {
+    let mut outstanding = p.outstanding();
+    outstanding.extend(
+        failed
+            .iter()
+            .filter_map(|f| f.get("index").and_then(Value::as_u64)),
+    );
+    outstanding.sort_unstable();
+    outstanding.dedup();
+    let crossed = p.emissions_crossed.len() + p.emissions_compensated.len();
+    let proof = format!(
+        "{crossed} emission(s) crossed and cannot be undone; {} inverse(s) were enumerated but not fired because they would cross; {} step(s) could not be restored{}; only the host-confined state (workspace files under revl's witness) and provisions are claimed to be back at step {}.",
+        p.would_cross_on_rewind.len(),
+        p.unrestored.len(),
+        if failed.is_empty() { String::new() } else { format!("; {} inverse(s) failed", failed.len()) },
+        p.at
+    );
+    let warning = if crossed == 0 {
+        "no emission crossed: nothing from this tail is out in the world".to_string()
+    } else {
+        format!(
+            "{crossed} emission(s) are still out in the world and stay there after the fork: {:?}",
+            {
+                let mut v: Vec<u64> = p
+                    .emissions_crossed
+                    .iter()
+                    .chain(&p.emissions_compensated)
+                    .copied()
+                    .collect();
+                v.sort_unstable();
+                v
+            }
+        )
+    };
+    (
+        json!({"clean": outstanding.is_empty(), "outstanding": outstanding, "proof": proof}),
+        warning,
+    )
+}
+
+impl Session {
+    /// The checks of SPEC 6.1, in order; returns the partition of the tail above k.
+    fn fork_checks(&self, k: i64) -> Result<Partition> {
+        self.require_live()?;
+        self.check_range(k)?;
+        if let Some(why) = classify::k_not_live(&self.state.steps, &self.state.spans, k) {
+            return Err(Error::new(
+                Code::Undone,
+                format!("cannot fork at {k}: {why}"),
+                "pick a live step from `revl timeline`",
+            ));
+        }
+        let p = partition(&self.state.steps, k);
+        if !p.unrestored.is_empty() {
+            let labels: Vec<String> = p
+                .unrestored
+                .iter()
+                .map(|&i| format!("{i} {}", self.state.steps[i as usize].label))
+                .collect();
+            return Err(Error::new(
+                Code::KindOpaque,
+                format!(
+                    "KIND_OPAQUE: the tail above step {k} holds steps nothing can restore: {}",
+                    labels.join(", ")
+                ),
+                "fork at or after the last opaque step, or abort the session",
+            ));
+        }
+        let non_idem: Vec<String> = p
+            .inverses_ran
+            .iter()
+            .map(|&i| &self.state.steps[i as usize])
+            .filter(|s| s.undo_idempotent == Some(false))
+            .map(|s| format!("{} {}", s.index, s.label))
+            .collect();
+        if !non_idem.is_empty() {
+            return Err(Error::new(
+                Code::NonIdempotent,
+                format!("non-idempotent: the rewind would run inverses declared undo_idempotent = false: {}", non_idem.join(", ")),
+                "fork at a later step, or step back with --compensating, which fences them",
+            ));
+        }
+        self.check_preimages(&p.inverses_ran)?;
+        Ok(p)
+    }
+
+    fn fork_hash(&self, p: &Partition) -> String {
+        sha256_jcs(&json!({
+            "session": self.id, "at": p.at, "head": self.state.head(),
+            "buckets": p.buckets_json(), "droppedDeferred": self.state.queue,
+        }))
+    }
+
+    /// The fork report without its hash. `ran` = what actually ran (after a confirm).
+    fn fork_report(&self, p: &Partition, ran: Option<&[u64]>, failed: &[Value]) -> Value {
+        let steps = &self.state.steps;
+        let rewind_list: Vec<u64> = match ran {
+            Some(r) => r.to_vec(),
+            None => p
+                .inverses_ran
+                .iter()
+                .chain(&p.provisions_withdrawn)
+                .copied()
+                .collect(),
+        };
+        let of_kind = |k: StepKind| -> Vec<Value> {
+            let mut idx: Vec<u64> = rewind_list
+                .iter()
+                .copied()
+                .filter(|&i| steps[i as usize].kind == k)
+                .collect();
+            idx.sort_unstable_by(|a, b| b.cmp(a));
+            classify::entries(steps, &idx, classify::rewound_entry)
+        };
+        let (res, warning) = residue(p, failed);
+        json!({
+            "forked": false,
+            "at": p.at,
+            "atLabel": self.state.label_at(p.at),
+            "parent": self.id,
+            "rewound": {"inversesRan": of_kind(StepKind::Effect), "provisionsWithdrawn": of_kind(StepKind::Provision)},
+            "droppedDeferred": self.state.queue.iter().filter_map(|q| self.state.deferred.get(q)).map(|d| d.to_json()).collect::<Vec<_>>(),
+            "emissionsCrossed": classify::entries(steps, &p.emissions_crossed, classify::emission_entry),
+            "emissionsCompensated": classify::entries(steps, &p.emissions_compensated, classify::emission_entry),
+            "wouldCrossOnRewind": classify::entries(steps, &p.would_cross_on_rewind, classify::would_cross_entry),
+            "unrestored": classify::entries(steps, &p.unrestored, classify::unrestored_entry),
+            "residue": res,
+            "warning_emissions": warning,
+            "guarantee": GUARANTEE,
+        })
+    }
+
+    /// `fork --at K`: enumerate; changes nothing in the workspace; records `fork-pending`.
+    pub fn fork(&mut self, k: i64) -> Result<Value> {
+        let p = self.fork_checks(k)?;
+        let hash = self.fork_hash(&p);
+        let mut report = self.fork_report(&p, None, &[]);
+        report["hash"] = hash.clone().into();
+        self.append(
+            Record::ForkPending {
+                at: k,
+                hash: Some(hash),
+            },
+            true,
+        )?;
+        Ok(report)
+    }
+
+    /// `fork-confirm --hash H` (SPEC 6.2).
+    pub fn fork_confirm(&mut self, hash: &str) -> Result<Value> {
+        let pending = match &self.state.fork_pending {
+            Some((at, Some(h))) => Some((*at, h.clone())),
+            _ => None,
+        };
+        let Some((k, _)) = pending else {
+            self.require_live()?;
+            return Err(Error::new(
+                Code::NoPendingFork,
+                format!("session {} has no pending fork", self.id),
+                "call `revl fork SESSION --at K` first, read the report, then confirm its hash",
+            ));
+        };
+        let p = self.fork_checks(k)?;
+        let fresh = self.fork_hash(&p);
+        let pending_hash = self
+            .state
+            .fork_pending
+            .as_ref()
+            .and_then(|f| f.1.clone())
+            .unwrap_or_default();
+        if hash != fresh || hash != pending_hash {
+            let mut report = self.fork_report(&p, None, &[]);
+            report["refused"] = true.into();
+            report["reason"] = "stale hash: the session changed since `fork` enumerated (or the hash is wrong); nothing was rewound; call `revl fork` again and read the new report".into();
+            self.append(Record::ForkPending { at: k, hash: None }, true)?;
+            return Ok(report);
+        }
+        let branch = new_id();
+        let mut crossed: Vec<u64> = p
+            .emissions_crossed
+            .iter()
+            .chain(&p.emissions_compensated)
+            .copied()
+            .collect();
+        crossed.sort_unstable();
+        let mut would_cross = p.would_cross_on_rewind.clone();
+        would_cross.sort_unstable();
+        let wal_position = self.record_count();
+        let provisions = self.state.provisions_at(k);
+        // 1. fork-begin, durable, before the rewind touches anything.
+        self.append(
+            Record::ForkBegin {
+                parent: self.id.clone(),
+                branch: branch.clone(),
+                at: k,
+                crossed: crossed.clone(),
+                would_cross: would_cross.clone(),
+            },
+            true,
+        )?;
+        self.fp.point("fork.after-begin");
+        // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first.
+        let (ran, failed) = self.fork_rewind(k, "fork.mid-rewind")?;
+        self.sync()?;
+        self.fp.point("fork.after-rewind");
+        // 3. the whole queue is dropped: those sends never crossed.
+        self.drop_deferred(|_| true, BY_FORK)?;
+        self.sync()?;
+        // 4. the branch's WAL, complete or absent.
+        let preserved = json!({
+            "at": k,
+            "workspace": self.state.workspace,
+            "manifestDigest": self.state.manifest_digest,
+            "capabilities": self.manifest()?.capabilities(),
+            "walPosition": wal_position,
+        });
+        self.write_branch_wal(
+            &branch,
+            k,
+            preserved.clone(),
+            crossed,
+            would_cross,
+            failed.clone(),
+            &provisions,
+        )?;
+        self.fp.point("fork.after-branch");
+        // 5. freeze the parent.
+        self.append(
+            Record::ForkFrozen {
+                parent: self.id.clone(),
+                branch: branch.clone(),
+                at: k,
+                failed: failed.clone(),
+            },
+            true,
+        )?;
+        self.fp.point("fork.after-frozen");
+        self.append(
+            Record::ForkComplete {
+                branch: branch.clone(),
+            },
+            true,
+        )?;
+        let mut report = self.fork_report(&p, Some(&ran), &failed);
+        report["forked"] = true.into();
+        report["branch"] = branch.clone().into();
+        report["lineage"] = json!({"preserved": preserved, "notPreserved": not_preserved()});
+        report["failed"] = failed.into();
+        Ok(report)
+    }
+
+    /// Run the fork's rewind over the tail above k, skipping what is already undone; a fenced
+    /// inverse without `undone` is listed failed (outcome unknown) and never re-run.
+    fn fork_rewind(&mut self, k: i64, crash_point: &str) -> Result<(Vec<u64>, Vec<Value>)> {
+        let order: Vec<u64> = self
+            .state
+            .steps
+            .iter()
+            .skip((k + 1) as usize)
+            .rev()
+            .map(|s| s.index)
+            .collect();
+        let (mut ran, mut failed) = (Vec::new(), Vec::new());
+        for i in order {
+            let s: &Step = &self.state.steps[i as usize];
+            if !matches!(
+                classify::bucket(s),
+                Bucket::InversesRan | Bucket::ProvisionsWithdrawn
+            ) {
+                continue;
+            }
+            if s.fenced {
+                failed.push(json!({"index": i, "label": s.label, "error": "interrupted after its replay fence", "outcome": "unknown"}));
+                continue;
+            }
+            match self.run_inverse(i, BY_FORK, crash_point)? {
+                Ok(()) => ran.push(i),
+                Err(f) => failed.push(f),
+            }
+        }
+        Ok((ran, failed))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write_branch_wal(
+        &self,
+        branch: &str,
+        k: i64,
+        preserved: Value,
+        crossed: Vec<u64>,
+        would_cross: Vec<u64>,
+        failed: Vec<Value>,
+        provisions: &std::collections::BTreeMap<String, String>,
+    ) -> Result<()> {
+        let dir = self.store.session_dir(branch);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let ts = Some(now_rfc3339());
+        let recs = vec![
+            Record::Header {
+                wal_version: crate::wal::WAL_VERSION,
+                seq: 0,
+                session: branch.into(),
+                workspace: self.state.workspace.clone(),
+                manifest_digest: self.state.manifest_digest.clone(),
+                created_by: format!(
+                    "revl {} (fork of {} at step {k})",
+                    env!("CARGO_PKG_VERSION"),
+                    self.id
+                ),
+                guarantee: GUARANTEE.into(),
+                ts: ts.clone(),
+            },
+            Record::ForkBranch {
+                branch: branch.into(),
+                parent: self.id.clone(),
+                at: k,
+                parent_wal: self.wal_path.display().to_string(),
+                preserved,
+                not_preserved: not_preserved(),
+                crossed,
+                would_cross,
+                failed,
+                provisions: json!(provisions),
+            },
+            Record::Step(StepRecord {
+                seq: 1,
+                step: 0,
+                kind: "hinge".into(),
+                label: "session/hinge".into(),
+                site: "session".into(),
+                detail: json!({}),
+                scope: None,
+                undo_scope: None,
+                undo: None,
+                undo_idempotent: None,
+                compensation: None,
+                ts,
+            }),
+        ];
+        create_wal(&self.store.wal_path(branch), &recs, &self.fp)?;
+        std::fs::File::open(self.store.root().join("sessions"))
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io("sessions/", e))
+    }
+
+    /// Repair an interrupted fork in this (parent) WAL (SPEC 6.4). Never crosses.
+    pub(crate) fn repair_fork(&mut self) -> Result<()> {
+        let Some(begun) = self.state.fork_begun.clone() else {
+            return Ok(());
+        };
+        if self.state.fork_complete {
+            return Ok(());
+        }
+        if let Some((_, _, _)) = &self.state.fork_frozen {
+            return self.append(
+                Record::ForkComplete {
+                    branch: begun.branch,
+                },
+                true,
+            );
+        }
+        let branch_wal = self.store.wal_path(&begun.branch);
+        let branch_read = read_wal(&branch_wal).ok().filter(|r| {
+            r.records
+                .iter()
+                .any(|x| matches!(x, Record::ForkBranch { .. }))
+        });
+        if let Some(r) = branch_read {
+            // The branch exists: roll forward.
+            let failed = r
+                .records
+                .iter()
+                .find_map(|x| match x {
+                    Record::ForkBranch { failed, .. } => Some(failed.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            self.append(
+                Record::ForkFrozen {
+                    parent: self.id.clone(),
+                    branch: begun.branch.clone(),
+                    at: begun.at,
+                    failed,
+                },
+                true,
+            )?;
+            return self.append(
+                Record::ForkComplete {
+                    branch: begun.branch,
+                },
+                true,
+            );
+        }
+        // No branch: finish the rewind of the acknowledged span, drop the queue, abandon.
+        let _ = std::fs::remove_file(self.store.session_dir(&begun.branch).join(".wal.jsonl.tmp"));
+        let _ = std::fs::remove_dir(self.store.session_dir(&begun.branch));
+        let (_, failed) = self.fork_rewind(begun.at, "repair.never")?;
+        self.drop_deferred(|_| true, BY_FORK)?;
+        let why = if failed.is_empty() {
+            "the fork died before its branch existed; its rewind was completed at repair and the session is live at the fork point".to_string()
+        } else {
+            format!("the fork died before its branch existed; its rewind was completed at repair, except {} inverse(s) whose outcome is unknown", failed.len())
+        };
+        self.append(Record::ForkAbandoned { at: begun.at, why }, true)
+    }
+
+    /// Before attaching to a branch, repair its parent's fork (either side repairs a fork).
+    pub(crate) fn repair_parent_fork(&self) -> Result<()> {
+        let Some(origin) = &self.state.origin else {
+            return Ok(());
+        };
+        let parent = &origin.parent;
+        let Ok(read) = read_wal(&self.store.wal_path(parent)) else {
+            return Ok(());
+        };
+        let Ok(st) = crate::state::State::replay(&read.records) else {
+            return Ok(());
+        };
+        if st.fork_begun.is_some() && !st.fork_complete && st.life() == Life::Live
+            || st.fork_frozen.is_some() && !st.fork_complete
+        {
+            drop(self.store.attach(parent)?);
+        }
+        Ok(())
+    }
+}
