@@ -227,7 +227,7 @@ impl Session {
         self.sync()?;
         self.fp.point("fork.after-rewind");
         // 3. the whole queue is dropped: those sends never crossed.
-        self.drop_deferred(|_| true, BY_FORK)?;
+        let dropped = self.drop_deferred(|_| true, BY_FORK)?;
         self.sync()?;
         // 4. the branch's WAL, complete or absent.
         let preserved = json!({
@@ -266,6 +266,7 @@ impl Session {
         )?;
         let mut report = self.fork_report(&p, Some(&ran), &failed);
         report["forked"] = true.into();
+        report["droppedDeferred"] = dropped.into();
         report["branch"] = branch.clone().into();
         report["lineage"] = json!({"preserved": preserved, "notPreserved": not_preserved()});
         report["failed"] = failed.into();
