@@ -155,6 +155,40 @@ enum Cmd {
         #[arg(long)]
         hash: String,
     },
+    /// Record which model answered step K and what it cost (metadata only, never text).
+    NoteModel {
+        session: String,
+        #[arg(long)]
+        step: u64,
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        tokens_in: u64,
+        #[arg(long)]
+        tokens_out: u64,
+        #[arg(long)]
+        latency_seconds: f64,
+        #[arg(long)]
+        attempts: u64,
+        #[arg(long)]
+        attempt_ceiling: u64,
+        /// validated | exhausted
+        #[arg(long)]
+        outcome: String,
+        #[arg(long)]
+        cost: Option<f64>,
+        #[arg(long)]
+        currency: Option<String>,
+    },
+    /// Offline: the lineage of one WAL, the topology of several, or (--at) a partition.
+    Branch {
+        #[arg(long = "wal", value_name = "FILE", required = true)]
+        wals: Vec<PathBuf>,
+        #[arg(long, allow_hyphen_values = true)]
+        at: Option<String>,
+    },
+    /// Offline: compare two branches' WALs.
+    Compare { left: PathBuf, right: PathBuf },
     /// Operator: the verdict on a dead session, and its repair.
     Recover {
         session: Option<String>,
@@ -240,6 +274,15 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     if let Cmd::Demo { keep } = &cli.cmd {
         return demo::run(*keep);
     }
+    match &cli.cmd {
+        Cmd::Branch { wals, at } => return offline_branch(wals, at.as_deref()),
+        Cmd::Compare { left, right } => {
+            let doc = revl_core::lineage::compare(left, right)?;
+            let exit = if doc["comparable"] == Value::Bool(true) { 0 } else { 1 };
+            return Ok(Outcome { text: render::compare(&doc), doc, exit });
+        }
+        _ => {}
+    }
     let store = open_store(cli)?;
     let effect = |session: &str, op: FileOp| -> Result<Outcome, Error> {
         let mut s = attach(&store, session)?;
@@ -248,7 +291,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Ok(Outcome::ok(doc, text))
     };
     match &cli.cmd {
-        Cmd::Demo { .. } => unreachable!("handled above"),
+        Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } => unreachable!("handled above"),
         Cmd::New {
             workspace,
             manifest,
@@ -426,6 +469,14 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let doc = s.approve(ticket.as_deref(), tool.as_deref())?;
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
         }
+        Cmd::NoteModel { session, step, model, tokens_in, tokens_out, latency_seconds, attempts, attempt_ceiling, outcome, cost, currency } => {
+            let args = serde_json::json!({"step": step, "model": model, "tokensIn": tokens_in, "tokensOut": tokens_out,
+                "latencySeconds": latency_seconds, "attempts": attempts, "attemptCeiling": attempt_ceiling,
+                "outcome": outcome, "cost": cost, "currency": currency});
+            let mut s = attach(&store, session)?;
+            let doc = s.note_model(&args)?;
+            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+        }
         Cmd::Fork { session, at } => {
             let k = parse_k(at, "--at")?;
             let mut s = attach(&store, session)?;
@@ -479,6 +530,31 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let mut s = attach(&store, session)?;
             let doc = s.step_back(k, mode)?;
             Ok(Outcome::ok(doc.clone(), render::step_back(&doc)))
+        }
+    }
+}
+
+/// `branch`: reads WALs only (no store, no lock, no repair).
+fn offline_branch(wals: &[PathBuf], at: Option<&str>) -> Result<Outcome, Error> {
+    use revl_core::lineage;
+    match (wals, at) {
+        ([one], Some(k)) => {
+            let k = parse_k(k, "--at")?;
+            let w = lineage::open(one)?;
+            let doc = w.partition(k)?;
+            let exit = if doc["residue"]["clean"] == Value::Bool(true) { 0 } else { 1 };
+            Ok(Outcome { text: render::partition(&doc), doc, exit })
+        }
+        (_, Some(_)) => Err(Error::new(Code::Usage, "--at takes exactly one --wal", "revl branch --wal FILE --at K")),
+        ([one], None) => {
+            let doc = lineage::open(one)?.lineage();
+            let exit = if lineage::OfflineWal::lineage_unclean(&doc) { 1 } else { 0 };
+            Ok(Outcome { text: render::lineage(&doc), doc, exit })
+        }
+        (many, None) => {
+            let doc = lineage::topology(many)?;
+            let open_edges = doc["orphans"].as_array().is_some_and(|a| !a.is_empty()) || doc["dangling"].as_array().is_some_and(|a| !a.is_empty());
+            Ok(Outcome { text: render::topology(&doc), doc, exit: if open_edges { 1 } else { 0 } })
         }
     }
 }

@@ -1,0 +1,319 @@
+//! Offline readers (SPEC 7.2, 7.3): lineage, topology, partition and comparison of branches
+//! from WAL files alone. They take no lock, repair nothing and run nothing. The partition
+//! uses the same replay (`State`) and the same classifier as the live fork, so the two
+//! agree by construction.
+
+use crate::classify::{self, partition, Partition};
+use crate::error::{Error, Result};
+use crate::state::{Life, State};
+use crate::step::{Step, StepKind};
+use crate::wal::{read_wal, Record};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+pub const SCHEMA_VERSION: &str = "1.0";
+
+/// A WAL read for offline use: its replayed state and a few facts replay does not keep.
+pub struct OfflineWal {
+    pub path: PathBuf,
+    pub state: State,
+    pub torn: bool,
+    /// A `flushed` or `commit-approved` record exists: a send committed.
+    pub committed_boundary: bool,
+}
+
+pub fn open(path: &Path) -> Result<OfflineWal> {
+    let read = read_wal(path)?;
+    let state = State::replay(&read.records)?;
+    let committed_boundary = read.records.iter().any(|r| matches!(r, Record::Flushed { .. } | Record::CommitApproved { .. }));
+    Ok(OfflineWal { path: path.to_path_buf(), state, torn: read.torn, committed_boundary })
+}
+
+fn residue_of(indices: &[u64], failed: &[Value], what: &str) -> Value {
+    let mut out: Vec<u64> = indices.to_vec();
+    out.extend(failed.iter().filter_map(|f| f.get("index").and_then(Value::as_u64)));
+    out.sort_unstable();
+    out.dedup();
+    let proof = if out.is_empty() {
+        format!("{what}: no emission crossed, no inverse was left unfired and none failed")
+    } else {
+        format!("{what}: {} step(s) of the parent's history stay out in the world or unrestored (crossed emissions, inverses that would cross, failed inverses): {out:?}", out.len())
+    };
+    json!({"clean": out.is_empty(), "outstanding": out, "proof": proof})
+}
+
+impl OfflineWal {
+    pub fn session(&self) -> &str {
+        &self.state.session
+    }
+
+    pub fn role(&self) -> &'static str {
+        let is_branch = self.state.origin.is_some();
+        let is_parent = self.state.fork_frozen.is_some() || self.state.fork_begun.is_some();
+        match (is_branch, is_parent) {
+            (true, true) => "forked-branch",
+            (true, false) => "branch",
+            (false, true) => "forked-parent",
+            (false, false) => "standalone",
+        }
+    }
+
+    /// The parent's fork point, if this WAL is a branch.
+    pub fn parent(&self) -> Option<(&str, i64)> {
+        self.state.origin.as_ref().map(|o| (o.parent.as_str(), o.at))
+    }
+
+    /// The child this WAL forked into, and where.
+    pub fn child(&self) -> Option<(String, i64)> {
+        if let Some((b, at, _)) = &self.state.fork_frozen {
+            return Some((b.clone(), *at));
+        }
+        self.state.fork_begun.as_ref().map(|f| (f.branch.clone(), f.at))
+    }
+
+    /// The lineage document (`revl.branch-lineage`).
+    pub fn lineage(&self) -> Value {
+        let st = &self.state;
+        let mut m = Map::new();
+        m.insert("kind".into(), "revl.branch-lineage".into());
+        m.insert("schemaVersion".into(), SCHEMA_VERSION.into());
+        m.insert("wal".into(), self.path.display().to_string().into());
+        m.insert("role".into(), self.role().into());
+        m.insert("session".into(), st.session.clone().into());
+        m.insert("state".into(), st.life().as_str().into());
+        m.insert("steps".into(), st.steps.len().into());
+        m.insert("complete".into(), st.activation_complete.into());
+        m.insert("torn".into(), self.torn.into());
+        if let Some(o) = &st.origin {
+            let mut idx: Vec<u64> = o.crossed.iter().chain(&o.would_cross).copied().collect();
+            idx.sort_unstable();
+            m.insert("parent".into(), o.parent.clone().into());
+            m.insert("divergedAt".into(), o.at.into());
+            m.insert("parentWal".into(), o.parent_wal.clone().into());
+            m.insert("preserved".into(), o.preserved.clone());
+            m.insert("notPreserved".into(), o.not_preserved.clone());
+            m.insert("inheritedResidue".into(), residue_of(&idx, &o.failed, "inherited at the fork"));
+        }
+        if let Some((child, at)) = self.child() {
+            let begun = st.fork_begun.as_ref();
+            let mut idx: Vec<u64> = begun.map(|b| b.crossed.iter().chain(&b.would_cross).copied().collect()).unwrap_or_default();
+            idx.sort_unstable();
+            let failed = st.fork_frozen.as_ref().map(|f| f.2.clone()).unwrap_or_default();
+            m.insert("child".into(), child.into());
+            m.insert("frozenAt".into(), if st.fork_frozen.is_some() { at.into() } else { Value::Null });
+            m.insert("forkComplete".into(), st.fork_complete.into());
+            m.insert("residue".into(), residue_of(&idx, &failed, "left behind by the fork"));
+            if !st.fork_complete {
+                m.insert("midFork".into(), format!("the fork at step {at} began but neither completed nor was abandoned: the workspace may be half rewound; any revl command on this session repairs it").into());
+            }
+        }
+        Value::Object(m)
+    }
+
+    /// True when the lineage has residue that is not clean (exit code 1).
+    pub fn lineage_unclean(doc: &Value) -> bool {
+        ["inheritedResidue", "residue"].iter().any(|k| doc.get(*k).is_some_and(|r| r["clean"] == Value::Bool(false)))
+    }
+
+    /// The partition of the tail above k from the WAL alone (`revl.branch-partition`).
+    pub fn partition(&self, k: i64) -> Result<Value> {
+        let st = &self.state;
+        let head = st.head() as i64;
+        if k < -1 || k > head {
+            return Err(Error::bad_args(format!("step {k} is out of range: this WAL has steps -1..={head}"), "give --at a step index from the timeline, or -1"));
+        }
+        let p = partition(&st.steps, k);
+        let mut findings = Vec::new();
+        match st.life() {
+            Life::Live => {}
+            Life::Frozen { branch, .. } => findings.push(json!({"finding": "not-live", "why": format!("the session is frozen: it continues as branch {branch}")})),
+            l => findings.push(json!({"finding": "not-live", "why": format!("the session is {}", l.as_str())})),
+        }
+        if self.committed_boundary {
+            findings.push(json!({"finding": "committed-boundary", "why": "a commit was approved or a held send was flushed: a fork cannot rewind past a send that already committed"}));
+        }
+        if let Some(why) = classify::k_not_live(&st.steps, &st.spans, k) {
+            findings.push(json!({"finding": "undone", "why": why}));
+        }
+        if !p.unrestored.is_empty() {
+            findings.push(json!({"finding": "opaque-tail", "why": "the tail holds steps nothing can restore (KIND_OPAQUE)", "steps": p.unrestored}));
+        }
+        let non_idem: Vec<u64> = p.inverses_ran.iter().copied().filter(|&i| st.steps[i as usize].undo_idempotent == Some(false)).collect();
+        if !non_idem.is_empty() {
+            findings.push(json!({"finding": "non-idempotent-span", "why": "the rewind would run inverses declared undo_idempotent = false", "steps": non_idem}));
+        }
+        let forkable = findings.is_empty();
+        if self.torn {
+            findings.push(json!({"finding": "torn-tail", "why": "the last line of the WAL is torn (a crash mid-append); readers skip it and the next writer truncates it"}));
+        }
+        let steps = &st.steps;
+        let would_cross: Vec<Value> = p.would_cross_on_rewind.iter().map(|&i| {
+            let s = &steps[i as usize];
+            let mut e = classify::would_cross_entry(s);
+            e["why"] = classify::would_cross_why(s).into();
+            e
+        }).collect();
+        let (res, _) = crate::fork::residue(&p, &[]);
+        Ok(json!({
+            "kind": "revl.branch-partition",
+            "schemaVersion": SCHEMA_VERSION,
+            "wal": self.path.display().to_string(),
+            "session": st.session,
+            "at": k,
+            "atLabel": st.label_at(k),
+            "performed": false,
+            "wouldRewind": classify::entries(steps, &p.inverses_ran, classify::rewound_entry),
+            "wouldWithdraw": classify::entries(steps, &p.provisions_withdrawn, classify::rewound_entry),
+            "emissionsCrossed": classify::entries(steps, &p.emissions_crossed, classify::emission_entry),
+            "emissionsCompensated": classify::entries(steps, &p.emissions_compensated, classify::emission_entry),
+            "wouldCrossOnRewind": would_cross,
+            "unrestored": classify::entries(steps, &p.unrestored, classify::unrestored_entry),
+            "findings": findings,
+            "forkable": forkable,
+            "residue": res,
+            "readerNote": "computed from the WAL alone, performing nothing; a step whose scope is absent is never offered as rewindable (an unproven scope is treated as crossing)",
+        }))
+    }
+
+    /// The partition as indices (for agreement checks).
+    pub fn partition_indices(&self, k: i64) -> Partition {
+        partition(&self.state.steps, k)
+    }
+
+    fn side(&self) -> Value {
+        let emissions: Vec<u64> = self.state.steps.iter().filter(|s| s.kind == StepKind::Emission).map(|s| s.index).collect();
+        json!({"wal": self.path.display().to_string(), "session": self.state.session, "role": self.role(),
+               "steps": self.state.steps.len(), "emissionsCrossed": emissions, "modelDecisions": self.state.model_decisions})
+    }
+}
+
+/// The topology of several WALs (`revl.branch-topology`). The same WAL given twice counts once.
+pub fn topology(paths: &[PathBuf]) -> Result<Value> {
+    let mut seen = BTreeSet::new();
+    let mut wals = Vec::new();
+    for p in paths {
+        let canon = std::fs::canonicalize(p).map_err(|e| Error::bad_args(format!("cannot open WAL {}: {e}", p.display()), "give paths of session WALs"))?;
+        if seen.insert(canon.clone()) {
+            wals.push(open(&canon)?);
+        }
+    }
+    let ids: BTreeSet<String> = wals.iter().map(|w| w.session().to_string()).collect();
+    let (mut edges, mut roots, mut orphans, mut dangling, mut unidentified) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut children: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for w in &wals {
+        let wal = w.path.display().to_string();
+        match w.parent() {
+            Some((parent, at)) => {
+                if ids.contains(parent) {
+                    edges.push(json!({"parent": parent, "branch": w.session(), "at": at}));
+                    children.entry(parent.to_string()).or_default().push(w.session().to_string());
+                } else {
+                    roots.push(w.session().to_string());
+                    orphans.push(json!({"wal": wal, "branch": w.session(), "parent": parent, "at": at, "why": format!("the parent's WAL ({parent}) was not given")}));
+                }
+            }
+            None => roots.push(w.session().to_string()),
+        }
+        if let Some((child, at)) = w.child() {
+            if !ids.contains(&child) {
+                dangling.push(json!({"wal": wal, "parent": w.session(), "branch": child, "at": at, "why": format!("the branch's WAL ({child}) was not given")}));
+            }
+        }
+        if w.role() == "standalone" {
+            unidentified.push(json!({"wal": wal, "why": "a standalone session: it has no fork record, so it belongs to no lineage"}));
+        }
+    }
+    for v in children.values_mut() {
+        v.sort();
+    }
+    roots.sort();
+    edges.sort_by(|a, b| (a["parent"].as_str(), a["at"].as_i64()).cmp(&(b["parent"].as_str(), b["at"].as_i64())));
+    Ok(json!({
+        "kind": "revl.branch-topology",
+        "schemaVersion": SCHEMA_VERSION,
+        "sessions": wals.iter().map(OfflineWal::lineage).collect::<Vec<_>>(),
+        "edges": edges,
+        "children": children,
+        "roots": roots,
+        "orphans": orphans,
+        "dangling": dangling,
+        "unidentified": unidentified,
+    }))
+}
+
+/// A side's steps by lineage position: a branch's step i ≥ 1 sits at position at+i; a root's
+/// step i at position i. Hinges are skipped.
+fn positioned(w: &OfflineWal) -> Vec<(i64, &Step)> {
+    let base = w.parent().map(|(_, at)| at).unwrap_or(0);
+    w.state.steps.iter().filter(|s| s.kind != StepKind::Hinge).map(|s| (if w.parent().is_some() { base + s.index as i64 } else { s.index as i64 }, s)).collect()
+}
+
+fn brief(pos: i64, s: &Step) -> Value {
+    json!({"position": pos, "index": s.index, "kind": s.kind.as_str(), "label": s.label})
+}
+
+/// Compare two WALs (`revl.branch-compare`).
+pub fn compare(left: &Path, right: &Path) -> Result<Value> {
+    let (l, r) = (open(left)?, open(right)?);
+    let not_comparable = json!([
+        {"axis": "decisionCause", "why": "revl records what each side did, not why the model decided it: no prompt or response is recorded, so a difference cannot be attributed to a cause"},
+        {"axis": "counterfactual", "why": "each side ran once in its own world (clock, seeds, provider state): the comparison says what differed, not what the other side would have done"},
+    ]);
+    let (relation, diverged): (&str, Option<i64>) = match (l.parent(), r.parent()) {
+        (Some((p, at)), _) if p == r.session() => ("parent-branch", Some(at)),
+        (_, Some((p, at))) if p == l.session() => ("parent-branch", Some(at)),
+        (Some((pl, al)), Some((pr, ar))) if pl == pr => ("siblings", if al == ar { Some(al) } else { None }),
+        _ => ("unrelated", None),
+    };
+    let mut doc = json!({
+        "kind": "revl.branch-compare",
+        "schemaVersion": SCHEMA_VERSION,
+        "relation": relation,
+        "comparable": relation != "unrelated",
+        "divergedAt": diverged,
+        "left": l.side(),
+        "right": r.side(),
+        "notComparable": not_comparable,
+    });
+    if relation == "unrelated" {
+        doc["why"] = "neither WAL names the other as its parent and they share no parent: there is no divergence point to compare from".into();
+        return Ok(doc);
+    }
+    // Positions at or below the divergence point are shared; siblings forked at different
+    // steps share the parent's history up to the earlier one.
+    let cut = match diverged {
+        Some(k) => k,
+        None => l.parent().map(|p| p.1).unwrap_or(0).min(r.parent().map(|p| p.1).unwrap_or(0)),
+    };
+    let (lp, rp) = (positioned(&l), positioned(&r));
+    let shared = lp.iter().filter(|(p, _)| *p <= cut).count().max(rp.iter().filter(|(p, _)| *p <= cut).count());
+    let la: Vec<&(i64, &Step)> = lp.iter().filter(|(p, _)| *p > cut).collect();
+    let ra: Vec<&(i64, &Step)> = rp.iter().filter(|(p, _)| *p > cut).collect();
+    let mut first = None;
+    let n = la.len().max(ra.len());
+    for i in 0..n {
+        let (a, b) = (la.get(i), ra.get(i));
+        let same = matches!((a, b), (Some((_, x)), Some((_, y))) if x.kind == y.kind && x.label == y.label);
+        if !same {
+            first = Some(i);
+            break;
+        }
+    }
+    let first_doc = first.map(|i| {
+        let pos = la.get(i).map(|(p, _)| *p).or(ra.get(i).map(|(p, _)| *p)).unwrap_or(cut + 1);
+        json!({"position": pos, "left": la.get(i).map(|(p, s)| brief(*p, s)), "right": ra.get(i).map(|(p, s)| brief(*p, s))})
+    });
+    let from = first.unwrap_or(n);
+    let emissions = |xs: &[&(i64, &Step)]| -> Vec<Value> { xs.iter().filter(|(_, s)| s.kind == StepKind::Emission).map(|(p, s)| { let mut e = classify::emission_entry(s); e["position"] = (*p).into(); e }).collect() };
+    doc["delta"] = json!({
+        "sharedPrefix": {"through": cut, "steps": shared},
+        "firstDifference": first_doc,
+        "onlyLeft": la.iter().skip(from).map(|(p, s)| brief(*p, s)).collect::<Vec<_>>(),
+        "onlyRight": ra.iter().skip(from).map(|(p, s)| brief(*p, s)).collect::<Vec<_>>(),
+        "emissions": {"left": emissions(&la), "right": emissions(&ra)},
+        "modelDecisions": {"left": l.state.model_decisions, "right": r.state.model_decisions},
+        "identical": first.is_none(),
+    });
+    Ok(doc)
+}
