@@ -117,7 +117,7 @@ fn mid_fork_wal_reads_half_rewound_without_repair() {
 
 #[test]
 fn partition_findings_and_exit_codes() {
-    let (e, p, b, _c) = chain();
+    let (e, p, _b, c) = chain();
     let part = branch(&["branch", "--wal", w(&wal(&e, &p)), "--at", "3"]);
     assert_eq!(part.json["kind"], "revl.branch-partition");
     assert_eq!(part.json["performed"], false);
@@ -126,7 +126,7 @@ fn partition_findings_and_exit_codes() {
     assert!(f.contains(&"undone"), "steps above 2 were stepped over by the fork: {f:?}");
     assert_eq!(part.json["forkable"], false);
     // The live branch, with a torn tail appended: information only.
-    let bw = wal(&e, &b);
+    let bw = wal(&e, &c);
     let mut f2 = std::fs::OpenOptions::new().append(true).open(&bw).unwrap();
     std::io::Write::write_all(&mut f2, b"{\"record\":\"und").unwrap();
     let part = branch(&["branch", "--wal", w(&bw), "--at", "-1"]);
