@@ -143,7 +143,7 @@ fn partition_findings_and_exit_codes() {
     let f: Vec<&str> = part.json["findings"].as_array().unwrap().iter().map(|f| f["finding"].as_str().unwrap()).collect();
     assert!(f.contains(&"not-live") && f.contains(&"committed-boundary"), "{f:?}");
     assert_eq!(branch(&["branch", "--wal", w(&wal(&e2, &s)), "--at", "9"]).code, 2);
-    assert_eq!(branch(&["branch", "--wal", "/nonexistent/wal.jsonl"]).code, 2);
+    assert_eq!(branch(&["branch", "--wal", "/nonexistent/wal.jsonl"]).code, 1, "SPEC 7.2: a WAL that cannot be read exits 1");
 }
 
 #[test]
