@@ -26,13 +26,25 @@ pub struct OfflineWal {
 pub fn open(path: &Path) -> Result<OfflineWal> {
     let read = read_wal(path)?;
     let state = State::replay(&read.records)?;
-    let committed_boundary = read.records.iter().any(|r| matches!(r, Record::Flushed { .. } | Record::CommitApproved { .. }));
-    Ok(OfflineWal { path: path.to_path_buf(), state, torn: read.torn, committed_boundary })
+    let committed_boundary = read
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::Flushed { .. } | Record::CommitApproved { .. }));
+    Ok(OfflineWal {
+        path: path.to_path_buf(),
+        state,
+        torn: read.torn,
+        committed_boundary,
+    })
 }
 
 fn residue_of(indices: &[u64], failed: &[Value], what: &str) -> Value {
     let mut out: Vec<u64> = indices.to_vec();
-    out.extend(failed.iter().filter_map(|f| f.get("index").and_then(Value::as_u64)));
+    out.extend(
+        failed
+            .iter()
+            .filter_map(|f| f.get("index").and_then(Value::as_u64)),
+    );
     out.sort_unstable();
     out.dedup();
     let proof = if out.is_empty() {
@@ -61,7 +73,10 @@ impl OfflineWal {
 
     /// The parent's fork point, if this WAL is a branch.
     pub fn parent(&self) -> Option<(&str, i64)> {
-        self.state.origin.as_ref().map(|o| (o.parent.as_str(), o.at))
+        self.state
+            .origin
+            .as_ref()
+            .map(|o| (o.parent.as_str(), o.at))
     }
 
     /// The child this WAL forked into, and where.
@@ -69,7 +84,10 @@ impl OfflineWal {
         if let Some((b, at, _)) = &self.state.fork_frozen {
             return Some((b.clone(), *at));
         }
-        self.state.fork_begun.as_ref().map(|f| (f.branch.clone(), f.at))
+        self.state
+            .fork_begun
+            .as_ref()
+            .map(|f| (f.branch.clone(), f.at))
     }
 
     /// The lineage document (`revl.branch-lineage`).
@@ -93,17 +111,36 @@ impl OfflineWal {
             m.insert("parentWal".into(), o.parent_wal.clone().into());
             m.insert("preserved".into(), o.preserved.clone());
             m.insert("notPreserved".into(), o.not_preserved.clone());
-            m.insert("inheritedResidue".into(), residue_of(&idx, &o.failed, "inherited at the fork"));
+            m.insert(
+                "inheritedResidue".into(),
+                residue_of(&idx, &o.failed, "inherited at the fork"),
+            );
         }
         if let Some((child, at)) = self.child() {
             let begun = st.fork_begun.as_ref();
-            let mut idx: Vec<u64> = begun.map(|b| b.crossed.iter().chain(&b.would_cross).copied().collect()).unwrap_or_default();
+            let mut idx: Vec<u64> = begun
+                .map(|b| b.crossed.iter().chain(&b.would_cross).copied().collect())
+                .unwrap_or_default();
             idx.sort_unstable();
-            let failed = st.fork_frozen.as_ref().map(|f| f.2.clone()).unwrap_or_default();
+            let failed = st
+                .fork_frozen
+                .as_ref()
+                .map(|f| f.2.clone())
+                .unwrap_or_default();
             m.insert("child".into(), child.into());
-            m.insert("frozenAt".into(), if st.fork_frozen.is_some() { at.into() } else { Value::Null });
+            m.insert(
+                "frozenAt".into(),
+                if st.fork_frozen.is_some() {
+                    at.into()
+                } else {
+                    Value::Null
+                },
+            );
             m.insert("forkComplete".into(), st.fork_complete.into());
-            m.insert("residue".into(), residue_of(&idx, &failed, "left behind by the fork"));
+            m.insert(
+                "residue".into(),
+                residue_of(&idx, &failed, "left behind by the fork"),
+            );
             if !st.fork_complete {
                 m.insert("midFork".into(), format!("the fork at step {at} began but neither completed nor was abandoned: the workspace may be half rewound; any revl command on this session repairs it").into());
             }
@@ -113,7 +150,10 @@ impl OfflineWal {
 
     /// True when the lineage has residue that is not clean (exit code 1).
     pub fn lineage_unclean(doc: &Value) -> bool {
-        ["inheritedResidue", "residue"].iter().any(|k| doc.get(*k).is_some_and(|r| r["clean"] == Value::Bool(false)))
+        ["inheritedResidue", "residue"].iter().any(|k| {
+            doc.get(*k)
+                .is_some_and(|r| r["clean"] == Value::Bool(false))
+        })
     }
 
     /// The partition of the tail above k from the WAL alone (`revl.branch-partition`).
@@ -121,7 +161,10 @@ impl OfflineWal {
         let st = &self.state;
         let head = st.head() as i64;
         if k < -1 || k > head {
-            return Err(Error::bad_args(format!("step {k} is out of range: this WAL has steps -1..={head}"), "give --at a step index from the timeline, or -1"));
+            return Err(Error::bad_args(
+                format!("step {k} is out of range: this WAL has steps -1..={head}"),
+                "give --at a step index from the timeline, or -1",
+            ));
         }
         let p = partition(&st.steps, k);
         let mut findings = Vec::new();
@@ -139,7 +182,12 @@ impl OfflineWal {
         if !p.unrestored.is_empty() {
             findings.push(json!({"finding": "opaque-tail", "why": "the tail holds steps nothing can restore (KIND_OPAQUE)", "steps": p.unrestored}));
         }
-        let non_idem: Vec<u64> = p.inverses_ran.iter().copied().filter(|&i| st.steps[i as usize].undo_idempotent == Some(false)).collect();
+        let non_idem: Vec<u64> = p
+            .inverses_ran
+            .iter()
+            .copied()
+            .filter(|&i| st.steps[i as usize].undo_idempotent == Some(false))
+            .collect();
         if !non_idem.is_empty() {
             findings.push(json!({"finding": "non-idempotent-span", "why": "the rewind would run inverses declared undo_idempotent = false", "steps": non_idem}));
         }
@@ -148,12 +196,16 @@ impl OfflineWal {
             findings.push(json!({"finding": "torn-tail", "why": "the last line of the WAL is torn (a crash mid-append); readers skip it and the next writer truncates it"}));
         }
         let steps = &st.steps;
-        let would_cross: Vec<Value> = p.would_cross_on_rewind.iter().map(|&i| {
-            let s = &steps[i as usize];
-            let mut e = classify::would_cross_entry(s);
-            e["why"] = classify::would_cross_why(s).into();
-            e
-        }).collect();
+        let would_cross: Vec<Value> = p
+            .would_cross_on_rewind
+            .iter()
+            .map(|&i| {
+                let s = &steps[i as usize];
+                let mut e = classify::would_cross_entry(s);
+                e["why"] = classify::would_cross_why(s).into();
+                e
+            })
+            .collect();
         let (res, _) = crate::fork::residue(&p, &[]);
         Ok(json!({
             "kind": "revl.branch-partition",
@@ -182,7 +234,13 @@ impl OfflineWal {
     }
 
     fn side(&self) -> Value {
-        let emissions: Vec<u64> = self.state.steps.iter().filter(|s| s.kind == StepKind::Emission).map(|s| s.index).collect();
+        let emissions: Vec<u64> = self
+            .state
+            .steps
+            .iter()
+            .filter(|s| s.kind == StepKind::Emission)
+            .map(|s| s.index)
+            .collect();
         json!({"wal": self.path.display().to_string(), "session": self.state.session, "role": self.role(),
                "steps": self.state.steps.len(), "emissionsCrossed": emissions, "modelDecisions": self.state.model_decisions})
     }
@@ -193,13 +251,19 @@ pub fn topology(paths: &[PathBuf]) -> Result<Value> {
     let mut seen = BTreeSet::new();
     let mut wals = Vec::new();
     for p in paths {
-        let canon = std::fs::canonicalize(p).map_err(|e| Error::bad_args(format!("cannot open WAL {}: {e}", p.display()), "give paths of session WALs"))?;
+        let canon = std::fs::canonicalize(p).map_err(|e| {
+            Error::bad_args(
+                format!("cannot open WAL {}: {e}", p.display()),
+                "give paths of session WALs",
+            )
+        })?;
         if seen.insert(canon.clone()) {
             wals.push(open(&canon)?);
         }
     }
     let ids: BTreeSet<String> = wals.iter().map(|w| w.session().to_string()).collect();
-    let (mut edges, mut roots, mut orphans, mut dangling, mut unidentified) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut edges, mut roots, mut orphans, mut dangling, mut unidentified) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut children: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for w in &wals {
         let wal = w.path.display().to_string();
@@ -207,7 +271,10 @@ pub fn topology(paths: &[PathBuf]) -> Result<Value> {
             Some((parent, at)) => {
                 if ids.contains(parent) {
                     edges.push(json!({"parent": parent, "branch": w.session(), "at": at}));
-                    children.entry(parent.to_string()).or_default().push(w.session().to_string());
+                    children
+                        .entry(parent.to_string())
+                        .or_default()
+                        .push(w.session().to_string());
                 } else {
                     roots.push(w.session().to_string());
                     orphans.push(json!({"wal": wal, "branch": w.session(), "parent": parent, "at": at, "why": format!("the parent's WAL ({parent}) was not given")}));
@@ -228,7 +295,9 @@ pub fn topology(paths: &[PathBuf]) -> Result<Value> {
         v.sort();
     }
     roots.sort();
-    edges.sort_by(|a, b| (a["parent"].as_str(), a["at"].as_i64()).cmp(&(b["parent"].as_str(), b["at"].as_i64())));
+    edges.sort_by(|a, b| {
+        (a["parent"].as_str(), a["at"].as_i64()).cmp(&(b["parent"].as_str(), b["at"].as_i64()))
+    });
     Ok(json!({
         "kind": "revl.branch-topology",
         "schemaVersion": SCHEMA_VERSION,
@@ -246,7 +315,21 @@ pub fn topology(paths: &[PathBuf]) -> Result<Value> {
 /// step i at position i. Hinges are skipped.
 fn positioned(w: &OfflineWal) -> Vec<(i64, &Step)> {
     let base = w.parent().map(|(_, at)| at).unwrap_or(0);
-    w.state.steps.iter().filter(|s| s.kind != StepKind::Hinge).map(|s| (if w.parent().is_some() { base + s.index as i64 } else { s.index as i64 }, s)).collect()
+    w.state
+        .steps
+        .iter()
+        .filter(|s| s.kind != StepKind::Hinge)
+        .map(|s| {
+            (
+                if w.parent().is_some() {
+                    base + s.index as i64
+                } else {
+                    s.index as i64
+                },
+                s,
+            )
+        })
+        .collect()
 }
 
 fn brief(pos: i64, s: &Step) -> Value {
@@ -263,7 +346,9 @@ pub fn compare(left: &Path, right: &Path) -> Result<Value> {
     let (relation, diverged): (&str, Option<i64>) = match (l.parent(), r.parent()) {
         (Some((p, at)), _) if p == r.session() => ("parent-branch", Some(at)),
         (_, Some((p, at))) if p == l.session() => ("parent-branch", Some(at)),
-        (Some((pl, al)), Some((pr, ar))) if pl == pr => ("siblings", if al == ar { Some(al) } else { None }),
+        (Some((pl, al)), Some((pr, ar))) if pl == pr => {
+            ("siblings", if al == ar { Some(al) } else { None })
+        }
         _ => ("unrelated", None),
     };
     let mut doc = json!({
@@ -284,10 +369,18 @@ pub fn compare(left: &Path, right: &Path) -> Result<Value> {
     // steps share the parent's history up to the earlier one.
     let cut = match diverged {
         Some(k) => k,
-        None => l.parent().map(|p| p.1).unwrap_or(0).min(r.parent().map(|p| p.1).unwrap_or(0)),
+        None => l
+            .parent()
+            .map(|p| p.1)
+            .unwrap_or(0)
+            .min(r.parent().map(|p| p.1).unwrap_or(0)),
     };
     let (lp, rp) = (positioned(&l), positioned(&r));
-    let shared = lp.iter().filter(|(p, _)| *p <= cut).count().max(rp.iter().filter(|(p, _)| *p <= cut).count());
+    let shared = lp
+        .iter()
+        .filter(|(p, _)| *p <= cut)
+        .count()
+        .max(rp.iter().filter(|(p, _)| *p <= cut).count());
     let la: Vec<&(i64, &Step)> = lp.iter().filter(|(p, _)| *p > cut).collect();
     let ra: Vec<&(i64, &Step)> = rp.iter().filter(|(p, _)| *p > cut).collect();
     let mut first = None;
@@ -305,7 +398,16 @@ pub fn compare(left: &Path, right: &Path) -> Result<Value> {
         json!({"position": pos, "left": la.get(i).map(|(p, s)| brief(*p, s)), "right": ra.get(i).map(|(p, s)| brief(*p, s))})
     });
     let from = first.unwrap_or(n);
-    let emissions = |xs: &[&(i64, &Step)]| -> Vec<Value> { xs.iter().filter(|(_, s)| s.kind == StepKind::Emission).map(|(p, s)| { let mut e = classify::emission_entry(s); e["position"] = (*p).into(); e }).collect() };
+    let emissions = |xs: &[&(i64, &Step)]| -> Vec<Value> {
+        xs.iter()
+            .filter(|(_, s)| s.kind == StepKind::Emission)
+            .map(|(p, s)| {
+                let mut e = classify::emission_entry(s);
+                e["position"] = (*p).into();
+                e
+            })
+            .collect()
+    };
     doc["delta"] = json!({
         "sharedPrefix": {"through": cut, "steps": shared},
         "firstDifference": first_doc,

@@ -758,10 +758,24 @@ impl Session {
     /// no prompt or response text, and no digest of them, is ever written.
     pub fn note_model(&mut self, args: &Value) -> Result<Value> {
         self.require_live()?;
-        let bad = |f: &str, want: &str| Error::bad_args(format!("note-model: `{f}` must be {want}"), "see `revl note-model --help`");
-        let step = args.get("step").and_then(Value::as_u64).ok_or_else(|| bad("step", "a step index"))?;
+        let bad = |f: &str, want: &str| {
+            Error::bad_args(
+                format!("note-model: `{f}` must be {want}"),
+                "see `revl note-model --help`",
+            )
+        };
+        let step = args
+            .get("step")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad("step", "a step index"))?;
         if step > self.state.head() {
-            return Err(Error::bad_args(format!("note-model: step {step} is out of range 0..={}", self.state.head()), "name a step that exists"));
+            return Err(Error::bad_args(
+                format!(
+                    "note-model: step {step} is out of range 0..={}",
+                    self.state.head()
+                ),
+                "name a step that exists",
+            ));
         }
         let outcome = match args.get("outcome").and_then(Value::as_str) {
             Some(o @ ("validated" | "exhausted")) => o.to_string(),
@@ -769,13 +783,34 @@ impl Session {
         };
         let host = |v: Value| json!({"value": v, "provenance": "host-reported"});
         let mut llm = serde_json::Map::new();
-        let model = args.get("model").and_then(Value::as_str).filter(|m| !m.is_empty()).ok_or_else(|| bad("model", "a non-empty model name"))?;
+        let model = args
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| bad("model", "a non-empty model name"))?;
         llm.insert("model".into(), host(model.into()));
-        for (k, int) in [("tokensIn", true), ("tokensOut", true), ("latencySeconds", false), ("attempts", true), ("attemptCeiling", true)] {
+        for (k, int) in [
+            ("tokensIn", true),
+            ("tokensOut", true),
+            ("latencySeconds", false),
+            ("attempts", true),
+            ("attemptCeiling", true),
+        ] {
             let v = args.get(k).ok_or_else(|| bad(k, "given"))?;
-            let okv = if int { v.as_u64().is_some() } else { v.as_f64().is_some_and(|f| f >= 0.0) };
+            let okv = if int {
+                v.as_u64().is_some()
+            } else {
+                v.as_f64().is_some_and(|f| f >= 0.0)
+            };
             if !okv {
-                return Err(bad(k, if int { "a non-negative integer" } else { "a non-negative number" }));
+                return Err(bad(
+                    k,
+                    if int {
+                        "a non-negative integer"
+                    } else {
+                        "a non-negative number"
+                    },
+                ));
             }
             llm.insert(k.into(), host(v.clone()));
         }
@@ -786,11 +821,21 @@ impl Session {
             llm.insert("cost".into(), host(c.clone()));
         }
         if let Some(c) = args.get("currency").filter(|c| !c.is_null()) {
-            let c = c.as_str().filter(|c| c.len() == 3 && c.chars().all(|x| x.is_ascii_uppercase())).ok_or_else(|| bad("currency", "a 3-letter ISO 4217 code such as EUR"))?;
+            let c = c
+                .as_str()
+                .filter(|c| c.len() == 3 && c.chars().all(|x| x.is_ascii_uppercase()))
+                .ok_or_else(|| bad("currency", "a 3-letter ISO 4217 code such as EUR"))?;
             llm.insert("currency".into(), host(c.into()));
         }
         let llm = Value::Object(llm);
-        self.append(Record::ModelDecision { step, outcome: outcome.clone(), llm: llm.clone() }, true)?;
+        self.append(
+            Record::ModelDecision {
+                step,
+                outcome: outcome.clone(),
+                llm: llm.clone(),
+            },
+            true,
+        )?;
         Ok(json!({"recorded": true, "step": step, "outcome": outcome, "llm": llm}))
     }
 }

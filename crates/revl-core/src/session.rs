@@ -55,31 +55,15 @@ impl Store {
     /// `new --workspace DIR`: create a session (refusing a workspace that has, or is nested
     /// in or around, a live session) and return it attached.
     pub fn new_session(&self, workspace: &Path, manifest: Option<&Path>) -> Result<Session> {
-        std::fs::create_dir_all(workspace).map_err(|e| {
-            Error::io(
-                format!("cannot create workspace {}", workspace.display()),
-                e,
-            )
-        })?;
-        let ws = std::fs::canonicalize(workspace)
-            .map_err(|e| Error::io(format!("cannot open workspace {}", workspace.display()), e))?;
-        if !ws.is_dir() {
+        // Every check runs on the path the workspace will have, before anything is created.
+        let ws = crate::store::resolve_future(workspace)?;
+        if ws.exists() && !ws.is_dir() {
             return Err(Error::bad_args(
                 format!("workspace {} is not a directory", ws.display()),
                 "give --workspace a directory",
             ));
         }
-        if self.root().starts_with(&ws) || ws.starts_with(self.root()) {
-            return Err(Error::new(
-                Code::StoreInWorkspace,
-                format!(
-                    "the store {} and the workspace {} overlap",
-                    self.root().display(),
-                    ws.display()
-                ),
-                "put the store outside the workspace (--store or REVL_STORE)",
-            ));
-        }
+        crate::store::check_overlap(self.root(), &ws)?;
         let manifest_digest = self.import_manifest(manifest, &ws)?;
         let _store_lock = self.store_lock()?;
         for id in self.session_ids()? {
@@ -100,6 +84,10 @@ impl Store {
                 ));
             }
         }
+        std::fs::create_dir_all(&ws)
+            .map_err(|e| Error::io(format!("cannot create workspace {}", ws.display()), e))?;
+        let ws = std::fs::canonicalize(&ws)
+            .map_err(|e| Error::io(format!("cannot open workspace {}", ws.display()), e))?;
         let id = crate::util::new_id();
         let dir = self.session_dir(&id);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
@@ -579,6 +567,25 @@ impl Session {
                 let q = e.get("path").and_then(Value::as_str).unwrap_or("");
                 q != p && !q.starts_with(&under)
             });
+            // A change below a directory makes any recorded digest of that directory stale:
+            // keep its kind and mode, drop its digest.
+            for e in expected.iter_mut() {
+                let q = e
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                if p.starts_with(&format!("{q}/")) {
+                    if let Some(o) = e.as_object_mut() {
+                        o.remove("digest");
+                        // Something below it exists now: it is a directory (created if needed).
+                        if o.get("kind").and_then(Value::as_str) != Some("dir") {
+                            o.remove("mode");
+                            o.insert("kind".into(), "dir".into());
+                        }
+                    }
+                }
+            }
             expected.push(img);
         };
         // Events in the order they happened: each file effect's post-images at its index; each

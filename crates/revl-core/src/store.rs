@@ -191,3 +191,50 @@ impl Store {
 pub fn is_session_id(s: &str) -> bool {
     s.len() == 32 && s.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'))
 }
+
+/// The canonical path `p` will have once created: the canonical deepest existing ancestor
+/// joined with the missing components. Creates nothing.
+pub fn resolve_future(p: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(p).map_err(|e| Error::io(p.display(), e))?;
+    let mut existing = abs.as_path();
+    let mut rest = Vec::new();
+    loop {
+        match fs::canonicalize(existing) {
+            Ok(c) => {
+                let mut out = c;
+                for part in rest.iter().rev() {
+                    out.push(part);
+                }
+                return Ok(out);
+            }
+            Err(_) => match (existing.parent(), existing.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_os_string());
+                    existing = parent;
+                }
+                _ => {
+                    return Err(Error::bad_args(
+                        format!("cannot resolve {}", p.display()),
+                        "give a path with an existing ancestor",
+                    ))
+                }
+            },
+        }
+    }
+}
+
+/// A store inside a workspace, or a workspace inside a store, is refused (SPEC 1).
+pub fn check_overlap(store: &Path, workspace: &Path) -> Result<()> {
+    if store.starts_with(workspace) || workspace.starts_with(store) {
+        return Err(Error::new(
+            Code::StoreInWorkspace,
+            format!(
+                "the store {} and the workspace {} overlap",
+                store.display(),
+                workspace.display()
+            ),
+            "put the store outside the workspace (--store or REVL_STORE)",
+        ));
+    }
+    Ok(())
+}

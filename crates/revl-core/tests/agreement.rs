@@ -32,7 +32,9 @@ fn scopes() -> Vec<Option<Value>> {
 
 /// The oracle's gate, written from SPEC 1.2's rules in order.
 fn oracle_confined(scope: &Option<Value>) -> bool {
-    let Some(Value::Object(m)) = scope else { return false };
+    let Some(Value::Object(m)) = scope else {
+        return false;
+    };
     if m.get("confined") == Some(&json!(true)) || m.get("sandbox") == Some(&json!(true)) {
         return true;
     }
@@ -45,10 +47,19 @@ fn oracle_confined(scope: &Option<Value>) -> bool {
 
 #[derive(Debug, Clone)]
 enum Gen {
-    FileEffect { scope: usize },
-    ToolEffect { scope: usize, undo_scope: usize, idem: Option<bool> },
+    FileEffect {
+        scope: usize,
+    },
+    ToolEffect {
+        scope: usize,
+        undo_scope: usize,
+        idem: Option<bool>,
+    },
     Provision,
-    Emission { compensated: bool, scope: usize },
+    Emission {
+        compensated: bool,
+        scope: usize,
+    },
     Boundary,
     Opaque,
 }
@@ -76,8 +87,13 @@ struct Buckets {
 }
 
 fn idx(v: &Value) -> Vec<u64> {
-    v.as_array().map(|a| a.iter().map(|e| e["index"].as_u64().unwrap()).collect()).unwrap_or_default()
+    v.as_array()
+        .map(|a| a.iter().map(|e| e["index"].as_u64().unwrap()).collect())
+        .unwrap_or_default()
 }
+
+/// (kind, scope, undo scope, undoIdempotent, builtin) per step.
+type ModelStep = (String, Option<Value>, Option<Value>, Option<bool>, bool);
 
 const MANIFEST: &str = r#"
 [[tool]]
@@ -99,7 +115,7 @@ struct Built {
     id: String,
     wal: std::path::PathBuf,
     /// (kind, scope, undo scope, undoIdempotent, builtin) per step, for the oracle.
-    model: Vec<(String, Option<Value>, Option<Value>, Option<bool>, bool)>,
+    model: Vec<ModelStep>,
 }
 
 fn build(history: &[Gen]) -> Built {
@@ -114,45 +130,161 @@ fn build(history: &[Gen]) -> Built {
     std::fs::create_dir_all(store.session_dir(&id)).unwrap();
     let sc = scopes();
     let mut recs = vec![Record::Header {
-        wal_version: 1, seq: 0, session: id.clone(), workspace: std::fs::canonicalize(&ws).unwrap().display().to_string(),
-        manifest_digest: digest, created_by: "test".into(), guarantee: "g".into(), ts: None,
+        wal_version: 1,
+        seq: 0,
+        session: id.clone(),
+        workspace: std::fs::canonicalize(&ws).unwrap().display().to_string(),
+        manifest_digest: digest,
+        created_by: "test".into(),
+        guarantee: "g".into(),
+        ts: None,
     }];
     let mut model = Vec::new();
-    let mut push = |recs: &mut Vec<Record>, model: &mut Vec<_>, kind: &str, detail: Value, scope: Option<Value>, undo_scope: Option<Value>, undo: Option<Value>, idem: Option<bool>, comp: Option<u64>| {
+    let push = |recs: &mut Vec<Record>,
+                    model: &mut Vec<_>,
+                    kind: &str,
+                    detail: Value,
+                    scope: Option<Value>,
+                    undo_scope: Option<Value>,
+                    undo: Option<Value>,
+                    idem: Option<bool>,
+                    comp: Option<u64>| {
         let step = model.len() as u64;
-        let builtin = undo.as_ref().is_some_and(|u: &Value| u["type"] == "restore");
+        let builtin = undo
+            .as_ref()
+            .is_some_and(|u: &Value| u["type"] == "restore");
         recs.push(Record::Step(StepRecord {
-            seq: step + 1, step, kind: kind.into(), label: format!("{kind}-{step}"), site: "gen".into(), detail,
-            scope: scope.clone(), undo_scope: undo_scope.clone(), undo, undo_idempotent: idem, compensation: comp, ts: None,
+            seq: step + 1,
+            step,
+            kind: kind.into(),
+            label: format!("{kind}-{step}"),
+            site: "gen".into(),
+            detail,
+            scope: scope.clone(),
+            undo_scope: undo_scope.clone(),
+            undo,
+            undo_idempotent: idem,
+            compensation: comp,
+            ts: None,
         }));
         model.push((kind.to_string(), scope, undo_scope, idem, builtin));
     };
-    push(&mut recs, &mut model, "hinge", json!({}), None, None, None, None, None);
+    push(
+        &mut recs,
+        &mut model,
+        "hinge",
+        json!({}),
+        None,
+        None,
+        None,
+        None,
+        None,
+    );
     for g in history {
         let i = model.len();
         match g {
-            Gen::FileEffect { scope } => push(&mut recs, &mut model, "effect", json!({"path": format!("f{i}")}), sc[*scope].clone(), None,
-                Some(json!({"type": "restore", "entries": [{"path": format!("f{i}"), "kind": "absent"}]})), Some(true), None),
-            Gen::ToolEffect { scope, undo_scope, idem } => push(&mut recs, &mut model, "effect", json!({"tool": "t", "args": {}, "witness": null}), sc[*scope].clone(), sc[*undo_scope].clone(),
-                Some(json!({"type": "tool", "tool": "u"})), *idem, None),
-            Gen::Provision => push(&mut recs, &mut model, "provision", json!({"key": "k", "value": format!("v{i}"), "previous": null}), None, None, Some(json!({"type": "withdraw"})), Some(true), None),
+            Gen::FileEffect { scope } => push(
+                &mut recs,
+                &mut model,
+                "effect",
+                json!({"path": format!("f{i}")}),
+                sc[*scope].clone(),
+                None,
+                Some(
+                    json!({"type": "restore", "entries": [{"path": format!("f{i}"), "kind": "absent"}]}),
+                ),
+                Some(true),
+                None,
+            ),
+            Gen::ToolEffect {
+                scope,
+                undo_scope,
+                idem,
+            } => push(
+                &mut recs,
+                &mut model,
+                "effect",
+                json!({"tool": "t", "args": {}, "witness": null}),
+                sc[*scope].clone(),
+                sc[*undo_scope].clone(),
+                Some(json!({"type": "tool", "tool": "u"})),
+                *idem,
+                None,
+            ),
+            Gen::Provision => push(
+                &mut recs,
+                &mut model,
+                "provision",
+                json!({"key": "k", "value": format!("v{i}"), "previous": null}),
+                None,
+                None,
+                Some(json!({"type": "withdraw"})),
+                Some(true),
+                None,
+            ),
             Gen::Emission { compensated, scope } => {
-                push(&mut recs, &mut model, "emission", json!({"key": format!("{id}-{i}"), "service": "s", "method": "m", "args": {}}), sc[*scope].clone(), None, None, None, compensated.then_some(i as u64 + 1));
+                push(
+                    &mut recs,
+                    &mut model,
+                    "emission",
+                    json!({"key": format!("{id}-{i}"), "service": "s", "method": "m", "args": {}}),
+                    sc[*scope].clone(),
+                    None,
+                    None,
+                    None,
+                    compensated.then_some(i as u64 + 1),
+                );
                 if *compensated {
-                    push(&mut recs, &mut model, "compensation", json!({"for": i, "tool": "c", "args": {}}), Some(json!({"caps": ["net"]})), None, None, None, None);
+                    push(
+                        &mut recs,
+                        &mut model,
+                        "compensation",
+                        json!({"for": i, "tool": "c", "args": {}}),
+                        Some(json!({"caps": ["net"]})),
+                        None,
+                        None,
+                        None,
+                        None,
+                    );
                 }
             }
-            Gen::Boundary => push(&mut recs, &mut model, "boundary", json!({}), None, None, None, None, None),
-            Gen::Opaque => push(&mut recs, &mut model, "opaque", json!({"repr": "exec [\"true\"] (exit 0)"}), None, None, None, None, None),
+            Gen::Boundary => push(
+                &mut recs,
+                &mut model,
+                "boundary",
+                json!({}),
+                None,
+                None,
+                None,
+                None,
+                None,
+            ),
+            Gen::Opaque => push(
+                &mut recs,
+                &mut model,
+                "opaque",
+                json!({"repr": "exec [\"true\"] (exit 0)"}),
+                None,
+                None,
+                None,
+                None,
+                None,
+            ),
         }
     }
     let wal = store.wal_path(&id);
     create_wal(&wal, &recs, &Failpoints::none()).unwrap();
-    Built { _tmp: tmp, store, id, wal, model }
+    Built {
+        _tmp: tmp,
+        store,
+        id,
+        wal,
+        model,
+    }
 }
 
 /// SPEC 1.1's last column, newest first.
-fn oracle(model: &[(String, Option<Value>, Option<Value>, Option<bool>, bool)], k: i64) -> Buckets {
+fn oracle(model: &[ModelStep], k: i64) -> Buckets {
     let mut b = Buckets::default();
     for (i, (kind, scope, undo_scope, _, builtin)) in model.iter().enumerate().rev() {
         if (i as i64) <= k {
@@ -169,7 +301,10 @@ fn oracle(model: &[(String, Option<Value>, Option<Value>, Option<bool>, bool)], 
             }
             "provision" => b.provisions.push(i),
             "emission" => {
-                if model.get(i as usize + 1).is_some_and(|m| m.0 == "compensation") {
+                if model
+                    .get(i as usize + 1)
+                    .is_some_and(|m| m.0 == "compensation")
+                {
                     b.compensated.push(i)
                 } else {
                     b.crossed.push(i)
@@ -204,8 +339,16 @@ fn check(history: Vec<Gen>, kpick: usize) {
     // Offline, from the WAL alone (before anything live touches it).
     let off = lineage::open(&b.wal).unwrap().partition(k).unwrap();
     let offline = from_doc(&off, "wouldRewind", "wouldWithdraw");
-    assert_eq!(offline, want, "offline partition vs oracle at k={k}: {history:?}");
-    let findings: Vec<&str> = off["findings"].as_array().unwrap().iter().map(|f| f["finding"].as_str().unwrap()).collect();
+    assert_eq!(
+        offline, want,
+        "offline partition vs oracle at k={k}: {history:?}"
+    );
+    let findings: Vec<&str> = off["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["finding"].as_str().unwrap())
+        .collect();
 
     // Live fork enumeration.
     let mut s = b.store.attach(&b.id).unwrap();
@@ -213,9 +356,25 @@ fn check(history: Vec<Gen>, kpick: usize) {
         Ok(report) => {
             let mut live = from_doc(&report["rewound"], "inversesRan", "provisionsWithdrawn");
             let rest = from_doc(&report, "x", "y");
-            (live.crossed, live.compensated, live.would_cross, live.unrestored) = (rest.crossed, rest.compensated, rest.would_cross, rest.unrestored);
-            assert_eq!(live, want, "live fork report vs oracle at k={k}: {history:?}");
-            assert_eq!(off["forkable"], true, "offline says not forkable where the live fork enumerated: {findings:?}");
+            (
+                live.crossed,
+                live.compensated,
+                live.would_cross,
+                live.unrestored,
+            ) = (
+                rest.crossed,
+                rest.compensated,
+                rest.would_cross,
+                rest.unrestored,
+            );
+            assert_eq!(
+                live, want,
+                "live fork report vs oracle at k={k}: {history:?}"
+            );
+            assert_eq!(
+                off["forkable"], true,
+                "offline says not forkable where the live fork enumerated: {findings:?}"
+            );
         }
         Err(e) => {
             let finding = match e.code.as_str() {
@@ -223,18 +382,27 @@ fn check(history: Vec<Gen>, kpick: usize) {
                 "non-idempotent" => "non-idempotent-span",
                 other => panic!("unexpected refusal {other}: {}", e.message),
             };
-            assert!(findings.contains(&finding), "live refused {finding} but offline findings are {findings:?}");
+            assert!(
+                findings.contains(&finding),
+                "live refused {finding} but offline findings are {findings:?}"
+            );
             assert_eq!(off["forkable"], false);
         }
     }
     // Live scoped step-back (never refuses over residue).
     let sb = s.step_back(k, revl_core::StepBackMode::Scoped).unwrap();
     let stepped = from_doc(&sb, "inversesRan", "provisionsWithdrawn");
-    assert_eq!(stepped, want, "step-back --scoped vs oracle at k={k}: {history:?}");
+    assert_eq!(
+        stepped, want,
+        "step-back --scoped vs oracle at k={k}: {history:?}"
+    );
 }
 
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
 }
 
 proptest! {
@@ -248,20 +416,38 @@ proptest! {
 
 #[test]
 fn compensation_of_emission_at_k_itself_would_cross_with_its_for() {
-    let b = build(&[Gen::Emission { compensated: true, scope: 4 }]);
+    let b = build(&[Gen::Emission {
+        compensated: true,
+        scope: 4,
+    }]);
     let off = lineage::open(&b.wal).unwrap().partition(1).unwrap();
     let wc = off["wouldCrossOnRewind"].as_array().unwrap();
     assert_eq!(wc.len(), 1);
-    assert_eq!((wc[0]["index"].as_u64(), wc[0]["for"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(
+        (wc[0]["index"].as_u64(), wc[0]["for"].as_u64()),
+        (Some(2), Some(1))
+    );
     assert!(wc[0]["why"].as_str().unwrap().contains("compensation"));
 }
 
 #[test]
 fn absent_scope_is_never_offered_as_rewindable() {
-    let b = build(&[Gen::FileEffect { scope: 0 }, Gen::ToolEffect { scope: 1, undo_scope: 0, idem: Some(true) }]);
+    let b = build(&[
+        Gen::FileEffect { scope: 0 },
+        Gen::ToolEffect {
+            scope: 1,
+            undo_scope: 0,
+            idem: Some(true),
+        },
+    ]);
     let off = lineage::open(&b.wal).unwrap().partition(0).unwrap();
     assert!(off["wouldRewind"].as_array().unwrap().is_empty());
-    let whys: Vec<&str> = off["wouldCrossOnRewind"].as_array().unwrap().iter().map(|e| e["why"].as_str().unwrap()).collect();
+    let whys: Vec<&str> = off["wouldCrossOnRewind"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["why"].as_str().unwrap())
+        .collect();
     assert!(whys.iter().all(|w| w.contains("absent scope")), "{whys:?}");
     assert!(off["readerNote"].as_str().unwrap().contains("absent"));
 }

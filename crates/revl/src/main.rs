@@ -42,7 +42,12 @@ enum Cmd {
     Write {
         session: String,
         path: String,
-        #[arg(long, conflicts_with = "from", required_unless_present = "from")]
+        #[arg(
+            long,
+            conflicts_with = "from",
+            required_unless_present = "from",
+            allow_hyphen_values = true
+        )]
         content: Option<String>,
         #[arg(long, value_name = "FILE")]
         from: Option<PathBuf>,
@@ -71,6 +76,7 @@ enum Cmd {
         path: Option<String>,
     },
     /// Provide a session-scoped key/value (a provision step).
+    #[command(allow_negative_numbers = true)]
     Provide {
         session: String,
         key: String,
@@ -79,7 +85,7 @@ enum Cmd {
     /// Mark an agent turn.
     Boundary {
         session: String,
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         label: Option<String>,
     },
     /// Run a command in the workspace (never through a shell); always an opaque step.
@@ -116,7 +122,7 @@ enum Cmd {
         session: String,
         tool: String,
         /// The tool's arguments, a JSON object.
-        #[arg(long, default_value = "{}")]
+        #[arg(long, default_value = "{}", allow_hyphen_values = true)]
         args: String,
     },
     /// The commit plan: held sends and witnessed steps, with the hash to confirm.
@@ -278,10 +284,29 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::Branch { wals, at } => return offline_branch(wals, at.as_deref()),
         Cmd::Compare { left, right } => {
             let doc = revl_core::lineage::compare(left, right)?;
-            let exit = if doc["comparable"] == Value::Bool(true) { 0 } else { 1 };
-            return Ok(Outcome { text: render::compare(&doc), doc, exit });
+            let exit = if doc["comparable"] == Value::Bool(true) {
+                0
+            } else {
+                1
+            };
+            return Ok(Outcome {
+                text: render::compare(&doc),
+                doc,
+                exit,
+            });
         }
         _ => {}
+    }
+    if let Cmd::New { workspace, .. } = &cli.cmd {
+        // Refuse an overlapping store before Store::open creates anything.
+        let root = match &cli.store {
+            Some(s) => s.clone(),
+            None => default_store()?,
+        };
+        revl_core::store::check_overlap(
+            &revl_core::store::resolve_future(&root)?,
+            &revl_core::store::resolve_future(workspace)?,
+        )?;
     }
     let store = open_store(cli)?;
     let effect = |session: &str, op: FileOp| -> Result<Outcome, Error> {
@@ -291,7 +316,9 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Ok(Outcome::ok(doc, text))
     };
     match &cli.cmd {
-        Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } => unreachable!("handled above"),
+        Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } => {
+            unreachable!("handled above")
+        }
         Cmd::New {
             workspace,
             manifest,
@@ -309,7 +336,13 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::Sessions => {
             let mut list = Vec::new();
             for id in store.session_ids()? {
-                let info = store.info(&id)?;
+                let info = match store.info(&id) {
+                    Ok(i) => i,
+                    Err(e) => {
+                        list.push(serde_json::json!({"session": id, "state": "unreadable", "error": e.to_json()["error"]}));
+                        continue;
+                    }
+                };
                 let mut v = serde_json::json!({"session": info.id, "state": info.state.as_str(), "workspace": info.workspace, "head": info.head});
                 if let Some(p) = info.parent {
                     v["parent"] = p.into();
@@ -469,7 +502,19 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let doc = s.approve(ticket.as_deref(), tool.as_deref())?;
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
         }
-        Cmd::NoteModel { session, step, model, tokens_in, tokens_out, latency_seconds, attempts, attempt_ceiling, outcome, cost, currency } => {
+        Cmd::NoteModel {
+            session,
+            step,
+            model,
+            tokens_in,
+            tokens_out,
+            latency_seconds,
+            attempts,
+            attempt_ceiling,
+            outcome,
+            cost,
+            currency,
+        } => {
             let args = serde_json::json!({"step": step, "model": model, "tokensIn": tokens_in, "tokensOut": tokens_out,
                 "latencySeconds": latency_seconds, "attempts": attempts, "attemptCeiling": attempt_ceiling,
                 "outcome": outcome, "cost": cost, "currency": currency});
@@ -542,19 +587,44 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>) -> Result<Outcome, Error> 
             let k = parse_k(k, "--at")?;
             let w = lineage::open(one)?;
             let doc = w.partition(k)?;
-            let exit = if doc["residue"]["clean"] == Value::Bool(true) { 0 } else { 1 };
-            Ok(Outcome { text: render::partition(&doc), doc, exit })
+            let exit = if doc["residue"]["clean"] == Value::Bool(true) {
+                0
+            } else {
+                1
+            };
+            Ok(Outcome {
+                text: render::partition(&doc),
+                doc,
+                exit,
+            })
         }
-        (_, Some(_)) => Err(Error::new(Code::Usage, "--at takes exactly one --wal", "revl branch --wal FILE --at K")),
+        (_, Some(_)) => Err(Error::new(
+            Code::Usage,
+            "--at takes exactly one --wal",
+            "revl branch --wal FILE --at K",
+        )),
         ([one], None) => {
             let doc = lineage::open(one)?.lineage();
-            let exit = if lineage::OfflineWal::lineage_unclean(&doc) { 1 } else { 0 };
-            Ok(Outcome { text: render::lineage(&doc), doc, exit })
+            let exit = if lineage::OfflineWal::lineage_unclean(&doc) {
+                1
+            } else {
+                0
+            };
+            Ok(Outcome {
+                text: render::lineage(&doc),
+                doc,
+                exit,
+            })
         }
         (many, None) => {
             let doc = lineage::topology(many)?;
-            let open_edges = doc["orphans"].as_array().is_some_and(|a| !a.is_empty()) || doc["dangling"].as_array().is_some_and(|a| !a.is_empty());
-            Ok(Outcome { text: render::topology(&doc), doc, exit: if open_edges { 1 } else { 0 } })
+            let open_edges = doc["orphans"].as_array().is_some_and(|a| !a.is_empty())
+                || doc["dangling"].as_array().is_some_and(|a| !a.is_empty());
+            Ok(Outcome {
+                text: render::topology(&doc),
+                doc,
+                exit: if open_edges { 1 } else { 0 },
+            })
         }
     }
 }

@@ -379,19 +379,63 @@ pub fn fork(v: &Value) -> String {
 
 pub fn lineage(v: &Value) -> String {
     let mut out = format!("{} {}", s(&v["role"]).to_uppercase(), s(&v["session"]));
-    let _ = write!(out, "\n  wal {}  steps {}  state {}{}", s(&v["wal"]), s(&v["steps"]), s(&v["state"]), if v["torn"] == Value::Bool(true) { "  (torn tail)" } else { "" });
+    let _ = write!(
+        out,
+        "\n  wal {}  steps {}  state {}{}",
+        s(&v["wal"]),
+        s(&v["steps"]),
+        s(&v["state"]),
+        if v["torn"] == Value::Bool(true) {
+            "  (torn tail)"
+        } else {
+            ""
+        }
+    );
     if let Some(p) = v.get("parent") {
         let _ = write!(out, "\nbranch of  {} at step {}", s(p), s(&v["divergedAt"]));
         let r = &v["inheritedResidue"];
-        let _ = write!(out, "\n  inherited residue: {}  {}", if r["clean"] == Value::Bool(true) { "clean" } else { "NOT CLEAN" }, s(&r["proof"]));
+        let _ = write!(
+            out,
+            "\n  inherited residue: {}  {}",
+            if r["clean"] == Value::Bool(true) {
+                "clean"
+            } else {
+                "NOT CLEAN"
+            },
+            s(&r["proof"])
+        );
         for np in v["notPreserved"].as_array().cloned().unwrap_or_default() {
-            let _ = write!(out, "\n  not preserved: {}: {}", s(&np["axis"]), s(&np["why"]));
+            let _ = write!(
+                out,
+                "\n  not preserved: {}: {}",
+                s(&np["axis"]),
+                s(&np["why"])
+            );
         }
     }
     if let Some(c) = v.get("child") {
-        let _ = write!(out, "\nforked into {} at step {}{}", s(c), s(&v["frozenAt"]), if v["forkComplete"] == Value::Bool(true) { "" } else { " (fork not complete)" });
+        let _ = write!(
+            out,
+            "\nforked into {} at step {}{}",
+            s(c),
+            s(&v["frozenAt"]),
+            if v["forkComplete"] == Value::Bool(true) {
+                ""
+            } else {
+                " (fork not complete)"
+            }
+        );
         let r = &v["residue"];
-        let _ = write!(out, "\n  residue: {}  {}", if r["clean"] == Value::Bool(true) { "clean" } else { "NOT CLEAN" }, s(&r["proof"]));
+        let _ = write!(
+            out,
+            "\n  residue: {}  {}",
+            if r["clean"] == Value::Bool(true) {
+                "clean"
+            } else {
+                "NOT CLEAN"
+            },
+            s(&r["proof"])
+        );
     }
     if let Some(m) = v.get("midFork") {
         let _ = write!(out, "\nMID-FORK: {}", s(m));
@@ -400,15 +444,30 @@ pub fn lineage(v: &Value) -> String {
 }
 
 pub fn topology(v: &Value) -> String {
-    let mut out = format!("branch topology ({} WALs)", v["sessions"].as_array().map_or(0, Vec::len));
+    let mut out = format!(
+        "branch topology ({} WALs)",
+        v["sessions"].as_array().map_or(0, Vec::len)
+    );
     for e in v["edges"].as_array().cloned().unwrap_or_default() {
-        let _ = write!(out, "\n  {} -> {} (forked at step {})", s(&e["parent"]), s(&e["branch"]), s(&e["at"]));
+        let _ = write!(
+            out,
+            "\n  {} -> {} (forked at step {})",
+            s(&e["parent"]),
+            s(&e["branch"]),
+            s(&e["at"])
+        );
     }
     for o in v["orphans"].as_array().cloned().unwrap_or_default() {
         let _ = write!(out, "\n  ORPHAN {}: {}", s(&o["branch"]), s(&o["why"]));
     }
     for d in v["dangling"].as_array().cloned().unwrap_or_default() {
-        let _ = write!(out, "\n  DANGLING {} -> {}: {}", s(&d["parent"]), s(&d["branch"]), s(&d["why"]));
+        let _ = write!(
+            out,
+            "\n  DANGLING {} -> {}: {}",
+            s(&d["parent"]),
+            s(&d["branch"]),
+            s(&d["why"])
+        );
     }
     for u in v["unidentified"].as_array().cloned().unwrap_or_default() {
         let _ = write!(out, "\n  unidentified {}: {}", s(&u["wal"]), s(&u["why"]));
@@ -417,39 +476,96 @@ pub fn topology(v: &Value) -> String {
 }
 
 pub fn partition(v: &Value) -> String {
-    let mut out = format!("partition of {} above step {} ({}), performed: no", s(&v["session"]), s(&v["at"]), s(&v["atLabel"]));
-    entries(&mut out, "would rewind (host-confined inverses)", &v["wouldRewind"]);
+    let mut out = format!(
+        "partition of {} above step {} ({}), performed: no",
+        s(&v["session"]),
+        s(&v["at"]),
+        s(&v["atLabel"])
+    );
+    entries(
+        &mut out,
+        "would rewind (host-confined inverses)",
+        &v["wouldRewind"],
+    );
     entries(&mut out, "would withdraw (provisions)", &v["wouldWithdraw"]);
-    entries(&mut out, "CROSSED (cannot be undone)", &v["emissionsCrossed"]);
-    entries(&mut out, "CROSSED, with a compensation that would NOT FIRE", &v["emissionsCompensated"]);
-    entries(&mut out, "NOT FIRED (would cross on rewind)", &v["wouldCrossOnRewind"]);
+    entries(
+        &mut out,
+        "CROSSED (cannot be undone)",
+        &v["emissionsCrossed"],
+    );
+    entries(
+        &mut out,
+        "CROSSED, with a compensation that would NOT FIRE",
+        &v["emissionsCompensated"],
+    );
+    entries(
+        &mut out,
+        "NOT FIRED (would cross on rewind)",
+        &v["wouldCrossOnRewind"],
+    );
     entries(&mut out, "unrestored", &v["unrestored"]);
     for f in v["findings"].as_array().cloned().unwrap_or_default() {
         let _ = write!(out, "\nfinding {}: {}", s(&f["finding"]), s(&f["why"]));
     }
-    let _ = write!(out, "\nforkable: {}\nresidue: {}  {}\nnote: {}", s(&v["forkable"]), if v["residue"]["clean"] == Value::Bool(true) { "clean" } else { "NOT CLEAN" }, s(&v["residue"]["proof"]), s(&v["readerNote"]));
+    let _ = write!(
+        out,
+        "\nforkable: {}\nresidue: {}  {}\nnote: {}",
+        s(&v["forkable"]),
+        if v["residue"]["clean"] == Value::Bool(true) {
+            "clean"
+        } else {
+            "NOT CLEAN"
+        },
+        s(&v["residue"]["proof"]),
+        s(&v["readerNote"])
+    );
     out
 }
 
 pub fn compare(v: &Value) -> String {
     let mut out = format!("relation: {}", s(&v["relation"]).to_uppercase());
-    let _ = write!(out, "\n  left  {} ({}, {} steps)\n  right {} ({}, {} steps)", s(&v["left"]["session"]), s(&v["left"]["role"]), s(&v["left"]["steps"]), s(&v["right"]["session"]), s(&v["right"]["role"]), s(&v["right"]["steps"]));
+    let _ = write!(
+        out,
+        "\n  left  {} ({}, {} steps)\n  right {} ({}, {} steps)",
+        s(&v["left"]["session"]),
+        s(&v["left"]["role"]),
+        s(&v["left"]["steps"]),
+        s(&v["right"]["session"]),
+        s(&v["right"]["role"]),
+        s(&v["right"]["steps"])
+    );
     if v["comparable"] != Value::Bool(true) {
         let _ = write!(out, "\nnot comparable: {}", s(&v["why"]));
         return out;
     }
     let d = &v["delta"];
-    let _ = write!(out, "\ndiverged at: {}\nshared through position {}", s(&v["divergedAt"]), s(&d["sharedPrefix"]["through"]));
+    let _ = write!(
+        out,
+        "\ndiverged at: {}\nshared through position {}",
+        s(&v["divergedAt"]),
+        s(&d["sharedPrefix"]["through"])
+    );
     if d["identical"] == Value::Bool(true) {
         out.push_str("\nidentical after the divergence point");
     } else {
         let f = &d["firstDifference"];
-        let _ = write!(out, "\nfirst difference at position {}: left {} / right {}", s(&f["position"]), f["left"].get("label").map(s).unwrap_or("(nothing)".into()), f["right"].get("label").map(s).unwrap_or("(nothing)".into()));
+        let _ = write!(
+            out,
+            "\nfirst difference at position {}: left {} / right {}",
+            s(&f["position"]),
+            f["left"].get("label").map(s).unwrap_or("(nothing)".into()),
+            f["right"].get("label").map(s).unwrap_or("(nothing)".into())
+        );
     }
     entries(&mut out, "only left", &d["onlyLeft"]);
     entries(&mut out, "only right", &d["onlyRight"]);
     for nc in v["notComparable"].as_array().cloned().unwrap_or_default() {
-        let _ = write!(out, "\nnot comparable: {}: {}", s(&nc["axis"]), s(&nc["why"]));
+        let _ = write!(
+            out,
+            "\nnot comparable: {}: {}",
+            s(&nc["axis"]),
+            s(&nc["why"])
+        );
     }
     out
 }

@@ -254,8 +254,15 @@ fn confirm_rewinds_freezes_parent_and_branch_continues() {
     // No compensation, no outbound undo, no held send fired.
     assert_eq!(paths(&sink), vec!["/tweet", "/ticket", "/put"]);
     assert_eq!(r["emissionsCrossed"][0]["index"], 4);
-    assert_eq!(r["droppedDeferred"].as_array().unwrap().len(), 1, "the confirmed report lists the dropped held send");
-    assert_eq!(ok(&e, &["status", &s])["queue"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        r["droppedDeferred"].as_array().unwrap().len(),
+        1,
+        "the confirmed report lists the dropped held send"
+    );
+    assert_eq!(
+        ok(&e, &["status", &s])["queue"].as_array().unwrap().len(),
+        0
+    );
     assert_eq!(
         r["lineage"]["notPreserved"]
             .as_array()

@@ -948,7 +948,7 @@ fn verify_reports_drift_from_outside_changes_only() {
 /// `verify` after `mkdir x` then `write x/f`: the directory's post-image digest recorded by
 /// the mkdir is superseded by the later write below it; revl itself made both changes.
 #[test]
-#[ignore = "BUG: verify keeps a directory's digest from an earlier step when a later step changes a path below it: `mkdir x; write x/f` reports drift on x"]
+
 fn verify_after_mkdir_then_a_write_inside_it() {
     let w = World::new();
     let (sid, _ws) = w.session();
@@ -965,7 +965,7 @@ fn verify_after_mkdir_then_a_write_inside_it() {
 /// `verify` after a step-back and a new effect on the same path: the newer step's
 /// post-image is the expectation, not the older undone step's preimage.
 #[test]
-#[ignore = "BUG: verify applies undone steps' preimages after ALL steps, so a later effect on the same path shows as drift"]
+
 fn verify_after_step_back_then_a_new_effect_on_the_same_path() {
     let w = World::new();
     let (sid, ws) = w.session();
@@ -986,7 +986,7 @@ fn verify_after_step_back_then_a_new_effect_on_the_same_path() {
 /// `verify` after rewinding a chmod of a file and the delete of its parent directory: the
 /// directory's expected digest must reflect the child's restored mode.
 #[test]
-#[ignore = "BUG: verify keeps a dir digest captured after a child's chmod, then expects the child's older mode: false drift"]
+
 fn verify_after_rewinding_a_chmod_under_a_deleted_dir() {
     let w = World::new();
     let (sid, ws) = w.session();
@@ -1006,7 +1006,7 @@ fn verify_after_rewinding_a_chmod_under_a_deleted_dir() {
 /// TEXT and VALUE arguments that start with `-` (a negative number, a flag-like string) are
 /// ordinary values for `write --content TEXT` and `provide KEY VALUE`.
 #[test]
-#[ignore = "BUG (minor, CLI): `write --content -1` and `provide S k -5` are refused as usage errors (workaround: --content=-1, `-- -5`)"]
+
 fn values_that_start_with_a_dash() {
     let w = World::new();
     let (sid, ws) = w.session();
@@ -1122,7 +1122,7 @@ fn error_documents_and_exit_codes() {
 /// A refused `new` must leave no trace: SPEC 1 refuses a store inside a workspace, yet the
 /// refused command has already created the store (with `sessions/` and `blobs/`) inside it.
 #[test]
-#[ignore = "BUG: `new` refused with store-in-workspace still creates the store dirs inside the workspace"]
+
 fn refused_store_in_workspace_leaves_no_store_behind() {
     let w = World::new();
     let ws = w.ws("ws");
@@ -1149,7 +1149,7 @@ fn refused_store_in_workspace_leaves_no_store_behind() {
 /// A `new` refused as workspace-busy because it is nested in a live session's workspace
 /// must not change that live workspace (it would be an unwitnessed change).
 #[test]
-#[ignore = "BUG: `new --workspace <live ws>/missing/dir` is refused workspace-busy but first creates the dirs inside the live workspace"]
+
 fn refused_nested_new_does_not_touch_the_live_workspace() {
     let w = World::new();
     let (sid, ws) = w.session();

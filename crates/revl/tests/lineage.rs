@@ -20,14 +20,23 @@ fn w(p: &Path) -> &str {
 }
 
 fn fork(e: &Env, s: &str, at: &str) -> String {
-    let h = ok(e, &["fork", s, "--at", at])["hash"].as_str().unwrap().to_string();
-    ok(e, &["fork-confirm", s, "--hash", &h])["branch"].as_str().unwrap().to_string()
+    let h = ok(e, &["fork", s, "--at", at])["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ok(e, &["fork-confirm", s, "--hash", &h])["branch"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 /// parent P (steps 1..=3) → branch B at 2 → branch-of-branch C at B's 1.
 fn chain() -> (Env, String, String, String) {
     let e = env();
-    let p = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let p = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     ok(&e, &["write", &p, "a.txt", "--content", "1"]);
     ok(&e, &["provide", &p, "K", "v"]);
     ok(&e, &["write", &p, "a.txt", "--content", "2"]);
@@ -43,23 +52,47 @@ fn chain() -> (Env, String, String, String) {
 fn lineage_roles_and_text() {
     let (e, p, b, c) = chain();
     let lp = branch(&["branch", "--wal", w(&wal(&e, &p))]);
-    assert_eq!((lp.code, lp.json["role"].as_str(), lp.json["child"].as_str()), (0, Some("forked-parent"), Some(b.as_str())));
-    assert_eq!((lp.json["kind"].as_str(), lp.json["schemaVersion"].as_str()), (Some("revl.branch-lineage"), Some("1.0")));
+    assert_eq!(
+        (lp.code, lp.json["role"].as_str(), lp.json["child"].as_str()),
+        (0, Some("forked-parent"), Some(b.as_str()))
+    );
+    assert_eq!(
+        (lp.json["kind"].as_str(), lp.json["schemaVersion"].as_str()),
+        (Some("revl.branch-lineage"), Some("1.0"))
+    );
     assert_eq!(lp.json["frozenAt"], 2);
     assert!(lp.json.get("preserved").is_none() && lp.json.get("midFork").is_none());
     let lb = branch(&["branch", "--wal", w(&wal(&e, &b))]);
-    assert_eq!((lb.json["role"].as_str(), lb.json["parent"].as_str(), lb.json["divergedAt"].as_i64()), (Some("forked-branch"), Some(p.as_str()), Some(2)));
+    assert_eq!(
+        (
+            lb.json["role"].as_str(),
+            lb.json["parent"].as_str(),
+            lb.json["divergedAt"].as_i64()
+        ),
+        (Some("forked-branch"), Some(p.as_str()), Some(2))
+    );
     assert_eq!(lb.json["inheritedResidue"]["clean"], true);
     assert_eq!(lb.json["notPreserved"].as_array().unwrap().len(), 3);
     assert_eq!(lb.json["preserved"]["at"], 2);
     let lc = branch(&["branch", "--wal", w(&wal(&e, &c))]);
     assert_eq!(lc.json["role"], "branch");
     let text = revl_env(&e, &["branch", "--wal", w(&wal(&e, &c))], false, None);
-    assert!(text.stdout.starts_with(&format!("BRANCH {c}")), "{}", text.stdout);
-    assert!(text.stdout.contains(&format!("branch of  {b} at step 1")), "{}", text.stdout);
+    assert!(
+        text.stdout.starts_with(&format!("BRANCH {c}")),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains(&format!("branch of  {b} at step 1")),
+        "{}",
+        text.stdout
+    );
     // A standalone WAL.
     let e2 = env();
-    let s = ok(&e2, &["new", "--workspace", e2.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let s = ok(&e2, &["new", "--workspace", e2.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let ls = branch(&["branch", "--wal", w(&wal(&e2, &s))]);
     assert_eq!((ls.code, ls.json["role"].as_str()), (0, Some("standalone")));
     assert!(ls.json.get("preserved").is_none());
@@ -69,45 +102,106 @@ fn lineage_roles_and_text() {
 fn topology_edges_orphans_dangling() {
     let (e, p, b, c) = chain();
     let (wp, wb, wc) = (wal(&e, &p), wal(&e, &b), wal(&e, &c));
-    let t = branch(&["branch", "--wal", w(&wp), "--wal", w(&wb), "--wal", w(&wc), "--wal", w(&wp)]);
+    let t = branch(&[
+        "branch",
+        "--wal",
+        w(&wp),
+        "--wal",
+        w(&wb),
+        "--wal",
+        w(&wc),
+        "--wal",
+        w(&wp),
+    ]);
     assert_eq!(t.code, 0, "{}", t.json);
     assert_eq!(t.json["kind"], "revl.branch-topology");
-    assert_eq!(t.json["sessions"].as_array().unwrap().len(), 3, "the same WAL given twice counts once");
+    assert_eq!(
+        t.json["sessions"].as_array().unwrap().len(),
+        3,
+        "the same WAL given twice counts once"
+    );
     assert_eq!(t.json["edges"].as_array().unwrap().len(), 2);
     assert_eq!(t.json["roots"], serde_json::json!([p]));
     assert_eq!(t.json["children"][&p], serde_json::json!([b]));
     assert_eq!(t.json["children"][&b], serde_json::json!([c]));
-    let text = revl_env(&e, &["branch", "--wal", w(&wp), "--wal", w(&wb), "--wal", w(&wc)], false, None);
+    let text = revl_env(
+        &e,
+        &["branch", "--wal", w(&wp), "--wal", w(&wb), "--wal", w(&wc)],
+        false,
+        None,
+    );
     assert!(text.stdout.starts_with("branch topology"));
-    assert!(text.stdout.contains("(forked at step 2)") && text.stdout.contains("(forked at step 1)"));
+    assert!(
+        text.stdout.contains("(forked at step 2)") && text.stdout.contains("(forked at step 1)")
+    );
     // Parent missing: B is an orphan. Branch missing: P dangles.
     let t = branch(&["branch", "--wal", w(&wb), "--wal", w(&wc)]);
     assert_eq!(t.code, 1);
     assert_eq!(t.json["orphans"][0]["branch"], b.as_str());
-    let text = revl_env(&e, &["branch", "--wal", w(&wb), "--wal", w(&wc)], false, None);
+    let text = revl_env(
+        &e,
+        &["branch", "--wal", w(&wb), "--wal", w(&wc)],
+        false,
+        None,
+    );
     assert!(text.stdout.contains("ORPHAN"));
     let e2 = env();
-    let s = ok(&e2, &["new", "--workspace", e2.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let s = ok(&e2, &["new", "--workspace", e2.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let t = branch(&["branch", "--wal", w(&wp), "--wal", w(&wal(&e2, &s))]);
     assert_eq!(t.code, 1);
     assert_eq!(t.json["dangling"][0]["branch"], b.as_str());
-    assert_eq!(t.json["unidentified"][0]["wal"].as_str().map(|x| x.ends_with("wal.jsonl")), Some(true));
-    let text = revl_env(&e, &["branch", "--wal", w(&wp), "--wal", w(&wal(&e2, &s))], false, None);
+    assert_eq!(
+        t.json["unidentified"][0]["wal"]
+            .as_str()
+            .map(|x| x.ends_with("wal.jsonl")),
+        Some(true)
+    );
+    let text = revl_env(
+        &e,
+        &["branch", "--wal", w(&wp), "--wal", w(&wal(&e2, &s))],
+        false,
+        None,
+    );
     assert!(text.stdout.contains("DANGLING"));
 }
 
 #[test]
 fn mid_fork_wal_reads_half_rewound_without_repair() {
     let e = env();
-    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     ok(&e, &["write", &s, "a.txt", "--content", "1"]);
     ok(&e, &["write", &s, "a.txt", "--content", "2"]);
-    let h = ok(&e, &["fork", &s, "--at", "1"])["hash"].as_str().unwrap().to_string();
-    assert_ne!(revl(&e, &["fork-confirm", &s, "--hash", &h], Some("fork.after-begin")).code, 0);
+    let h = ok(&e, &["fork", &s, "--at", "1"])["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(
+        revl(
+            &e,
+            &["fork-confirm", &s, "--hash", &h],
+            Some("fork.after-begin")
+        )
+        .code,
+        0
+    );
     let before = std::fs::read(wal(&e, &s)).unwrap();
     let l = branch(&["branch", "--wal", w(&wal(&e, &s))]);
-    assert!(l.json["midFork"].as_str().unwrap().contains("half rewound"), "{}", l.json);
-    assert_eq!(std::fs::read(wal(&e, &s)).unwrap(), before, "an offline reader wrote to the WAL");
+    assert!(
+        l.json["midFork"].as_str().unwrap().contains("half rewound"),
+        "{}",
+        l.json
+    );
+    assert_eq!(
+        std::fs::read(wal(&e, &s)).unwrap(),
+        before,
+        "an offline reader wrote to the WAL"
+    );
     // A live command repairs: the fork is abandoned and the WAL reads standalone.
     ok(&e, &["status", &s]);
     let l = branch(&["branch", "--wal", w(&wal(&e, &s))]);
@@ -121,73 +215,225 @@ fn partition_findings_and_exit_codes() {
     let part = branch(&["branch", "--wal", w(&wal(&e, &p)), "--at", "3"]);
     assert_eq!(part.json["kind"], "revl.branch-partition");
     assert_eq!(part.json["performed"], false);
-    let f: Vec<&str> = part.json["findings"].as_array().unwrap().iter().map(|f| f["finding"].as_str().unwrap()).collect();
+    let f: Vec<&str> = part.json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["finding"].as_str().unwrap())
+        .collect();
     assert!(f.contains(&"not-live"), "{f:?}");
-    assert!(f.contains(&"undone"), "steps above 2 were stepped over by the fork: {f:?}");
+    assert!(
+        f.contains(&"undone"),
+        "steps above 2 were stepped over by the fork: {f:?}"
+    );
     assert_eq!(part.json["forkable"], false);
     // The live branch, with a torn tail appended: information only.
     let bw = wal(&e, &c);
     let mut f2 = std::fs::OpenOptions::new().append(true).open(&bw).unwrap();
     std::io::Write::write_all(&mut f2, b"{\"record\":\"und").unwrap();
     let part = branch(&["branch", "--wal", w(&bw), "--at", "-1"]);
-    let f: Vec<&str> = part.json["findings"].as_array().unwrap().iter().map(|f| f["finding"].as_str().unwrap()).collect();
+    let f: Vec<&str> = part.json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["finding"].as_str().unwrap())
+        .collect();
     assert_eq!(f, vec!["torn-tail"]);
-    assert_eq!((part.code, part.json["forkable"].as_bool()), (0, Some(true)));
+    assert_eq!(
+        (part.code, part.json["forkable"].as_bool()),
+        (0, Some(true))
+    );
     // A committed session: the boundary is a finding and K out of range is bad input.
     let e2 = env();
-    let s = ok(&e2, &["new", "--workspace", e2.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let s = ok(&e2, &["new", "--workspace", e2.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     ok(&e2, &["write", &s, "a", "--content", "1"]);
     let plan = ok(&e2, &["commit", &s]);
-    ok(&e2, &["commit-confirm", &s, "--hash", plan["hash"].as_str().unwrap()]);
+    ok(
+        &e2,
+        &[
+            "commit-confirm",
+            &s,
+            "--hash",
+            plan["hash"].as_str().unwrap(),
+        ],
+    );
     let part = branch(&["branch", "--wal", w(&wal(&e2, &s)), "--at", "0"]);
-    let f: Vec<&str> = part.json["findings"].as_array().unwrap().iter().map(|f| f["finding"].as_str().unwrap()).collect();
-    assert!(f.contains(&"not-live") && f.contains(&"committed-boundary"), "{f:?}");
-    assert_eq!(branch(&["branch", "--wal", w(&wal(&e2, &s)), "--at", "9"]).code, 2);
-    assert_eq!(branch(&["branch", "--wal", "/nonexistent/wal.jsonl"]).code, 1, "SPEC 7.2: a WAL that cannot be read exits 1");
+    let f: Vec<&str> = part.json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["finding"].as_str().unwrap())
+        .collect();
+    assert!(
+        f.contains(&"not-live") && f.contains(&"committed-boundary"),
+        "{f:?}"
+    );
+    assert_eq!(
+        branch(&["branch", "--wal", w(&wal(&e2, &s)), "--at", "9"]).code,
+        2
+    );
+    assert_eq!(
+        branch(&["branch", "--wal", "/nonexistent/wal.jsonl"]).code,
+        1,
+        "SPEC 7.2: a WAL that cannot be read exits 1"
+    );
 }
 
 #[test]
 fn compare_parent_branch_siblings_unrelated() {
     let (e, p, b, _c) = chain();
     let r = branch(&["compare", w(&wal(&e, &p)), w(&wal(&e, &b))]);
-    assert_eq!((r.code, r.json["relation"].as_str(), r.json["divergedAt"].as_i64()), (0, Some("parent-branch"), Some(2)));
+    assert_eq!(
+        (
+            r.code,
+            r.json["relation"].as_str(),
+            r.json["divergedAt"].as_i64()
+        ),
+        (0, Some("parent-branch"), Some(2))
+    );
     let d = &r.json["delta"];
     assert_eq!(d["identical"], false);
     assert_eq!(d["firstDifference"]["position"], 3);
     assert_eq!(d["firstDifference"]["left"]["label"], "fs.write a.txt");
     assert_eq!(d["firstDifference"]["right"]["label"], "fs.write b.txt");
     assert_eq!(d["onlyRight"].as_array().unwrap().len(), 2);
-    assert_eq!(r.json["notComparable"].as_array().unwrap().iter().map(|x| x["axis"].as_str().unwrap()).collect::<Vec<_>>(), vec!["decisionCause", "counterfactual"]);
-    let text = revl_env(&e, &["compare", w(&wal(&e, &p)), w(&wal(&e, &b))], false, None);
-    assert!(text.stdout.starts_with("relation: PARENT-BRANCH"), "{}", text.stdout);
+    assert_eq!(
+        r.json["notComparable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["axis"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["decisionCause", "counterfactual"]
+    );
+    let text = revl_env(
+        &e,
+        &["compare", w(&wal(&e, &p)), w(&wal(&e, &b))],
+        false,
+        None,
+    );
+    assert!(
+        text.stdout.starts_with("relation: PARENT-BRANCH"),
+        "{}",
+        text.stdout
+    );
 
     // Siblings: copy the store before the confirm, confirm in both copies.
     let e = env();
-    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     ok(&e, &["write", &s, "a.txt", "--content", "1"]);
     ok(&e, &["write", &s, "a.txt", "--content", "2"]);
-    ok(&e, &["note-model", &s, "--step", "2", "--model", "m-1", "--tokens-in", "10", "--tokens-out", "5", "--latency-seconds", "0.5", "--attempts", "1", "--attempt-ceiling", "3", "--outcome", "validated"]);
+    ok(
+        &e,
+        &[
+            "note-model",
+            &s,
+            "--step",
+            "2",
+            "--model",
+            "m-1",
+            "--tokens-in",
+            "10",
+            "--tokens-out",
+            "5",
+            "--latency-seconds",
+            "0.5",
+            "--attempts",
+            "1",
+            "--attempt-ceiling",
+            "3",
+            "--outcome",
+            "validated",
+        ],
+    );
     let copy = e.root.join("store-copy");
     copy_dir(&e.store, &copy);
     let b1 = fork(&e, &s, "1");
     ok(&e, &["write", &b1, "x.txt", "--content", "left"]);
-    ok(&e, &["note-model", &b1, "--step", "1", "--model", "m-2", "--tokens-in", "1", "--tokens-out", "1", "--latency-seconds", "1", "--attempts", "1", "--attempt-ceiling", "1", "--outcome", "exhausted", "--cost", "0.01", "--currency", "EUR"]);
-    let e2 = Env { store: copy.clone(), ws: e.ws.clone(), root: e.root.clone(), _tmp: tempfile::tempdir().unwrap() };
+    ok(
+        &e,
+        &[
+            "note-model",
+            &b1,
+            "--step",
+            "1",
+            "--model",
+            "m-2",
+            "--tokens-in",
+            "1",
+            "--tokens-out",
+            "1",
+            "--latency-seconds",
+            "1",
+            "--attempts",
+            "1",
+            "--attempt-ceiling",
+            "1",
+            "--outcome",
+            "exhausted",
+            "--cost",
+            "0.01",
+            "--currency",
+            "EUR",
+        ],
+    );
+    let e2 = Env {
+        store: copy.clone(),
+        ws: e.ws.clone(),
+        root: e.root.clone(),
+        _tmp: tempfile::tempdir().unwrap(),
+    };
     // The workspace is shared; the copy's fork rewinds a.txt again (same bytes at step 1).
     let b2 = fork(&e2, &s, "1");
     ok(&e2, &["write", &b2, "y.txt", "--content", "right"]);
-    let (w1, w2) = (wal(&e, &b1), copy.join("sessions").join(&b2).join("wal.jsonl"));
+    let (w1, w2) = (
+        wal(&e, &b1),
+        copy.join("sessions").join(&b2).join("wal.jsonl"),
+    );
     let r = branch(&["compare", w(&w1), w(&w2)]);
-    assert_eq!((r.code, r.json["relation"].as_str(), r.json["divergedAt"].as_i64()), (0, Some("siblings"), Some(1)));
+    assert_eq!(
+        (
+            r.code,
+            r.json["relation"].as_str(),
+            r.json["divergedAt"].as_i64()
+        ),
+        (0, Some("siblings"), Some(1))
+    );
     assert_eq!(r.json["delta"]["firstDifference"]["position"], 2);
-    assert_eq!(r.json["left"]["modelDecisions"][0]["llm"]["model"]["value"], "m-2");
-    assert_eq!(r.json["left"]["modelDecisions"][0]["llm"]["model"]["provenance"], "host-reported");
-    assert_eq!(r.json["right"]["modelDecisions"].as_array().unwrap().len(), 0, "the branch does not copy the parent's model decisions");
+    assert_eq!(
+        r.json["left"]["modelDecisions"][0]["llm"]["model"]["value"],
+        "m-2"
+    );
+    assert_eq!(
+        r.json["left"]["modelDecisions"][0]["llm"]["model"]["provenance"],
+        "host-reported"
+    );
+    assert_eq!(
+        r.json["right"]["modelDecisions"].as_array().unwrap().len(),
+        0,
+        "the branch does not copy the parent's model decisions"
+    );
     // Unrelated.
     let e3 = env();
-    let u = ok(&e3, &["new", "--workspace", e3.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let u = ok(&e3, &["new", "--workspace", e3.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let r = branch(&["compare", w(&w1), w(&wal(&e3, &u))]);
-    assert_eq!((r.code, r.json["relation"].as_str(), r.json["comparable"].as_bool()), (1, Some("unrelated"), Some(false)));
+    assert_eq!(
+        (
+            r.code,
+            r.json["relation"].as_str(),
+            r.json["comparable"].as_bool()
+        ),
+        (1, Some("unrelated"), Some(false))
+    );
     assert!(r.json.get("delta").is_none() && r.json["why"].as_str().is_some());
     let text = revl_env(&e3, &["compare", w(&w1), w(&wal(&e3, &u))], false, None);
     assert!(text.stdout.starts_with("relation: UNRELATED"));
@@ -196,36 +442,135 @@ fn compare_parent_branch_siblings_unrelated() {
 #[test]
 fn siblings_forked_at_different_steps_have_null_divergence() {
     let e = env();
-    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     for c in ["1", "2", "3"] {
         ok(&e, &["write", &s, "a.txt", "--content", c]);
     }
     let copy = e.root.join("store-copy");
     copy_dir(&e.store, &copy);
     let b1 = fork(&e, &s, "1");
-    let e2 = Env { store: copy.clone(), ws: e.ws.clone(), root: e.root.clone(), _tmp: tempfile::tempdir().unwrap() };
+    let e2 = Env {
+        store: copy.clone(),
+        ws: e.ws.clone(),
+        root: e.root.clone(),
+        _tmp: tempfile::tempdir().unwrap(),
+    };
     let b2 = fork(&e2, &s, "2");
-    let r = branch(&["compare", w(&wal(&e, &b1)), w(&copy.join("sessions").join(&b2).join("wal.jsonl"))]);
-    assert_eq!((r.json["relation"].as_str(), r.json["divergedAt"].clone()), (Some("siblings"), Value::Null));
+    let r = branch(&[
+        "compare",
+        w(&wal(&e, &b1)),
+        w(&copy.join("sessions").join(&b2).join("wal.jsonl")),
+    ]);
+    assert_eq!(
+        (r.json["relation"].as_str(), r.json["divergedAt"].clone()),
+        (Some("siblings"), Value::Null)
+    );
 }
 
 #[test]
 fn model_decisions_are_metadata_only_and_invisible_to_partition() {
     let e = env();
-    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"].as_str().unwrap().to_string();
+    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
     ok(&e, &["write", &s, "a.txt", "--content", "1"]);
     let before = branch(&["branch", "--wal", w(&wal(&e, &s)), "--at", "0"]).json;
-    let r = ok(&e, &["note-model", &s, "--step", "1", "--model", "gpt-x", "--tokens-in", "100", "--tokens-out", "20", "--latency-seconds", "1.25", "--attempts", "2", "--attempt-ceiling", "3", "--outcome", "validated"]);
+    let r = ok(
+        &e,
+        &[
+            "note-model",
+            &s,
+            "--step",
+            "1",
+            "--model",
+            "gpt-x",
+            "--tokens-in",
+            "100",
+            "--tokens-out",
+            "20",
+            "--latency-seconds",
+            "1.25",
+            "--attempts",
+            "2",
+            "--attempt-ceiling",
+            "3",
+            "--outcome",
+            "validated",
+        ],
+    );
     assert_eq!(r["llm"]["tokensIn"]["value"], 100);
     let after = branch(&["branch", "--wal", w(&wal(&e, &s)), "--at", "0"]).json;
     assert_eq!(before, after);
-    let bad = revl(&e, &["note-model", &s, "--step", "9", "--model", "m", "--tokens-in", "1", "--tokens-out", "1", "--latency-seconds", "1", "--attempts", "1", "--attempt-ceiling", "1", "--outcome", "validated"], None);
+    let bad = revl(
+        &e,
+        &[
+            "note-model",
+            &s,
+            "--step",
+            "9",
+            "--model",
+            "m",
+            "--tokens-in",
+            "1",
+            "--tokens-out",
+            "1",
+            "--latency-seconds",
+            "1",
+            "--attempts",
+            "1",
+            "--attempt-ceiling",
+            "1",
+            "--outcome",
+            "validated",
+        ],
+        None,
+    );
     assert_eq!(bad.code, 2);
-    let bad = revl(&e, &["note-model", &s, "--step", "1", "--model", "m", "--tokens-in", "1", "--tokens-out", "1", "--latency-seconds", "1", "--attempts", "1", "--attempt-ceiling", "1", "--outcome", "maybe"], None);
+    let bad = revl(
+        &e,
+        &[
+            "note-model",
+            &s,
+            "--step",
+            "1",
+            "--model",
+            "m",
+            "--tokens-in",
+            "1",
+            "--tokens-out",
+            "1",
+            "--latency-seconds",
+            "1",
+            "--attempts",
+            "1",
+            "--attempt-ceiling",
+            "1",
+            "--outcome",
+            "maybe",
+        ],
+        None,
+    );
     assert_eq!(bad.code, 2);
-    let md = records(&wal(&e, &s)).into_iter().find(|r| r["record"] == "model-decision").unwrap();
+    let md = records(&wal(&e, &s))
+        .into_iter()
+        .find(|r| r["record"] == "model-decision")
+        .unwrap();
     let keys: Vec<&String> = md["llm"].as_object().unwrap().keys().collect();
-    assert_eq!(keys, vec!["attemptCeiling", "attempts", "latencySeconds", "model", "tokensIn", "tokensOut"]);
+    assert_eq!(
+        keys,
+        vec![
+            "attemptCeiling",
+            "attempts",
+            "latencySeconds",
+            "model",
+            "tokensIn",
+            "tokensOut"
+        ]
+    );
 }
 
 #[test]
@@ -233,7 +578,10 @@ fn recover_on_a_branch_wal_lands_at_the_fork_point() {
     let (e, _p, b, c) = chain();
     // C is live: recover refuses without --force, then rolls back to C's start.
     let o = revl(&e, &["recover", "--wal", w(&wal(&e, &c))], None);
-    assert_eq!((o.code, o.json["error"]["code"].as_str()), (1, Some("live")));
+    assert_eq!(
+        (o.code, o.json["error"]["code"].as_str()),
+        (1, Some("live"))
+    );
     let r = ok(&e, &["recover", "--wal", w(&wal(&e, &c)), "--force"]);
     assert_eq!(r["verdict"], "rolled-back");
     assert_eq!(r["lineage"]["role"], "branch");
