@@ -119,8 +119,9 @@ impl Store {
         let dir = self.session_dir(id);
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
         let wal_path = self.wal_path(id);
-        let read = read_wal(&wal_path)?;
-        let state = State::replay(&read.records)?;
+        let mut read = read_wal(&wal_path)?;
+        let read_records = std::mem::take(&mut read.records);
+        let state = State::replay_owned(read_records)?;
         let ws = Workspace::new(PathBuf::from(&state.workspace), self.fp.clone());
         let mut s = Session {
             store: self.clone(),
@@ -291,20 +292,43 @@ impl Session {
         self.require_live()?;
         let planned = self.ws.plan(op, &self.blobs)?;
         let step = self.state.next_index();
-        self.append(
-            Record::Intent {
-                step,
-                kind: "effect".into(),
-                label: planned.label.clone(),
-                site: planned.site.clone(),
-                undo: Some(planned.undo.clone()),
-                preimage: None,
-                after: Some(json!({"images": planned.after, "detail": planned.detail})),
-            },
-            true,
-        )?;
+        let intent = Record::Intent {
+            step,
+            kind: "effect".into(),
+            label: planned.label.clone(),
+            site: planned.site.clone(),
+            undo: Some(planned.undo.clone()),
+            preimage: None,
+            after: Some(json!({"images": planned.after, "detail": planned.detail})),
+        };
+        // The intent's fsync and the staged content's fsync overlap (two threads); the
+        // change itself (the rename) waits for both.
+        let ws = self.ws.clone();
+        let (appended, staged) = std::thread::scope(|sc| {
+            let stage = sc.spawn(|| ws.stage(&planned, step));
+            let appended = self.append(intent, true);
+            (appended, stage.join().unwrap_or_else(|_| Ok(false)))
+        });
+        if let Err(e) = appended {
+            let _ = std::fs::remove_file(self.ws.temp_for(step));
+            return Err(e);
+        }
+        let staged = match staged {
+            Ok(b) => b,
+            Err(e) => {
+                self.clean_temps(&planned.after, step);
+                self.append(
+                    Record::IntentVoid {
+                        step,
+                        why: e.message.clone(),
+                    },
+                    true,
+                )?;
+                return Err(e);
+            }
+        };
         self.fp.point("effect.after-intent");
-        if let Err(e) = self.ws.apply(&planned, step) {
+        if let Err(e) = self.ws.apply(&planned, step, staged) {
             // The change failed part-way: put the preimage back and void the intent. If even
             // that fails, the intent stays open and the next attach repairs it.
             if self.ws.restore(&planned.undo, &self.blobs, step).is_ok() {
@@ -336,10 +360,15 @@ impl Session {
         Ok(json!({"step": step, "seq": seq, "label": planned.label}))
     }
 
+    /// Remove the temp files a write of `step` may have left (at the root, or next to a
+    /// target behind a mount point).
     fn clean_temps(&self, after: &[Value], step: u64) {
+        let _ = std::fs::remove_file(self.ws.temp_for(step));
         for a in after {
             if let Some(p) = a.get("path").and_then(Value::as_str) {
-                let _ = std::fs::remove_file(self.ws.temp_for(p, step));
+                if let Some(parent) = self.ws.abs(p).parent() {
+                    let _ = std::fs::remove_file(parent.join(format!(".revl-{step}.tmp")));
+                }
             }
         }
     }
@@ -851,6 +880,11 @@ impl Session {
     // ---- repair on attach (SPEC 6.4) ----
 
     fn repair(&mut self) -> Result<()> {
+        // A write stages its content before its intent is durable: if the intent was torn,
+        // nothing names the temp file; it can only be the next step's.
+        if self.state.life() == Life::Live {
+            let _ = std::fs::remove_file(self.ws.temp_for(self.state.next_index()));
+        }
         self.repair_fork()?;
         self.repair_parent_fork()?;
         if let Some(intent) = self.state.intent.clone() {

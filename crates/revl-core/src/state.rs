@@ -122,16 +122,19 @@ pub struct State {
 impl State {
     /// Replay records from the start of a WAL.
     pub fn replay(records: &[Record]) -> Result<State> {
+        Self::replay_owned(records.to_vec())
+    }
+
+    /// Replay, consuming the records (steps are moved, not cloned).
+    pub fn replay_owned(records: Vec<Record>) -> Result<State> {
         let mut s = State::default();
-        for (i, r) in records.iter().enumerate() {
-            s.apply(r).map_err(|why| {
+        s.steps.reserve(records.len());
+        for (i, r) in records.into_iter().enumerate() {
+            let name = r.name();
+            s.apply_owned(r).map_err(|why| {
                 Error::new(
                     Code::CorruptWal,
-                    format!(
-                        "WAL record {} ({}) cannot be replayed: {why}",
-                        i + 1,
-                        r.name()
-                    ),
+                    format!("WAL record {} ({name}) cannot be replayed: {why}", i + 1),
                     "the WAL was edited outside revl; restore it from a backup",
                 )
             })?;
@@ -169,8 +172,23 @@ impl State {
             .ok_or_else(|| format!("names step {i}, which does not exist"))
     }
 
+    /// Apply one record, by value (steps are moved into the timeline).
+    pub fn apply_owned(&mut self, r: Record) -> std::result::Result<(), String> {
+        match r {
+            Record::Step(sr) => {
+                self.records += 1;
+                self.push_step(sr)
+            }
+            other => self.apply(&other),
+        }
+    }
+
     /// Apply one record. The only state transition function.
     pub fn apply(&mut self, r: &Record) -> std::result::Result<(), String> {
+        if let Record::Step(sr) = r {
+            self.records += 1;
+            return self.push_step(sr.clone());
+        }
         self.records += 1;
         match r {
             Record::Header {
@@ -213,7 +231,7 @@ impl State {
                 });
             }
             Record::IntentVoid { .. } => self.intent = None,
-            Record::Step(sr) => self.push_step(sr)?,
+            Record::Step(_) => unreachable!("steps are applied above"),
             Record::StepBack { to, mode } => {
                 self.step_over(*to);
                 self.step_back_open = Some((*to, mode.clone()));
@@ -357,7 +375,7 @@ impl State {
         Ok(())
     }
 
-    fn push_step(&mut self, sr: &StepRecord) -> std::result::Result<(), String> {
+    fn push_step(&mut self, sr: StepRecord) -> std::result::Result<(), String> {
         if sr.step != self.next_index() {
             return Err(format!(
                 "step {} out of order (expected {})",
@@ -366,6 +384,7 @@ impl State {
             ));
         }
         let kind = StepKind::parse(&sr.kind);
+        let index = sr.step;
         if kind == StepKind::Compensation {
             let f = sr
                 .detail
@@ -377,12 +396,12 @@ impl State {
         self.steps.push(Step {
             index: sr.step,
             kind,
-            label: sr.label.clone(),
-            site: sr.site.clone(),
-            scope: sr.scope.clone(),
-            undo_scope: sr.undo_scope.clone(),
-            detail: sr.detail.clone(),
-            undo: sr.undo.clone(),
+            label: sr.label,
+            site: sr.site,
+            scope: sr.scope,
+            undo_scope: sr.undo_scope,
+            detail: sr.detail,
+            undo: sr.undo,
             undo_idempotent: sr.undo_idempotent,
             compensation: sr.compensation,
             undone: false,
@@ -390,9 +409,9 @@ impl State {
             undone_at: None,
             crossed: false,
             fenced: false,
-            ts: sr.ts.clone(),
+            ts: sr.ts,
         });
-        if self.intent.as_ref().is_some_and(|i| i.step <= sr.step) {
+        if self.intent.as_ref().is_some_and(|i| i.step <= index) {
             self.intent = None;
         }
         Ok(())

@@ -142,7 +142,7 @@ impl Store {
     /// Read-only summary of one session (no lock, no repair).
     pub fn info(&self, id: &str) -> Result<SessionInfo> {
         let read = read_wal(&self.wal_path(id))?;
-        let st = State::replay(&read.records)?;
+        let st = State::replay_owned(read.records)?;
         Ok(SessionInfo {
             id: id.to_string(),
             state: st.life(),

@@ -625,29 +625,58 @@ impl Workspace {
         }
     }
 
-    /// The deterministic temp name a write of step `step` uses next to its target, so that
-    /// repair can remove a leftover.
-    pub fn temp_for(&self, rel: &str, step: u64) -> PathBuf {
-        let abs = self.abs(rel);
-        abs.parent()
-            .unwrap_or(&self.root)
-            .join(format!(".revl-{step}.tmp"))
+    /// The deterministic temp file a write of step `step` stages its content in: at the
+    /// workspace root, so that the next attach can always find and remove a leftover (even when
+    /// the intent that would have named it was torn).
+    pub fn temp_for(&self, step: u64) -> PathBuf {
+        self.root.join(format!(".revl-{step}.tmp"))
     }
 
-    /// Perform a planned change. Each change is durable (file and directory fsynced) when
-    /// this returns.
-    pub fn apply(&self, p: &Planned, step: u64) -> Result<()> {
+    /// Stage a write: its content in the deterministic temp file, fsynced, so the data's fsync
+    /// can overlap the intent's. Nothing witnessed changes (attach removes a leftover temp).
+    /// Returns false when there is nothing to stage (not a write).
+    pub fn stage(&self, p: &Planned, step: u64) -> Result<bool> {
+        let FileOp::Write { path, content } = &p.op else {
+            return Ok(false);
+        };
+        self.write_temp(
+            &self.temp_for(step),
+            &self.abs(path),
+            content,
+            write_mode(p)?,
+        )?;
+        Ok(true)
+    }
+
+    /// Perform a planned change (after its intent is durable). A write renames its staged
+    /// temp file into place; the step record's fsync that follows commits the rename with the
+    /// filesystem journal (ext4, xfs). Other changes fsync their directory here.
+    pub fn apply(&self, p: &Planned, step: u64, staged: bool) -> Result<()> {
         match &p.op {
             FileOp::Write { path, content } => {
-                let mode = p.after[0]
-                    .get("mode")
-                    .and_then(Value::as_str)
-                    .map(parse_mode)
-                    .transpose()?
-                    .unwrap_or(0o644);
                 self.create_parents(path)?;
-                let tmp = self.temp_for(path, step);
-                self.write_file_atomic(&tmp, &self.abs(path), content, mode)
+                let tmp = self.temp_for(step);
+                let dest = self.abs(path);
+                if !staged {
+                    self.write_temp(&tmp, &dest, content, write_mode(p)?)?;
+                }
+                if let Some(m) = lstat(&dest)? {
+                    if m.is_dir() {
+                        fs::remove_dir_all(&dest).map_err(|e| io(&dest, e))?;
+                    }
+                }
+                match fs::rename(&tmp, &dest) {
+                    // A mount point inside the workspace: stage next to the target instead.
+                    Err(e) if e.raw_os_error() == Some(18) => {
+                        let _ = fs::remove_file(&tmp);
+                        let near = dest
+                            .parent()
+                            .unwrap_or(&self.root)
+                            .join(format!(".revl-{step}.tmp"));
+                        self.write_file_atomic(&near, &dest, content, write_mode(p)?)
+                    }
+                    r => r.map_err(|e| io(&dest, e)),
+                }
             }
             FileOp::Delete { path } => {
                 let abs = self.abs(path);
@@ -698,7 +727,7 @@ impl Workspace {
         Ok(())
     }
 
-    fn write_file_atomic(&self, tmp: &Path, dest: &Path, content: &[u8], mode: u32) -> Result<()> {
+    fn write_temp(&self, tmp: &Path, dest: &Path, content: &[u8], mode: u32) -> Result<()> {
         let res = (|| -> std::io::Result<()> {
             let _ = fs::remove_file(tmp);
             self.fp.enospc()?;
@@ -716,6 +745,12 @@ impl Workspace {
             let _ = fs::remove_file(tmp);
             return Err(io(dest, e));
         }
+        Ok(())
+    }
+
+    /// Replace `dest` by `content` (temp file, fsync, rename, directory fsync).
+    fn write_file_atomic(&self, tmp: &Path, dest: &Path, content: &[u8], mode: u32) -> Result<()> {
+        self.write_temp(tmp, dest, content, mode)?;
         if let Some(m) = lstat(dest)? {
             if m.is_dir() {
                 fs::remove_dir_all(dest).map_err(|e| io(dest, e))?;
@@ -935,6 +970,16 @@ impl Workspace {
         entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         Ok(json!({"path": rel, "entries": entries}))
     }
+}
+
+/// The mode a planned write gives its file.
+fn write_mode(p: &Planned) -> Result<u32> {
+    Ok(p.after[0]
+        .get("mode")
+        .and_then(Value::as_str)
+        .map(parse_mode)
+        .transpose()?
+        .unwrap_or(0o644))
 }
 
 fn restore(entries: Vec<Value>) -> Value {

@@ -141,14 +141,14 @@ fn build(history: &[Gen]) -> Built {
     }];
     let mut model = Vec::new();
     let push = |recs: &mut Vec<Record>,
-                    model: &mut Vec<_>,
-                    kind: &str,
-                    detail: Value,
-                    scope: Option<Value>,
-                    undo_scope: Option<Value>,
-                    undo: Option<Value>,
-                    idem: Option<bool>,
-                    comp: Option<u64>| {
+                model: &mut Vec<_>,
+                kind: &str,
+                detail: Value,
+                scope: Option<Value>,
+                undo_scope: Option<Value>,
+                undo: Option<Value>,
+                idem: Option<bool>,
+                comp: Option<u64>| {
         let step = model.len() as u64;
         let builtin = undo
             .as_ref()

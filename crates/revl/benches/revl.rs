@@ -1,0 +1,487 @@
+//! revl's benchmarks: each measures revl next to the baseline a user would reach for, in
+//! the same run, and prints a table. Figures and method: docs/performance.md.
+//!
+//!   cargo bench -p revl --bench revl                # every section
+//!   cargo bench -p revl --bench revl -- write attach # some sections
+//!
+//! Sections: write, attach, partition, offline, topology, fork, restore, enqueue, commit.
+//! Timings are medians of repeated runs (wall clock, release build). A benchmark never fails a
+//! test: the goals are checked by reading the table.
+
+use revl::sink::Sink;
+use revl_core::wal::{create_wal, encode_line, Record, StepRecord};
+use revl_core::{Failpoints, FileOp, StepBackMode, Store};
+use serde_json::json;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn time<F: FnMut()>(n: usize, mut f: F) -> Duration {
+    median(
+        (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn fmt(d: Duration) -> String {
+    let us = d.as_secs_f64() * 1e6;
+    if us < 1000.0 {
+        format!("{us:.1} µs")
+    } else if us < 1e6 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
+fn row(name: &str, value: String) {
+    println!("  {name:<58} {value}");
+}
+
+fn store(dir: &Path) -> Store {
+    Store::open(&dir.join("store"), Failpoints::none()).unwrap()
+}
+
+/// A synthetic session WAL of `n` steps: a realistic mix of file effects (inline preimages),
+/// provisions, boundaries and emissions. Returns (store, id).
+fn synthetic(dir: &Path, n: usize, tail_files: usize) -> (Store, String) {
+    let st = store(dir);
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let id = format!("{:032x}", n as u128 + 1);
+    std::fs::create_dir_all(st.session_dir(&id)).unwrap();
+    let mut recs = vec![Record::Header {
+        wal_version: 1,
+        seq: 0,
+        session: id.clone(),
+        workspace: std::fs::canonicalize(&ws).unwrap().display().to_string(),
+        manifest_digest: None,
+        created_by: "bench".into(),
+        guarantee: "g".into(),
+        ts: None,
+    }];
+    for i in 0..n as u64 {
+        let (kind, label, detail, scope, undo) = if i == 0 {
+            ("hinge", "session/hinge".to_string(), json!({}), None, None)
+        } else if i as usize >= n - tail_files {
+            let p = format!("f{i}.txt");
+            (
+                "effect",
+                format!("fs.write {p}"),
+                json!({"path": p, "after": {"kind": "file", "digest": "0".repeat(64), "mode": "0644"}}),
+                Some(json!({"caps": ["fs"]})),
+                Some(json!({"type": "restore", "entries": [{"path": p, "kind": "absent"}]})),
+            )
+        } else {
+            match i % 4 {
+                0 => (
+                    "provision",
+                    format!("provide k{}", i % 7),
+                    json!({"key": format!("k{}", i % 7), "value": format!("v{i}"), "previous": null}),
+                    None,
+                    Some(json!({"type": "withdraw"})),
+                ),
+                1 => ("boundary", "turn/boundary".into(), json!({}), None, None),
+                2 => (
+                    "emission",
+                    "svc.call".into(),
+                    json!({"key": format!("{id}-{i}"), "service": "svc", "method": "call", "args": {"n": i}}),
+                    Some(json!({"caps": ["net"]})),
+                    None,
+                ),
+                _ => ("boundary", "turn/boundary".into(), json!({}), None, None),
+            }
+        };
+        recs.push(Record::Step(StepRecord {
+            seq: i + 1,
+            step: i,
+            kind: kind.into(),
+            label,
+            site: "bench".into(),
+            detail,
+            scope,
+            undo_scope: None,
+            undo_idempotent: undo.as_ref().map(|_| true),
+            undo,
+            compensation: None,
+            ts: Some("2026-12-02T00:00:00.000Z".into()),
+        }));
+    }
+    create_wal(&st.wal_path(&id), &recs, &Failpoints::none()).unwrap();
+    (st, id)
+}
+
+fn bench_write() {
+    println!(
+        "\nwitnessed overwrite of an existing 4 KiB file (durable), next to a plain write+fsync"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let st = store(tmp.path());
+    let mut s = st.new_session(&tmp.path().join("ws"), None).unwrap();
+    let content: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    s.file_effect(FileOp::Write {
+        path: "f.bin".into(),
+        content: content.clone(),
+    })
+    .unwrap();
+    let mut flip = 0u8;
+    let revl = time(200, || {
+        flip = flip.wrapping_add(1);
+        let mut c = content.clone();
+        c[0] = flip;
+        s.file_effect(FileOp::Write {
+            path: "f.bin".into(),
+            content: c,
+        })
+        .unwrap();
+    });
+    let plain_path = tmp.path().join("plain.bin");
+    std::fs::write(&plain_path, &content).unwrap();
+    let plain = time(200, || {
+        let mut f = std::fs::File::create(&plain_path).unwrap();
+        f.write_all(&content).unwrap();
+        f.sync_all().unwrap();
+    });
+    row(
+        "revl write (intent+preimage, temp+rename, step), median",
+        fmt(revl),
+    );
+    row("plain write + fsync, median", fmt(plain));
+    row(
+        "ratio (goal: at most 3x)",
+        format!("{:.2}x", revl.as_secs_f64() / plain.as_secs_f64()),
+    );
+}
+
+fn bench_attach() {
+    println!("\nattach: rebuild a session from its WAL");
+    for n in [1_000usize, 100_000] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (st, id) = synthetic(tmp.path(), n, 10);
+        let d = time(7, || {
+            drop(st.attach(&id).unwrap());
+        });
+        row(
+            &format!("attach, {n} steps (goal at 100,000: under 250 ms)"),
+            fmt(d),
+        );
+    }
+}
+
+fn bench_partition() {
+    println!("\npartition of a tail (the one classifier)");
+    let tmp = tempfile::tempdir().unwrap();
+    let (st, id) = synthetic(tmp.path(), 100_000, 10);
+    let s = st.attach(&id).unwrap();
+    let d = time(21, || {
+        std::hint::black_box(revl_core::classify::partition(s.steps(), -1));
+    });
+    row(
+        "partition of a 100,000-step tail (goal: under 50 ms)",
+        fmt(d),
+    );
+}
+
+fn bench_offline() {
+    println!("\noffline: branch --at -1 over a WAL of 1,000,000 records (from the file)");
+    let tmp = tempfile::tempdir().unwrap();
+    let (_st, id) = synthetic(tmp.path(), 1_000_000, 10);
+    let wal = tmp
+        .path()
+        .join("store/sessions")
+        .join(&id)
+        .join("wal.jsonl");
+    let size = std::fs::metadata(&wal).unwrap().len();
+    let d = time(3, || {
+        let w = revl_core::lineage::open(&wal).unwrap();
+        std::hint::black_box(w.partition(-1).unwrap());
+    });
+    row(
+        &format!("1,000,001 records, {:.0} MB", size as f64 / 1e6),
+        fmt(d),
+    );
+    row(
+        "records per second (goal: at least 1,000,000/s)",
+        format!("{:.0}", 1_000_001.0 / d.as_secs_f64()),
+    );
+}
+
+fn bench_topology() {
+    println!("\noffline: topology over 1,000 WALs");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for i in 0..1000 {
+        let (_st, id) = synthetic(&tmp.path().join(format!("s{i}")), 20 + i % 5, 2);
+        paths.push(
+            tmp.path()
+                .join(format!("s{i}/store/sessions/{id}/wal.jsonl")),
+        );
+    }
+    let d = time(5, || {
+        std::hint::black_box(revl_core::lineage::topology(&paths).unwrap());
+    });
+    row("topology of 1,000 WALs, total", fmt(d));
+}
+
+fn bench_fork() {
+    println!("\nfork: enumerate and confirm, tail of N steps (10 file writes, the rest provisions/boundaries/emissions)");
+    for n in [10usize, 1_000, 100_000] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (st, id) = synthetic(tmp.path(), n + 1, 10.min(n));
+        let mut s = st.attach(&id).unwrap();
+        let t = Instant::now();
+        let r = s.fork(0).unwrap();
+        let enumerate = t.elapsed();
+        let t = Instant::now();
+        s.fork_confirm(r["hash"].as_str().unwrap()).unwrap();
+        let confirm = t.elapsed();
+        row(&format!("tail {n}: enumerate"), fmt(enumerate));
+        row(&format!("tail {n}: confirm"), fmt(confirm));
+    }
+}
+
+fn make_tree(ws: &Path, files: usize) {
+    for i in 0..files {
+        let d = ws.join(format!("d{}", i / 1000));
+        if i % 1000 == 0 {
+            std::fs::create_dir_all(&d).unwrap();
+        }
+        std::fs::write(d.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+    }
+}
+
+fn sh(dir: &Path, args: &[&str]) {
+    let o = std::process::Command::new(args[0])
+        .args(&args[1..])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let (p, t) = (e.path(), to.join(e.file_name()));
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&p, &t)
+        } else {
+            std::fs::copy(&p, &t).unwrap();
+        }
+    }
+}
+
+fn bench_restore() {
+    println!("\ngoing back to step k after 10 files changed: revl vs a full copy vs a shadow-git checkpoint");
+    for files in [1_000usize, 100_000] {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        make_tree(&ws, files);
+        // Baselines' checkpoints at k (not timed: the going-back is).
+        let snap = tmp.path().join("snap");
+        copy_tree(&ws, &snap);
+        sh(&ws, &["git", "init", "-q"]);
+        sh(
+            &ws,
+            &[
+                "git",
+                "-c",
+                "user.email=b@b",
+                "-c",
+                "user.name=b",
+                "add",
+                "-A",
+            ],
+        );
+        sh(
+            &ws,
+            &[
+                "git",
+                "-c",
+                "user.email=b@b",
+                "-c",
+                "user.name=b",
+                "commit",
+                "-qm",
+                "k",
+            ],
+        );
+        let st = store(tmp.path());
+        let mut s = st.new_session(&ws, None).unwrap();
+        let k = s.boundary(Some("k")).unwrap()["step"].as_i64().unwrap();
+        let change = |s: &mut revl_core::Session, round: usize| {
+            for j in 0..10 {
+                s.file_effect(FileOp::Write {
+                    path: format!("d0/f{j}.txt"),
+                    content: format!("changed {round}\n").into_bytes(),
+                })
+                .unwrap();
+            }
+        };
+        let mut revl_t = Vec::new();
+        let mut git_t = Vec::new();
+        let mut copy_t = Vec::new();
+        for round in 0..3 {
+            change(&mut s, round);
+            let t = Instant::now();
+            s.step_back(k, StepBackMode::Scoped).unwrap();
+            revl_t.push(t.elapsed());
+            // git: the same 10 changes, then checkout to go back.
+            for j in 0..10 {
+                std::fs::write(ws.join(format!("d0/f{j}.txt")), "changed by git round\n").unwrap();
+            }
+            let t = Instant::now();
+            sh(&ws, &["git", "checkout", "-q", "--", "."]);
+            git_t.push(t.elapsed());
+            // copy: the same 10 changes, then replace the workspace by the copy taken at k.
+            for j in 0..10 {
+                std::fs::write(ws.join(format!("d0/f{j}.txt")), "changed by copy round\n").unwrap();
+            }
+            let t = Instant::now();
+            for e in std::fs::read_dir(&ws).unwrap().flatten() {
+                if e.file_name() != ".git" {
+                    std::fs::remove_dir_all(e.path()).unwrap();
+                }
+            }
+            copy_tree(&snap, &ws);
+            copy_t.push(t.elapsed());
+            // The revl session must still see its own world: re-sync its view (the baselines
+            // rewrote the same files with the step-k bytes, so nothing drifted).
+        }
+        let (r, g, c) = (median(revl_t), median(git_t), median(copy_t));
+        row(
+            &format!("{files} files: revl step-back over 10 writes"),
+            fmt(r),
+        );
+        row(
+            &format!("{files} files: shadow-git checkout"),
+            format!(
+                "{}  ({:.0}x revl)",
+                fmt(g),
+                g.as_secs_f64() / r.as_secs_f64()
+            ),
+        );
+        row(
+            &format!("{files} files: full copy back"),
+            format!(
+                "{}  ({:.0}x revl)",
+                fmt(c),
+                c.as_secs_f64() / r.as_secs_f64()
+            ),
+        );
+    }
+}
+
+const MANIFEST: &str = r#"
+[[tool]]
+name = "send"
+class = "deferred"
+scope = ["mail"]
+http = { method = "POST", url = "URL" }
+"#;
+
+fn bench_enqueue_commit(do_enqueue: bool, do_commit: bool) {
+    let sink = Sink::start().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let st = store(tmp.path());
+    let m = tmp.path().join("revl.toml");
+    std::fs::write(&m, MANIFEST.replace("URL", &sink.url("/send"))).unwrap();
+    let mut s = st.new_session(&tmp.path().join("ws"), Some(&m)).unwrap();
+    let t = Instant::now();
+    for i in 0..1000 {
+        s.call("send", json!({"n": i, "to": "a@b.c"})).unwrap();
+    }
+    let enqueue = t.elapsed();
+    if do_enqueue {
+        println!("\nenqueue a held send (durable)");
+        row("per call, mean of 1,000", fmt(enqueue / 1000));
+    }
+    if do_commit {
+        println!("\ncommit 1,000 held sends to a loopback sink, next to the same 1,000 requests sent directly");
+        let plan = s.commit().unwrap();
+        let t = Instant::now();
+        let r = s.commit_confirm(plan["hash"].as_str().unwrap()).unwrap();
+        let commit = t.elapsed();
+        assert_eq!(r["flushed"].as_array().unwrap().len(), 1000);
+        let t = Instant::now();
+        for i in 0..1000 {
+            let run = revl_core::tools::http_call(
+                "POST",
+                &sink.url("/direct"),
+                &json!({"n": i, "to": "a@b.c"}),
+                None,
+                Duration::from_secs(30),
+                "direct",
+            );
+            assert!(run.error.is_none());
+        }
+        let direct = t.elapsed();
+        assert_eq!(sink.count(), 2000);
+        let (rc, rd) = (1000.0 / commit.as_secs_f64(), 1000.0 / direct.as_secs_f64());
+        row(
+            "revl commit-confirm",
+            format!("{} ({rc:.0} sends/s)", fmt(commit)),
+        );
+        row(
+            "direct, same HTTP client, no revl",
+            format!("{} ({rd:.0} sends/s)", fmt(direct)),
+        );
+        row(
+            "revl / direct rate (goal: at least 0.5)",
+            format!("{:.2}", rc / rd),
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
+    println!(
+        "revl benchmarks (release build; {} cores)",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    if want("write") {
+        bench_write();
+    }
+    if want("attach") {
+        bench_attach();
+    }
+    if want("partition") {
+        bench_partition();
+    }
+    if want("offline") {
+        bench_offline();
+    }
+    if want("topology") {
+        bench_topology();
+    }
+    if want("fork") {
+        bench_fork();
+    }
+    if want("restore") {
+        bench_restore();
+    }
+    if want("enqueue") || want("commit") {
+        bench_enqueue_commit(want("enqueue"), want("commit"));
+    }
+    let _ = encode_line;
+}
