@@ -307,7 +307,7 @@ impl Session {
         let (appended, staged) = std::thread::scope(|sc| {
             let stage = sc.spawn(|| ws.stage(&planned, step));
             let appended = self.append(intent, true);
-            (appended, stage.join().unwrap_or_else(|_| Ok(false)))
+            (appended, stage.join().unwrap_or(Ok(false)))
         });
         if let Err(e) = appended {
             let _ = std::fs::remove_file(self.ws.temp_for(step));
