@@ -437,7 +437,7 @@ impl Session {
         let Ok(read) = read_wal(&self.store.wal_path(parent)) else {
             return Ok(());
         };
-        let Ok(st) = crate::state::State::replay(&read.records) else {
+        let Ok(st) = crate::state::State::replay_owned(read.records) else {
             return Ok(());
         };
         if st.fork_begun.is_some() && !st.fork_complete && st.life() == Life::Live

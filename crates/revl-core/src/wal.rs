@@ -336,40 +336,63 @@ pub fn parse_wal(path: &Path, bytes: &[u8]) -> Result<WalRead> {
             "the file was changed outside revl; restore it from a backup (nothing was written to it)",
         )
     };
-    let mut records = Vec::new();
+    // Split into lines (cheap), decode them on every core (CRC + JSON is the cost), then walk
+    // the results in order to tell a torn tail from corruption.
+    let mut spans: Vec<(usize, usize, bool)> = Vec::new();
     let mut pos = 0usize;
-    let mut line_no = 0usize;
+    while pos < bytes.len() {
+        match memchr_nl(&bytes[pos..]) {
+            Some(i) => {
+                spans.push((pos, pos + i, true));
+                pos += i + 1;
+            }
+            None => {
+                spans.push((pos, bytes.len(), false));
+                pos = bytes.len();
+            }
+        }
+    }
+    let decode = |span: &(usize, usize, bool)| -> std::result::Result<Record, LineError> {
+        if span.2 {
+            decode_line(&bytes[span.0..span.1])
+        } else {
+            Err(LineError::Shape("last line has no newline"))
+        }
+    };
+    let threads = if spans.len() < 20_000 { 1 } else { std::thread::available_parallelism().map_or(1, |n| n.get()).min(8) };
+    let decoded: Vec<std::result::Result<Record, LineError>> = if threads == 1 {
+        spans.iter().map(decode).collect()
+    } else {
+        let chunk = spans.len().div_ceil(threads);
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = spans.chunks(chunk).map(|c| sc.spawn(move || c.iter().map(decode).collect::<Vec<_>>())).collect();
+            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        })
+    };
+    if decoded.len() != spans.len() {
+        return Err(corrupt(1, "a decoder thread failed".into()));
+    }
+    let mut records = Vec::with_capacity(decoded.len());
     let mut torn = false;
     let mut good_len = 0u64;
     let mut bad: Option<(usize, String)> = None;
-    while pos < bytes.len() {
-        line_no += 1;
-        let (line, next, has_nl) = match memchr_nl(&bytes[pos..]) {
-            Some(i) => (&bytes[pos..pos + i], pos + i + 1, true),
-            None => (&bytes[pos..], bytes.len(), false),
-        };
-        let result = if has_nl {
-            decode_line(line)
-        } else {
-            Err(LineError::Shape("last line has no newline"))
-        };
+    for (i, (result, span)) in decoded.into_iter().zip(&spans).enumerate() {
         match result {
             Ok(rec) => {
                 if let Some((n, why)) = bad.take() {
                     return Err(corrupt(n, why));
                 }
                 records.push(rec);
-                good_len = next as u64;
+                good_len = (span.1 + usize::from(span.2)) as u64;
             }
             Err(e) => {
                 if let Some((n, why)) = bad.take() {
                     // Two bad lines: the first is not a torn tail.
                     return Err(corrupt(n, why));
                 }
-                bad = Some((line_no, e.to_string()));
+                bad = Some((i + 1, e.to_string()));
             }
         }
-        pos = next;
     }
     if bad.is_some() {
         torn = true;

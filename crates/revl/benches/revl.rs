@@ -214,6 +214,23 @@ fn bench_offline() {
         "records per second (goal: at least 1,000,000/s)",
         format!("{:.0}", 1_000_001.0 / d.as_secs_f64()),
     );
+    // Where the time goes.
+    let t = Instant::now();
+    let bytes = std::fs::read(&wal).unwrap();
+    let read = t.elapsed();
+    let t = Instant::now();
+    let parsed = revl_core::wal::parse_wal(&wal, &bytes).unwrap();
+    let parse = t.elapsed();
+    let t = Instant::now();
+    let state = revl_core::state::State::replay_owned(parsed.records).unwrap();
+    let replay = t.elapsed();
+    let t = Instant::now();
+    std::hint::black_box(revl_core::classify::partition(&state.steps, -1));
+    let part = t.elapsed();
+    row("  of which: read the file", fmt(read));
+    row("  of which: check CRCs and parse lines", fmt(parse));
+    row("  of which: replay into the timeline", fmt(replay));
+    row("  of which: partition (indices)", fmt(part));
 }
 
 fn bench_topology() {
