@@ -13,6 +13,7 @@ pub mod classify;
 pub mod error;
 pub mod failpoint;
 pub mod fork;
+mod note_model_placeholder;
 pub mod outbound;
 pub mod proc;
 pub mod recover;
