@@ -73,10 +73,12 @@ http = { method = "POST", url = "${url("/emit")}" }
 );
 const disk = (rel) => (existsSync(join(ws, rel)) ? readFileSync(join(ws, rel), "utf8") : null);
 
+const clients = [];
 async function connect(args) {
   const transport = new StdioClientTransport({ command: REVL, args: ["--store", store, "mcp", ...args], stderr: "inherit" });
   const client = new Client({ name: "revl-test-ts", version: "1.0.0" });
   await client.connect(transport);
+  clients.push(client);
   return client;
 }
 
@@ -166,6 +168,7 @@ try {
   console.log("0 passed, 1 failed");
   process.exitCode = 1;
 } finally {
+  for (const c of clients) await c.close().catch(() => {});
   sink.close();
   rmSync(tmp, { recursive: true, force: true });
 }
@@ -173,3 +176,4 @@ if (!process.exitCode) {
   console.log(`client_ts: ${checks} checks passed in ${((Date.now() - started) / 1000).toFixed(1)}s`);
   console.log("1 passed, 0 failed");
 }
+process.exit(process.exitCode ?? 0);
