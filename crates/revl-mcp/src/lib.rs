@@ -95,8 +95,10 @@ pub fn serve(store: Store, target: Target) -> Result<(), Error> {
             Err(e) => Err(e.to_string()),
         }
     });
-    // Do not wait for the blocking stdin reader: the client has gone.
-    runtime.shutdown_background();
+    // Let a tool call that is still running on a blocking thread finish its verb (its WAL
+    // records and its workspace change) before the process exits; the WAL would survive
+    // the exit, but a finished verb needs no repair.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(30));
     match result {
         Ok(()) => {
             eprintln!("revl mcp: the client closed the connection");
