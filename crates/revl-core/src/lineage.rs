@@ -25,7 +25,10 @@ pub struct OfflineWal {
 
 pub fn open(path: &Path) -> Result<OfflineWal> {
     let read = read_wal(path)?;
-    let committed_boundary = read.records.iter().any(|r| matches!(r, Record::Flushed { .. } | Record::CommitApproved { .. }));
+    let committed_boundary = read
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::Flushed { .. } | Record::CommitApproved { .. }));
     let state = State::replay_owned(read.records)?;
     Ok(OfflineWal {
         path: path.to_path_buf(),

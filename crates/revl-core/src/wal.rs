@@ -359,14 +359,26 @@ pub fn parse_wal(path: &Path, bytes: &[u8]) -> Result<WalRead> {
             Err(LineError::Shape("last line has no newline"))
         }
     };
-    let threads = if spans.len() < 20_000 { 1 } else { std::thread::available_parallelism().map_or(1, |n| n.get()).min(8) };
+    let threads = if spans.len() < 20_000 {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(8)
+    };
     let decoded: Vec<std::result::Result<Record, LineError>> = if threads == 1 {
         spans.iter().map(decode).collect()
     } else {
         let chunk = spans.len().div_ceil(threads);
         std::thread::scope(|sc| {
-            let handles: Vec<_> = spans.chunks(chunk).map(|c| sc.spawn(move || c.iter().map(decode).collect::<Vec<_>>())).collect();
-            handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+            let handles: Vec<_> = spans
+                .chunks(chunk)
+                .map(|c| sc.spawn(move || c.iter().map(decode).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_default())
+                .collect()
         })
     };
     if decoded.len() != spans.len() {

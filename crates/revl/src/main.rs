@@ -209,6 +209,23 @@ enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// Serve the Model Context Protocol over stdio (SPEC 10) on one session.
+    Mcp {
+        /// Serve the live session of this workspace, or create one there.
+        #[arg(
+            long,
+            value_name = "DIR",
+            conflicts_with = "session",
+            required_unless_present = "session"
+        )]
+        workspace: Option<PathBuf>,
+        /// Serve this session (id or unique prefix), frozen or not.
+        #[arg(long, value_name = "ID")]
+        session: Option<String>,
+        /// The tool manifest for a session created on --workspace.
+        #[arg(long, value_name = "FILE", conflicts_with = "session")]
+        manifest: Option<PathBuf>,
+    },
     /// The end-to-end story on a temporary workspace.
     Demo {
         /// Keep the temporary store and workspace and print where they are.
@@ -318,6 +335,28 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     match &cli.cmd {
         Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } => {
             unreachable!("handled above")
+        }
+        Cmd::Mcp {
+            workspace,
+            session,
+            manifest,
+        } => {
+            let target = match (session, workspace) {
+                (Some(id), _) => revl_mcp::Target::Session(id.clone()),
+                (None, Some(dir)) => revl_mcp::Target::Workspace {
+                    dir: dir.clone(),
+                    manifest: manifest.clone(),
+                },
+                (None, None) => {
+                    return Err(Error::new(
+                        Code::Usage,
+                        "mcp needs --workspace DIR or --session ID",
+                        "revl mcp --workspace .",
+                    ))
+                }
+            };
+            revl_mcp::serve(store, target)?;
+            Ok(Outcome::ok(Value::Null, String::new()))
         }
         Cmd::New {
             workspace,
@@ -725,7 +764,7 @@ fn main() -> ExitCode {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&cli)));
     match result {
         Ok(Ok(out)) => {
-            if cli.json {
+            if cli.json && !out.doc.is_null() {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&out.doc).unwrap_or_default()

@@ -1,0 +1,182 @@
+//! The tools' arguments (SPEC 10): the CLI's names in camelCase. Every field is documented;
+//! the doc comments become the input schemas that clients show to the model. Unknown
+//! fields are refused (a misspelt `mode` must not silently fall back to the default).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NewArgs {
+    /// The workspace directory the new session's file effects are confined to (created if
+    /// missing). It must not have, or be nested in or around, a live session.
+    pub workspace: String,
+    /// Optional path of the tool manifest (revl.toml) declaring the session's tools; by
+    /// default the workspace's own revl.toml, if present, is used.
+    #[serde(default)]
+    pub manifest: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WriteArgs {
+    /// Path of the file, relative to the workspace (paths leaving the workspace are refused).
+    pub path: String,
+    /// The new content as UTF-8 text. Give exactly one of `content` or `contentBase64`.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// The new content as standard base64 (for bytes that are not UTF-8). Give exactly one
+    /// of `content` or `contentBase64`.
+    #[serde(default)]
+    pub content_base64: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PathArgs {
+    /// Path relative to the workspace (paths leaving the workspace are refused).
+    pub path: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RenameArgs {
+    /// The existing path, relative to the workspace.
+    pub from: String,
+    /// The new path, relative to the workspace (an existing file there is replaced; a
+    /// non-empty directory there is refused).
+    pub to: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChmodArgs {
+    /// Path relative to the workspace.
+    pub path: String,
+    /// The new mode as an octal string, e.g. "644", "0755" or "0o600".
+    pub mode: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListArgs {
+    /// Directory relative to the workspace; the workspace root when omitted.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProvideArgs {
+    /// The key (non-empty).
+    pub key: String,
+    /// The value the runtime holds for the session under that key.
+    pub value: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BoundaryArgs {
+    /// Optional label of the turn or iteration; recorded as `<label>/boundary` (default
+    /// `turn/boundary`).
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CallArgs {
+    /// The name of a tool declared in the session's manifest (see the manifest's [[tool]]
+    /// entries). Tools of class `inverse` cannot be called.
+    pub tool: String,
+    /// The tool's arguments, a JSON object (default: {}).
+    #[serde(default)]
+    pub args: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecArgs {
+    /// The command and its arguments, e.g. ["cargo", "test"]. Run in the workspace, never
+    /// through a shell.
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AtArgs {
+    /// A step index from revl_timeline, or -1 for "before every step".
+    pub at: i64,
+}
+
+/// How a step-back treats inverses that would cross (leave the machine).
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum StepBackModeArg {
+    /// Run only host-confined inverses and provision withdrawals; never crosses, never
+    /// refuses over residue (the default, and what a fork does).
+    #[default]
+    Scoped,
+    /// Run every inverse, compensations and outbound undos included (they cross); refused
+    /// when the tail holds an emission with no compensation.
+    Compensating,
+    /// Like compensating, but runs the rest even over emissions with no compensation and
+    /// reports what was crossed.
+    Force,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepBackArgs {
+    /// The step to rewind to (a live step index from revl_timeline, or -1 for before every
+    /// step). Steps above it are unwound, newest first.
+    pub to: i64,
+    /// "scoped" (default), "compensating" or "force".
+    #[serde(default)]
+    pub mode: Option<StepBackModeArg>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HashArgs {
+    /// The `hash` of the report or plan you read (64 hex characters).
+    pub hash: String,
+}
+
+/// Whether the model's answer was accepted.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ModelOutcome {
+    /// The answer passed validation.
+    Validated,
+    /// The attempt ceiling was reached without a valid answer.
+    Exhausted,
+}
+
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NoteModelArgs {
+    /// The step the model decision belongs to (0..=head).
+    pub step: i64,
+    /// Which model answered, e.g. "claude-sonnet-4".
+    pub model: String,
+    /// Input tokens used.
+    pub tokens_in: u64,
+    /// Output tokens used.
+    pub tokens_out: u64,
+    /// Wall-clock latency of the answer, in seconds.
+    pub latency_seconds: f64,
+    /// How many attempts were made.
+    pub attempts: u64,
+    /// The most attempts that were allowed.
+    pub attempt_ceiling: u64,
+    /// "validated" or "exhausted".
+    pub outcome: ModelOutcome,
+    /// Optional cost of the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    /// Optional currency of the cost, e.g. "EUR".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+}

@@ -1,0 +1,717 @@
+//! revl-mcp: the Model Context Protocol server of revl (SPEC 10), over stdio.
+//!
+//! A thin table from MCP tools to session verbs: each tool parses its arguments, attaches
+//! to the session (taking its lock and rebuilding it from the WAL, so the server always
+//! acts on the durable state and `revl approve` from a terminal works between calls), calls
+//! one verb of `revl-core`, drops the session (releasing the lock) and returns the verb's
+//! JSON document. No rule of revl lives here.
+//!
+//! Results: the document as structured content and the same JSON as text. A refusal or
+//! failure is a tool result with `isError: true` carrying the error document of SPEC 9
+//! (`{"error": {code, message, hint}}`) or the verb's own negative document
+//! (`approvalRequired`, a stale hash's `refused: true`); never a protocol error. Only what
+//! is not a call of a revl tool at all (an unknown tool name, a message that is not
+//! JSON-RPC) is answered with a JSON-RPC error.
+//!
+//! There is no approve, resend or recover tool: an agent cannot approve itself, and the
+//! operator verbs stay on the command line.
+#![forbid(unsafe_code)]
+
+mod args;
+mod transport;
+
+use args::*;
+use revl_core::{Code, Error, FileOp, Session, StepBackMode, Store};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorCode, Implementation,
+    ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+pub use transport::MAX_LINE;
+
+/// Which session the server serves, decided once at startup.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// An existing session: its 32-hex id or a unique prefix of at least 6 characters.
+    Session(String),
+    /// The live session of this workspace; if it has none, a new session is created there
+    /// (with the manifest, if given).
+    Workspace {
+        dir: PathBuf,
+        manifest: Option<PathBuf>,
+    },
+}
+
+/// What the server tells a client about using revl well (sent at `initialize`).
+pub const INSTRUCTIONS: &str = "revl records every effect of this session on a step timeline so it can be rewound. \
+Change files only through revl_write, revl_delete, revl_rename, revl_mkdir and revl_chmod (paths are relative to the workspace), and mark each turn with revl_boundary. \
+Before retrying something that went wrong, step back first: revl_step_back {to: K} (K from revl_timeline) puts the workspace back at step K; then try again. \
+To explore an alternative from an earlier step, call revl_fork {at: K}, read its report (emissionsCrossed, wouldCrossOnRewind, unrestored and residue list what cannot be undone), and only then confirm with revl_fork_confirm {hash}; the server then continues on the branch. \
+Calls to deferred tools are held sends: they have NOT been sent and will not arrive anywhere until revl_commit shows the plan and revl_commit_confirm {hash} fires them; never tell anyone they were delivered before that. \
+Emissions (immediate sends) need a human's approval: when a call returns approvalRequired, ask the user to run `revl approve SESSION --ticket T` (or --tool NAME) in a terminal, then call again; you cannot approve yourself. \
+A result with isError carries {error: {code, message, hint}}: follow the hint.";
+
+/// The server: the store, the session it currently serves, and the tool table.
+#[derive(Clone)]
+pub struct RevlServer {
+    store: Store,
+    /// The id of the session tools act on; it moves to the branch after a fork confirm
+    /// and to the new session after revl_new. The mutex also serialises the calls.
+    current: Arc<Mutex<String>>,
+    tool_router: ToolRouter<RevlServer>,
+}
+
+/// Serve `target` over stdio until the client closes stdin. Errors only at startup (the
+/// target cannot be resolved or created, or no runtime can be built).
+pub fn serve(store: Store, target: Target) -> Result<(), Error> {
+    let id = resolve_target(&store, &target)?;
+    let info = store.info(&id)?;
+    eprintln!(
+        "revl mcp: serving session {id} ({}, workspace {}) on stdio",
+        info.state.as_str(),
+        info.workspace
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| Error::io("cannot start the MCP runtime", e))?;
+    let server = RevlServer::new(store, id);
+    let result = runtime.block_on(async move {
+        let transport = transport::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
+        match server.serve(transport).await {
+            Ok(running) => running
+                .waiting()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    // Let a tool call that is still running on a blocking thread finish its verb (its WAL
+    // records and its workspace change) before the process exits; the WAL would survive
+    // the exit, but a finished verb needs no repair.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(30));
+    match result {
+        Ok(()) => {
+            eprintln!("revl mcp: the client closed the connection");
+            Ok(())
+        }
+        Err(e) => Err(Error::new(
+            Code::Io,
+            format!("the MCP session ended with an error: {e}"),
+            "check that the client speaks MCP over stdio (newline-delimited JSON-RPC)",
+        )),
+    }
+}
+
+/// `--session ID`, or the live session of `--workspace DIR` (created there if it has none).
+pub fn resolve_target(store: &Store, target: &Target) -> Result<String, Error> {
+    match target {
+        Target::Session(given) => store.resolve(given),
+        Target::Workspace { dir, manifest } => {
+            if let Some(id) = live_session_of(store, dir)? {
+                if manifest.is_some() {
+                    eprintln!(
+                        "revl mcp: workspace {} already has live session {id}; --manifest is ignored (the session keeps the manifest it was created with)",
+                        dir.display()
+                    );
+                }
+                return Ok(id);
+            }
+            let s = store.new_session(dir, manifest.as_deref())?;
+            let id = s.id().to_string();
+            drop(s);
+            eprintln!("revl mcp: created session {id} on {}", dir.display());
+            Ok(id)
+        }
+    }
+}
+
+/// The live session whose workspace is `dir` (canonical paths compared), if any.
+pub fn live_session_of(store: &Store, dir: &Path) -> Result<Option<String>, Error> {
+    let Ok(canon) = std::fs::canonicalize(dir) else {
+        return Ok(None); // a directory that does not exist yet has no session
+    };
+    for id in store.session_ids()? {
+        let Ok(info) = store.info(&id) else { continue };
+        if info.state == revl_core::state::Life::Live && Path::new(&info.workspace) == canon {
+            return Ok(Some(id));
+        }
+    }
+    Ok(None)
+}
+
+/// A verb's own-shape negative (SPEC 9): a stale hash's `refused: true`, `approvalRequired`.
+fn is_negative(doc: &Value) -> bool {
+    doc.get("refused") == Some(&Value::Bool(true))
+        || doc.get("approvalRequired") == Some(&Value::Bool(true))
+}
+
+/// The document as structured content and the same JSON as text.
+fn result_of(doc: Value) -> CallToolResult {
+    if is_negative(&doc) {
+        CallToolResult::structured_error(doc)
+    } else {
+        CallToolResult::structured(doc)
+    }
+}
+
+fn error_result(e: &Error) -> CallToolResult {
+    CallToolResult::structured_error(e.to_json())
+}
+
+fn bad_args_result(tool: &str, why: &str) -> CallToolResult {
+    error_result(&Error::bad_args(
+        format!("bad arguments for {tool}: {why}"),
+        "see the tool's input schema (tools/list) for the argument names and types",
+    ))
+}
+
+impl RevlServer {
+    pub fn new(store: Store, session: String) -> Self {
+        RevlServer {
+            store,
+            current: Arc::new(Mutex::new(session)),
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The session the server currently acts on.
+    pub fn current_session(&self) -> String {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Run `f` on a blocking thread, one call at a time. A panic becomes an error document,
+    /// never a crash.
+    async fn blocking<F>(&self, f: F) -> CallToolResult
+    where
+        F: FnOnce(&Store, &mut String) -> Result<Value, Error> + Send + 'static,
+    {
+        let store = self.store.clone();
+        let current = self.current.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let mut cur = current.lock().unwrap_or_else(PoisonError::into_inner);
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&store, &mut cur)))
+        })
+        .await;
+        match joined {
+            Ok(Ok(Ok(doc))) => result_of(doc),
+            Ok(Ok(Err(e))) => error_result(&e),
+            Ok(Err(_)) | Err(_) => error_result(&Error::new(
+                Code::Io,
+                "internal error while running the tool",
+                "this is a bug in revl; the WAL is intact; report it with the call you made",
+            )),
+        }
+    }
+
+    /// Attach to the current session (lock, rebuild from the WAL, repair), run one verb,
+    /// and drop the session so its lock is released before the result goes out.
+    async fn on_session<F>(&self, f: F) -> CallToolResult
+    where
+        F: FnOnce(&mut Session) -> Result<Value, Error> + Send + 'static,
+    {
+        self.blocking(move |store, cur| {
+            let mut s = store.attach(cur)?;
+            let doc = f(&mut s);
+            drop(s);
+            doc
+        })
+        .await
+    }
+
+    async fn effect(&self, op: FileOp) -> CallToolResult {
+        self.on_session(move |s| s.file_effect(op)).await
+    }
+}
+
+#[tool_router]
+impl RevlServer {
+    /// Create a new session on a workspace directory and continue on it (the server's later
+    /// calls act on the new session). Refused when the workspace already has, or is nested
+    /// in or around, a live session: commit or abort that one first.
+    #[tool(
+        name = "revl_new",
+        annotations(
+            title = "New session",
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_new(&self, Parameters(a): Parameters<NewArgs>) -> CallToolResult {
+        self.blocking(move |store, cur| {
+            let s = store.new_session(Path::new(&a.workspace), a.manifest.as_deref().map(Path::new))?;
+            let doc = json!({"session": s.id(), "workspace": s.state().workspace, "wal": s.wal_path().display().to_string()});
+            *cur = s.id().to_string();
+            Ok(doc)
+        })
+        .await
+    }
+
+    /// Write a file in the workspace: replaces it atomically (never through a link), keeps
+    /// the mode of an existing file, creates missing parent directories. Recorded as a
+    /// witnessed effect step that a step-back or fork rewinds exactly. Give `content`
+    /// (text) or `contentBase64` (bytes); at most 16 MiB.
+    #[tool(
+        name = "revl_write",
+        annotations(
+            title = "Write file",
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_write(&self, Parameters(a): Parameters<WriteArgs>) -> CallToolResult {
+        let content = match (a.content, a.content_base64) {
+            (Some(c), None) => c.into_bytes(),
+            (None, Some(b)) => match revl_core::workspace::unb64(&b) {
+                Ok(bytes) => bytes,
+                Err(e) => return error_result(&e),
+            },
+            _ => {
+                return bad_args_result(
+                    "revl_write",
+                    "give exactly one of `content` (text) or `contentBase64` (base64 bytes)",
+                )
+            }
+        };
+        self.effect(FileOp::Write {
+            path: a.path,
+            content,
+        })
+        .await
+    }
+
+    /// Delete a file or a whole directory tree in the workspace. Recorded with its preimage:
+    /// a step-back or fork puts it back.
+    #[tool(
+        name = "revl_delete",
+        annotations(
+            title = "Delete path",
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_delete(&self, Parameters(a): Parameters<PathArgs>) -> CallToolResult {
+        self.effect(FileOp::Delete { path: a.path }).await
+    }
+
+    /// Rename a file or directory in the workspace (replaces an existing file target, whose
+    /// content is kept as a preimage; refuses a non-empty directory target).
+    #[tool(
+        name = "revl_rename",
+        annotations(
+            title = "Rename path",
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_rename(&self, Parameters(a): Parameters<RenameArgs>) -> CallToolResult {
+        self.effect(FileOp::Rename {
+            from: a.from,
+            to: a.to,
+        })
+        .await
+    }
+
+    /// Create a directory in the workspace, like `mkdir -p` (an existing directory is an
+    /// error).
+    #[tool(
+        name = "revl_mkdir",
+        annotations(
+            title = "Make directory",
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_mkdir(&self, Parameters(a): Parameters<PathArgs>) -> CallToolResult {
+        self.effect(FileOp::Mkdir { path: a.path }).await
+    }
+
+    /// Change the mode of a path in the workspace (octal string, e.g. "755").
+    #[tool(
+        name = "revl_chmod",
+        annotations(
+            title = "Change mode",
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_chmod(&self, Parameters(a): Parameters<ChmodArgs>) -> CallToolResult {
+        let mode = match revl_core::workspace::parse_mode(&a.mode) {
+            Ok(m) => m,
+            Err(e) => return error_result(&e),
+        };
+        self.effect(FileOp::Chmod { path: a.path, mode }).await
+    }
+
+    /// Read a file of the workspace: {path, mode, content} (or contentBase64 for bytes that
+    /// are not UTF-8). Records nothing.
+    #[tool(
+        name = "revl_read",
+        annotations(title = "Read file", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn revl_read(&self, Parameters(a): Parameters<PathArgs>) -> CallToolResult {
+        self.on_session(move |s| s.workspace().read(&a.path)).await
+    }
+
+    /// List a directory of the workspace (the root by default): {path, entries: [{name,
+    /// kind, mode, size?}]}. Records nothing.
+    #[tool(
+        name = "revl_list",
+        annotations(
+            title = "List directory",
+            read_only_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_list(&self, Parameters(a): Parameters<ListArgs>) -> CallToolResult {
+        self.on_session(move |s| s.workspace().list(a.path.as_deref()))
+            .await
+    }
+
+    /// Provide a session-scoped key/value that the runtime holds for you (a provision step;
+    /// a rewind past it withdraws it, restoring the previous value).
+    #[tool(
+        name = "revl_provide",
+        annotations(
+            title = "Provide key",
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_provide(&self, Parameters(a): Parameters<ProvideArgs>) -> CallToolResult {
+        self.on_session(move |s| s.provide(&a.key, &a.value)).await
+    }
+
+    /// Mark an agent turn or iteration on the timeline (a boundary step: a good point to
+    /// step back or fork to later).
+    #[tool(
+        name = "revl_boundary",
+        annotations(
+            title = "Mark boundary",
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_boundary(&self, Parameters(a): Parameters<BoundaryArgs>) -> CallToolResult {
+        self.on_session(move |s| s.boundary(a.label.as_deref()))
+            .await
+    }
+
+    /// Call a tool declared in the session's manifest, by its class: `deferred` is held (it
+    /// is NOT sent until a confirmed commit); `emission` fires now and needs a human's
+    /// approval first (a result with approvalRequired and a ticket: ask the user to run
+    /// `revl approve`, then call again); `effect` runs and is recorded with its undo;
+    /// `opaque` runs and is recorded as opaque (a fork over it is refused).
+    #[tool(
+        name = "revl_call",
+        annotations(
+            title = "Call declared tool",
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn revl_call(&self, Parameters(a): Parameters<CallArgs>) -> CallToolResult {
+        let args = Value::Object(a.args.unwrap_or_default());
+        self.on_session(move |s| s.call(&a.tool, args)).await
+    }
+
+    /// Run a command in the workspace (never through a shell): {step, exitCode, stdout,
+    /// stderr}. Always recorded as an opaque step, because its reach is unknown: a fork
+    /// over it is refused, so prefer the file tools for changes you may want to rewind.
+    #[tool(
+        name = "revl_exec",
+        annotations(
+            title = "Run command",
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn revl_exec(&self, Parameters(a): Parameters<ExecArgs>) -> CallToolResult {
+        self.on_session(move |s| s.exec(&a.argv)).await
+    }
+
+    /// The session's steps: {session, state, head, torn, steps[], accumulated, guarantee}.
+    #[tool(
+        name = "revl_timeline",
+        annotations(title = "Timeline", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn revl_timeline(&self) -> CallToolResult {
+        self.on_session(|s| Ok(s.timeline())).await
+    }
+
+    /// What holds at step `at`: its label, the active provisions, the accumulated effects,
+    /// the steps ahead of it and the emissions so far.
+    #[tool(
+        name = "revl_inspect_step",
+        annotations(title = "Inspect step", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn revl_inspect_step(&self, Parameters(a): Parameters<AtArgs>) -> CallToolResult {
+        self.on_session(move |s| s.inspect(a.at)).await
+    }
+
+    /// The session's state (live, frozen, committed, aborted), workspace, head, provisions,
+    /// held sends (queue) and owed entries; a branch shows its parent, a frozen parent its
+    /// branch.
+    #[tool(
+        name = "revl_status",
+        annotations(title = "Status", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn revl_status(&self) -> CallToolResult {
+        self.on_session(|s| Ok(s.status())).await
+    }
+
+    /// Report witnessed paths whose bytes, mode or kind no longer match what revl recorded
+    /// (changes made outside revl are not witnessed and a rewind does not restore them).
+    #[tool(
+        name = "revl_verify",
+        annotations(
+            title = "Verify workspace",
+            read_only_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_verify(&self) -> CallToolResult {
+        self.on_session(|s| s.verify()).await
+    }
+
+    /// List the sessions of the store: {sessions: [{session, state, workspace, head,
+    /// parent?}]}.
+    #[tool(
+        name = "revl_sessions",
+        annotations(title = "Sessions", read_only_hint = true, open_world_hint = false)
+    )]
+    async fn revl_sessions(&self) -> CallToolResult {
+        self.blocking(|store, _| {
+            let mut list = Vec::new();
+            for id in store.session_ids()? {
+                let info = store.info(&id)?;
+                let mut v = json!({"session": info.id, "state": info.state.as_str(), "workspace": info.workspace, "head": info.head});
+                if let Some(p) = info.parent {
+                    v["parent"] = p.into();
+                }
+                list.push(v);
+            }
+            Ok(json!({"sessions": list}))
+        })
+        .await
+    }
+
+    /// Rewind the session to step `to`: undo the steps above it, newest first. Mode
+    /// "scoped" (default) runs only host-confined inverses and provision withdrawals and
+    /// never crosses; "compensating" also runs compensations and outbound undos (they
+    /// cross); "force" does so even over emissions without compensation. Held sends queued
+    /// after step `to` are dropped. The report lists what ran and what could not be undone.
+    #[tool(
+        name = "revl_step_back",
+        annotations(
+            title = "Step back",
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn revl_step_back(&self, Parameters(a): Parameters<StepBackArgs>) -> CallToolResult {
+        let mode = match a.mode.unwrap_or_default() {
+            StepBackModeArg::Scoped => StepBackMode::Scoped,
+            StepBackModeArg::Compensating => StepBackMode::Compensating { force: false },
+            StepBackModeArg::Force => StepBackMode::Compensating { force: true },
+        };
+        self.on_session(move |s| s.step_back(a.to, mode)).await
+    }
+
+    /// Enumerate a fork at step `at` without changing any file: the report says what would
+    /// be rewound, which emissions already crossed and cannot be undone (emissionsCrossed),
+    /// what would cross on a rewind and is therefore not run, what cannot be restored, the
+    /// held sends that would be dropped, and the residue. Read it, then confirm with
+    /// revl_fork_confirm and its `hash`.
+    #[tool(
+        name = "revl_fork",
+        annotations(
+            title = "Fork (enumerate)",
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_fork(&self, Parameters(a): Parameters<AtArgs>) -> CallToolResult {
+        self.on_session(move |s| s.fork(a.at)).await
+    }
+
+    /// Perform the fork enumerated by revl_fork: rewind the host-confined state to step k
+    /// (no inverse that could leave the machine runs), drop every held send, freeze this
+    /// session and continue on the new branch: the server's later calls act on the branch.
+    /// A stale hash is refused (enumerate again).
+    #[tool(
+        name = "revl_fork_confirm",
+        annotations(
+            title = "Fork (confirm)",
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_fork_confirm(&self, Parameters(a): Parameters<HashArgs>) -> CallToolResult {
+        self.blocking(move |store, cur| {
+            let mut s = store.attach(cur)?;
+            let doc = s.fork_confirm(&a.hash)?;
+            drop(s);
+            if doc.get("forked") == Some(&Value::Bool(true)) {
+                if let Some(branch) = doc.get("branch").and_then(Value::as_str) {
+                    eprintln!(
+                        "revl mcp: forked; now serving branch {branch} (parent {cur} is frozen)"
+                    );
+                    *cur = branch.to_string();
+                }
+            }
+            Ok(doc)
+        })
+        .await
+    }
+
+    /// The commit plan: the held sends that a commit would fire (FIFO) and the witnessed
+    /// steps it would keep, with the `hash` to confirm. Nothing fires.
+    #[tool(
+        name = "revl_commit",
+        annotations(
+            title = "Commit (plan)",
+            read_only_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_commit(&self) -> CallToolResult {
+        self.on_session(|s| s.commit()).await
+    }
+
+    /// Commit: fire every held send once, in order, and close the session (it takes no more
+    /// effects). Needs the `hash` of the current plan from revl_commit; a stale hash fires
+    /// nothing.
+    #[tool(
+        name = "revl_commit_confirm",
+        annotations(
+            title = "Commit (confirm)",
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn revl_commit_confirm(&self, Parameters(a): Parameters<HashArgs>) -> CallToolResult {
+        self.on_session(move |s| s.commit_confirm(&a.hash)).await
+    }
+
+    /// Abort the session: drop every held send and run every remaining inverse, newest
+    /// first (declared compensations fire too). The session takes no more effects.
+    #[tool(
+        name = "revl_abort",
+        annotations(
+            title = "Abort session",
+            read_only_hint = false,
+            destructive_hint = true,
+            open_world_hint = true
+        )
+    )]
+    async fn revl_abort(&self) -> CallToolResult {
+        self.on_session(|s| s.abort()).await
+    }
+
+    /// Record which model answered at a step and what it cost (no prompt or response text
+    /// is ever recorded).
+    #[tool(
+        name = "revl_note_model",
+        annotations(
+            title = "Note model decision",
+            read_only_hint = false,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_note_model(&self, Parameters(a): Parameters<NoteModelArgs>) -> CallToolResult {
+        let args = match serde_json::to_value(&a) {
+            Ok(v) => v,
+            Err(e) => return bad_args_result("revl_note_model", &e.to_string()),
+        };
+        self.on_session(move |s| s.note_model(&args)).await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for RevlServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("revl", env!("CARGO_PKG_VERSION"))
+                    .with_title("revl: branch and rewind agent sessions"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    /// Route a call; an argument that does not fit the tool's schema becomes the SPEC 9
+    /// error document with code `bad-args` (a tool result with isError), and an unknown
+    /// tool name a JSON-RPC `-32602` error naming the tools there are.
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        if !self.tool_router.has_route(&name) {
+            let mut names: Vec<String> = self
+                .tool_router
+                .list_all()
+                .into_iter()
+                .map(|t| t.name.to_string())
+                .collect();
+            names.sort();
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "unknown tool {name:?}; revl's tools are {}",
+                    names.join(", ")
+                ),
+                None,
+            ));
+        }
+        let ctx = ToolCallContext::new(self, request, context);
+        match self.tool_router.call(ctx).await {
+            Ok(CallToolResponse::Complete(r))
+                if r.is_error == Some(true) && r.structured_content.is_none() =>
+            {
+                let text = r
+                    .content
+                    .first()
+                    .and_then(|c| c.as_text())
+                    .map(|t| t.text.clone())
+                    .unwrap_or_default();
+                let why = text
+                    .strip_prefix("failed to deserialize parameters: ")
+                    .unwrap_or(&text);
+                Ok(bad_args_result(&name, why).into())
+            }
+            Ok(other) => Ok(other),
+            Err(e) if e.code == ErrorCode::INVALID_PARAMS => {
+                Ok(bad_args_result(&name, &e.message).into())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
