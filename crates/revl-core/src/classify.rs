@@ -3,7 +3,8 @@
 //! rewind" here, through the same functions over the same step data (SPEC 1.1).
 
 use crate::step::{host_confined, Step, StepKind};
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{json, Value};
 
 /// Where one step of a tail lands (SPEC 1.1, last column).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,42 +138,169 @@ pub fn k_not_live(steps: &[Step], spans: &[(i64, u64)], k: i64) -> Option<String
 }
 
 // ---- entry shapes, shared by every report (SPEC 4.3) ----
+//
+// Each shape is one typed, borrowing struct: reports that are built once (fork, step-back)
+// turn them into `Value`s with the `*_entry` functions; the offline partition of a long tail
+// serialises them directly.
+
+static NULL: Value = Value::Null;
+
+fn detail<'a>(s: &'a Step, k: &str) -> &'a Value {
+    s.detail.get(k).unwrap_or(&NULL)
+}
 
 /// rewound `{index, kind, label, site, scope}`
-pub fn rewound_entry(s: &Step) -> Value {
-    json!({"index": s.index, "kind": s.kind.as_str(), "label": s.label, "site": s.site, "scope": s.scope_json()})
+#[derive(Debug, Serialize)]
+pub struct Rewound<'a> {
+    pub index: u64,
+    pub kind: &'a str,
+    pub label: &'a str,
+    pub site: &'a str,
+    pub scope: &'a Value,
+}
+
+impl<'a> Rewound<'a> {
+    pub fn of(s: &'a Step) -> Self {
+        Rewound {
+            index: s.index,
+            kind: s.kind.as_str(),
+            label: &s.label,
+            site: &s.site,
+            scope: s.scope.as_ref().unwrap_or(&NULL),
+        }
+    }
 }
 
 /// emission `{index, key, method, service, args, site, compensation?}`; a compensation that
 /// already ran: `{index, kind: "compensation", label, for, tool, args, site}`.
-pub fn emission_entry(s: &Step) -> Value {
-    let d = &s.detail;
-    if s.kind == StepKind::Compensation {
-        return json!({"index": s.index, "kind": "compensation", "label": s.label,
-            "for": d.get("for").cloned().unwrap_or(Value::Null),
-            "tool": d.get("tool").cloned().unwrap_or(Value::Null),
-            "args": d.get("args").cloned().unwrap_or(Value::Null), "site": s.site});
-    }
-    let mut m = Map::new();
-    m.insert("index".into(), s.index.into());
-    for k in ["key", "method", "service", "args"] {
-        m.insert(k.into(), d.get(k).cloned().unwrap_or(Value::Null));
-    }
-    m.insert("site".into(), s.site.clone().into());
-    if let Some(c) = s.compensation {
-        m.insert("compensation".into(), c.into());
-    }
-    Value::Object(m)
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Emission<'a> {
+    Emission {
+        index: u64,
+        key: &'a Value,
+        method: &'a Value,
+        service: &'a Value,
+        args: &'a Value,
+        site: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        compensation: Option<u64>,
+    },
+    CompensationRan {
+        index: u64,
+        kind: &'static str,
+        label: &'a str,
+        #[serde(rename = "for")]
+        for_: &'a Value,
+        tool: &'a Value,
+        args: &'a Value,
+        site: &'a str,
+    },
 }
 
-/// would-cross `{index, kind, label, scope, site, for?}`
-pub fn would_cross_entry(s: &Step) -> Value {
-    let mut v = json!({"index": s.index, "kind": s.kind.as_str(), "label": s.label,
-        "scope": s.scope_json(), "site": s.site});
-    if s.kind == StepKind::Compensation {
-        v["for"] = s.detail.get("for").cloned().unwrap_or(Value::Null);
+impl<'a> Emission<'a> {
+    pub fn of(s: &'a Step) -> Self {
+        if s.kind == StepKind::Compensation {
+            return Emission::CompensationRan {
+                index: s.index,
+                kind: "compensation",
+                label: &s.label,
+                for_: detail(s, "for"),
+                tool: detail(s, "tool"),
+                args: detail(s, "args"),
+                site: &s.site,
+            };
+        }
+        Emission::Emission {
+            index: s.index,
+            key: detail(s, "key"),
+            method: detail(s, "method"),
+            service: detail(s, "service"),
+            args: detail(s, "args"),
+            site: &s.site,
+            compensation: s.compensation,
+        }
     }
-    v
+}
+
+/// would-cross `{index, kind, label, scope, site, for?}`, plus `why` in offline documents.
+#[derive(Debug, Serialize)]
+pub struct WouldCross<'a> {
+    pub index: u64,
+    pub kind: &'a str,
+    pub label: &'a str,
+    pub scope: &'a Value,
+    pub site: &'a str,
+    #[serde(rename = "for", skip_serializing_if = "Option::is_none")]
+    pub for_: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+impl<'a> WouldCross<'a> {
+    pub fn of(s: &'a Step) -> Self {
+        WouldCross {
+            index: s.index,
+            kind: s.kind.as_str(),
+            label: &s.label,
+            scope: s.scope.as_ref().unwrap_or(&NULL),
+            site: &s.site,
+            for_: (s.kind == StepKind::Compensation).then(|| detail(s, "for")),
+            why: None,
+        }
+    }
+
+    pub fn with_why(s: &'a Step) -> Self {
+        WouldCross {
+            why: Some(would_cross_why(s)),
+            ..Self::of(s)
+        }
+    }
+}
+
+/// unrestored `{index, kind, label, repr}`
+#[derive(Debug, Serialize)]
+pub struct Unrestored<'a> {
+    pub index: u64,
+    pub kind: &'a str,
+    pub label: &'a str,
+    pub repr: Value,
+}
+
+impl<'a> Unrestored<'a> {
+    pub fn of(s: &'a Step) -> Self {
+        let repr = s
+            .detail
+            .get("repr")
+            .cloned()
+            .unwrap_or_else(|| Value::String(format!("{} step: no inverse", s.kind.as_str())));
+        Unrestored {
+            index: s.index,
+            kind: s.kind.as_str(),
+            label: &s.label,
+            repr,
+        }
+    }
+}
+
+fn to_value<T: Serialize>(t: T) -> Value {
+    serde_json::to_value(t).expect("entries always serialise")
+}
+
+pub fn rewound_entry(s: &Step) -> Value {
+    to_value(Rewound::of(s))
+}
+
+pub fn emission_entry(s: &Step) -> Value {
+    to_value(Emission::of(s))
+}
+
+pub fn would_cross_entry(s: &Step) -> Value {
+    to_value(WouldCross::of(s))
+}
+
+pub fn unrestored_entry(s: &Step) -> Value {
+    to_value(Unrestored::of(s))
 }
 
 /// Why a would-cross step is not offered as rewindable (offline reader, SPEC 7.2).
@@ -198,16 +326,6 @@ pub fn would_cross_why(s: &Step) -> String {
             crate::util::jcs(u)
         ),
     }
-}
-
-/// unrestored `{index, kind, label, repr}`
-pub fn unrestored_entry(s: &Step) -> Value {
-    let repr = s
-        .detail
-        .get("repr")
-        .cloned()
-        .unwrap_or_else(|| Value::String(format!("{} step: no inverse", s.kind.as_str())));
-    json!({"index": s.index, "kind": s.kind.as_str(), "label": s.label, "repr": repr})
 }
 
 /// Render a list of indices with an entry shape.

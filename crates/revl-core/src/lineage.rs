@@ -3,7 +3,7 @@
 //! uses the same replay (`State`) and the same classifier as the live fork, so the two
 //! agree by construction.
 
-use crate::classify::{self, partition, Partition};
+use crate::classify::{self, partition, Emission, Partition, Rewound, Unrestored, WouldCross};
 use crate::error::{Error, Result};
 use crate::state::{Life, State};
 use crate::step::{Step, StepKind};
@@ -13,6 +13,29 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 pub const SCHEMA_VERSION: &str = "1.0";
+
+/// `revl.branch-partition` (SPEC 7.2).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionDoc<'a> {
+    pub kind: &'static str,
+    pub schema_version: &'static str,
+    pub wal: String,
+    pub session: &'a str,
+    pub at: i64,
+    pub at_label: String,
+    pub performed: bool,
+    pub would_rewind: Vec<Rewound<'a>>,
+    pub would_withdraw: Vec<Rewound<'a>>,
+    pub emissions_crossed: Vec<Emission<'a>>,
+    pub emissions_compensated: Vec<Emission<'a>>,
+    pub would_cross_on_rewind: Vec<WouldCross<'a>>,
+    pub unrestored: Vec<Unrestored<'a>>,
+    pub findings: Vec<Value>,
+    pub forkable: bool,
+    pub residue: Value,
+    pub reader_note: &'static str,
+}
 
 /// A WAL read for offline use: its replayed state and a few facts replay does not keep.
 pub struct OfflineWal {
@@ -156,8 +179,9 @@ impl OfflineWal {
         })
     }
 
-    /// The partition of the tail above k from the WAL alone (`revl.branch-partition`).
-    pub fn partition(&self, k: i64) -> Result<Value> {
+    /// The partition of the tail above k from the WAL alone (`revl.branch-partition`),
+    /// typed: a long tail serialises straight to its output without an intermediate tree.
+    pub fn partition_doc(&self, k: i64) -> Result<PartitionDoc<'_>> {
         let st = &self.state;
         let head = st.head() as i64;
         if k < -1 || k > head {
@@ -196,36 +220,36 @@ impl OfflineWal {
             findings.push(json!({"finding": "torn-tail", "why": "the last line of the WAL is torn (a crash mid-append); readers skip it and the next writer truncates it"}));
         }
         let steps = &st.steps;
-        let would_cross: Vec<Value> = p
-            .would_cross_on_rewind
-            .iter()
-            .map(|&i| {
-                let s = &steps[i as usize];
-                let mut e = classify::would_cross_entry(s);
-                e["why"] = classify::would_cross_why(s).into();
-                e
-            })
-            .collect();
+        let pick =
+            |idx: &[u64]| -> Vec<&Step> { idx.iter().map(|&i| &steps[i as usize]).collect() };
         let (res, _) = crate::fork::residue(&p, &[]);
-        Ok(json!({
-            "kind": "revl.branch-partition",
-            "schemaVersion": SCHEMA_VERSION,
-            "wal": self.path.display().to_string(),
-            "session": st.session,
-            "at": k,
-            "atLabel": st.label_at(k),
-            "performed": false,
-            "wouldRewind": classify::entries(steps, &p.inverses_ran, classify::rewound_entry),
-            "wouldWithdraw": classify::entries(steps, &p.provisions_withdrawn, classify::rewound_entry),
-            "emissionsCrossed": classify::entries(steps, &p.emissions_crossed, classify::emission_entry),
-            "emissionsCompensated": classify::entries(steps, &p.emissions_compensated, classify::emission_entry),
-            "wouldCrossOnRewind": would_cross,
-            "unrestored": classify::entries(steps, &p.unrestored, classify::unrestored_entry),
-            "findings": findings,
-            "forkable": forkable,
-            "residue": res,
-            "readerNote": "computed from the WAL alone, performing nothing; a step whose scope is absent is never offered as rewindable (an unproven scope is treated as crossing)",
-        }))
+        Ok(PartitionDoc {
+            kind: "revl.branch-partition",
+            schema_version: SCHEMA_VERSION,
+            wal: self.path.display().to_string(),
+            session: &st.session,
+            at: k,
+            at_label: st.label_at(k),
+            performed: false,
+            would_rewind: pick(&p.inverses_ran).into_iter().map(Rewound::of).collect(),
+            would_withdraw: pick(&p.provisions_withdrawn).into_iter().map(Rewound::of).collect(),
+            emissions_crossed: pick(&p.emissions_crossed).into_iter().map(Emission::of).collect(),
+            emissions_compensated: pick(&p.emissions_compensated).into_iter().map(Emission::of).collect(),
+            would_cross_on_rewind: pick(&p.would_cross_on_rewind).into_iter().map(WouldCross::with_why).collect(),
+            unrestored: pick(&p.unrestored).into_iter().map(Unrestored::of).collect(),
+            findings,
+            forkable,
+            residue: res,
+            reader_note: "computed from the WAL alone, performing nothing; a step whose scope is absent is never offered as rewindable (an unproven scope is treated as crossing)",
+        })
+    }
+
+    /// The partition document as a `Value` (see [`OfflineWal::partition_doc`]).
+    pub fn partition(&self, k: i64) -> Result<Value> {
+        Ok(
+            serde_json::to_value(self.partition_doc(k)?)
+                .expect("the partition document serialises"),
+        )
     }
 
     /// The partition as indices (for agreement checks).

@@ -239,11 +239,19 @@ pub struct Outcome {
     pub doc: Value,
     pub text: String,
     pub exit: u8,
+    /// The `--json` document already serialised (a long offline partition is written
+    /// straight from its typed form).
+    pub json_text: Option<String>,
 }
 
 impl Outcome {
     fn ok(doc: Value, text: String) -> Self {
-        Outcome { doc, text, exit: 0 }
+        Outcome {
+            doc,
+            text,
+            exit: 0,
+            json_text: None,
+        }
     }
 }
 
@@ -298,7 +306,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         return demo::run(*keep);
     }
     match &cli.cmd {
-        Cmd::Branch { wals, at } => return offline_branch(wals, at.as_deref()),
+        Cmd::Branch { wals, at } => return offline_branch(wals, at.as_deref(), cli.json),
         Cmd::Compare { left, right } => {
             let doc = revl_core::lineage::compare(left, right)?;
             let exit = if doc["comparable"] == Value::Bool(true) {
@@ -310,6 +318,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 text: render::compare(&doc),
                 doc,
                 exit,
+                json_text: None,
             });
         }
         _ => {}
@@ -619,23 +628,35 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
 }
 
 /// `branch`: reads WALs only (no store, no lock, no repair).
-fn offline_branch(wals: &[PathBuf], at: Option<&str>) -> Result<Outcome, Error> {
+fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outcome, Error> {
     use revl_core::lineage;
+    let done = |doc: Value, text: String, exit: u8| Outcome {
+        doc,
+        text,
+        exit,
+        json_text: None,
+    };
     match (wals, at) {
         ([one], Some(k)) => {
             let k = parse_k(k, "--at")?;
             let w = lineage::open(one)?;
-            let doc = w.partition(k)?;
-            let exit = if doc["residue"]["clean"] == Value::Bool(true) {
+            let doc = w.partition_doc(k)?;
+            let exit = if doc.residue["clean"] == Value::Bool(true) {
                 0
             } else {
                 1
             };
-            Ok(Outcome {
-                text: render::partition(&doc),
-                doc,
-                exit,
-            })
+            if json {
+                let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+                return Ok(Outcome {
+                    doc: Value::Null,
+                    text: String::new(),
+                    exit,
+                    json_text: Some(text),
+                });
+            }
+            let v = serde_json::to_value(&doc).unwrap_or_default();
+            Ok(done(Value::Null, render::partition(&v), exit))
         }
         (_, Some(_)) => Err(Error::new(
             Code::Usage,
@@ -649,21 +670,17 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>) -> Result<Outcome, Error> 
             } else {
                 0
             };
-            Ok(Outcome {
-                text: render::lineage(&doc),
-                doc,
-                exit,
-            })
+            Ok(done(doc.clone(), render::lineage(&doc), exit))
         }
         (many, None) => {
             let doc = lineage::topology(many)?;
             let open_edges = doc["orphans"].as_array().is_some_and(|a| !a.is_empty())
                 || doc["dangling"].as_array().is_some_and(|a| !a.is_empty());
-            Ok(Outcome {
-                text: render::topology(&doc),
-                doc,
-                exit: if open_edges { 1 } else { 0 },
-            })
+            Ok(done(
+                doc.clone(),
+                render::topology(&doc),
+                if open_edges { 1 } else { 0 },
+            ))
         }
     }
 }
@@ -686,6 +703,7 @@ fn negative_aware(doc: Value, text: fn(&Value) -> String) -> Outcome {
         doc,
         text: t,
         exit: if negative { 1 } else { 0 },
+        json_text: None,
     }
 }
 
@@ -764,7 +782,13 @@ fn main() -> ExitCode {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&cli)));
     match result {
         Ok(Ok(out)) => {
-            if cli.json && !out.doc.is_null() {
+            if let (true, Some(t)) = (cli.json, &out.json_text) {
+                use std::io::Write as _;
+                let mut stdout = std::io::stdout().lock();
+                let _ = stdout
+                    .write_all(t.as_bytes())
+                    .and_then(|_| stdout.write_all(b"\n"));
+            } else if cli.json && !out.doc.is_null() {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&out.doc).unwrap_or_default()
