@@ -19,7 +19,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 /// `undo.type` of the built-in file restore.
@@ -607,6 +607,15 @@ impl Workspace {
                     return Err(Error::bad_args(
                         format!("{rel} is a symlink; chmod would change its target"),
                         "chmod the real path",
+                    ));
+                }
+                // A mode belongs to the inode: with other hard links (possibly outside the
+                // workspace) a chmod would change them too, and nothing proves they are inside.
+                if m.is_file() && m.nlink() > 1 {
+                    return Err(Error::new(
+                        Code::PathOutside,
+                        format!("{rel} has {} hard links; a chmod would change every one of them, and revl cannot prove they are inside the workspace", m.nlink()),
+                        "write the file to a new name first (a write replaces the name, never the shared inode)",
                     ));
                 }
                 let kind = kind_of(&m);

@@ -747,28 +747,31 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 let _ = e.print();
-                return ExitCode::from(
-                    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                        2
-                    } else {
-                        0
-                    },
-                );
+                return ExitCode::SUCCESS;
             }
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                // The help goes to stdout; stderr gets the one line of SPEC 9.
+                if !json {
+                    print!("{}", e.render());
+                }
+                let err = Error::new(Code::Usage, "a command is required", "see `revl --help`");
+                return fail(&err, json);
+            }
+            // The whole error, not just its first line (which may end with "…not provided:").
             let msg = e.to_string();
             let first = msg
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("bad usage")
-                .trim_start_matches("error: ")
-                .to_string();
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let first = match first.trim_start_matches("error: ") {
+                "" => "bad usage".to_string(),
+                m => m.to_string(),
+            };
             let err = Error::new(
                 Code::Usage,
                 first,
