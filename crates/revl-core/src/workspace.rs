@@ -657,83 +657,168 @@ impl Workspace {
         Ok(true)
     }
 
-    /// Perform a planned change (after its intent is durable). A write renames its staged
-    /// temp file into place; the step record's fsync that follows commits the rename with the
-    /// filesystem journal (ext4, xfs). Other changes fsync their directory here.
+    /// Perform a planned change (after its intent is durable).
+    ///
+    /// The change is made through directory handles, never by path: every component from the
+    /// workspace root down is opened with `O_NOFOLLOW | O_DIRECTORY`, so a component swapped
+    /// for a symlink after `confine` checked it makes the change fail (`path-outside`) instead
+    /// of landing outside the workspace. A write renames its staged temp file into place; the
+    /// step record's fsync that follows commits the rename with the filesystem journal (ext4,
+    /// xfs). Other changes fsync their directory here.
     pub fn apply(&self, p: &Planned, step: u64, staged: bool) -> Result<()> {
+        use rustix::fs::{
+            fchmod, fsync, mkdirat, openat, renameat, statat, unlinkat, AtFlags, FileType, Mode,
+            OFlags,
+        };
+        let sys =
+            |what: &str, e: rustix::io::Errno| io(&self.root.join(what), std::io::Error::from(e));
         match &p.op {
             FileOp::Write { path, content } => {
-                self.create_parents(path)?;
-                let tmp = self.temp_for(step);
-                let dest = self.abs(path);
+                let (parent, name) = split_rel(path);
+                let dir = self.dir_beneath(parent, true)?;
+                let root = self.dir_beneath("", false)?;
+                let tmp_name = format!(".revl-{step}.tmp");
                 if !staged {
-                    self.write_temp(&tmp, &dest, content, write_mode(p)?)?;
+                    self.write_temp(
+                        &self.temp_for(step),
+                        &self.abs(path),
+                        content,
+                        write_mode(p)?,
+                    )?;
                 }
-                if let Some(m) = lstat(&dest)? {
-                    if m.is_dir() {
-                        fs::remove_dir_all(&dest).map_err(|e| io(&dest, e))?;
+                if let Ok(st) = statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                        self.remove_beneath(&dir, name, step)?;
                     }
                 }
-                match fs::rename(&tmp, &dest) {
-                    // A mount point inside the workspace: stage next to the target instead.
-                    Err(e) if e.raw_os_error() == Some(18) => {
-                        let _ = fs::remove_file(&tmp);
-                        let near = dest
-                            .parent()
-                            .unwrap_or(&self.root)
-                            .join(format!(".revl-{step}.tmp"));
-                        self.write_file_atomic(&near, &dest, content, write_mode(p)?)
+                match renameat(&root, tmp_name.as_str(), &dir, name) {
+                    Ok(()) => Ok(()),
+                    // A mount point inside the workspace: write the temp next to the target.
+                    Err(rustix::io::Errno::XDEV) => {
+                        let _ = unlinkat(&root, tmp_name.as_str(), AtFlags::empty());
+                        let _ = unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
+                        let f = openat(
+                            &dir,
+                            tmp_name.as_str(),
+                            OFlags::WRONLY
+                                | OFlags::CREATE
+                                | OFlags::EXCL
+                                | OFlags::NOFOLLOW
+                                | OFlags::CLOEXEC,
+                            Mode::from_raw_mode(0o600),
+                        )
+                        .map_err(|e| sys(path, e))?;
+                        let mut file = File::from(f);
+                        self.fp.enospc().map_err(|e| io(&self.abs(path), e))?;
+                        file.write_all(content)
+                            .and_then(|_| {
+                                file.set_permissions(fs::Permissions::from_mode(
+                                    write_mode(p).unwrap_or(0o644),
+                                ))
+                            })
+                            .and_then(|_| file.sync_all())
+                            .map_err(|e| io(&self.abs(path), e))?;
+                        renameat(&dir, tmp_name.as_str(), &dir, name).map_err(|e| sys(path, e))?;
+                        fsync(&dir).map_err(|e| sys(path, e))
                     }
-                    r => r.map_err(|e| io(&dest, e)),
+                    Err(e) => Err(sys(path, e)),
                 }
             }
             FileOp::Delete { path } => {
-                let abs = self.abs(path);
-                remove_any(&abs)?;
-                fsync_dir(abs.parent().unwrap_or(&self.root))
+                let (parent, name) = split_rel(path);
+                let dir = self.dir_beneath(parent, false)?;
+                self.remove_beneath(&dir, name, step)?;
+                fsync(&dir).map_err(|e| sys(path, e))
             }
             FileOp::Rename { from, to } => {
-                self.create_parents(to)?;
-                let (af, at) = (self.abs(from), self.abs(to));
-                self.fp.enospc().map_err(|e| io(&at, e))?;
-                fs::rename(&af, &at).map_err(|e| io(&af, e))?;
-                fsync_dir(at.parent().unwrap_or(&self.root))?;
-                fsync_dir(af.parent().unwrap_or(&self.root))
+                let (fparent, fname) = split_rel(from);
+                let (tparent, tname) = split_rel(to);
+                let from_dir = self.dir_beneath(fparent, false)?;
+                let to_dir = self.dir_beneath(tparent, true)?;
+                self.fp.enospc().map_err(|e| io(&self.abs(to), e))?;
+                renameat(&from_dir, fname, &to_dir, tname).map_err(|e| sys(from, e))?;
+                fsync(&to_dir).map_err(|e| sys(to, e))?;
+                fsync(&from_dir).map_err(|e| sys(from, e))
             }
             FileOp::Mkdir { path } => {
-                let abs = self.abs(path);
-                self.fp.enospc().map_err(|e| io(&abs, e))?;
-                self.create_parents(path)?;
-                fs::create_dir(&abs).map_err(|e| io(&abs, e))?;
-                fsync_dir(abs.parent().unwrap_or(&self.root))
+                let (parent, name) = split_rel(path);
+                self.fp.enospc().map_err(|e| io(&self.abs(path), e))?;
+                let dir = self.dir_beneath(parent, true)?;
+                mkdirat(&dir, name, Mode::from_raw_mode(0o777)).map_err(|e| sys(path, e))?;
+                fsync(&dir).map_err(|e| sys(path, e))
             }
             FileOp::Chmod { path, mode } => {
-                let abs = self.abs(path);
-                fs::set_permissions(&abs, fs::Permissions::from_mode(*mode))
-                    .map_err(|e| io(&abs, e))?;
-                File::open(&abs)
-                    .and_then(|f| f.sync_all())
-                    .map_err(|e| io(&abs, e))
+                let (parent, name) = split_rel(path);
+                let dir = self.dir_beneath(parent, false)?;
+                let fd = openat(
+                    &dir,
+                    name,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(|e| self.beneath_error(path, e))?;
+                fchmod(&fd, Mode::from_raw_mode(*mode)).map_err(|e| sys(path, e))?;
+                fsync(&fd).map_err(|e| sys(path, e))
             }
         }
     }
 
-    fn create_parents(&self, rel: &str) -> Result<()> {
-        let abs = self.abs(rel);
-        let parent = abs.parent().unwrap_or(&self.root);
-        if parent.is_dir() {
-            return Ok(());
+    /// Open the directory `rel_dir` (relative to the root; "" is the root) component by
+    /// component without following any symlink, creating missing components when `create`.
+    fn dir_beneath(&self, rel_dir: &str, create: bool) -> Result<rustix::fd::OwnedFd> {
+        use rustix::fs::{fsync, mkdirat, openat, Mode, OFlags, CWD};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let mut fd =
+            openat(CWD, &self.root, flags, Mode::empty()).map_err(|e| io(&self.root, e.into()))?;
+        for comp in rel_dir.split('/').filter(|c| !c.is_empty()) {
+            let next = match openat(&fd, comp, flags | OFlags::NOFOLLOW, Mode::empty()) {
+                Err(rustix::io::Errno::NOENT) if create => {
+                    self.fp.enospc().map_err(|e| io(&self.abs(rel_dir), e))?;
+                    match mkdirat(&fd, comp, Mode::from_raw_mode(0o777)) {
+                        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                        Err(e) => return Err(io(&self.abs(rel_dir), e.into())),
+                    }
+                    fsync(&fd).map_err(|e| io(&self.abs(rel_dir), e.into()))?;
+                    openat(&fd, comp, flags | OFlags::NOFOLLOW, Mode::empty())
+                }
+                r => r,
+            };
+            fd = next.map_err(|e| self.beneath_error(rel_dir, e))?;
         }
-        self.fp.enospc().map_err(|e| io(parent, e))?;
-        fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-        // Make each new directory entry durable.
-        let mut p = parent;
-        while p != self.root {
-            let up = p.parent().unwrap_or(&self.root);
-            fsync_dir(up)?;
-            p = up;
+        Ok(fd)
+    }
+
+    fn beneath_error(&self, rel: &str, e: rustix::io::Errno) -> Error {
+        match e {
+            rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => Error::new(
+                Code::PathOutside,
+                format!("a component of {rel:?} is now a symlink or not a directory; revl does not follow it"),
+                "something changed the workspace while revl worked in it; check it, then run the command again",
+            ),
+            e => io(&self.abs(rel), e.into()),
         }
-        Ok(())
+    }
+
+    /// Remove `name` in `dir` (a file, a link, or a whole tree) without following symlinks: a
+    /// tree is first moved, by handle, to a trash name at the root, then removed (std's
+    /// remove_dir_all does not follow symlinks).
+    fn remove_beneath(&self, dir: &rustix::fd::OwnedFd, name: &str, step: u64) -> Result<()> {
+        use rustix::fs::{renameat, statat, unlinkat, AtFlags, FileType};
+        let st = match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(io(&self.root.join(name), e.into())),
+        };
+        if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+            return unlinkat(dir, name, AtFlags::empty())
+                .map_err(|e| io(&self.root.join(name), e.into()));
+        }
+        let root = self.dir_beneath("", false)?;
+        let trash = format!(".revl-trash-{step}");
+        remove_any(&self.root.join(&trash))?;
+        renameat(dir, name, &root, trash.as_str())
+            .map_err(|e| io(&self.root.join(name), e.into()))?;
+        remove_any(&self.root.join(&trash))
     }
 
     fn write_temp(&self, tmp: &Path, dest: &Path, content: &[u8], mode: u32) -> Result<()> {
@@ -979,6 +1064,11 @@ impl Workspace {
         entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         Ok(json!({"path": rel, "entries": entries}))
     }
+}
+
+/// ("a/b/c") → ("a/b", "c"); ("c") → ("", "c").
+fn split_rel(rel: &str) -> (&str, &str) {
+    rel.rsplit_once('/').unwrap_or(("", rel))
 }
 
 /// The mode a planned write gives its file.
