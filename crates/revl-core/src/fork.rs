@@ -8,7 +8,7 @@ use crate::session::{Session, GUARANTEE};
 use crate::state::Life;
 use crate::step::{Step, StepKind, BY_FORK};
 use crate::util::{new_id, now_rfc3339, sha256_jcs};
-use crate::wal::{create_wal, read_wal, Record, StepRecord};
+use crate::wal::{create_wal, read_wal, Record};
 use serde_json::{json, Value};
 
 /// The three axes a branch does not preserve, in this order (SPEC 6.2).
@@ -346,20 +346,7 @@ impl Session {
                 failed,
                 provisions: json!(provisions),
             },
-            Record::Step(StepRecord {
-                seq: 1,
-                step: 0,
-                kind: "hinge".into(),
-                label: "session/hinge".into(),
-                site: "session".into(),
-                detail: json!({}),
-                scope: None,
-                undo_scope: None,
-                undo: None,
-                undo_idempotent: None,
-                compensation: None,
-                ts,
-            }),
+            crate::session::hinge_record(1, ts),
         ];
         create_wal(&self.store.wal_path(branch), &recs, &self.fp)?;
         std::fs::File::open(self.store.root().join("sessions"))

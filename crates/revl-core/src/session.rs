@@ -141,7 +141,8 @@ impl Store {
     }
 }
 
-fn hinge_record(seq: u64, ts: Option<String>) -> Record {
+/// Step 0 of every session and branch.
+pub(crate) fn hinge_record(seq: u64, ts: Option<String>) -> Record {
     Record::Step(StepRecord {
         seq,
         step: 0,
@@ -301,14 +302,30 @@ impl Session {
             preimage: None,
             after: Some(json!({"images": planned.after, "detail": planned.detail})),
         };
-        // The intent's fsync and the staged content's fsync overlap (two threads); the
-        // change itself (the rename) waits for both.
-        let ws = self.ws.clone();
-        let (appended, staged) = std::thread::scope(|sc| {
-            let stage = sc.spawn(|| ws.stage(&planned, step));
+        // The new content is written to its temp file first; then the temp's fsync (a second
+        // thread) and the intent's fsync run at the same time, so the filesystem journal can
+        // commit them together. The change itself (the rename) waits for both.
+        let (staged, file) = match self.ws.stage(&planned, step) {
+            Ok(Some(f)) => (Ok(true), Some(f)),
+            Ok(None) => (Ok(false), None),
+            Err(e) => (Err(e), None),
+        };
+        let (appended, synced) = std::thread::scope(|sc| {
+            let sync = file.map(|f| sc.spawn(move || f.sync_all()));
             let appended = self.append(intent, true);
-            (appended, stage.join().unwrap_or(Ok(false)))
+            let synced = sync.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("fsync thread panicked")))
+            });
+            (appended, synced)
         });
+        let staged = match (staged, synced) {
+            (Ok(_), Some(Err(e))) => Err(Error::io(
+                format!("cannot fsync the staged content of {}", planned.label),
+                e,
+            )),
+            (s, _) => s,
+        };
         if let Err(e) = appended {
             let _ = std::fs::remove_file(self.ws.temp_for(step));
             return Err(e);

@@ -641,20 +641,32 @@ impl Workspace {
         self.root.join(format!(".revl-{step}.tmp"))
     }
 
-    /// Stage a write: its content in the deterministic temp file, fsynced, so the data's fsync
-    /// can overlap the intent's. Nothing witnessed changes (attach removes a leftover temp).
-    /// Returns false when there is nothing to stage (not a write).
-    pub fn stage(&self, p: &Planned, step: u64) -> Result<bool> {
+    /// Stage a write: its content in the deterministic temp file (not yet fsynced: the caller
+    /// fsyncs the returned file while the intent is fsynced, so the two overlap). Nothing
+    /// witnessed changes (attach removes a leftover temp). `None` when not a write.
+    pub fn stage(&self, p: &Planned, step: u64) -> Result<Option<File>> {
         let FileOp::Write { path, content } = &p.op else {
-            return Ok(false);
+            return Ok(None);
         };
-        self.write_temp(
-            &self.temp_for(step),
-            &self.abs(path),
-            content,
-            write_mode(p)?,
-        )?;
-        Ok(true)
+        let tmp = self.temp_for(step);
+        let res = (|| -> std::io::Result<File> {
+            let _ = fs::remove_file(&tmp);
+            self.fp.enospc()?;
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(content)?;
+            f.set_permissions(fs::Permissions::from_mode(
+                write_mode(p).map_err(|e| std::io::Error::other(e.message))?,
+            ))?;
+            Ok(f)
+        })();
+        res.map(Some).map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            io(&self.abs(path), e)
+        })
     }
 
     /// Perform a planned change (after its intent is durable).
