@@ -16,6 +16,9 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]

@@ -9,6 +9,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(name = "revl", version, about = "Branch and rewind agent sessions without leaving residue in the world.", long_about = None)]
 struct Cli {
