@@ -152,6 +152,29 @@ impl Store {
         })
     }
 
+    /// `sessions` → `{sessions: [{session, state, workspace, head, parent?}]}`. A WAL that
+    /// cannot be read is listed with `state: "unreadable"` and its error instead of hiding
+    /// the others.
+    pub fn sessions(&self) -> Result<serde_json::Value> {
+        let mut list = Vec::new();
+        for id in self.session_ids()? {
+            let v = match self.info(&id) {
+                Ok(info) => {
+                    let mut v = serde_json::json!({"session": info.id, "state": info.state.as_str(), "workspace": info.workspace, "head": info.head});
+                    if let Some(p) = info.parent {
+                        v["parent"] = p.into();
+                    }
+                    v
+                }
+                Err(e) => {
+                    serde_json::json!({"session": id, "state": "unreadable", "error": e.to_json()["error"]})
+                }
+            };
+            list.push(v);
+        }
+        Ok(serde_json::json!({"sessions": list}))
+    }
+
     /// Take an exclusive lock on `path`, waiting up to the store's lock wait.
     pub(crate) fn lock(&self, path: &Path, what: &str) -> Result<File> {
         let f = File::options()

@@ -151,8 +151,7 @@ pub fn live_session_of(store: &Store, dir: &Path) -> Result<Option<String>, Erro
 
 /// A verb's own-shape negative (SPEC 9): a stale hash's `refused: true`, `approvalRequired`.
 fn is_negative(doc: &Value) -> bool {
-    doc.get("refused") == Some(&Value::Bool(true))
-        || doc.get("approvalRequired") == Some(&Value::Bool(true))
+    revl_core::is_negative(doc)
 }
 
 /// The document as structured content and the same JSON as text.
@@ -503,19 +502,7 @@ impl RevlServer {
         annotations(title = "Sessions", read_only_hint = true, open_world_hint = false)
     )]
     async fn revl_sessions(&self) -> CallToolResult {
-        self.blocking(|store, _| {
-            let mut list = Vec::new();
-            for id in store.session_ids()? {
-                let info = store.info(&id)?;
-                let mut v = json!({"session": info.id, "state": info.state.as_str(), "workspace": info.workspace, "head": info.head});
-                if let Some(p) = info.parent {
-                    v["parent"] = p.into();
-                }
-                list.push(v);
-            }
-            Ok(json!({"sessions": list}))
-        })
-        .await
+        self.blocking(|store, _| store.sessions()).await
     }
 
     /// Rewind the session to step `to`: undo the steps above it, newest first. Mode

@@ -385,22 +385,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(doc, text))
         }
         Cmd::Sessions => {
-            let mut list = Vec::new();
-            for id in store.session_ids()? {
-                let info = match store.info(&id) {
-                    Ok(i) => i,
-                    Err(e) => {
-                        list.push(serde_json::json!({"session": id, "state": "unreadable", "error": e.to_json()["error"]}));
-                        continue;
-                    }
-                };
-                let mut v = serde_json::json!({"session": info.id, "state": info.state.as_str(), "workspace": info.workspace, "head": info.head});
-                if let Some(p) = info.parent {
-                    v["parent"] = p.into();
-                }
-                list.push(v);
-            }
-            let doc = serde_json::json!({"sessions": list});
+            let doc = store.sessions()?;
             let text = render::sessions(&doc);
             Ok(Outcome::ok(doc, text))
         }
@@ -690,8 +675,7 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
 
 /// A verb's own-shape negative (`refused: true`, `approvalRequired: true`) exits 1.
 fn negative_aware(doc: Value, text: fn(&Value) -> String) -> Outcome {
-    let negative = doc.get("refused") == Some(&Value::Bool(true))
-        || doc.get("approvalRequired") == Some(&Value::Bool(true));
+    let negative = revl_core::is_negative(&doc);
     let t = text(&doc);
     if negative {
         eprintln!(
