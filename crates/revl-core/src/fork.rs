@@ -22,14 +22,7 @@ pub fn not_preserved() -> Value {
 
 /// `residue {clean, outstanding, proof}` and `warning_emissions` for a partition.
 pub fn residue(p: &Partition, failed: &[Value]) -> (Value, String) {
-    let mut outstanding = p.outstanding();
-    outstanding.extend(
-        failed
-            .iter()
-            .filter_map(|f| f.get("index").and_then(Value::as_u64)),
-    );
-    outstanding.sort_unstable();
-    outstanding.dedup();
+    let outstanding = classify::outstanding(p.outstanding(), failed);
     let crossed = p.emissions_crossed.len() + p.emissions_compensated.len();
     let proof = format!(
         "{crossed} emission(s) crossed and cannot be undone; {} inverse(s) were enumerated but not fired because they would cross; {} step(s) could not be restored{}; only the host-confined state (workspace files under revl's witness) and provisions are claimed to be back at step {}.",

@@ -62,14 +62,7 @@ pub fn open(path: &Path) -> Result<OfflineWal> {
 }
 
 fn residue_of(indices: &[u64], failed: &[Value], what: &str) -> Value {
-    let mut out: Vec<u64> = indices.to_vec();
-    out.extend(
-        failed
-            .iter()
-            .filter_map(|f| f.get("index").and_then(Value::as_u64)),
-    );
-    out.sort_unstable();
-    out.dedup();
+    let out = classify::outstanding(indices.iter().copied(), failed);
     let proof = if out.is_empty() {
         format!("{what}: no emission crossed, no inverse was left unfired and none failed")
     } else {

@@ -79,17 +79,12 @@ impl Store {
                 let st = s.state();
                 let (branch, at, failed) = st.fork_frozen.clone().unwrap_or_default();
                 let begun = st.fork_begun.clone();
-                let mut outstanding: Vec<u64> = begun
-                    .as_ref()
-                    .map(|b| b.crossed.iter().chain(&b.would_cross).copied().collect())
-                    .unwrap_or_default();
-                outstanding.extend(
-                    failed
+                let outstanding = crate::classify::outstanding(
+                    begun
                         .iter()
-                        .filter_map(|f| f.get("index").and_then(Value::as_u64)),
+                        .flat_map(|b| b.crossed.iter().chain(&b.would_cross).copied()),
+                    &failed,
                 );
-                outstanding.sort_unstable();
-                outstanding.dedup();
                 out["at"] = at.into();
                 out["branch"] = branch.into();
                 out["forkComplete"] = st.fork_complete.into();

@@ -803,14 +803,7 @@ impl Session {
             if !s.has_builtin_undo() {
                 continue;
             }
-            let entries = s
-                .undo
-                .as_ref()
-                .and_then(|u| u.get("entries"))
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            for e in &entries {
+            for e in crate::workspace::restore_entries(s.undo.as_ref()) {
                 for b in Workspace::blobs_needed(e, &self.blobs)? {
                     self.blobs.check(&b, Some(i)).map_err(|err| {
                         Error::new(
@@ -1008,14 +1001,7 @@ type EventKey = (u64, u8, std::cmp::Reverse<u64>);
 
 /// What an undone file effect's restore put back, as images to compare.
 fn preimages(s: &Step) -> Vec<Value> {
-    let entries = s
-        .undo
-        .as_ref()
-        .and_then(|u| u.get("entries"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    entries
+    crate::workspace::restore_entries(s.undo.as_ref())
         .iter()
         .map(|e| match e["kind"].as_str() {
             Some("mode") => json!({"path": e["path"], "mode": e["mode"]}),

@@ -22,6 +22,13 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
+/// The entries of a `restore` undo descriptor (empty for any other descriptor).
+pub fn restore_entries(undo: Option<&Value>) -> &[Value] {
+    undo.and_then(|u| u.get("entries"))
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
 /// `undo.type` of the built-in file restore.
 pub const UNDO_RESTORE: &str = "restore";
 /// Preimages up to this size sit inline in the `intent` (SPEC 3.2); larger ones are blobs.
@@ -869,12 +876,7 @@ impl Workspace {
     /// Run a `restore` undo descriptor: put every listed path back to its recorded state,
     /// in order. Idempotent. Intermediate components must still be real directories.
     pub fn restore(&self, undo: &Value, blobs: &BlobStore, step: u64) -> Result<()> {
-        let entries = undo
-            .get("entries")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        for e in &entries {
+        for e in restore_entries(Some(undo)) {
             self.restore_entry(e, blobs, step)?;
         }
         Ok(())
