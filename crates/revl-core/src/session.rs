@@ -302,9 +302,10 @@ impl Session {
             preimage: None,
             after: Some(json!({"images": planned.after, "detail": planned.detail})),
         };
-        // The new content is written to its temp file first; then the temp's fsync (a second
-        // thread) and the intent's fsync run at the same time, so the filesystem journal can
-        // commit them together. The change itself (the rename) waits for both.
+        // A small overwrite is made in place after the intent (which holds its preimage).
+        // Otherwise the new content is written to its temp file first; then the temp's fsync
+        // (a second thread) and the intent's fsync run at the same time, so the filesystem
+        // journal can commit them together. The change itself (the rename) waits for both.
         let (staged, file) = match self.ws.stage(&planned, step) {
             Ok(Some(f)) => (Ok(true), Some(f)),
             Ok(None) => (Ok(false), None),

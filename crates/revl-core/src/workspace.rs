@@ -655,6 +655,9 @@ impl Workspace {
         let FileOp::Write { path, content } = &p.op else {
             return Ok(None);
         };
+        if in_place(p) {
+            return Ok(None);
+        }
         let tmp = self.temp_for(step);
         let res = (|| -> std::io::Result<File> {
             let _ = fs::remove_file(&tmp);
@@ -697,6 +700,12 @@ impl Workspace {
                 let dir = self.dir_beneath(parent, true)?;
                 let root = self.dir_beneath("", false)?;
                 let tmp_name = format!(".revl-{step}.tmp");
+                if !staged
+                    && in_place(p)
+                    && self.overwrite_in_place(&dir, name, path, content, p)?
+                {
+                    return Ok(());
+                }
                 if !staged {
                     self.write_temp(
                         &self.temp_for(step),
@@ -838,6 +847,63 @@ impl Workspace {
         renameat(dir, name, &root, trash.as_str())
             .map_err(|e| io(&self.root.join(name), e.into()))?;
         remove_any(&self.root.join(&trash))
+    }
+
+    /// Overwrite a small regular file in place: one `pwrite` of at most a page, a truncate
+    /// when it shrank, one `fdatasync`. Safe because the intent before it holds the whole
+    /// preimage inline and the intended post-image digest: a crash part-way leaves a file
+    /// that shows neither, and repair puts the preimage back (SPEC 6.4). False (nothing
+    /// written) when the target is no longer a small regular file with one link, so a hard
+    /// link never carries a change outside the workspace: the caller stages and renames.
+    fn overwrite_in_place(
+        &self,
+        dir: &rustix::fd::OwnedFd,
+        name: &str,
+        path: &str,
+        content: &[u8],
+        p: &Planned,
+    ) -> Result<bool> {
+        use rustix::fs::{fchmod, fdatasync, fstat, ftruncate, openat, FileType, Mode, OFlags};
+        let sys = |e: rustix::io::Errno| io(&self.abs(path), std::io::Error::from(e));
+        let fd = match openat(
+            dir,
+            name,
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(_) => return Ok(false),
+        };
+        let st = fstat(&fd).map_err(sys)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+            || st.st_nlink != 1
+            || st.st_size as u64 > INLINE_MAX as u64
+        {
+            return Ok(false);
+        }
+        self.fp.enospc().map_err(|e| io(&self.abs(path), e))?;
+        let torn = self.fp.fires("effect.torn-write");
+        let body = if torn {
+            &content[..content.len() / 2]
+        } else {
+            content
+        };
+        let mut at = 0usize;
+        while at < body.len() {
+            at += rustix::io::pwrite(&fd, &body[at..], at as u64).map_err(sys)?;
+        }
+        if !torn && st.st_size as u64 > content.len() as u64 {
+            ftruncate(&fd, content.len() as u64).map_err(sys)?;
+        }
+        let mode = write_mode(p)?;
+        if st.st_mode & 0o7777 != mode {
+            fchmod(&fd, Mode::from_raw_mode(mode)).map_err(sys)?;
+        }
+        fdatasync(&fd).map_err(sys)?;
+        if torn {
+            crate::failpoint::crash("effect.torn-write");
+        }
+        Ok(true)
     }
 
     fn write_temp(&self, tmp: &Path, dest: &Path, content: &[u8], mode: u32) -> Result<()> {
@@ -1086,6 +1152,19 @@ fn split_rel(rel: &str) -> (&str, &str) {
 }
 
 /// The mode a planned write gives its file.
+/// Is this write small enough to be made in place: new content and preimage each at most
+/// [`INLINE_MAX`], the preimage a file held inline in the intent? Larger writes are staged
+/// in a temp file and renamed, so readers never see them half written.
+pub fn in_place(p: &Planned) -> bool {
+    let FileOp::Write { content, .. } = &p.op else {
+        return false;
+    };
+    content.len() <= INLINE_MAX
+        && restore_entries(Some(&p.undo))
+            .first()
+            .is_some_and(|e| e["kind"] == "file" && e.get("content").is_some())
+}
+
 fn write_mode(p: &Planned) -> Result<u32> {
     Ok(p.after[0]
         .get("mode")
