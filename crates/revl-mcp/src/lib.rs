@@ -72,26 +72,34 @@ pub struct RevlServer {
 /// Serve `target` over stdio until the client closes stdin. Errors only at startup (the
 /// target cannot be resolved or created, or no runtime can be built).
 pub fn serve(store: Store, target: Target) -> Result<(), Error> {
-    let id = resolve_target(&store, &target)?;
+    let (id, notice) = resolve_target(&store, &target)?;
     let info = store.info(&id)?;
-    eprintln!(
-        "revl mcp: serving session {id} ({}, workspace {}) on stdio",
-        info.state.as_str(),
-        info.workspace
-    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .map_err(|e| Error::io("cannot start the MCP runtime", e))?;
-    let server = RevlServer::new(store, id);
+    let server = RevlServer::new(store, id.clone());
+    // The notices go to stderr once the client has completed the handshake, so a client that
+    // never speaks MCP gets exactly one line: the error.
+    let serving = format!(
+        "revl mcp: serving session {id} ({}, workspace {}) on stdio",
+        info.state.as_str(),
+        info.workspace
+    );
     let result = runtime.block_on(async move {
         let transport = transport::LineTransport::new(tokio::io::stdin(), tokio::io::stdout());
         match server.serve(transport).await {
-            Ok(running) => running
-                .waiting()
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
+            Ok(running) => {
+                if let Some(n) = &notice {
+                    eprintln!("{n}");
+                }
+                eprintln!("{serving}");
+                running
+                    .waiting()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
             Err(e) => Err(e.to_string()),
         }
     });
@@ -106,31 +114,30 @@ pub fn serve(store: Store, target: Target) -> Result<(), Error> {
         }
         Err(e) => Err(Error::new(
             Code::Io,
-            format!("the MCP session ended with an error: {e}"),
+            format!("the MCP connection for session {id} ended with an error: {e}"),
             "check that the client speaks MCP over stdio (newline-delimited JSON-RPC)",
         )),
     }
 }
 
-/// `--session ID`, or the live session of `--workspace DIR` (created there if it has none).
-pub fn resolve_target(store: &Store, target: &Target) -> Result<String, Error> {
+/// `--session ID`, or the live session of `--workspace DIR` (created there if it has none),
+/// with a notice for stderr when a session was created or `--manifest` ignored.
+pub fn resolve_target(store: &Store, target: &Target) -> Result<(String, Option<String>), Error> {
     match target {
-        Target::Session(given) => store.resolve(given),
+        Target::Session(given) => Ok((store.resolve(given)?, None)),
         Target::Workspace { dir, manifest } => {
             if let Some(id) = live_session_of(store, dir)? {
-                if manifest.is_some() {
-                    eprintln!(
-                        "revl mcp: workspace {} already has live session {id}; --manifest is ignored (the session keeps the manifest it was created with)",
-                        dir.display()
-                    );
-                }
-                return Ok(id);
+                let notice = manifest.is_some().then(|| format!(
+                    "revl mcp: workspace {} already has live session {id}; --manifest is ignored (the session keeps the manifest it was created with)",
+                    dir.display()
+                ));
+                return Ok((id, notice));
             }
             let s = store.new_session(dir, manifest.as_deref())?;
             let id = s.id().to_string();
             drop(s);
-            eprintln!("revl mcp: created session {id} on {}", dir.display());
-            Ok(id)
+            let notice = format!("revl mcp: created session {id} on {}", dir.display());
+            Ok((id, Some(notice)))
         }
     }
 }

@@ -879,6 +879,9 @@ fn regression_cli_inputs() {
         vec!["write"],
         vec!["--json", "write"],
         vec!["step-back", "SID"],
+        // `mcp` on a new workspace with no client: its two startup notices used to reach
+        // stderr before the error, three lines for one failure.
+        vec!["mcp", "--workspace", "fresh-ws"],
     ];
     for c in cases {
         let toks: Vec<Tok> = c
