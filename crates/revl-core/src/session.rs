@@ -370,7 +370,7 @@ impl Session {
             planned.detail.clone(),
         )?;
         rec.scope = Some(fs_scope());
-        rec.undo = Some(planned.undo);
+        rec.undo = Some(crate::workspace::slim_undo(&planned.undo));
         rec.undo_idempotent = Some(true);
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
@@ -929,7 +929,7 @@ impl Session {
                         detail,
                     )?;
                     rec.scope = Some(fs_scope());
-                    rec.undo = intent.undo.clone();
+                    rec.undo = intent.undo.as_ref().map(crate::workspace::slim_undo);
                     rec.undo_idempotent = Some(true);
                     self.append(Record::Step(rec), false)?;
                 } else {

@@ -385,6 +385,12 @@ impl State {
         }
         let kind = StepKind::parse(&sr.kind);
         let index = sr.step;
+        let mut undo = sr.undo;
+        if let Some(u) = undo.as_mut() {
+            let intent = self.intent.as_mut().filter(|i| i.step == index);
+            crate::workspace::hydrate_undo(u, intent.and_then(|i| i.undo.as_mut()))
+                .map_err(|why| format!("step {index}: {why}"))?;
+        }
         if kind == StepKind::Compensation {
             let f = sr
                 .detail
@@ -401,7 +407,7 @@ impl State {
             scope: sr.scope,
             undo_scope: sr.undo_scope,
             detail: sr.detail,
-            undo: sr.undo,
+            undo,
             undo_idempotent: sr.undo_idempotent,
             compensation: sr.compensation,
             undone: false,

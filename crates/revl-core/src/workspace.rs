@@ -29,6 +29,58 @@ pub fn restore_entries(undo: Option<&Value>) -> &[Value] {
         .map_or(&[], Vec::as_slice)
 }
 
+/// The restore descriptor a file effect's `step` record carries: its intent's, without the
+/// inline preimage contents (the intent just before it holds them; see [`hydrate_undo`]).
+/// Each entry keeps its path, kind, mode and digest, so the step reads on its own.
+pub fn slim_undo(undo: &Value) -> Value {
+    let mut u = undo.clone();
+    if let Some(entries) = u.get_mut("entries").and_then(Value::as_array_mut) {
+        for e in entries {
+            if let Some(o) = e.as_object_mut() {
+                o.remove("content");
+            }
+        }
+    }
+    u
+}
+
+/// Give a step's slim restore descriptor back the inline contents its intent holds. An
+/// entry for a file with neither `content` nor `blob` takes the `content` of the intent's
+/// entry at the same position, which must name the same path and digest.
+pub fn hydrate_undo(
+    undo: &mut Value,
+    intent_undo: Option<&mut Value>,
+) -> std::result::Result<(), String> {
+    let Some(entries) = undo.get_mut("entries").and_then(Value::as_array_mut) else {
+        return Ok(());
+    };
+    let mut from = intent_undo
+        .and_then(|u| u.get_mut("entries"))
+        .and_then(Value::as_array_mut);
+    for (j, e) in entries.iter_mut().enumerate() {
+        if e["kind"] != "file" || e.get("content").is_some() || e.get("blob").is_some() {
+            continue;
+        }
+        let source = from
+            .as_mut()
+            .and_then(|f| f.get_mut(j))
+            .filter(|i| i.get("path") == e.get("path") && i.get("digest") == e.get("digest"));
+        match source
+            .and_then(|i| i.as_object_mut())
+            .and_then(|i| i.remove("content"))
+        {
+            Some(c) => e["content"] = c,
+            None => {
+                return Err(format!(
+                    "its restore entry for {} has no content, and its intent holds none",
+                    e["path"]
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `undo.type` of the built-in file restore.
 pub const UNDO_RESTORE: &str = "restore";
 /// Preimages up to this size sit inline in the `intent` (SPEC 3.2); larger ones are blobs.

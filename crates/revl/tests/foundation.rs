@@ -1933,3 +1933,62 @@ fn a_crash_during_step_back_is_finished_on_attach() {
         failures.join("\n")
     );
 }
+
+/// A small preimage is written once, inline in the intent; the step names it by path and
+/// digest, and replay takes the bytes from the intent. A WAL whose intent lost them is
+/// refused as corrupt, not rewound with nothing.
+#[test]
+fn a_small_preimage_sits_once_in_the_intent_and_the_step_names_it() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    put(&ws.join("f.txt"), b"the preimage", 0o640);
+    let k = effect(&w, &["write", &sid, "f.txt", "--content", "after"]);
+    let recs = check_wal(&w.wal(&sid));
+    let intent = recs
+        .iter()
+        .find(|r| r["record"] == "intent" && r["step"] == k)
+        .expect("an intent");
+    let step_rec = recs
+        .iter()
+        .find(|r| r["record"] == "step" && r["step"] == k)
+        .expect("a step");
+    let ie = &intent["undo"]["entries"][0];
+    let se = &step_rec["undo"]["entries"][0];
+    assert!(ie["content"].is_string(), "the intent holds the bytes: {intent}");
+    assert!(se.get("content").is_none(), "the step repeats them: {step_rec}");
+    assert_eq!(se["path"], "f.txt");
+    assert_eq!(se["kind"], "file");
+    assert_eq!(se["digest"], ie["digest"]);
+    assert_eq!(se["mode"], "0640");
+    // The timeline shows the whole inverse, and a step-back puts the bytes back.
+    let tl = w.timeline(&sid);
+    assert_eq!(step(&tl, k)["undo"]["entries"][0]["content"], ie["content"]);
+    let wal = fs::read_to_string(w.wal(&sid)).unwrap();
+    step_back(&w, &sid, -1);
+    assert_eq!(fs::read(ws.join("f.txt")).unwrap(), b"the preimage");
+
+    // The same WAL with the intent's bytes cut out (and its CRC made right again).
+    let w2 = World::new();
+    let (sid2, _ws2) = w2.session();
+    let tampered: String = wal
+        .lines()
+        .map(|line| {
+            let mut v: Value = serde_json::from_str(line).unwrap();
+            if v["record"] == "intent" {
+                v["undo"]["entries"][0]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("content");
+                v.as_object_mut().unwrap().remove("crc");
+                let text = v.to_string();
+                seal(&text[..text.len() - 1])
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    fs::write(w2.wal(&sid2), tampered).unwrap();
+    let out = w2.json(&["timeline", &sid2]);
+    let msg = out.err(1, "corrupt-wal");
+    assert!(msg.contains(&format!("step {k}")) && msg.contains("content"), "{msg}");
+}
