@@ -3,7 +3,8 @@
 //! rewind" here, through the same functions over the same step data (SPEC 1.1).
 
 use crate::step::{host_confined, Step, StepKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 /// Where one step of a tail lands (SPEC 1.1, last column).
@@ -30,8 +31,8 @@ pub enum Bucket {
 /// May a *rewind* (fork, scoped step-back, repair) run this effect's inverse? Only when its
 /// recorded scope passes the gate and, for a manifest effect, its undo tool's scope too.
 pub fn inverse_is_host_confined(step: &Step) -> bool {
-    host_confined(step.scope.as_ref())
-        && (step.has_builtin_undo() || host_confined(step.undo_scope.as_ref()))
+    host_confined(step.scope.as_deref())
+        && (step.has_builtin_undo() || host_confined(step.undo_scope.as_deref()))
 }
 
 /// The bucket of one step (SPEC 1.1).
@@ -177,9 +178,29 @@ impl<'a> Rewound<'a> {
             kind: s.kind.as_str(),
             label: &s.label,
             site: &s.site,
-            scope: s.scope.as_ref().unwrap_or(&NULL),
+            scope: s.scope.as_deref().unwrap_or(&NULL),
         }
     }
+}
+
+/// The members of an emission's or compensation's `detail` that its entry shows, borrowed
+/// from the recorded text (no tree is built: a long tail has hundreds of thousands). They
+/// are written exactly as recorded (compact, even inside a pretty-printed document); a
+/// member that is absent shows as `null`.
+#[derive(Debug, Default, Deserialize)]
+struct SendDetail<'a> {
+    #[serde(borrow, default)]
+    key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    service: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    args: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "for")]
+    for_: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tool: Option<&'a RawValue>,
 }
 
 /// emission `{index, key, method, service, args, site, compensation?}`; a compensation that
@@ -189,10 +210,10 @@ impl<'a> Rewound<'a> {
 pub enum Emission<'a> {
     Emission {
         index: u64,
-        key: &'a Value,
-        method: &'a Value,
-        service: &'a Value,
-        args: &'a Value,
+        key: Option<&'a RawValue>,
+        method: Option<&'a RawValue>,
+        service: Option<&'a RawValue>,
+        args: Option<&'a RawValue>,
         site: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         compensation: Option<u64>,
@@ -202,32 +223,34 @@ pub enum Emission<'a> {
         kind: &'static str,
         label: &'a str,
         #[serde(rename = "for")]
-        for_: &'a Value,
-        tool: &'a Value,
-        args: &'a Value,
+        for_: Option<&'a RawValue>,
+        tool: Option<&'a RawValue>,
+        args: Option<&'a RawValue>,
         site: &'a str,
     },
 }
 
 impl<'a> Emission<'a> {
     pub fn of(s: &'a Step) -> Self {
+        // A detail that is not an object has none of the members.
+        let d: SendDetail<'a> = serde_json::from_str(s.detail.raw()).unwrap_or_default();
         if s.kind == StepKind::Compensation {
             return Emission::CompensationRan {
                 index: s.index,
                 kind: "compensation",
                 label: &s.label,
-                for_: detail(s, "for"),
-                tool: detail(s, "tool"),
-                args: detail(s, "args"),
+                for_: d.for_,
+                tool: d.tool,
+                args: d.args,
                 site: &s.site,
             };
         }
         Emission::Emission {
             index: s.index,
-            key: detail(s, "key"),
-            method: detail(s, "method"),
-            service: detail(s, "service"),
-            args: detail(s, "args"),
+            key: d.key,
+            method: d.method,
+            service: d.service,
+            args: d.args,
             site: &s.site,
             compensation: s.compensation,
         }
@@ -254,7 +277,7 @@ impl<'a> WouldCross<'a> {
             index: s.index,
             kind: s.kind.as_str(),
             label: &s.label,
-            scope: s.scope.as_ref().unwrap_or(&NULL),
+            scope: s.scope.as_deref().unwrap_or(&NULL),
             site: &s.site,
             for_: (s.kind == StepKind::Compensation).then(|| detail(s, "for")),
             why: None,
@@ -322,10 +345,10 @@ pub fn would_cross_why(s: &Step) -> String {
     if s.scope.is_none() {
         return "no scope was declared: an absent scope is never assumed host-confined".into();
     }
-    if !host_confined(s.scope.as_ref()) {
+    if !host_confined(s.scope.as_deref()) {
         return format!(
             "its scope {} is not provably host-confined",
-            crate::util::jcs(s.scope.as_ref().unwrap_or(&Value::Null))
+            crate::util::jcs(s.scope.as_deref().unwrap_or(&Value::Null))
         );
     }
     match &s.undo_scope {

@@ -13,6 +13,7 @@ pub mod classify;
 pub mod error;
 pub mod failpoint;
 pub mod fork;
+pub mod lazy;
 pub mod lineage;
 pub mod outbound;
 pub mod proc;

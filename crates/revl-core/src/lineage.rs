@@ -7,7 +7,6 @@ use crate::classify::{self, partition, Emission, Partition, Rewound, Unrestored,
 use crate::error::{Error, Result};
 use crate::state::{Life, State};
 use crate::step::{Step, StepKind};
-use crate::wal::{read_wal, Record};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -47,17 +46,12 @@ pub struct OfflineWal {
 }
 
 pub fn open(path: &Path) -> Result<OfflineWal> {
-    let read = read_wal(path)?;
-    let committed_boundary = read
-        .records
-        .iter()
-        .any(|r| matches!(r, Record::Flushed { .. } | Record::CommitApproved { .. }));
-    let state = State::replay_owned(read.records)?;
+    let (state, meta) = State::read(path)?;
     Ok(OfflineWal {
         path: path.to_path_buf(),
+        committed_boundary: state.commit_approved.is_some() || !state.flushed.is_empty(),
         state,
-        torn: read.torn,
-        committed_boundary,
+        torn: meta.torn,
     })
 }
 

@@ -193,9 +193,12 @@ impl Session {
             &tool.name,
             json!({"tool": tool.name, "args": args, "witness": run.witness}),
         )?;
-        rec.scope = tool.scope.clone();
-        rec.undo_scope = undo_tool.as_ref().and_then(|u| u.scope.clone());
-        rec.undo = Some(json!({"type": "tool", "tool": tool.undo}));
+        rec.scope = tool.scope.clone().map(Into::into);
+        rec.undo_scope = undo_tool
+            .as_ref()
+            .and_then(|u| u.scope.clone())
+            .map(Into::into);
+        rec.undo = Some(json!({"type": "tool", "tool": tool.undo}).into());
         rec.undo_idempotent = tool.undo_idempotent;
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
@@ -276,8 +279,8 @@ impl Session {
             kind: "emission".into(),
             label: label.clone(),
             site: tool.name.clone(),
-            detail,
-            scope: tool.scope.clone(),
+            detail: detail.into(),
+            scope: tool.scope.clone().map(Into::into),
             undo_scope: None,
             undo: None,
             undo_idempotent: None,
@@ -294,7 +297,7 @@ impl Session {
                 &comp.name,
                 json!({"for": step, "tool": comp.name, "args": args}),
             )?;
-            c.scope = comp.scope.clone();
+            c.scope = comp.scope.clone().map(Into::into);
             recs.push(Record::Step(c));
         } else {
             recs.push(Record::Step(emission));

@@ -9,7 +9,7 @@ use crate::state::{Life, State};
 use crate::step::{fs_scope, Step, StepKind, BY_STEP_BACK};
 use crate::store::Store;
 use crate::util::now_rfc3339;
-use crate::wal::{create_wal, read_wal, Record, StepRecord, WalRead, WalWriter};
+use crate::wal::{create_wal, Record, StepRecord, WalRead, WalWriter};
 use crate::workspace::{FileOp, Workspace, UNDO_RESTORE};
 use serde_json::{json, Map, Value};
 use std::fs::File;
@@ -119,16 +119,14 @@ impl Store {
         let dir = self.session_dir(id);
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
         let wal_path = self.wal_path(id);
-        let mut read = read_wal(&wal_path)?;
-        let read_records = std::mem::take(&mut read.records);
-        let state = State::replay_owned(read_records)?;
+        let (state, read) = State::read(&wal_path)?;
         let ws = Workspace::new(PathBuf::from(&state.workspace), self.fp.clone());
         let mut s = Session {
             store: self.clone(),
             id: id.to_string(),
             wal_path,
             torn: read.torn,
-            read_tail: (read.good_len, read.last_seq, read.records.len()),
+            read_tail: (read.good_len, read.last_seq, read.records),
             state,
             writer: None,
             ws,
@@ -149,7 +147,7 @@ pub(crate) fn hinge_record(seq: u64, ts: Option<String>) -> Record {
         kind: "hinge".into(),
         label: "session/hinge".into(),
         site: "session".into(),
-        detail: json!({}),
+        detail: json!({}).into(),
         scope: None,
         undo_scope: None,
         undo: None,
@@ -252,7 +250,7 @@ impl Session {
             kind: kind.into(),
             label: label.into(),
             site: site.into(),
-            detail,
+            detail: detail.into(),
             scope: None,
             undo_scope: None,
             undo: None,
@@ -369,8 +367,8 @@ impl Session {
             &planned.site,
             planned.detail.clone(),
         )?;
-        rec.scope = Some(fs_scope());
-        rec.undo = Some(crate::workspace::slim_undo(&planned.undo));
+        rec.scope = Some(fs_scope().into());
+        rec.undo = Some(crate::workspace::slim_undo(&planned.undo).into());
         rec.undo_idempotent = Some(true);
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
@@ -414,7 +412,7 @@ impl Session {
             "provide",
             detail,
         )?;
-        rec.undo = Some(json!({"type": "withdraw", "key": key, "previous": previous}));
+        rec.undo = Some(json!({"type": "withdraw", "key": key, "previous": previous}).into());
         rec.undo_idempotent = Some(true);
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
@@ -804,7 +802,7 @@ impl Session {
             if !s.has_builtin_undo() {
                 continue;
             }
-            for e in crate::workspace::restore_entries(s.undo.as_ref()) {
+            for e in crate::workspace::restore_entries(s.undo.as_deref()) {
                 for b in Workspace::blobs_needed(e, &self.blobs)? {
                     self.blobs.check(&b, Some(i)).map_err(|err| {
                         Error::new(
@@ -928,8 +926,11 @@ impl Session {
                         &intent.site,
                         detail,
                     )?;
-                    rec.scope = Some(fs_scope());
-                    rec.undo = intent.undo.as_ref().map(crate::workspace::slim_undo);
+                    rec.scope = Some(fs_scope().into());
+                    rec.undo = intent
+                        .undo
+                        .as_ref()
+                        .map(|u| crate::workspace::slim_undo(u).into());
                     rec.undo_idempotent = Some(true);
                     self.append(Record::Step(rec), false)?;
                 } else {
@@ -1002,7 +1003,7 @@ type EventKey = (u64, u8, std::cmp::Reverse<u64>);
 
 /// What an undone file effect's restore put back, as images to compare.
 fn preimages(s: &Step) -> Vec<Value> {
-    crate::workspace::restore_entries(s.undo.as_ref())
+    crate::workspace::restore_entries(s.undo.as_deref())
         .iter()
         .map(|e| match e["kind"].as_str() {
             Some("mode") => json!({"path": e["path"], "mode": e["mode"]}),

@@ -125,19 +125,75 @@ impl State {
         Self::replay_owned(records.to_vec())
     }
 
+    /// Read a WAL file and replay it as it is decoded (a long WAL is never held as a
+    /// vector of records). The same checks and errors as [`crate::wal::read_wal`] followed
+    /// by [`State::replay_owned`]. A long WAL is replayed on a thread of its own, in
+    /// batches, while the next lines are decoded.
+    pub fn read(path: &std::path::Path) -> Result<(State, crate::wal::WalMeta)> {
+        const BATCH: usize = 8192;
+        let len = std::fs::metadata(path).map_or(0, |m| m.len());
+        let apply_all = |batches: &mut dyn Iterator<Item = Vec<Record>>| -> Result<State> {
+            let mut s = State::default();
+            // A step line is at least ~150 bytes: reserve once instead of growing by doubling.
+            s.steps.reserve((len / 160) as usize);
+            for (i, r) in batches.flatten().enumerate() {
+                let name = r.name();
+                s.apply_owned(r)
+                    .map_err(|why| replay_error(i + 1, name, why))?;
+            }
+            Ok(s)
+        };
+        if len < (4 << 20) {
+            let mut records = Vec::new();
+            let meta = crate::wal::read_wal_each(path, |r| {
+                records.push(r);
+                Ok(())
+            })?;
+            return Ok((apply_all(&mut std::iter::once(records))?, meta));
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(4);
+        std::thread::scope(|sc| {
+            let applier = sc.spawn(move || apply_all(&mut rx.into_iter()));
+            let mut batch = Vec::with_capacity(BATCH);
+            let read = crate::wal::read_wal_each(path, |r| {
+                batch.push(r);
+                if batch.len() == BATCH {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    // The applier stopped on a replay error: stop reading; its error wins.
+                    tx.send(full)
+                        .map_err(|_| Error::new(Code::CorruptWal, "replay stopped", ""))?;
+                }
+                Ok(())
+            });
+            if read.is_ok() && !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
+            drop(tx);
+            let applied = applier.join().unwrap_or_else(|_| {
+                Err(Error::new(
+                    Code::Io,
+                    "internal: the replay thread failed",
+                    "report this as a bug",
+                ))
+            });
+            // A replay error is always at a record before any line the reader refused (the
+            // reader only sends records it accepted), so it is the first error in the file.
+            match (applied, read) {
+                (Err(e), _) => Err(e),
+                (Ok(_), Err(e)) => Err(e),
+                (Ok(s), Ok(meta)) => Ok((s, meta)),
+            }
+        })
+    }
+
     /// Replay, consuming the records (steps are moved, not cloned).
     pub fn replay_owned(records: Vec<Record>) -> Result<State> {
         let mut s = State::default();
         s.steps.reserve(records.len());
         for (i, r) in records.into_iter().enumerate() {
             let name = r.name();
-            s.apply_owned(r).map_err(|why| {
-                Error::new(
-                    Code::CorruptWal,
-                    format!("WAL record {} ({name}) cannot be replayed: {why}", i + 1),
-                    "the WAL was edited outside revl; restore it from a backup",
-                )
-            })?;
+            s.apply_owned(r)
+                .map_err(|why| replay_error(i + 1, name, why))?;
         }
         Ok(s)
     }
@@ -386,10 +442,13 @@ impl State {
         let kind = StepKind::parse(&sr.kind);
         let index = sr.step;
         let mut undo = sr.undo;
-        if let Some(u) = undo.as_mut() {
+        // Only a restore descriptor can name preimage bytes its intent holds.
+        if let Some(u) = undo.take_if(|u| u.raw().contains("\"entries\"")) {
+            let mut u = u.into_value();
             let intent = self.intent.as_mut().filter(|i| i.step == index);
-            crate::workspace::hydrate_undo(u, intent.and_then(|i| i.undo.as_mut()))
+            crate::workspace::hydrate_undo(&mut u, intent.and_then(|i| i.undo.as_mut()))
                 .map_err(|why| format!("step {index}: {why}"))?;
+            undo = Some(u.into());
         }
         if kind == StepKind::Compensation {
             let f = sr
@@ -479,4 +538,12 @@ impl State {
                 .unwrap_or_default()
         }
     }
+}
+
+fn replay_error(n: usize, name: &str, why: String) -> Error {
+    Error::new(
+        Code::CorruptWal,
+        format!("WAL record {n} ({name}) cannot be replayed: {why}"),
+        "the WAL was edited outside revl; restore it from a backup",
+    )
 }

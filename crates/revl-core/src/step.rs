@@ -1,5 +1,6 @@
 //! Steps, the seven kinds, and the scope gate (SPEC 1.1, 1.2).
 
+use crate::lazy::LazyJson;
 use serde_json::{json, Map, Value};
 
 /// The seven step kinds. A kind a future version adds is kept by name as `Other` and, like
@@ -58,11 +59,11 @@ pub struct Step {
     pub label: String,
     pub site: String,
     /// The declared scope, exactly as recorded; `None` = none declared (crossing).
-    pub scope: Option<Value>,
+    pub scope: Option<LazyJson>,
     /// A manifest effect's undo tool scope (SPEC 1.2: both must pass the gate).
-    pub undo_scope: Option<Value>,
-    pub detail: Value,
-    pub undo: Option<Value>,
+    pub undo_scope: Option<LazyJson>,
+    pub detail: LazyJson,
+    pub undo: Option<LazyJson>,
     pub undo_idempotent: Option<bool>,
     pub compensation: Option<u64>,
     pub undone: bool,
@@ -85,14 +86,14 @@ impl Step {
         m.insert("label".into(), self.label.clone().into());
         m.insert("site".into(), self.site.clone().into());
         if let Some(s) = &self.scope {
-            m.insert("scope".into(), s.clone());
+            m.insert("scope".into(), s.value().clone());
         }
         if let Some(s) = &self.undo_scope {
-            m.insert("undoScope".into(), s.clone());
+            m.insert("undoScope".into(), s.value().clone());
         }
-        m.insert("detail".into(), self.detail.clone());
+        m.insert("detail".into(), self.detail.value().clone());
         if let Some(u) = &self.undo {
-            m.insert("undo".into(), u.clone());
+            m.insert("undo".into(), u.value().clone());
         }
         if let Some(i) = self.undo_idempotent {
             m.insert("undoIdempotent".into(), i.into());
@@ -123,7 +124,7 @@ impl Step {
     }
 
     pub fn scope_json(&self) -> Value {
-        self.scope.clone().unwrap_or(Value::Null)
+        self.scope.as_deref().cloned().unwrap_or(Value::Null)
     }
 }
 

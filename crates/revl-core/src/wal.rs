@@ -6,6 +6,7 @@
 
 use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
+use crate::lazy::LazyJson;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
@@ -174,13 +175,13 @@ pub struct StepRecord {
     pub kind: String,
     pub label: String,
     pub site: String,
-    pub detail: Value,
+    pub detail: LazyJson,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<Value>,
+    pub scope: Option<LazyJson>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub undo_scope: Option<Value>,
+    pub undo_scope: Option<LazyJson>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub undo: Option<Value>,
+    pub undo: Option<LazyJson>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo_idempotent: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -292,18 +293,21 @@ fn decode_line(line: &[u8]) -> std::result::Result<Record, LineError> {
             computed: format!("{computed:08x}"),
         });
     }
+    // UTF-8 is checked once for the line (the parser then need not check each string).
+    let line = std::str::from_utf8(line).map_err(|e| LineError::Json(e.to_string()))?;
+    let body = &line[..split];
     // Hot path: step records are most of a WAL. Parse the whole line straight into the
     // struct (serde's internally tagged enums buffer every value first, which is slow).
-    if body.starts_with(b"{\"record\":\"step\",") {
-        return serde_json::from_slice::<StepRecord>(line)
+    if body.starts_with("{\"record\":\"step\",") {
+        return serde_json::from_str::<StepRecord>(line)
             .map(Record::Step)
             .map_err(|e| LineError::Json(e.to_string()));
     }
     // Parse the body closed with '}' (the crc member is not part of the record).
-    let mut obj = Vec::with_capacity(body.len() + 1);
-    obj.extend_from_slice(body);
-    obj.push(b'}');
-    serde_json::from_slice::<Record>(&obj).map_err(|e| LineError::Json(e.to_string()))
+    let mut obj = String::with_capacity(body.len() + 1);
+    obj.push_str(body);
+    obj.push('}');
+    serde_json::from_str::<Record>(&obj).map_err(|e| LineError::Json(e.to_string()))
 }
 
 /// A WAL as read from disk: records in order, whether the last line was torn, and the byte
@@ -327,140 +331,279 @@ impl WalRead {
 /// by any good line is corruption (`corrupt-wal`, naming the path and line); an unknown
 /// `walVersion` is refused.
 pub fn read_wal(path: &Path) -> Result<WalRead> {
+    parse_wal(path, &read_bytes(path)?)
+}
+
+/// A WAL file's bytes.
+pub fn read_bytes(path: &Path) -> Result<Vec<u8>> {
     let mut bytes = Vec::new();
     File::open(path)
         .and_then(|mut f| f.read_to_end(&mut bytes))
         .map_err(|e| Error::io(format!("cannot read WAL {}", path.display()), e))?;
-    parse_wal(path, &bytes)
+    Ok(bytes)
 }
 
 /// Parse WAL bytes (see [`read_wal`]).
 pub fn parse_wal(path: &Path, bytes: &[u8]) -> Result<WalRead> {
-    let corrupt = |line_no: usize, why: String| {
-        Error::new(
-            Code::CorruptWal,
-            format!("corrupt WAL {} at line {line_no}: {why}", path.display()),
-            "the file was changed outside revl; restore it from a backup (nothing was written to it)",
-        )
-    };
-    // Split into lines (cheap), decode them on every core (CRC + JSON is the cost), then walk
-    // the results in order to tell a torn tail from corruption.
-    let mut spans: Vec<(usize, usize, bool)> = Vec::new();
-    let mut pos = 0usize;
-    while pos < bytes.len() {
-        match memchr_nl(&bytes[pos..]) {
-            Some(i) => {
-                spans.push((pos, pos + i, true));
-                pos += i + 1;
-            }
-            None => {
-                spans.push((pos, bytes.len(), false));
-                pos = bytes.len();
-            }
-        }
-    }
-    let decode = |span: &(usize, usize, bool)| -> std::result::Result<Record, LineError> {
-        if span.2 {
-            decode_line(&bytes[span.0..span.1])
-        } else {
-            Err(LineError::Shape("last line has no newline"))
-        }
-    };
-    let threads = if spans.len() < 20_000 {
-        1
-    } else {
-        std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(8)
-    };
-    let decoded: Vec<std::result::Result<Record, LineError>> = if threads == 1 {
-        spans.iter().map(decode).collect()
-    } else {
-        let chunk = spans.len().div_ceil(threads);
-        std::thread::scope(|sc| {
-            let handles: Vec<_> = spans
-                .chunks(chunk)
-                .map(|c| sc.spawn(move || c.iter().map(decode).collect::<Vec<_>>()))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_default())
-                .collect()
-        })
-    };
-    if decoded.len() != spans.len() {
-        return Err(corrupt(1, "a decoder thread failed".into()));
-    }
-    let mut records = Vec::with_capacity(decoded.len());
-    let mut torn = false;
-    let mut good_len = 0u64;
-    let mut bad: Option<(usize, String)> = None;
-    for (i, (result, span)) in decoded.into_iter().zip(&spans).enumerate() {
-        match result {
-            Ok(rec) => {
-                if let Some((n, why)) = bad.take() {
-                    return Err(corrupt(n, why));
-                }
-                records.push(rec);
-                good_len = (span.1 + usize::from(span.2)) as u64;
-            }
-            Err(e) => {
-                if let Some((n, why)) = bad.take() {
-                    // Two bad lines: the first is not a torn tail.
-                    return Err(corrupt(n, why));
-                }
-                bad = Some((i + 1, e.to_string()));
-            }
-        }
-    }
-    if bad.is_some() {
-        torn = true;
-    }
-    // Header checks.
-    match records.first() {
-        Some(Record::Header { wal_version, .. }) if *wal_version == WAL_VERSION => {}
-        Some(Record::Header { wal_version, .. }) => {
-            return Err(Error::new(
-                Code::CorruptWal,
-                format!(
-                    "WAL {} has walVersion {wal_version}; this revl reads version {WAL_VERSION}",
-                    path.display()
-                ),
-                "use the revl release that wrote this WAL",
-            ))
-        }
-        Some(_) => return Err(corrupt(1, "first record is not a header".into())),
-        None => {
-            return Err(corrupt(
-                1,
-                if torn {
-                    "the header line is torn".into()
-                } else {
-                    "the file is empty".into()
-                },
-            ))
-        }
-    }
-    // seq must strictly increase.
-    let mut last_seq = 0u64;
-    for (i, r) in records.iter().enumerate() {
-        if let Some(s) = r.seq() {
-            if i > 0 && s <= last_seq {
-                return Err(corrupt(
-                    i + 1,
-                    format!("seq {s} does not increase (previous {last_seq})"),
-                ));
-            }
-            last_seq = s;
-        }
-    }
+    let mut records = Vec::new();
+    let meta = parse_wal_each(path, bytes, |r| {
+        records.push(r);
+        Ok(())
+    })?;
     Ok(WalRead {
         path: path.to_path_buf(),
         records,
-        torn,
-        good_len,
-        last_seq,
+        torn: meta.torn,
+        good_len: meta.good_len,
+        last_seq: meta.last_seq,
     })
+}
+
+/// What reading a WAL found, besides its records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalMeta {
+    pub torn: bool,
+    /// Byte length of the intact prefix (where the next writer truncates to).
+    pub good_len: u64,
+    pub last_seq: u64,
+    /// Intact records, header included.
+    pub records: usize,
+}
+
+/// Lines decoded per block: each block is split across the cores, then handed to `sink` in
+/// order, so a long WAL is never held as one vector of records.
+const BLOCK_LINES: usize = 1 << 17;
+
+/// Check WAL bytes and hand each intact record to `sink`, in order (the same checks as
+/// [`read_wal`]). An error from `sink` stops the read and is returned as is. On any error,
+/// records already handed over must be discarded by the caller.
+pub fn parse_wal_each(
+    path: &Path,
+    bytes: &[u8],
+    mut sink: impl FnMut(Record) -> Result<()>,
+) -> Result<WalMeta> {
+    let mut p = LineChecker::new(path);
+    p.feed(bytes, 0, &mut sink)?;
+    p.finish()
+}
+
+/// Read a WAL file in pieces of about [`READ_CHUNK`] bytes, handing each intact record to
+/// `sink` as in [`parse_wal_each`]: the file is never held whole, so reading a long WAL
+/// touches little more memory than what the caller keeps.
+pub fn read_wal_each(path: &Path, sink: impl FnMut(Record) -> Result<()>) -> Result<WalMeta> {
+    read_pieces(path, READ_CHUNK, sink)
+}
+
+fn read_pieces(
+    path: &Path,
+    chunk: usize,
+    mut sink: impl FnMut(Record) -> Result<()>,
+) -> Result<WalMeta> {
+    let cannot = |e| Error::io(format!("cannot read WAL {}", path.display()), e);
+    let mut f = File::open(path).map_err(cannot)?;
+    let mut p = LineChecker::new(path);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut base = 0u64;
+    let mut eof = false;
+    while !eof {
+        // Fill the buffer: at least READ_CHUNK of room, more when one line is longer.
+        // (Never zero room: a read into no room would look like the end of the file.)
+        if buf.capacity() - buf.len() < chunk.div_ceil(2).max(1) {
+            buf.reserve(chunk.max(buf.len()).max(1));
+        }
+        let start = buf.len();
+        buf.resize(buf.capacity(), 0);
+        let n = loop {
+            match f.read(&mut buf[start..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(cannot(e)),
+            }
+        };
+        buf.truncate(start + n);
+        eof = n == 0;
+        // Hand over the complete lines (all of it at the end of the file).
+        let upto = if eof {
+            buf.len()
+        } else {
+            match memchr::memrchr(b'\n', &buf) {
+                Some(i) => i + 1,
+                None => continue,
+            }
+        };
+        p.feed(&buf[..upto], base, &mut sink)?;
+        base += upto as u64;
+        buf.drain(..upto);
+    }
+    p.finish()
+}
+
+/// Bytes read per piece by [`read_wal_each`].
+const READ_CHUNK: usize = 16 << 20;
+
+/// The torn/corrupt/header/seq rules of SPEC 3.1, applied to a WAL fed in pieces of whole
+/// lines (the last piece may end with a line that has no newline).
+struct LineChecker<'p> {
+    path: &'p Path,
+    meta: WalMeta,
+    /// A bad line is a torn tail only if no good line follows it.
+    bad: Option<(usize, String)>,
+    line_no: usize,
+    spans: Vec<(usize, usize, bool)>,
+    cores: usize,
+}
+
+impl<'p> LineChecker<'p> {
+    fn new(path: &'p Path) -> Self {
+        LineChecker {
+            path,
+            meta: WalMeta {
+                torn: false,
+                good_len: 0,
+                last_seq: 0,
+                records: 0,
+            },
+            bad: None,
+            line_no: 0,
+            spans: Vec::new(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+        }
+    }
+
+    fn corrupt(&self, line_no: usize, why: String) -> Error {
+        Error::new(
+            Code::CorruptWal,
+            format!("corrupt WAL {} at line {line_no}: {why}", self.path.display()),
+            "the file was changed outside revl; restore it from a backup (nothing was written to it)",
+        )
+    }
+
+    /// Check the lines of `bytes`, which start at file offset `base`.
+    fn feed(
+        &mut self,
+        bytes: &[u8],
+        base: u64,
+        sink: &mut impl FnMut(Record) -> Result<()>,
+    ) -> Result<()> {
+        let decode = |span: &(usize, usize, bool)| -> std::result::Result<Record, LineError> {
+            if span.2 {
+                decode_line(&bytes[span.0..span.1])
+            } else {
+                Err(LineError::Shape("last line has no newline"))
+            }
+        };
+        let mut pos = 0usize;
+        while pos < bytes.len() {
+            // Split the next block into lines (cheap) ...
+            let mut spans = std::mem::take(&mut self.spans);
+            spans.clear();
+            while pos < bytes.len() && spans.len() < BLOCK_LINES {
+                match memchr_nl(&bytes[pos..]) {
+                    Some(i) => {
+                        spans.push((pos, pos + i, true));
+                        pos += i + 1;
+                    }
+                    None => {
+                        spans.push((pos, bytes.len(), false));
+                        pos = bytes.len();
+                    }
+                }
+            }
+            // ... decode it on every core (CRC + JSON is the cost) ...
+            type Decoded = Vec<std::result::Result<Record, LineError>>;
+            let threads = if spans.len() < 2_048 { 1 } else { self.cores };
+            let chunks: Vec<Decoded> = if threads == 1 {
+                vec![spans.iter().map(decode).collect()]
+            } else {
+                let chunk = spans.len().div_ceil(threads);
+                std::thread::scope(|sc| {
+                    let handles: Vec<_> = spans
+                        .chunks(chunk)
+                        .map(|c| sc.spawn(move || c.iter().map(decode).collect::<Decoded>()))
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_default())
+                        .collect()
+                })
+            };
+            if chunks.iter().map(Vec::len).sum::<usize>() != spans.len() {
+                return Err(self.corrupt(self.line_no + 1, "a decoder thread failed".into()));
+            }
+            // ... and walk the results in order.
+            for (result, span) in chunks.into_iter().flatten().zip(&spans) {
+                self.line_no += 1;
+                match result {
+                    Ok(rec) => {
+                        self.accept(&rec)?;
+                        self.meta.good_len = base + (span.1 + usize::from(span.2)) as u64;
+                        sink(rec)?;
+                    }
+                    Err(e) => {
+                        if let Some((n, why)) = self.bad.take() {
+                            // Two bad lines: the first is not a torn tail.
+                            return Err(self.corrupt(n, why));
+                        }
+                        self.bad = Some((self.line_no, e.to_string()));
+                    }
+                }
+            }
+            self.spans = spans;
+        }
+        Ok(())
+    }
+
+    /// The checks on a good line: what came before it, the header, `seq`.
+    fn accept(&mut self, rec: &Record) -> Result<()> {
+        if let Some((n, why)) = self.bad.take() {
+            return Err(self.corrupt(n, why));
+        }
+        if self.meta.records == 0 {
+            match rec {
+                Record::Header { wal_version, .. } if *wal_version == WAL_VERSION => {}
+                Record::Header { wal_version, .. } => {
+                    return Err(Error::new(
+                        Code::CorruptWal,
+                        format!(
+                            "WAL {} has walVersion {wal_version}; this revl reads version {WAL_VERSION}",
+                            self.path.display()
+                        ),
+                        "use the revl release that wrote this WAL",
+                    ))
+                }
+                _ => return Err(self.corrupt(1, "first record is not a header".into())),
+            }
+        } else if let Some(s) = rec.seq() {
+            // seq must strictly increase.
+            if s <= self.meta.last_seq {
+                return Err(self.corrupt(
+                    self.line_no,
+                    format!(
+                        "seq {s} does not increase (previous {})",
+                        self.meta.last_seq
+                    ),
+                ));
+            }
+        }
+        if let Some(s) = rec.seq() {
+            self.meta.last_seq = s;
+        }
+        self.meta.records += 1;
+        Ok(())
+    }
+
+    fn finish(mut self) -> Result<WalMeta> {
+        self.meta.torn = self.bad.is_some();
+        if self.meta.records == 0 {
+            let why = if self.meta.torn {
+                "the header line is torn"
+            } else {
+                "the file is empty"
+            };
+            return Err(self.corrupt(1, why.into()));
+        }
+        Ok(self.meta)
+    }
 }
 
 fn memchr_nl(b: &[u8]) -> Option<usize> {
@@ -687,5 +830,78 @@ mod tests {
         let e = parse_wal(Path::new("w"), &bytes).unwrap_err();
         assert_eq!(e.code, Code::CorruptWal);
         assert!(e.message.contains("line 2"), "{}", e.message);
+    }
+
+    /// A WAL longer than one decoding block: a bad line on either side of the block edge is
+    /// still corruption when a good line follows it (in the next block), and a torn tail is
+    /// still a torn tail.
+    #[test]
+    fn block_edges_keep_the_torn_and_corrupt_rules() {
+        let mut bytes = encode_line(&header());
+        let mut starts = vec![0usize];
+        for _ in 0..BLOCK_LINES + 10 {
+            starts.push(bytes.len());
+            bytes.extend(encode_line(&Record::AbortBegin {}));
+        }
+        let whole = parse_wal(Path::new("w"), &bytes).unwrap();
+        assert_eq!(whole.records.len(), BLOCK_LINES + 11);
+        assert!(!whole.torn);
+        for line in [BLOCK_LINES - 1, BLOCK_LINES, BLOCK_LINES + 1] {
+            let mut bad = bytes.clone();
+            bad[starts[line - 1] + 3] ^= 0x01;
+            let e = parse_wal(Path::new("w"), &bad).unwrap_err();
+            assert_eq!(e.code, Code::CorruptWal);
+            assert!(
+                e.message.contains(&format!("line {line}:")),
+                "{}",
+                e.message
+            );
+        }
+        let mut torn = bytes.clone();
+        torn.extend_from_slice(b"{\"record\":\"abo");
+        let r = parse_wal(Path::new("w"), &torn).unwrap();
+        assert!(r.torn);
+        assert_eq!(r.good_len as usize, bytes.len());
+        assert_eq!(r.records.len(), BLOCK_LINES + 11);
+    }
+
+    /// Reading in pieces (here a few bytes each, so every line straddles reads) finds the
+    /// same records, the same torn tail and the same corruption as reading the whole file.
+    #[test]
+    fn reading_in_pieces_agrees_with_reading_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.jsonl");
+        let mut bytes = encode_line(&header());
+        for _ in 0..40 {
+            bytes.extend(encode_line(&Record::AbortBegin {}));
+        }
+        let mut torn = bytes.clone();
+        torn.extend_from_slice(b"{\"record\":\"abo");
+        let mut corrupt = bytes.clone();
+        let at = corrupt.len() - 30;
+        corrupt[at] ^= 0x01;
+        corrupt.extend(encode_line(&Record::AbortBegin {}));
+        for case in [&bytes, &torn, &corrupt, &Vec::new()] {
+            std::fs::write(&path, case).unwrap();
+            let whole = parse_wal(&path, case);
+            for chunk in [1usize, 7, 64, 1 << 20] {
+                let mut recs = Vec::new();
+                let pieces = read_pieces(&path, chunk, |r| {
+                    recs.push(r);
+                    Ok(())
+                });
+                match (&whole, pieces) {
+                    (Ok(w), Ok(m)) => {
+                        assert_eq!(w.records, recs, "chunk {chunk}");
+                        assert_eq!(
+                            (w.torn, w.good_len, w.last_seq),
+                            (m.torn, m.good_len, m.last_seq)
+                        );
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a.message, b.message, "chunk {chunk}"),
+                    (a, b) => panic!("chunk {chunk}: whole {a:?} vs pieces {b:?}"),
+                }
+            }
+        }
     }
 }

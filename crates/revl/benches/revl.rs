@@ -111,11 +111,11 @@ fn synthetic(dir: &Path, n: usize, tail_files: usize) -> (Store, String) {
             kind: kind.into(),
             label,
             site: "bench".into(),
-            detail,
-            scope,
+            detail: detail.into(),
+            scope: scope.map(Into::into),
             undo_scope: None,
             undo_idempotent: undo.as_ref().map(|_| true),
-            undo,
+            undo: undo.map(Into::into),
             compensation: None,
             ts: Some("2026-12-02T00:00:00.000Z".into()),
         }));
@@ -226,13 +226,32 @@ fn bench_offline() {
         .join(&id)
         .join("wal.jsonl");
     let size = std::fs::metadata(&wal).unwrap().len();
-    // What `revl branch --wal F --at -1 --json` does: read, check, replay, classify, and
-    // serialise the whole document (750,000 entries here).
-    let d = time(3, || {
+    // To time the binary itself on the same file: REVL_BENCH_KEEP=/some/path.jsonl
+    if let Ok(keep) = std::env::var("REVL_BENCH_KEEP") {
+        std::fs::copy(&wal, &keep).unwrap();
+    }
+    // What `revl branch --wal F --at -1 --json` does: read, check and replay (streamed),
+    // classify, and write the whole document (750,000 entries here). Freeing the timeline
+    // is not timed: the binary exits instead.
+    let mut runs = Vec::new();
+    let mut phases = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
         let w = revl_core::lineage::open(&wal).unwrap();
+        let open = t.elapsed();
         let doc = w.partition_doc(-1).unwrap();
-        serde_json::to_writer_pretty(std::io::sink(), &doc).unwrap();
-    });
+        let build = t.elapsed() - open;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::sink());
+        serde_json::to_writer_pretty(&mut out, &doc).unwrap();
+        out.flush().unwrap();
+        let total = t.elapsed();
+        runs.push(total);
+        phases.push((open, build, total - open - build));
+        drop(doc);
+        drop(w);
+    }
+    let d = median(runs.clone());
+    let (open, build, ser) = phases[runs.iter().position(|r| *r == d).unwrap()];
     row(
         &format!("1,000,001 records, {:.0} MB", size as f64 / 1e6),
         fmt(d),
@@ -241,23 +260,9 @@ fn bench_offline() {
         "records per second (goal: at least 1,000,000/s)",
         format!("{:.0}", 1_000_001.0 / d.as_secs_f64()),
     );
-    // Where the time goes.
-    let t = Instant::now();
-    let bytes = std::fs::read(&wal).unwrap();
-    let read = t.elapsed();
-    let t = Instant::now();
-    let parsed = revl_core::wal::parse_wal(&wal, &bytes).unwrap();
-    let parse = t.elapsed();
-    let t = Instant::now();
-    let state = revl_core::state::State::replay_owned(parsed.records).unwrap();
-    let replay = t.elapsed();
-    let t = Instant::now();
-    std::hint::black_box(revl_core::classify::partition(&state.steps, -1));
-    let part = t.elapsed();
-    row("  of which: read the file", fmt(read));
-    row("  of which: check CRCs and parse lines", fmt(parse));
-    row("  of which: replay into the timeline", fmt(replay));
-    row("  of which: partition (indices)", fmt(part));
+    row("  of which: read, check CRCs, parse, replay", fmt(open));
+    row("  of which: classify and build the entries", fmt(build));
+    row("  of which: write the pretty JSON", fmt(ser));
 }
 
 fn bench_topology() {

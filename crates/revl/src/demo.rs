@@ -200,6 +200,6 @@ pub fn run(keep: bool) -> Result<Outcome, Error> {
         doc,
         text: out.join("\n"),
         exit: if ok { 0 } else { 1 },
-        json_text: None,
+        printed: false,
     })
 }

@@ -1954,8 +1954,14 @@ fn a_small_preimage_sits_once_in_the_intent_and_the_step_names_it() {
         .expect("a step");
     let ie = &intent["undo"]["entries"][0];
     let se = &step_rec["undo"]["entries"][0];
-    assert!(ie["content"].is_string(), "the intent holds the bytes: {intent}");
-    assert!(se.get("content").is_none(), "the step repeats them: {step_rec}");
+    assert!(
+        ie["content"].is_string(),
+        "the intent holds the bytes: {intent}"
+    );
+    assert!(
+        se.get("content").is_none(),
+        "the step repeats them: {step_rec}"
+    );
     assert_eq!(se["path"], "f.txt");
     assert_eq!(se["kind"], "file");
     assert_eq!(se["digest"], ie["digest"]);
@@ -1990,5 +1996,8 @@ fn a_small_preimage_sits_once_in_the_intent_and_the_step_names_it() {
     fs::write(w2.wal(&sid2), tampered).unwrap();
     let out = w2.json(&["timeline", &sid2]);
     let msg = out.err(1, "corrupt-wal");
-    assert!(msg.contains(&format!("step {k}")) && msg.contains("content"), "{msg}");
+    assert!(
+        msg.contains(&format!("step {k}")) && msg.contains("content"),
+        "{msg}"
+    );
 }

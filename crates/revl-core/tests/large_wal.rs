@@ -1,0 +1,130 @@
+//! A WAL long enough (over 4 MB) to be read in pieces and replayed on a thread of its own:
+//! the streamed replay agrees with reading the whole file and replaying it, and a replay
+//! error or a corrupt line is reported exactly as for a short WAL.
+
+use revl_core::error::Code;
+use revl_core::state::State;
+use revl_core::wal::{encode_line, read_wal, Record, StepRecord};
+use serde_json::json;
+
+fn header() -> Record {
+    Record::Header {
+        wal_version: 1,
+        seq: 0,
+        session: "0".repeat(32),
+        workspace: "/nonexistent".into(),
+        manifest_digest: None,
+        created_by: "test".into(),
+        guarantee: "g".into(),
+        ts: None,
+    }
+}
+
+fn step(i: u64) -> Record {
+    let (kind, detail, undo) = match i {
+        0 => ("hinge", json!({}), None),
+        _ if i % 3 == 0 => (
+            "provision",
+            json!({"key": format!("k{}", i % 5), "value": "x".repeat(120), "previous": null}),
+            Some(json!({"type": "withdraw", "key": format!("k{}", i % 5), "previous": null})),
+        ),
+        _ if i % 3 == 1 => (
+            "emission",
+            json!({"key": format!("key-{i}"), "service": "svc", "method": "call", "args": {"n": i, "pad": "y".repeat(100)}}),
+            None,
+        ),
+        _ => ("boundary", json!({}), None),
+    };
+    Record::Step(StepRecord {
+        seq: i + 1,
+        step: i,
+        kind: kind.into(),
+        label: format!("{kind} {i}"),
+        site: "test".into(),
+        detail: detail.into(),
+        scope: (kind == "emission").then(|| json!({"caps": ["net"]}).into()),
+        undo_scope: None,
+        undo_idempotent: undo.as_ref().map(|_| true),
+        undo: undo.map(Into::into),
+        compensation: None,
+        ts: Some("2026-12-02T00:00:00.000Z".into()),
+    })
+}
+
+/// (file bytes, byte offset where each line starts)
+fn wal(n: u64) -> (Vec<u8>, Vec<usize>) {
+    let mut bytes = encode_line(&header());
+    let mut starts = vec![0];
+    for i in 0..n {
+        starts.push(bytes.len());
+        bytes.extend(encode_line(&step(i)));
+    }
+    (bytes, starts)
+}
+
+const N: u64 = 25_000;
+
+#[test]
+fn a_long_wal_streams_into_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal.jsonl");
+    let (bytes, _) = wal(N);
+    assert!(bytes.len() > 4 << 20, "the WAL must take the threaded path");
+    std::fs::write(&path, &bytes).unwrap();
+    let (streamed, meta) = State::read(&path).unwrap();
+    let whole = read_wal(&path).unwrap();
+    assert_eq!(meta.records, whole.records.len());
+    assert_eq!(
+        (meta.torn, meta.good_len, meta.last_seq),
+        (false, bytes.len() as u64, N)
+    );
+    let replayed = State::replay_owned(whole.records).unwrap();
+    assert_eq!(streamed.steps.len(), N as usize);
+    assert_eq!(streamed.steps, replayed.steps);
+    assert_eq!(
+        streamed.provisions_at(-1 + N as i64),
+        replayed.provisions_at(-1 + N as i64)
+    );
+}
+
+#[test]
+fn a_replay_error_deep_in_a_long_wal_names_its_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal.jsonl");
+    let (mut bytes, starts) = wal(N);
+    // Record 20,002 (step 20,000) is replaced by a step that skips an index.
+    let line = 20_002;
+    let mut bad = step(20_001);
+    if let Record::Step(s) = &mut bad {
+        s.seq = 20_001;
+    }
+    let tail = bytes.split_off(starts[line - 1]);
+    let rest = &tail[starts[line] - starts[line - 1]..];
+    bytes.extend(encode_line(&bad));
+    bytes.extend_from_slice(rest);
+    std::fs::write(&path, &bytes).unwrap();
+    let e = State::read(&path).map(|_| ()).unwrap_err();
+    assert_eq!(e.code, Code::CorruptWal);
+    assert!(
+        e.message.contains(&format!("WAL record {line} (step)")),
+        "{}",
+        e.message
+    );
+}
+
+#[test]
+fn a_corrupt_line_deep_in_a_long_wal_is_refused_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wal.jsonl");
+    let (mut bytes, starts) = wal(N);
+    let line = 23_456;
+    bytes[starts[line - 1] + 20] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let e = State::read(&path).map(|_| ()).unwrap_err();
+    assert_eq!(e.code, Code::CorruptWal);
+    assert!(
+        e.message.contains(&format!("at line {line}:")),
+        "{}",
+        e.message
+    );
+}
