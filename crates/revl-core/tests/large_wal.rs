@@ -23,7 +23,7 @@ fn header() -> Record {
 fn step(i: u64) -> Record {
     let (kind, detail, undo) = match i {
         0 => ("hinge", json!({}), None),
-        _ if i % 3 == 0 => (
+        _ if i.is_multiple_of(3) => (
             "provision",
             json!({"key": format!("k{}", i % 5), "value": "x".repeat(120), "previous": null}),
             Some(json!({"type": "withdraw", "key": format!("k{}", i % 5), "previous": null})),
