@@ -401,6 +401,9 @@ fn read_pieces(
 ) -> Result<WalMeta> {
     let cannot = |e| Error::io(format!("cannot read WAL {}", path.display()), e);
     let mut f = File::open(path).map_err(cannot)?;
+    // A short WAL is read in one piece of its own size (the buffer is zero-filled).
+    let len = f.metadata().map_or(chunk as u64, |m| m.len());
+    let chunk = chunk.min(usize::try_from(len).unwrap_or(usize::MAX).saturating_add(1));
     let mut p = LineChecker::new(path);
     let mut buf: Vec<u8> = Vec::new();
     let mut base = 0u64;
