@@ -160,8 +160,13 @@ impl State {
                 if batch.len() == BATCH {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                     // The applier stopped on a replay error: stop reading; its error wins.
-                    tx.send(full)
-                        .map_err(|_| Error::new(Code::CorruptWal, "replay stopped", ""))?;
+                    tx.send(full).map_err(|_| {
+                        Error::new(
+                            Code::CorruptWal,
+                            "the replay of this WAL stopped",
+                            "the WAL was edited outside revl; restore it from a backup",
+                        )
+                    })?;
                 }
                 Ok(())
             });

@@ -942,7 +942,10 @@ impl Workspace {
         };
         let mut at = 0usize;
         while at < body.len() {
-            at += rustix::io::pwrite(&fd, &body[at..], at as u64).map_err(sys)?;
+            match rustix::io::pwrite(&fd, &body[at..], at as u64).map_err(sys)? {
+                0 => return Err(sys(rustix::io::Errno::NOSPC)),
+                n => at += n,
+            }
         }
         if !torn && st.st_size as u64 > content.len() as u64 {
             ftruncate(&fd, content.len() as u64).map_err(sys)?;
