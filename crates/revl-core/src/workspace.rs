@@ -952,9 +952,13 @@ impl Workspace {
         }
         let mode = write_mode(p)?;
         if st.st_mode & 0o7777 != mode {
+            // Changed since the plan: put the planned mode back, and make it durable too
+            // (fdatasync would not carry a mode).
             fchmod(&fd, Mode::from_raw_mode(mode)).map_err(sys)?;
+            rustix::fs::fsync(&fd).map_err(sys)?;
+        } else {
+            fdatasync(&fd).map_err(sys)?;
         }
-        fdatasync(&fd).map_err(sys)?;
         if torn {
             crate::failpoint::crash("effect.torn-write");
         }
