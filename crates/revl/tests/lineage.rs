@@ -387,7 +387,7 @@ fn compare_parent_branch_siblings_unrelated() {
         store: copy.clone(),
         ws: e.ws.clone(),
         root: e.root.clone(),
-        _tmp: tempfile::tempdir().unwrap(),
+        world: support::env().world,
     };
     // The workspace is shared; the copy's fork rewinds a.txt again (same bytes at step 1).
     let b2 = fork(&e2, &s, "1");
@@ -456,7 +456,7 @@ fn siblings_forked_at_different_steps_have_null_divergence() {
         store: copy.clone(),
         ws: e.ws.clone(),
         root: e.root.clone(),
-        _tmp: tempfile::tempdir().unwrap(),
+        world: support::env().world,
     };
     let b2 = fork(&e2, &s, "2");
     let r = branch(&[

@@ -273,7 +273,7 @@ fn standing_grant_never_crosses_sessions() {
         store: e.store.clone(),
         ws: e.root.join("ws2"),
         root: e.root.clone(),
-        _tmp: tempfile::tempdir().unwrap(),
+        world: support::env().world,
     };
     let b = new_session(&e2, &sink);
     let o = revl(

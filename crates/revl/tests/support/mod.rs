@@ -1,30 +1,36 @@
-//! Shared harness for the outbound and fork tests: run the real binary on a temporary store.
+//! The outbound, fork and lineage tests' view of the shared harness (`common`): an [`Env`]
+//! with a store and a workspace path, and runs that return the exit code and the JSON
+//! document. Running the binary and snapshotting trees live in `common` only.
 #![allow(dead_code)]
 
+#[path = "../common/mod.rs"]
+mod common;
+
+#[allow(unused_imports)] // only the fork tests snapshot trees
+pub use common::snapshot;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 pub struct Env {
-    pub _tmp: tempfile::TempDir,
+    /// The private temp root (HOME, the working directory of every run).
+    pub world: common::World,
     pub store: PathBuf,
     pub ws: PathBuf,
     pub root: PathBuf,
 }
 
 pub fn env() -> Env {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
+    let world = common::World::new();
     Env {
-        store: root.join("store"),
-        ws: root.join("ws"),
-        root,
-        _tmp: tmp,
+        store: world.store.clone(),
+        ws: world.path("ws"),
+        root: world.root().to_path_buf(),
+        world,
     }
 }
 
 pub struct Out {
+    /// The exit code; -1 when the process was killed by a signal.
     pub code: i32,
     pub json: Value,
     pub stdout: String,
@@ -32,25 +38,22 @@ pub struct Out {
 }
 
 pub fn revl_env(e: &Env, args: &[&str], json: bool, failpoint: Option<&str>) -> Out {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_revl"));
-    c.arg("--store").arg(&e.store);
+    let store = e.store.to_str().expect("a UTF-8 temp path");
+    let mut a = vec!["--store", store];
     if json {
-        c.arg("--json");
+        a.push("--json");
     }
-    c.args(args)
-        .env_remove("REVL_FAILPOINT")
-        .env_remove("REVL_STORE")
-        .env_remove("REVL_LOCK_WAIT_MS");
-    if let Some(f) = failpoint {
-        c.env("REVL_FAILPOINT", f);
-    }
-    let o = c.output().unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    a.extend_from_slice(args);
+    let envs: Vec<(&str, &str)> = failpoint
+        .map(|f| ("REVL_FAILPOINT", f))
+        .into_iter()
+        .collect();
+    let o = e.world.run_raw(&a, &envs);
     Out {
-        code: o.status.code().unwrap_or(-1),
-        json: serde_json::from_str(&stdout).unwrap_or(Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        code: o.code.unwrap_or(-1),
+        json: o.json.unwrap_or(Value::Null),
+        stdout: o.stdout,
+        stderr: o.stderr,
     }
 }
 
@@ -64,42 +67,7 @@ pub fn ok(e: &Env, args: &[&str]) -> Value {
     o.json
 }
 
-/// Every entry below `dir`: relative path → (kind, mode, bytes or link target).
-pub fn snapshot(dir: &Path) -> BTreeMap<String, (String, u32, Vec<u8>)> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut out = BTreeMap::new();
-    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, (String, u32, Vec<u8>)>) {
-        let Ok(rd) = std::fs::read_dir(d) else { return };
-        for e in rd.flatten() {
-            let p = e.path();
-            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-            let m = std::fs::symlink_metadata(&p).unwrap();
-            let mode = m.permissions().mode() & 0o7777;
-            if m.file_type().is_symlink() {
-                out.insert(
-                    rel,
-                    (
-                        "symlink".into(),
-                        0,
-                        std::fs::read_link(&p)
-                            .unwrap()
-                            .into_os_string()
-                            .into_encoded_bytes(),
-                    ),
-                );
-            } else if m.is_dir() {
-                out.insert(rel, ("dir".into(), mode, vec![]));
-                walk(root, &p, out);
-            } else {
-                out.insert(rel, ("file".into(), mode, std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    walk(dir, dir, &mut out);
-    out
-}
-
-/// The record names of a WAL, in order.
+/// The records of a WAL, in order (lines that do not parse, such as a torn tail, skipped).
 pub fn records(wal: &Path) -> Vec<Value> {
     std::fs::read_to_string(wal)
         .unwrap()
@@ -109,8 +77,5 @@ pub fn records(wal: &Path) -> Vec<Value> {
 }
 
 pub fn write_script(path: &Path, body: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, body).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::put(path, body.as_bytes(), 0o755);
 }
