@@ -2,7 +2,7 @@
 //! and the repair of a fork interrupted at any point. Every bucket decision comes from
 //! `classify` (the one classifier).
 
-use crate::classify::{self, partition, Bucket, Partition};
+use crate::classify::{self, Bucket, Partition};
 use crate::error::{Code, Error, Result};
 use crate::session::{Session, GUARANTEE};
 use crate::state::Life;
@@ -57,16 +57,7 @@ pub fn residue(p: &Partition, failed: &[Value]) -> (Value, String) {
 impl Session {
     /// The checks of SPEC 6.1, in order; returns the partition of the tail above k.
     fn fork_checks(&self, k: i64) -> Result<Partition> {
-        self.require_live()?;
-        self.check_range(k)?;
-        if let Some(why) = classify::k_not_live(&self.state.steps, &self.state.spans, k) {
-            return Err(Error::new(
-                Code::Undone,
-                format!("cannot fork at {k}: {why}"),
-                "pick a live step from `revl timeline`",
-            ));
-        }
-        let p = partition(&self.state.steps, k);
+        let p = self.rewind_target(k, "fork at")?;
         if !p.unrestored.is_empty() {
             let labels: Vec<String> = p
                 .unrestored

@@ -516,6 +516,21 @@ impl Session {
     }
 
     /// Check K is an integer in [-1, head] (exit 2 otherwise).
+    /// A rewind (fork, step-back) to `k`: the session is live, `k` is in range and a live
+    /// step (SPEC 4.3). Returns the partition of the tail above `k`.
+    pub(crate) fn rewind_target(&self, k: i64, verb: &str) -> Result<classify::Partition> {
+        self.require_live()?;
+        self.check_range(k)?;
+        if let Some(why) = classify::k_not_live(&self.state.steps, &self.state.spans, k) {
+            return Err(Error::new(
+                Code::Undone,
+                format!("cannot {verb} {k}: {why}"),
+                "pick a live step from `revl timeline`",
+            ));
+        }
+        Ok(partition(&self.state.steps, k))
+    }
+
     pub fn check_range(&self, k: i64) -> Result<()> {
         let head = self.state.head() as i64;
         if k < -1 || k > head {
@@ -674,16 +689,7 @@ impl Session {
     // ---- step-back (SPEC 4.3) ----
 
     pub fn step_back(&mut self, to: i64, mode: StepBackMode) -> Result<Value> {
-        self.require_live()?;
-        self.check_range(to)?;
-        if let Some(why) = classify::k_not_live(&self.state.steps, &self.state.spans, to) {
-            return Err(Error::new(
-                Code::Undone,
-                format!("cannot step back to {to}: {why}"),
-                "pick a live step from `revl timeline`",
-            ));
-        }
-        let part = partition(&self.state.steps, to);
+        let part = self.rewind_target(to, "step back to")?;
         let tail: Vec<u64> = self
             .state
             .steps
