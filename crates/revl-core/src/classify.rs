@@ -80,6 +80,19 @@ impl Partition {
         )
     }
 
+    /// The emissions of the tail that are out in the world (crossed or compensated), sorted
+    /// ascending: what a fork records as `crossed`.
+    pub fn crossed(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .emissions_crossed
+            .iter()
+            .chain(&self.emissions_compensated)
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The bucket lists as the fork hash and lineage documents name them.
     pub fn buckets_json(&self) -> Value {
         json!({

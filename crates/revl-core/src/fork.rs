@@ -36,16 +36,7 @@ pub fn residue(p: &Partition, failed: &[Value]) -> (Value, String) {
     } else {
         format!(
             "{crossed} emission(s) are still out in the world and stay there after the fork: {:?}",
-            {
-                let mut v: Vec<u64> = p
-                    .emissions_crossed
-                    .iter()
-                    .chain(&p.emissions_compensated)
-                    .copied()
-                    .collect();
-                v.sort_unstable();
-                v
-            }
+            p.crossed()
         )
     };
     (
@@ -183,13 +174,7 @@ impl Session {
             return Ok(report);
         }
         let branch = new_id();
-        let mut crossed: Vec<u64> = p
-            .emissions_crossed
-            .iter()
-            .chain(&p.emissions_compensated)
-            .copied()
-            .collect();
-        crossed.sort_unstable();
+        let crossed = p.crossed();
         let mut would_cross = p.would_cross_on_rewind.clone();
         would_cross.sort_unstable();
         let wal_position = self.record_count();

@@ -291,16 +291,7 @@ fn apply_fs(s: &Snapshot, op: &Op, um: u32) -> Snapshot {
     s
 }
 
-fn umask() -> u32 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Umask:"))
-                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        })
-        .unwrap_or(0o022)
-}
+use revl_core::workspace::umask;
 
 // ---------------------------------------------------------------------------------------
 // Running the binary under the supervisor.
