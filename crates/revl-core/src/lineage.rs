@@ -36,6 +36,28 @@ pub struct PartitionDoc<'a> {
     pub reader_note: &'static str,
 }
 
+/// Does an offline document report something that is not clean (exit 1, SPEC 7.2, 7.3)?
+/// A lineage or partition with residue that is not clean, a topology with orphans or
+/// dangling edges, two WALs that cannot be compared.
+pub fn unclean(doc: &Value) -> bool {
+    let nonempty = |k: &str| doc[k].as_array().is_some_and(|a| !a.is_empty());
+    match doc["kind"].as_str() {
+        Some("revl.branch-topology") => nonempty("orphans") || nonempty("dangling"),
+        Some("revl.branch-compare") => doc["comparable"] != Value::Bool(true),
+        _ => ["inheritedResidue", "residue"].iter().any(|k| {
+            doc.get(*k)
+                .is_some_and(|r| r["clean"] == Value::Bool(false))
+        }),
+    }
+}
+
+impl PartitionDoc<'_> {
+    /// The same rule as [`unclean`], on the typed partition document.
+    pub fn unclean(&self) -> bool {
+        self.residue["clean"] != Value::Bool(true)
+    }
+}
+
 /// A WAL read for offline use: its replayed state and a few facts replay does not keep.
 pub struct OfflineWal {
     pub path: PathBuf,
@@ -156,14 +178,6 @@ impl OfflineWal {
             }
         }
         Value::Object(m)
-    }
-
-    /// True when the lineage has residue that is not clean (exit code 1).
-    pub fn lineage_unclean(doc: &Value) -> bool {
-        ["inheritedResidue", "residue"].iter().any(|k| {
-            doc.get(*k)
-                .is_some_and(|r| r["clean"] == Value::Bool(false))
-        })
     }
 
     /// The partition of the tail above k from the WAL alone (`revl.branch-partition`),

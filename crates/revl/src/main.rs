@@ -312,15 +312,10 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::Branch { wals, at } => return offline_branch(wals, at.as_deref(), cli.json),
         Cmd::Compare { left, right } => {
             let doc = revl_core::lineage::compare(left, right)?;
-            let exit = if doc["comparable"] == Value::Bool(true) {
-                0
-            } else {
-                1
-            };
             return Ok(Outcome {
                 text: render::compare(&doc),
+                exit: u8::from(revl_core::lineage::unclean(&doc)),
                 doc,
-                exit,
                 printed: false,
             });
         }
@@ -629,11 +624,7 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
             let k = parse_k(k, "--at")?;
             let w = lineage::open(one)?;
             let doc = w.partition_doc(k)?;
-            let exit = if doc.residue["clean"] == Value::Bool(true) {
-                0
-            } else {
-                1
-            };
+            let exit = u8::from(doc.unclean());
             if json {
                 use std::io::Write as _;
                 let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
@@ -663,22 +654,13 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
         )),
         ([one], None) => {
             let doc = lineage::open(one)?.lineage();
-            let exit = if lineage::OfflineWal::lineage_unclean(&doc) {
-                1
-            } else {
-                0
-            };
+            let exit = u8::from(lineage::unclean(&doc));
             Ok(done(doc.clone(), render::lineage(&doc), exit))
         }
         (many, None) => {
             let doc = lineage::topology(many)?;
-            let open_edges = doc["orphans"].as_array().is_some_and(|a| !a.is_empty())
-                || doc["dangling"].as_array().is_some_and(|a| !a.is_empty());
-            Ok(done(
-                doc.clone(),
-                render::topology(&doc),
-                if open_edges { 1 } else { 0 },
-            ))
+            let exit = u8::from(lineage::unclean(&doc));
+            Ok(done(doc.clone(), render::topology(&doc), exit))
         }
     }
 }
