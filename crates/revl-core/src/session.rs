@@ -208,8 +208,8 @@ impl Session {
 
     pub(crate) fn append_many(&mut self, recs: Vec<Record>, durable: bool) -> Result<()> {
         self.writer()?.append_many(&recs, durable)?;
-        for r in &recs {
-            if let Err(why) = self.state.apply(r) {
+        for r in recs {
+            if let Err(why) = self.state.apply_owned(r) {
                 return Err(Error::new(
                     Code::CorruptWal,
                     format!("internal: {why}"),

@@ -750,14 +750,14 @@ impl Workspace {
             FileOp::Write { path, content } => {
                 let (parent, name) = split_rel(path);
                 let dir = self.dir_beneath(parent, true)?;
-                let root = self.dir_beneath("", false)?;
-                let tmp_name = format!(".revl-{step}.tmp");
                 if !staged
                     && in_place(p)
                     && self.overwrite_in_place(&dir, name, path, content, p)?
                 {
                     return Ok(());
                 }
+                let root = self.dir_beneath("", false)?;
+                let tmp_name = format!(".revl-{step}.tmp");
                 if !staged {
                     self.write_temp(
                         &self.temp_for(step),
