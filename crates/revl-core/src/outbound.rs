@@ -490,12 +490,7 @@ impl Session {
             .filter_map(|q| st.deferred.get(q))
             .map(|d| d.to_json())
             .collect();
-        let witnessed: Vec<u64> = st
-            .steps
-            .iter()
-            .filter(|s| s.kind == StepKind::Effect && !s.undone)
-            .map(|s| s.index)
-            .collect();
+        let witnessed = st.witnessed();
         let hash = sha256_jcs(
             &json!({"session": self.id, "head": st.head(), "deferred": st.queue, "witnessed": witnessed}),
         );
@@ -703,13 +698,7 @@ impl Session {
             for seq in self.state.queue.clone() {
                 self.append(Record::FlushResidue { seq, error: json!({"type": "unconfirmed", "message": "the commit was interrupted: this send may or may not have fired; it is owed and never re-fired automatically"}) }, false)?;
             }
-            let discharged: Vec<u64> = self
-                .state
-                .steps
-                .iter()
-                .filter(|s| s.kind == StepKind::Effect && !s.undone)
-                .map(|s| s.index)
-                .collect();
+            let discharged = self.state.witnessed();
             if !self.state.discharged {
                 self.append(Record::Discharge { steps: discharged }, false)?;
             }

@@ -516,6 +516,15 @@ impl State {
         m
     }
 
+    /// The witnessed effects that stand (not undone), ascending: what a commit discharges.
+    pub fn witnessed(&self) -> Vec<u64> {
+        self.steps
+            .iter()
+            .filter(|s| s.kind == StepKind::Effect && !s.undone)
+            .map(|s| s.index)
+            .collect()
+    }
+
     /// Indices of effect steps with an inverse and of provisions, not undone, ≤ k, newest first.
     pub fn accumulated(&self, k: i64) -> Vec<u64> {
         let end = (k + 1).max(0) as usize;
