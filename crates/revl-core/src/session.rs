@@ -360,20 +360,34 @@ impl Session {
             return Err(e);
         }
         self.fp.point("effect.after-change");
-        let mut rec = self.step_record(
+        let rec = self.file_step_record(
             step,
-            "effect",
             &planned.label,
             &planned.site,
             planned.detail.clone(),
+            &planned.undo,
         )?;
-        rec.scope = Some(fs_scope().into());
-        rec.undo = Some(crate::workspace::slim_undo(&planned.undo).into());
-        rec.undo_idempotent = Some(true);
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
         Ok(json!({"step": step, "seq": seq, "label": planned.label}))
+    }
+
+    /// The `step` record of a file effect (made, or rolled forward at repair): scope `fs`,
+    /// the restore descriptor without the inline bytes its intent holds, idempotent.
+    fn file_step_record(
+        &mut self,
+        step: u64,
+        label: &str,
+        site: &str,
+        detail: Value,
+        undo: &Value,
+    ) -> Result<StepRecord> {
+        let mut rec = self.step_record(step, "effect", label, site, detail)?;
+        rec.scope = Some(fs_scope().into());
+        rec.undo = Some(crate::workspace::slim_undo(undo).into());
+        rec.undo_idempotent = Some(true);
+        Ok(rec)
     }
 
     /// Remove the temp files a write of `step` may have left (at the root, or next to a
@@ -925,19 +939,14 @@ impl Session {
                 if done {
                     // Roll forward: the change is on disk; record it.
                     let detail = after.get("detail").cloned().unwrap_or(Value::Null);
-                    let mut rec = self.step_record(
+                    let undo = intent.undo.clone().unwrap_or(Value::Null);
+                    let rec = self.file_step_record(
                         intent.step,
-                        "effect",
                         &intent.label,
                         &intent.site,
                         detail,
+                        &undo,
                     )?;
-                    rec.scope = Some(fs_scope().into());
-                    rec.undo = intent
-                        .undo
-                        .as_ref()
-                        .map(|u| crate::workspace::slim_undo(u).into());
-                    rec.undo_idempotent = Some(true);
                     self.append(Record::Step(rec), false)?;
                 } else {
                     self.ws.restore(
