@@ -95,24 +95,7 @@ run = ["true"]
 }
 
 fn new_session(e: &Env, sink: &Sink) -> String {
-    let m = manifest(e, sink);
-    ok(
-        e,
-        &[
-            "new",
-            "--workspace",
-            e.ws.to_str().unwrap(),
-            "--manifest",
-            m.to_str().unwrap(),
-        ],
-    )["session"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-fn paths(sink: &Sink) -> Vec<String> {
-    sink.received().iter().map(|r| r.path.clone()).collect()
+    new_session_with(e, &manifest(e, sink))
 }
 
 /// A history holding every kind: 0 hinge, 1 write, 2 provide, 3 boundary, 4 bare emission,

@@ -87,24 +87,7 @@ run = ["{script}", "undo-{{witness}}"]
 }
 
 fn new_session(e: &Env, sink: &Sink) -> String {
-    let m = manifest(e, sink);
-    ok(
-        e,
-        &[
-            "new",
-            "--workspace",
-            e.ws.to_str().unwrap(),
-            "--manifest",
-            m.to_str().unwrap(),
-        ],
-    )["session"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-fn paths(sink: &Sink) -> Vec<String> {
-    sink.received().iter().map(|r| r.path.clone()).collect()
+    new_session_with(e, &manifest(e, sink))
 }
 
 #[test]

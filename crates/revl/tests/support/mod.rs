@@ -67,6 +67,20 @@ pub fn ok(e: &Env, args: &[&str]) -> Value {
     o.json
 }
 
+/// `new --workspace <e.ws> --manifest M` → the new session's id.
+pub fn new_session_with(e: &Env, manifest: &Path) -> String {
+    let (ws, m) = (e.ws.to_str().unwrap(), manifest.to_str().unwrap());
+    ok(e, &["new", "--workspace", ws, "--manifest", m])["session"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The paths the loopback sink received, in order.
+pub fn paths(sink: &revl::sink::Sink) -> Vec<String> {
+    sink.received().iter().map(|r| r.path.clone()).collect()
+}
+
 /// The records of a WAL, in order (lines that do not parse, such as a torn tail, skipped).
 pub fn records(wal: &Path) -> Vec<Value> {
     std::fs::read_to_string(wal)
