@@ -331,26 +331,14 @@ fn compare_parent_branch_siblings_unrelated() {
     ok(&e, &["write", &s, "a.txt", "--content", "2"]);
     ok(
         &e,
-        &[
-            "note-model",
+        &note_model(
             &s,
-            "--step",
             "2",
-            "--model",
             "m-1",
-            "--tokens-in",
-            "10",
-            "--tokens-out",
-            "5",
-            "--latency-seconds",
-            "0.5",
-            "--attempts",
-            "1",
-            "--attempt-ceiling",
-            "3",
-            "--outcome",
+            ["10", "5", "0.5", "1", "3"],
             "validated",
-        ],
+            &[],
+        ),
     );
     let copy = e.root.join("store-copy");
     copy_dir(&e.store, &copy);
@@ -358,30 +346,14 @@ fn compare_parent_branch_siblings_unrelated() {
     ok(&e, &["write", &b1, "x.txt", "--content", "left"]);
     ok(
         &e,
-        &[
-            "note-model",
+        &note_model(
             &b1,
-            "--step",
             "1",
-            "--model",
             "m-2",
-            "--tokens-in",
-            "1",
-            "--tokens-out",
-            "1",
-            "--latency-seconds",
-            "1",
-            "--attempts",
-            "1",
-            "--attempt-ceiling",
-            "1",
-            "--outcome",
+            ["1", "1", "1", "1", "1"],
             "exhausted",
-            "--cost",
-            "0.01",
-            "--currency",
-            "EUR",
-        ],
+            &["--cost", "0.01", "--currency", "EUR"],
+        ),
     );
     let e2 = Env {
         store: copy.clone(),
@@ -481,77 +453,27 @@ fn model_decisions_are_metadata_only_and_invisible_to_partition() {
     let before = branch(&["branch", "--wal", w(&wal(&e, &s)), "--at", "0"]).json;
     let r = ok(
         &e,
-        &[
-            "note-model",
+        &note_model(
             &s,
-            "--step",
             "1",
-            "--model",
             "gpt-x",
-            "--tokens-in",
-            "100",
-            "--tokens-out",
-            "20",
-            "--latency-seconds",
-            "1.25",
-            "--attempts",
-            "2",
-            "--attempt-ceiling",
-            "3",
-            "--outcome",
+            ["100", "20", "1.25", "2", "3"],
             "validated",
-        ],
+            &[],
+        ),
     );
     assert_eq!(r["llm"]["tokensIn"]["value"], 100);
     let after = branch(&["branch", "--wal", w(&wal(&e, &s)), "--at", "0"]).json;
     assert_eq!(before, after);
     let bad = revl(
         &e,
-        &[
-            "note-model",
-            &s,
-            "--step",
-            "9",
-            "--model",
-            "m",
-            "--tokens-in",
-            "1",
-            "--tokens-out",
-            "1",
-            "--latency-seconds",
-            "1",
-            "--attempts",
-            "1",
-            "--attempt-ceiling",
-            "1",
-            "--outcome",
-            "validated",
-        ],
+        &note_model(&s, "9", "m", ["1", "1", "1", "1", "1"], "validated", &[]),
         None,
     );
     assert_eq!(bad.code, 2);
     let bad = revl(
         &e,
-        &[
-            "note-model",
-            &s,
-            "--step",
-            "1",
-            "--model",
-            "m",
-            "--tokens-in",
-            "1",
-            "--tokens-out",
-            "1",
-            "--latency-seconds",
-            "1",
-            "--attempts",
-            "1",
-            "--attempt-ceiling",
-            "1",
-            "--outcome",
-            "maybe",
-        ],
+        &note_model(&s, "1", "m", ["1", "1", "1", "1", "1"], "maybe", &[]),
         None,
     );
     assert_eq!(bad.code, 2);
@@ -605,4 +527,30 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(&p, &t).unwrap();
         }
     }
+}
+
+/// `note-model S --step K --model M --tokens-in I --tokens-out O --latency-seconds L
+/// --attempts A --attempt-ceiling C --outcome X`, then `extra`; `n` = [I, O, L, A, C].
+fn note_model<'a>(
+    s: &'a str,
+    step: &'a str,
+    model: &'a str,
+    n: [&'a str; 5],
+    outcome: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut a = vec!["note-model", s, "--step", step, "--model", model];
+    let flags = [
+        "--tokens-in",
+        "--tokens-out",
+        "--latency-seconds",
+        "--attempts",
+        "--attempt-ceiling",
+    ];
+    for (flag, v) in flags.into_iter().zip(n) {
+        a.extend([flag, v]);
+    }
+    a.extend(["--outcome", outcome]);
+    a.extend_from_slice(extra);
+    a
 }
