@@ -948,24 +948,17 @@ fn verify_reports_drift_from_outside_changes_only() {
 /// `verify` after `mkdir x` then `write x/f`: the directory's post-image digest recorded by
 /// the mkdir is superseded by the later write below it; revl itself made both changes.
 #[test]
-
 fn verify_after_mkdir_then_a_write_inside_it() {
     let w = World::new();
     let (sid, _ws) = w.session();
     effect(&w, &["mkdir", &sid, "x"]);
     effect(&w, &["write", &sid, "x/f", "--content", "hi"]);
-    let v = w.json(&["verify", &sid]).ok().clone();
-    assert_eq!(
-        v["drift"],
-        json!([]),
-        "only revl changed the workspace: {v}"
-    );
+    assert_no_drift(&w, &sid);
 }
 
 /// `verify` after a step-back and a new effect on the same path: the newer step's
 /// post-image is the expectation, not the older undone step's preimage.
 #[test]
-
 fn verify_after_step_back_then_a_new_effect_on_the_same_path() {
     let w = World::new();
     let (sid, ws) = w.session();
@@ -975,18 +968,12 @@ fn verify_after_step_back_then_a_new_effect_on_the_same_path() {
     step_back(&w, &sid, -1);
     effect(&w, &["write", &sid, "a.txt", "--content", "second"]);
     effect(&w, &["delete", &sid, "d"]);
-    let v = w.json(&["verify", &sid]).ok().clone();
-    assert_eq!(
-        v["drift"],
-        json!([]),
-        "only revl changed the workspace: {v}"
-    );
+    assert_no_drift(&w, &sid);
 }
 
 /// `verify` after rewinding a chmod of a file and the delete of its parent directory: the
 /// directory's expected digest must reflect the child's restored mode.
 #[test]
-
 fn verify_after_rewinding_a_chmod_under_a_deleted_dir() {
     let w = World::new();
     let (sid, ws) = w.session();
@@ -995,18 +982,12 @@ fn verify_after_rewinding_a_chmod_under_a_deleted_dir() {
     effect(&w, &["delete", &sid, "d"]);
     step_back(&w, &sid, -1);
     assert_eq!(snapshot(&ws)["d/c"].1, 0o644, "the rewind itself is right");
-    let v = w.json(&["verify", &sid]).ok().clone();
-    assert_eq!(
-        v["drift"],
-        json!([]),
-        "only revl changed the workspace: {v}"
-    );
+    assert_no_drift(&w, &sid);
 }
 
 /// TEXT and VALUE arguments that start with `-` (a negative number, a flag-like string) are
 /// ordinary values for `write --content TEXT` and `provide KEY VALUE`.
 #[test]
-
 fn values_that_start_with_a_dash() {
     let w = World::new();
     let (sid, ws) = w.session();
@@ -1122,7 +1103,6 @@ fn error_documents_and_exit_codes() {
 /// A refused `new` must leave no trace: SPEC 1 refuses a store inside a workspace, yet the
 /// refused command has already created the store (with `sessions/` and `blobs/`) inside it.
 #[test]
-
 fn refused_store_in_workspace_leaves_no_store_behind() {
     let w = World::new();
     let ws = w.ws("ws");
@@ -1149,7 +1129,6 @@ fn refused_store_in_workspace_leaves_no_store_behind() {
 /// A `new` refused as workspace-busy because it is nested in a live session's workspace
 /// must not change that live workspace (it would be an unwitnessed change).
 #[test]
-
 fn refused_nested_new_does_not_touch_the_live_workspace() {
     let w = World::new();
     let (sid, ws) = w.session();
@@ -1999,5 +1978,16 @@ fn a_small_preimage_sits_once_in_the_intent_and_the_step_names_it() {
     assert!(
         msg.contains(&format!("step {k}")) && msg.contains("content"),
         "{msg}"
+    );
+}
+
+/// Only revl changed the workspace: `verify` reports no drift.
+#[track_caller]
+fn assert_no_drift(w: &World, sid: &str) {
+    let v = w.json(&["verify", sid]).ok().clone();
+    assert_eq!(
+        v["drift"],
+        json!([]),
+        "only revl changed the workspace: {v}"
     );
 }

@@ -190,14 +190,7 @@ fn a_full_disk_during_a_commit() {
         ),
     )
     .unwrap();
-    let out = d.w.json(&[
-        "new",
-        "--workspace",
-        d.ws.to_str().unwrap(),
-        "--manifest",
-        manifest.to_str().unwrap(),
-    ]);
-    let sid = out.ok()["session"].as_str().unwrap().to_string();
+    let sid = d.w.new_session_with(&d.ws, &manifest);
     d.w.json(&["write", &sid, "deliverable", "--content", "done"])
         .ok();
     for i in 0..SENDS {
@@ -377,14 +370,7 @@ fn a_hanging_tool_is_bounded_by_its_timeout() {
         "[[tool]]\nname = \"hang\"\nclass = \"effect\"\nscope = { caps = [], confined = true }\nrun = [\"sleep\", \"30.4242\"]\nundo = \"unhang\"\ntimeout_seconds = 1\n\n[[tool]]\nname = \"unhang\"\nclass = \"inverse\"\nscope = []\nrun = [\"true\"]\n",
     )
     .unwrap();
-    let out = w.json(&[
-        "new",
-        "--workspace",
-        ws.to_str().unwrap(),
-        "--manifest",
-        manifest.to_str().unwrap(),
-    ]);
-    let sid = out.ok()["session"].as_str().unwrap().to_string();
+    let sid = w.new_session_with(&ws, &manifest);
     let t0 = Instant::now();
     let out = w.json(&["call", &sid, "hang"]);
     let took = t0.elapsed();

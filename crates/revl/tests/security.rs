@@ -232,14 +232,7 @@ fn a_tool_argument_is_never_passed_through_a_shell() {
         "[[tool]]\nname = \"say\"\nclass = \"opaque\"\nrun = [\"echo\", \"{word}\"]\n\n[[tool]]\nname = \"note\"\nclass = \"effect\"\nscope = { caps = [], confined = true }\nrun = [\"echo\", \"-n\", \"{word}\"]\nundo = \"unnote\"\n\n[[tool]]\nname = \"unnote\"\nclass = \"inverse\"\nscope = []\nrun = [\"echo\", \"{word}\", \"{witness}\"]\n",
     )
     .unwrap();
-    let out = w.json(&[
-        "new",
-        "--workspace",
-        ws.to_str().unwrap(),
-        "--manifest",
-        manifest.to_str().unwrap(),
-    ]);
-    let sid = out.ok()["session"].as_str().unwrap().to_string();
+    let sid = w.new_session_with(&ws, &manifest);
     let p = pwned.display().to_string();
     let attacks = [
         format!("x; touch {p}"),

@@ -273,7 +273,19 @@ impl World {
 
     /// `new --workspace WS` → the session id.
     pub fn new_session(&self, ws: &Path) -> String {
-        let out = self.json(&["new", "--workspace", ws.to_str().unwrap()]);
+        self.new_session_args(&["--workspace", ws.to_str().unwrap()])
+    }
+
+    /// `new --workspace WS --manifest M` → the session id.
+    pub fn new_session_with(&self, ws: &Path, manifest: &Path) -> String {
+        let (ws, m) = (ws.to_str().unwrap(), manifest.to_str().unwrap());
+        self.new_session_args(&["--workspace", ws, "--manifest", m])
+    }
+
+    fn new_session_args(&self, args: &[&str]) -> String {
+        let mut a = vec!["new"];
+        a.extend_from_slice(args);
+        let out = self.json(&a);
         let doc = out.ok();
         doc["session"]
             .as_str()
