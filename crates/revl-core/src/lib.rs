@@ -21,6 +21,7 @@ pub mod recover;
 pub mod session;
 pub mod state;
 pub mod step;
+mod stepline;
 pub mod store;
 pub mod tools;
 pub mod util;

@@ -444,7 +444,7 @@ impl State {
                 self.next_index()
             ));
         }
-        let kind = StepKind::parse(&sr.kind);
+        let kind = sr.kind;
         let index = sr.step;
         let mut undo = sr.undo;
         // Only a restore descriptor can name preimage bytes its intent holds.

@@ -45,6 +45,35 @@ impl StepKind {
     }
 }
 
+impl From<&str> for StepKind {
+    fn from(s: &str) -> Self {
+        StepKind::parse(s)
+    }
+}
+
+impl serde::Serialize for StepKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StepKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = StepKind;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a step kind")
+            }
+            // Parsed from the borrowed text: the seven known kinds allocate nothing.
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<StepKind, E> {
+                Ok(StepKind::parse(s))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// How an unwind ran a step's inverse (`undoneBy`).
 pub const BY_STEP_BACK: &str = "step_back";
 pub const BY_FORK: &str = "fork";

@@ -7,6 +7,7 @@
 use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
 use crate::lazy::LazyJson;
+use crate::step::StepKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
@@ -172,7 +173,7 @@ pub enum Record {
 pub struct StepRecord {
     pub seq: u64,
     pub step: u64,
-    pub kind: String,
+    pub kind: StepKind,
     pub label: String,
     pub site: String,
     pub detail: LazyJson,
@@ -299,6 +300,9 @@ fn decode_line(line: &[u8]) -> std::result::Result<Record, LineError> {
     // Hot path: step records are most of a WAL. Parse the whole line straight into the
     // struct (serde's internally tagged enums buffer every value first, which is slow).
     if body.starts_with("{\"record\":\"step\",") {
+        if let Some(step) = crate::stepline::decode(body) {
+            return Ok(Record::Step(step));
+        }
         return serde_json::from_str::<StepRecord>(line)
             .map(Record::Step)
             .map_err(|e| LineError::Json(e.to_string()));
