@@ -31,15 +31,14 @@ pub enum Bucket {
 /// May a *rewind* (fork, scoped step-back, repair) run this effect's inverse? Only when its
 /// recorded scope passes the gate and, for a manifest effect, its undo tool's scope too.
 pub fn inverse_is_host_confined(step: &Step) -> bool {
-    host_confined(step.scope.as_deref())
-        && (step.has_builtin_undo() || host_confined(step.undo_scope.as_deref()))
+    host_confined(step.scope()) && (step.has_builtin_undo() || host_confined(step.undo_scope()))
 }
 
 /// The bucket of one step (SPEC 1.1).
 pub fn bucket(step: &Step) -> Bucket {
     match step.kind {
         StepKind::Effect if step.undone => Bucket::Spent,
-        StepKind::Effect if step.undo.is_none() => Bucket::Unrestored,
+        StepKind::Effect if step.undo().is_none() => Bucket::Unrestored,
         StepKind::Effect if inverse_is_host_confined(step) => Bucket::InversesRan,
         StepKind::Effect => Bucket::WouldCrossOnRewind,
         StepKind::Provision if step.undone => Bucket::Spent,
@@ -171,7 +170,7 @@ pub fn k_not_live(steps: &[Step], spans: &[(i64, u64)], k: i64) -> Option<String
 static NULL: Value = Value::Null;
 
 fn detail<'a>(s: &'a Step, k: &str) -> &'a Value {
-    s.detail.get(k).unwrap_or(&NULL)
+    s.detail().get(k).unwrap_or(&NULL)
 }
 
 /// rewound `{index, kind, label, site, scope}`
@@ -189,9 +188,9 @@ impl<'a> Rewound<'a> {
         Rewound {
             index: s.index,
             kind: s.kind.as_str(),
-            label: &s.label,
-            site: &s.site,
-            scope: s.scope.as_deref().unwrap_or(&NULL),
+            label: s.label(),
+            site: s.site(),
+            scope: s.scope().unwrap_or(&NULL),
         }
     }
 }
@@ -246,16 +245,16 @@ pub enum Emission<'a> {
 impl<'a> Emission<'a> {
     pub fn of(s: &'a Step) -> Self {
         // A detail that is not an object has none of the members.
-        let d: SendDetail<'a> = serde_json::from_str(s.detail.raw()).unwrap_or_default();
+        let d: SendDetail<'a> = serde_json::from_str(s.text.detail_raw()).unwrap_or_default();
         if s.kind == StepKind::Compensation {
             return Emission::CompensationRan {
                 index: s.index,
                 kind: "compensation",
-                label: &s.label,
+                label: s.label(),
                 for_: d.for_,
                 tool: d.tool,
                 args: d.args,
-                site: &s.site,
+                site: s.site(),
             };
         }
         Emission::Emission {
@@ -264,7 +263,7 @@ impl<'a> Emission<'a> {
             method: d.method,
             service: d.service,
             args: d.args,
-            site: &s.site,
+            site: s.site(),
             compensation: s.compensation,
         }
     }
@@ -289,9 +288,9 @@ impl<'a> WouldCross<'a> {
         WouldCross {
             index: s.index,
             kind: s.kind.as_str(),
-            label: &s.label,
-            scope: s.scope.as_deref().unwrap_or(&NULL),
-            site: &s.site,
+            label: s.label(),
+            scope: s.scope().unwrap_or(&NULL),
+            site: s.site(),
             for_: (s.kind == StepKind::Compensation).then(|| detail(s, "for")),
             why: None,
         }
@@ -317,14 +316,14 @@ pub struct Unrestored<'a> {
 impl<'a> Unrestored<'a> {
     pub fn of(s: &'a Step) -> Self {
         let repr = s
-            .detail
+            .detail()
             .get("repr")
             .cloned()
             .unwrap_or_else(|| Value::String(format!("{} step: no inverse", s.kind.as_str())));
         Unrestored {
             index: s.index,
             kind: s.kind.as_str(),
-            label: &s.label,
+            label: s.label(),
             repr,
         }
     }
@@ -355,16 +354,16 @@ pub fn would_cross_why(s: &Step) -> String {
     if s.kind == StepKind::Compensation {
         return "a compensation is a second crossing: it always crosses".into();
     }
-    if s.scope.is_none() {
+    if s.scope().is_none() {
         return "no scope was declared: an absent scope is never assumed host-confined".into();
     }
-    if !host_confined(s.scope.as_deref()) {
+    if !host_confined(s.scope()) {
         return format!(
             "its scope {} is not provably host-confined",
-            crate::util::jcs(s.scope.as_deref().unwrap_or(&Value::Null))
+            crate::util::jcs(s.scope().unwrap_or(&Value::Null))
         );
     }
-    match &s.undo_scope {
+    match &s.undo_scope() {
         None => {
             "its undo tool declares no scope: an absent scope is never assumed host-confined".into()
         }

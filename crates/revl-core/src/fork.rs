@@ -53,7 +53,7 @@ impl Session {
             let labels: Vec<String> = p
                 .unrestored
                 .iter()
-                .map(|&i| format!("{i} {}", self.state.steps[i as usize].label))
+                .map(|&i| format!("{i} {}", self.state.steps[i as usize].label()))
                 .collect();
             return Err(Error::new(
                 Code::KindOpaque,
@@ -69,7 +69,7 @@ impl Session {
             .iter()
             .map(|&i| &self.state.steps[i as usize])
             .filter(|s| s.undo_idempotent == Some(false))
-            .map(|s| format!("{} {}", s.index, s.label))
+            .map(|s| format!("{} {}", s.index, s.label()))
             .collect();
         if !non_idem.is_empty() {
             return Err(Error::new(
@@ -263,7 +263,7 @@ impl Session {
                 continue;
             }
             if s.fenced {
-                failed.push(json!({"index": i, "label": s.label, "error": "interrupted after its replay fence", "outcome": "unknown"}));
+                failed.push(json!({"index": i, "label": s.label(), "error": "interrupted after its replay fence", "outcome": "unknown"}));
                 continue;
             }
             match self.run_inverse(i, BY_FORK, crash_point)? {
@@ -315,7 +315,7 @@ impl Session {
                 failed,
                 provisions: json!(provisions),
             },
-            crate::session::hinge_record(1, ts),
+            crate::session::hinge_record(1, ts.as_deref())?,
         ];
         create_wal(&self.store.wal_path(branch), &recs, &self.fp)?;
         std::fs::File::open(self.store.root().join("sessions"))

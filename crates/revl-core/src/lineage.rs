@@ -358,7 +358,7 @@ fn positioned(w: &OfflineWal) -> Vec<(i64, &Step)> {
 }
 
 fn brief(pos: i64, s: &Step) -> Value {
-    json!({"position": pos, "index": s.index, "kind": s.kind.as_str(), "label": s.label})
+    json!({"position": pos, "index": s.index, "kind": s.kind.as_str(), "label": s.label()})
 }
 
 /// Compare two WALs (`revl.branch-compare`).
@@ -412,7 +412,7 @@ pub fn compare(left: &Path, right: &Path) -> Result<Value> {
     let n = la.len().max(ra.len());
     for i in 0..n {
         let (a, b) = (la.get(i), ra.get(i));
-        let same = matches!((a, b), (Some((_, x)), Some((_, y))) if x.kind == y.kind && x.label == y.label);
+        let same = matches!((a, b), (Some((_, x)), Some((_, y))) if x.kind == y.kind && x.label() == y.label());
         if !same {
             first = Some(i);
             break;

@@ -193,12 +193,9 @@ impl Session {
             &tool.name,
             json!({"tool": tool.name, "args": args, "witness": run.witness}),
         )?;
-        rec.scope = tool.scope.clone().map(Into::into);
-        rec.undo_scope = undo_tool
-            .as_ref()
-            .and_then(|u| u.scope.clone())
-            .map(Into::into);
-        rec.undo = Some(json!({"type": "tool", "tool": tool.undo}).into());
+        rec.set_scope(tool.scope.as_ref())?;
+        rec.set_undo_scope(undo_tool.as_ref().and_then(|u| u.scope.as_ref()))?;
+        rec.set_undo(Some(&json!({"type": "tool", "tool": tool.undo})))?;
         rec.undo_idempotent = tool.undo_idempotent;
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
@@ -273,20 +270,16 @@ impl Session {
             detail["error"] = e.clone();
         }
         let mut recs = Vec::new();
-        let mut emission = crate::wal::StepRecord {
+        let mut emission = crate::wal::StepRecord::new(
             seq,
             step,
-            kind: "emission".into(),
-            label: label.clone(),
-            site: tool.name.clone(),
-            detail: detail.into(),
-            scope: tool.scope.clone().map(Into::into),
-            undo_scope: None,
-            undo: None,
-            undo_idempotent: None,
-            compensation: None,
-            ts: Some(crate::util::now_rfc3339()),
-        };
+            StepKind::Emission,
+            &label,
+            &tool.name,
+            &detail,
+        )?;
+        emission.set_scope(tool.scope.as_ref())?;
+        emission.set_ts(Some(&crate::util::now_rfc3339()))?;
         if let Some(comp) = tool.compensate.as_ref().and_then(|c| manifest.tool(c)) {
             emission.compensation = Some(step + 1);
             recs.push(Record::Step(emission));
@@ -297,7 +290,7 @@ impl Session {
                 &comp.name,
                 json!({"for": step, "tool": comp.name, "args": args}),
             )?;
-            c.scope = comp.scope.clone().map(Into::into);
+            c.set_scope(comp.scope.as_ref())?;
             recs.push(Record::Step(c));
         } else {
             recs.push(Record::Step(emission));
@@ -352,28 +345,28 @@ impl Session {
         let manifest = self.manifest()?;
         let (tool_name, args, witness) = match s.kind {
             StepKind::Effect => (
-                s.undo
+                s.undo()
                     .as_ref()
                     .and_then(|u| u.get("tool"))
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_string(),
-                s.detail.get("args").cloned().unwrap_or(json!({})),
-                s.detail.get("witness").cloned().unwrap_or(Value::Null),
+                s.detail().get("args").cloned().unwrap_or(json!({})),
+                s.detail().get("witness").cloned().unwrap_or(Value::Null),
             ),
             StepKind::Compensation => {
-                let f = s.detail.get("for").and_then(Value::as_u64).unwrap_or(0);
+                let f = s.detail().get("for").and_then(Value::as_u64).unwrap_or(0);
                 (
-                    s.detail
+                    s.detail()
                         .get("tool")
                         .and_then(Value::as_str)
                         .unwrap_or("")
                         .to_string(),
-                    s.detail.get("args").cloned().unwrap_or(json!({})),
+                    s.detail().get("args").cloned().unwrap_or(json!({})),
                     self.state
                         .steps
                         .get(f as usize)
-                        .and_then(|e| e.detail.get("witness"))
+                        .and_then(|e| e.detail().get("witness"))
                         .cloned()
                         .unwrap_or(Value::Null),
                 )
@@ -381,7 +374,7 @@ impl Session {
             _ => {
                 return Err(Error::new(
                     Code::ToolFailed,
-                    format!("step {} ({}) has no inverse", s.index, s.label),
+                    format!("step {} ({}) has no inverse", s.index, s.label()),
                     "nothing can restore it",
                 ))
             }
@@ -639,7 +632,7 @@ impl Session {
         let undoable = |s: &Step| {
             !s.undone
                 && matches!(s.kind, StepKind::Effect | StepKind::Provision)
-                && s.undo.is_some()
+                && s.undo().is_some()
         };
         let first: Vec<u64> = tail
             .iter()
@@ -716,7 +709,7 @@ impl Session {
                 match bucket(&s) {
                     Bucket::InversesRan | Bucket::ProvisionsWithdrawn => {
                         if s.fenced {
-                            failed.push(json!({"index": i, "label": s.label, "error": "interrupted after its replay fence", "outcome": "unknown"}));
+                            failed.push(json!({"index": i, "label": s.label(), "error": "interrupted after its replay fence", "outcome": "unknown"}));
                         } else {
                             match self.run_inverse(i, BY_ABORT, "repair.never")? {
                                 Ok(()) => replayed.push(i),
@@ -724,7 +717,7 @@ impl Session {
                             }
                         }
                     }
-                    Bucket::WouldCrossOnRewind => owed.push(json!({"index": i, "kind": s.kind.as_str(), "label": s.label, "why": "its inverse crosses: repair never crosses; an explicit `revl abort` runs it"})),
+                    Bucket::WouldCrossOnRewind => owed.push(json!({"index": i, "kind": s.kind.as_str(), "label": s.label(), "why": "its inverse crosses: repair never crosses; an explicit `revl abort` runs it"})),
                     _ => {}
                 }
             }

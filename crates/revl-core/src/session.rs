@@ -104,7 +104,7 @@ impl Store {
         };
         create_wal(
             &self.wal_path(&id),
-            &[header, hinge_record(1, ts)],
+            &[header, hinge_record(1, ts.as_deref())?],
             &self.fp,
         )?;
         File::open(self.root().join("sessions"))
@@ -140,21 +140,17 @@ impl Store {
 }
 
 /// Step 0 of every session and branch.
-pub(crate) fn hinge_record(seq: u64, ts: Option<String>) -> Record {
-    Record::Step(StepRecord {
+pub(crate) fn hinge_record(seq: u64, ts: Option<&str>) -> Result<Record> {
+    let mut rec = StepRecord::new(
         seq,
-        step: 0,
-        kind: "hinge".into(),
-        label: "session/hinge".into(),
-        site: "session".into(),
-        detail: json!({}).into(),
-        scope: None,
-        undo_scope: None,
-        undo: None,
-        undo_idempotent: None,
-        compensation: None,
-        ts,
-    })
+        0,
+        StepKind::Hinge,
+        "session/hinge",
+        "session",
+        &json!({}),
+    )?;
+    rec.set_ts(ts)?;
+    Ok(Record::Step(rec))
 }
 
 impl Session {
@@ -244,20 +240,9 @@ impl Session {
         site: &str,
         detail: Value,
     ) -> Result<StepRecord> {
-        Ok(StepRecord {
-            seq: self.take_seq()?,
-            step,
-            kind: kind.into(),
-            label: label.into(),
-            site: site.into(),
-            detail: detail.into(),
-            scope: None,
-            undo_scope: None,
-            undo: None,
-            undo_idempotent: None,
-            compensation: None,
-            ts: Some(now_rfc3339()),
-        })
+        let mut rec = StepRecord::new(self.take_seq()?, step, kind.into(), label, site, &detail)?;
+        rec.set_ts(Some(&now_rfc3339()))?;
+        Ok(rec)
     }
 
     // ---- life checks ----
@@ -384,8 +369,8 @@ impl Session {
         undo: &Value,
     ) -> Result<StepRecord> {
         let mut rec = self.step_record(step, "effect", label, site, detail)?;
-        rec.scope = Some(fs_scope().into());
-        rec.undo = Some(crate::workspace::slim_undo(undo).into());
+        rec.set_scope(Some(&fs_scope()))?;
+        rec.set_undo(Some(&crate::workspace::slim_undo(undo)))?;
         rec.undo_idempotent = Some(true);
         Ok(rec)
     }
@@ -426,7 +411,9 @@ impl Session {
             "provide",
             detail,
         )?;
-        rec.undo = Some(json!({"type": "withdraw", "key": key, "previous": previous}).into());
+        rec.set_undo(Some(
+            &json!({"type": "withdraw", "key": key, "previous": previous}),
+        ))?;
         rec.undo_idempotent = Some(true);
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
@@ -738,7 +725,7 @@ impl Session {
             if !bare.is_empty() {
                 let labels: Vec<String> = bare
                     .iter()
-                    .map(|s| format!("{} ({})", s.index, s.label))
+                    .map(|s| format!("{} ({})", s.index, s.label()))
                     .collect();
                 return Err(Error::new(
                     Code::Irreversible,
@@ -822,12 +809,12 @@ impl Session {
             if !s.has_builtin_undo() {
                 continue;
             }
-            for e in crate::workspace::restore_entries(s.undo.as_deref()) {
+            for e in crate::workspace::restore_entries(s.undo()) {
                 for b in Workspace::blobs_needed(e, &self.blobs)? {
                     self.blobs.check(&b, Some(i)).map_err(|err| {
                         Error::new(
                             Code::MissingPreimage,
-                            format!("step {i} ({}): {}", s.label, err.message),
+                            format!("step {i} ({}): {}", s.label(), err.message),
                             err.hint.clone(),
                         )
                     })?;
@@ -854,7 +841,7 @@ impl Session {
             StepKind::Provision => Ok(()),
             StepKind::Effect if s.has_builtin_undo() => {
                 self.ws
-                    .restore(s.undo.as_ref().expect("builtin undo"), &self.blobs, i)
+                    .restore(s.undo().expect("builtin undo"), &self.blobs, i)
             }
             _ => self.run_tool_inverse(&s),
         };
@@ -871,7 +858,7 @@ impl Session {
                 Ok(Ok(()))
             }
             Err(e) => Ok(Err(
-                json!({"index": i, "label": s.label, "error": e.message, "outcome": "failed"}),
+                json!({"index": i, "label": s.label(), "error": e.message, "outcome": "failed"}),
             )),
         }
     }
@@ -999,7 +986,7 @@ impl Session {
                 continue;
             }
             if s.fenced {
-                failed.push(json!({"index": i, "label": s.label, "error": "interrupted after its replay fence", "outcome": "unknown"}));
+                failed.push(json!({"index": i, "label": s.label(), "error": "interrupted after its replay fence", "outcome": "unknown"}));
                 continue;
             }
             if let Err(f) = self.run_inverse(i, BY_STEP_BACK, "repair.never")? {
@@ -1018,7 +1005,7 @@ type EventKey = (u64, u8, std::cmp::Reverse<u64>);
 
 /// What an undone file effect's restore put back, as images to compare.
 fn preimages(s: &Step) -> Vec<Value> {
-    crate::workspace::restore_entries(s.undo.as_deref())
+    crate::workspace::restore_entries(s.undo())
         .iter()
         .map(|e| match e["kind"].as_str() {
             Some("mode") => json!({"path": e["path"], "mode": e["mode"]}),
@@ -1037,7 +1024,7 @@ fn preimages(s: &Step) -> Vec<Value> {
 }
 
 fn after_images(s: &Step) -> Vec<Value> {
-    let d = &s.detail;
+    let d = &s.detail();
     let path = d.get("path").cloned().unwrap_or(Value::Null);
     let after = d.get("after").cloned().unwrap_or(Value::Null);
     let mut img = Map::new();

@@ -444,34 +444,29 @@ impl State {
                 self.next_index()
             ));
         }
-        let kind = sr.kind;
         let index = sr.step;
-        let mut undo = sr.undo;
+        let mut sr = sr;
         // Only a restore descriptor can name preimage bytes its intent holds.
-        if let Some(u) = undo.take_if(|u| u.raw().contains("\"entries\"")) {
-            let mut u = u.into_value();
+        if let Some(raw) = sr.text.undo_raw().filter(|u| u.contains("\"entries\"")) {
+            let mut u: Value = serde_json::from_str(raw).map_err(|e| e.to_string())?;
             let intent = self.intent.as_mut().filter(|i| i.step == index);
             crate::workspace::hydrate_undo(&mut u, intent.and_then(|i| i.undo.as_mut()))
                 .map_err(|why| format!("step {index}: {why}"))?;
-            undo = Some(u.into());
+            sr.set_undo(Some(&u)).map_err(|e| e.message)?;
         }
-        if kind == StepKind::Compensation {
+        if sr.kind == StepKind::Compensation {
             let f = sr
-                .detail
+                .text
+                .detail()
                 .get("for")
                 .and_then(Value::as_u64)
                 .ok_or("a compensation without `for`")?;
             self.step_mut(f)?.compensation = Some(sr.step);
         }
         self.steps.push(Step {
-            index: sr.step,
-            kind,
-            label: sr.label,
-            site: sr.site,
-            scope: sr.scope,
-            undo_scope: sr.undo_scope,
-            detail: sr.detail,
-            undo,
+            index,
+            kind: sr.kind,
+            text: sr.text,
             undo_idempotent: sr.undo_idempotent,
             compensation: sr.compensation,
             undone: false,
@@ -479,7 +474,6 @@ impl State {
             undone_at: None,
             crossed: false,
             fenced: false,
-            ts: sr.ts,
         });
         if self.intent.as_ref().is_some_and(|i| i.step <= index) {
             self.intent = None;
@@ -506,8 +500,8 @@ impl State {
         let end = (k + 1).max(0) as usize;
         for s in self.steps.iter().take(end) {
             if s.kind == StepKind::Provision && !s.undone {
-                let key = s.detail.get("key").and_then(Value::as_str).unwrap_or("");
-                match s.detail.get("value").and_then(Value::as_str) {
+                let key = s.detail().get("key").and_then(Value::as_str).unwrap_or("");
+                match s.detail().get("value").and_then(Value::as_str) {
                     Some(v) => m.insert(key.to_string(), v.to_string()),
                     None => m.remove(key),
                 };
@@ -534,7 +528,7 @@ impl State {
             .rev()
             .filter(|s| {
                 !s.undone
-                    && ((s.kind == StepKind::Effect && s.undo.is_some())
+                    && ((s.kind == StepKind::Effect && s.undo().is_some())
                         || s.kind == StepKind::Provision)
             })
             .map(|s| s.index)
@@ -548,7 +542,7 @@ impl State {
         } else {
             self.steps
                 .get(k as usize)
-                .map(|s| s.label.clone())
+                .map(|s| s.label().to_owned())
                 .unwrap_or_default()
         }
     }

@@ -1,6 +1,6 @@
 //! Steps, the seven kinds, and the scope gate (SPEC 1.1, 1.2).
 
-use crate::lazy::LazyJson;
+use crate::steptext::StepText;
 use serde_json::{json, Map, Value};
 
 /// The seven step kinds. A kind a future version adds is kept by name as `Other` and, like
@@ -85,14 +85,9 @@ pub const BY_RECOVER: &str = "recover";
 pub struct Step {
     pub index: u64,
     pub kind: StepKind,
-    pub label: String,
-    pub site: String,
-    /// The declared scope, exactly as recorded; `None` = none declared (crossing).
-    pub scope: Option<LazyJson>,
-    /// A manifest effect's undo tool scope (SPEC 1.2: both must pass the gate).
-    pub undo_scope: Option<LazyJson>,
-    pub detail: LazyJson,
-    pub undo: Option<LazyJson>,
+    /// Label, site, ts, and the JSON members (detail, scope, undoScope, undo): see the
+    /// accessors below.
+    pub text: StepText,
     pub undo_idempotent: Option<bool>,
     pub compensation: Option<u64>,
     pub undone: bool,
@@ -103,26 +98,52 @@ pub struct Step {
     pub crossed: bool,
     /// A `replay-fence` was written for this step's inverse and no `undone` followed.
     pub fenced: bool,
-    pub ts: Option<String>,
 }
 
 impl Step {
+    pub fn label(&self) -> &str {
+        self.text.label()
+    }
+
+    pub fn site(&self) -> &str {
+        self.text.site()
+    }
+
+    /// `detail`, parsed (on first use).
+    pub fn detail(&self) -> &Value {
+        self.text.detail()
+    }
+
+    /// The declared scope, exactly as recorded; `None` = none declared (crossing).
+    pub fn scope(&self) -> Option<&Value> {
+        self.text.scope()
+    }
+
+    /// A manifest effect's undo tool scope (SPEC 1.2: both must pass the gate).
+    pub fn undo_scope(&self) -> Option<&Value> {
+        self.text.undo_scope()
+    }
+
+    pub fn undo(&self) -> Option<&Value> {
+        self.text.undo()
+    }
+
     /// The timeline JSON of SPEC 1.1 (`timeline` returns these).
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("index".into(), self.index.into());
         m.insert("kind".into(), self.kind.as_str().into());
-        m.insert("label".into(), self.label.clone().into());
-        m.insert("site".into(), self.site.clone().into());
-        if let Some(s) = &self.scope {
-            m.insert("scope".into(), s.value().clone());
+        m.insert("label".into(), self.label().into());
+        m.insert("site".into(), self.site().into());
+        if let Some(s) = self.scope() {
+            m.insert("scope".into(), s.clone());
         }
-        if let Some(s) = &self.undo_scope {
-            m.insert("undoScope".into(), s.value().clone());
+        if let Some(s) = self.undo_scope() {
+            m.insert("undoScope".into(), s.clone());
         }
-        m.insert("detail".into(), self.detail.value().clone());
-        if let Some(u) = &self.undo {
-            m.insert("undo".into(), u.value().clone());
+        m.insert("detail".into(), self.detail().clone());
+        if let Some(u) = self.undo() {
+            m.insert("undo".into(), u.clone());
         }
         if let Some(i) = self.undo_idempotent {
             m.insert("undoIdempotent".into(), i.into());
@@ -137,23 +158,22 @@ impl Step {
         if self.kind == StepKind::Emission {
             m.insert("crossed".into(), self.crossed.into());
         }
-        if let Some(t) = &self.ts {
-            m.insert("ts".into(), t.clone().into());
+        if let Some(t) = self.text.ts() {
+            m.insert("ts".into(), t.into());
         }
         Value::Object(m)
     }
 
     /// True when this step's inverse is revl's own file restore (built-in file effects).
     pub fn has_builtin_undo(&self) -> bool {
-        self.undo
-            .as_ref()
+        self.undo()
             .and_then(|u| u.get("type"))
             .and_then(Value::as_str)
             == Some(crate::workspace::UNDO_RESTORE)
     }
 
     pub fn scope_json(&self) -> Value {
-        self.scope.as_deref().cloned().unwrap_or(Value::Null)
+        self.scope().cloned().unwrap_or(Value::Null)
     }
 }
 

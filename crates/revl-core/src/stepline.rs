@@ -12,8 +12,8 @@
 //! optional member, deep nesting, long numbers) yields `None` and is decoded by serde
 //! instead. A property test holds the two decoders to the same answers.
 
-use crate::lazy::LazyJson;
 use crate::step::StepKind;
+use crate::steptext::{Part, Parts, StepText};
 use crate::wal::StepRecord;
 
 /// Decode the body of a step line: the line up to (not including) its `,"crc":…}` member.
@@ -24,6 +24,7 @@ pub(crate) fn decode(body: &str) -> Option<StepRecord> {
         b: body.as_bytes(),
         i: 0,
     };
+    let mut parts = Parts::default();
     c.lit(b"{\"record\":\"step\",\"seq\":")?;
     let seq = c.uint()?;
     c.lit(b",\"step\":")?;
@@ -31,14 +32,25 @@ pub(crate) fn decode(body: &str) -> Option<StepRecord> {
     c.lit(b",\"kind\":")?;
     let kind = StepKind::parse(c.plain_str()?);
     c.lit(b",\"label\":")?;
-    let label = c.plain_str()?.to_owned();
+    parts.set(Part::Label, Some(c.plain_str()?));
     c.lit(b",\"site\":")?;
-    let site = c.plain_str()?.to_owned();
+    parts.set(Part::Site, Some(c.plain_str()?));
     c.lit(b",\"detail\":")?;
-    let detail = LazyJson::from_checked(c.value()?);
-    let scope = c.optional_value(b",\"scope\":")?;
-    let undo_scope = c.optional_value(b",\"undoScope\":")?;
-    let undo = c.optional_value(b",\"undo\":")?;
+    parts.set(Part::Detail, Some(c.value()?));
+    for (key, p) in [
+        (&b",\"scope\":"[..], Part::Scope),
+        (b",\"undoScope\":", Part::UndoScope),
+        (b",\"undo\":", Part::Undo),
+    ] {
+        if c.lit(key).is_some() {
+            let v = c.value()?;
+            // serde reads a `null` optional member as absent: not canonical.
+            if v == "null" {
+                return None;
+            }
+            parts.set(p, Some(v));
+        }
+    }
     let undo_idempotent = if c.lit(b",\"undoIdempotent\":").is_some() {
         if c.lit(b"true").is_some() {
             Some(true)
@@ -53,10 +65,9 @@ pub(crate) fn decode(body: &str) -> Option<StepRecord> {
         Some(()) => Some(c.uint()?),
         None => None,
     };
-    let ts = match c.lit(b",\"ts\":") {
-        Some(()) => Some(c.plain_str()?.to_owned()),
-        None => None,
-    };
+    if c.lit(b",\"ts\":").is_some() {
+        parts.set(Part::Ts, Some(c.plain_str()?));
+    }
     if c.i != c.b.len() {
         return None;
     }
@@ -64,15 +75,9 @@ pub(crate) fn decode(body: &str) -> Option<StepRecord> {
         seq,
         step,
         kind,
-        label,
-        site,
-        detail,
-        scope,
-        undo_scope,
-        undo,
+        text: StepText::pack(parts)?,
         undo_idempotent,
         compensation,
-        ts,
     })
 }
 
@@ -132,16 +137,6 @@ impl<'a> Cursor<'a> {
         let s = &self.s[self.i..self.i + n];
         self.i += n + 1;
         Some(s)
-    }
-
-    /// An optional member holding a JSON value (absent: `Some(None)`; present as `null`,
-    /// which serde reads as absent: not canonical, `None`).
-    fn optional_value(&mut self, key: &[u8]) -> Option<Option<LazyJson>> {
-        if self.lit(key).is_none() {
-            return Some(None);
-        }
-        let v = self.value()?;
-        (v != "null").then(|| Some(LazyJson::from_checked(v)))
     }
 
     /// One compact JSON value, checked: its text.
@@ -307,11 +302,14 @@ mod tests {
             undo in prop::option::of(json()), undo_idempotent in any::<Option<bool>>(),
             compensation in any::<Option<u64>>(), ts in prop::option::of(text()),
         ) -> StepRecord {
-            StepRecord {
-                seq, step, kind: StepKind::parse(&kind), label, site, detail: detail.into(),
-                scope: scope.map(Into::into), undo_scope: undo_scope.map(Into::into),
-                undo: undo.map(Into::into), undo_idempotent, compensation, ts,
-            }
+            let mut r = StepRecord::new(seq, step, StepKind::parse(&kind), &label, &site, &detail).unwrap();
+            r.set_scope(scope.as_ref()).unwrap();
+            r.set_undo_scope(undo_scope.as_ref()).unwrap();
+            r.set_undo(undo.as_ref()).unwrap();
+            r.set_ts(ts.as_deref()).unwrap();
+            r.undo_idempotent = undo_idempotent;
+            r.compensation = compensation;
+            r
         }
     }
 
@@ -360,21 +358,20 @@ mod tests {
 
     #[test]
     fn takes_the_fast_path_for_canonical_lines_only() {
-        let rec = StepRecord {
-            seq: 7,
-            step: 6,
-            kind: StepKind::Emission,
-            label: "svc.call".into(),
-            site: "agent".into(),
-            detail: serde_json::json!({"args": {"n": [1, -2.5e3, null, "a\"b"]}, "key": "k"})
-                .into(),
-            scope: Some(serde_json::json!({"caps": ["net"]}).into()),
-            undo_scope: None,
-            undo: None,
-            undo_idempotent: Some(false),
-            compensation: Some(3),
-            ts: Some("2026-12-02T00:00:00.000Z".into()),
-        };
+        let mut rec = StepRecord::new(
+            7,
+            6,
+            StepKind::Emission,
+            "svc.call",
+            "agent",
+            &serde_json::json!({"args": {"n": [1, -2.5e3, null, "a\"b"]}, "key": "k"}),
+        )
+        .unwrap();
+        rec.set_scope(Some(&serde_json::json!({"caps": ["net"]})))
+            .unwrap();
+        rec.set_ts(Some("2026-12-02T00:00:00.000Z")).unwrap();
+        rec.undo_idempotent = Some(false);
+        rec.compensation = Some(3);
         let body = body_of(rec.clone());
         assert_eq!(decode(&body), Some(rec));
         // Not canonical: left to serde.

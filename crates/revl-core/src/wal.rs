@@ -6,9 +6,10 @@
 
 use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
-use crate::lazy::LazyJson;
 use crate::step::StepKind;
+use crate::steptext::{Part, Parts, StepText};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -166,29 +167,170 @@ pub enum Record {
     },
 }
 
-/// A `step` record: one timeline step, as it happened. (Unknown members are ignored so the
-/// hot path can parse a whole line, `record` and `crc` members included, in one pass.)
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// A `step` record: one timeline step, as it happened. Its text members (label, site, ts,
+/// and the JSON of detail, scope, undoScope, undo) are held packed in a [`StepText`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct StepRecord {
     pub seq: u64,
     pub step: u64,
     pub kind: StepKind,
-    pub label: String,
-    pub site: String,
-    pub detail: LazyJson,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scope: Option<LazyJson>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub undo_scope: Option<LazyJson>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub undo: Option<LazyJson>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: StepText,
     pub undo_idempotent: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compensation: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ts: Option<String>,
+}
+
+fn too_large() -> Error {
+    Error::bad_args(
+        "a step's label, site and JSON members are over 4 GiB together",
+        "pass smaller arguments; large content belongs in files",
+    )
+}
+
+impl StepRecord {
+    /// A step with its label, site and detail; no scope, undo or timestamp yet.
+    pub fn new(
+        seq: u64,
+        step: u64,
+        kind: StepKind,
+        label: &str,
+        site: &str,
+        detail: &Value,
+    ) -> Result<StepRecord> {
+        let detail = detail.to_string();
+        let mut parts = Parts::default();
+        parts.set(Part::Label, Some(label));
+        parts.set(Part::Site, Some(site));
+        parts.set(Part::Detail, Some(&detail));
+        Ok(StepRecord {
+            seq,
+            step,
+            kind,
+            text: StepText::pack(parts).ok_or_else(too_large)?,
+            undo_idempotent: None,
+            compensation: None,
+        })
+    }
+
+    fn set(&mut self, p: Part, v: Option<&str>) -> Result<()> {
+        let mut parts = self.text.parts();
+        parts.set(p, v);
+        self.text = StepText::pack(parts).ok_or_else(too_large)?;
+        Ok(())
+    }
+
+    pub fn set_ts(&mut self, ts: Option<&str>) -> Result<()> {
+        self.set(Part::Ts, ts)
+    }
+
+    pub fn set_scope(&mut self, v: Option<&Value>) -> Result<()> {
+        self.set(Part::Scope, v.map(Value::to_string).as_deref())
+    }
+
+    pub fn set_undo_scope(&mut self, v: Option<&Value>) -> Result<()> {
+        self.set(Part::UndoScope, v.map(Value::to_string).as_deref())
+    }
+
+    pub fn set_undo(&mut self, v: Option<&Value>) -> Result<()> {
+        self.set(Part::Undo, v.map(Value::to_string).as_deref())
+    }
+}
+
+/// A recorded JSON member, written verbatim.
+struct RawMember<'a>(&'a str);
+
+impl Serialize for RawMember<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        // Well-formed by construction; borrowed, so this checks without copying.
+        serde_json::from_str::<&RawValue>(self.0)
+            .map_err(serde::ser::Error::custom)?
+            .serialize(s)
+    }
+}
+
+/// Members in the one order revl writes (the step-line decoder reads this shape).
+impl Serialize for StepRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let t = &self.text;
+        let mut m = s.serialize_struct("StepRecord", 12)?;
+        m.serialize_field("seq", &self.seq)?;
+        m.serialize_field("step", &self.step)?;
+        m.serialize_field("kind", &self.kind)?;
+        m.serialize_field("label", t.label())?;
+        m.serialize_field("site", t.site())?;
+        m.serialize_field("detail", &RawMember(t.detail_raw()))?;
+        for (name, p) in [
+            ("scope", Part::Scope),
+            ("undoScope", Part::UndoScope),
+            ("undo", Part::Undo),
+        ] {
+            if let Some(raw) = t.get(p) {
+                m.serialize_field(name, &RawMember(raw))?;
+            }
+        }
+        if let Some(i) = self.undo_idempotent {
+            m.serialize_field("undoIdempotent", &i)?;
+        }
+        if let Some(c) = self.compensation {
+            m.serialize_field("compensation", &c)?;
+        }
+        if let Some(ts) = t.ts() {
+            m.serialize_field("ts", ts)?;
+        }
+        m.end()
+    }
+}
+
+/// The serde shape of a step record, for lines not in the canonical shape. (Unknown members
+/// are ignored so a whole line, `record` and `crc` members included, parses in one pass.)
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StepWire<'a> {
+    seq: u64,
+    step: u64,
+    kind: StepKind,
+    label: String,
+    site: String,
+    #[serde(borrow)]
+    detail: &'a RawValue,
+    #[serde(default, borrow)]
+    scope: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    undo_scope: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    undo: Option<&'a RawValue>,
+    #[serde(default)]
+    undo_idempotent: Option<bool>,
+    #[serde(default)]
+    compensation: Option<u64>,
+    #[serde(default)]
+    ts: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for StepRecord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let w = StepWire::deserialize(d)?;
+        let raw = |v: Option<&'de RawValue>| v.map(RawValue::get);
+        let parts = Parts([
+            Some(&w.label),
+            Some(&w.site),
+            w.ts.as_deref(),
+            Some(w.detail.get()),
+            raw(w.scope),
+            raw(w.undo_scope),
+            raw(w.undo),
+        ]);
+        Ok(StepRecord {
+            seq: w.seq,
+            step: w.step,
+            kind: w.kind,
+            text: StepText::pack(parts).ok_or_else(|| {
+                serde::de::Error::custom("a step's members are over 4 GiB together")
+            })?,
+            undo_idempotent: w.undo_idempotent,
+            compensation: w.compensation,
+        })
+    }
 }
 
 impl Record {

@@ -153,20 +153,21 @@ fn build(history: &[Gen]) -> Built {
         let builtin = undo
             .as_ref()
             .is_some_and(|u: &Value| u["type"] == "restore");
-        recs.push(Record::Step(StepRecord {
-            seq: step + 1,
+        let mut rec = StepRecord::new(
+            step + 1,
             step,
-            kind: kind.into(),
-            label: format!("{kind}-{step}"),
-            site: "gen".into(),
-            detail: detail.into(),
-            scope: scope.clone().map(Into::into),
-            undo_scope: undo_scope.clone().map(Into::into),
-            undo: undo.map(Into::into),
-            undo_idempotent: idem,
-            compensation: comp,
-            ts: None,
-        }));
+            kind.into(),
+            &format!("{kind}-{step}"),
+            "gen",
+            &detail,
+        )
+        .unwrap();
+        rec.set_scope(scope.as_ref()).unwrap();
+        rec.set_undo_scope(undo_scope.as_ref()).unwrap();
+        rec.set_undo(undo.as_ref()).unwrap();
+        rec.undo_idempotent = idem;
+        rec.compensation = comp;
+        recs.push(Record::Step(rec));
         model.push((kind.to_string(), scope, undo_scope, idem, builtin));
     };
     push(

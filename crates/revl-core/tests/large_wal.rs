@@ -35,20 +35,21 @@ fn step(i: u64) -> Record {
         ),
         _ => ("boundary", json!({}), None),
     };
-    Record::Step(StepRecord {
-        seq: i + 1,
-        step: i,
-        kind: kind.into(),
-        label: format!("{kind} {i}"),
-        site: "test".into(),
-        detail: detail.into(),
-        scope: (kind == "emission").then(|| json!({"caps": ["net"]}).into()),
-        undo_scope: None,
-        undo_idempotent: undo.as_ref().map(|_| true),
-        undo: undo.map(Into::into),
-        compensation: None,
-        ts: Some("2026-12-02T00:00:00.000Z".into()),
-    })
+    let mut rec = StepRecord::new(
+        i + 1,
+        i,
+        kind.into(),
+        &format!("{kind} {i}"),
+        "test",
+        &detail,
+    )
+    .unwrap();
+    let scope = (kind == "emission").then(|| json!({"caps": ["net"]}));
+    rec.set_scope(scope.as_ref()).unwrap();
+    rec.undo_idempotent = undo.as_ref().map(|_| true);
+    rec.set_undo(undo.as_ref()).unwrap();
+    rec.set_ts(Some("2026-12-02T00:00:00.000Z")).unwrap();
+    Record::Step(rec)
 }
 
 /// (file bytes, byte offset where each line starts)

@@ -105,20 +105,12 @@ fn synthetic(dir: &Path, n: usize, tail_files: usize) -> (Store, String) {
                 _ => ("boundary", "turn/boundary".into(), json!({}), None, None),
             }
         };
-        recs.push(Record::Step(StepRecord {
-            seq: i + 1,
-            step: i,
-            kind: kind.into(),
-            label,
-            site: "bench".into(),
-            detail: detail.into(),
-            scope: scope.map(Into::into),
-            undo_scope: None,
-            undo_idempotent: undo.as_ref().map(|_| true),
-            undo: undo.map(Into::into),
-            compensation: None,
-            ts: Some("2026-12-02T00:00:00.000Z".into()),
-        }));
+        let mut rec = StepRecord::new(i + 1, i, kind.into(), &label, "bench", &detail).unwrap();
+        rec.set_scope(scope.as_ref()).unwrap();
+        rec.undo_idempotent = undo.as_ref().map(|_| true);
+        rec.set_undo(undo.as_ref()).unwrap();
+        rec.set_ts(Some("2026-12-02T00:00:00.000Z")).unwrap();
+        recs.push(Record::Step(rec));
     }
     create_wal(&st.wal_path(&id), &recs, &Failpoints::none()).unwrap();
     (st, id)

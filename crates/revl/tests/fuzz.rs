@@ -70,20 +70,14 @@ fn build(seq: &mut u64, (kind, text, n): (u8, String, u64)) -> Record {
     match kind {
         0 | 1 => {
             *seq += 1;
-            Record::Step(StepRecord {
-                seq: *seq,
-                step: n,
-                kind: "effect".into(),
-                label: text.clone(),
-                site: "write".into(),
-                detail: json!({"path": text, "n": n, "nested": {"a": [1, 2, {"b": null}]}}).into(),
-                scope: Some(json!({"caps": ["fs"]}).into()),
-                undo_scope: None,
-                undo: Some(json!({"type": "restore", "entries": []}).into()),
-                undo_idempotent: Some(true),
-                compensation: None,
-                ts: None,
-            })
+            let detail = json!({"path": text, "n": n, "nested": {"a": [1, 2, {"b": null}]}});
+            let mut rec =
+                StepRecord::new(*seq, n, "effect".into(), &text, "write", &detail).unwrap();
+            rec.set_scope(Some(&json!({"caps": ["fs"]}))).unwrap();
+            rec.set_undo(Some(&json!({"type": "restore", "entries": []})))
+                .unwrap();
+            rec.undo_idempotent = Some(true);
+            Record::Step(rec)
         }
         2 => {
             *seq += 1;
