@@ -224,6 +224,30 @@ impl OfflineWal {
         let pick =
             |idx: &[u64]| -> Vec<&Step> { idx.iter().map(|&i| &steps[i as usize]).collect() };
         let (res, _) = crate::fork::residue(&p, &[]);
+        // The emissions (their details are parsed) are built on a second core meanwhile.
+        let ((emissions_crossed, emissions_compensated), rest) = std::thread::scope(|sc| {
+            let emissions = sc.spawn(|| {
+                let of = |idx: &[u64]| pick(idx).into_iter().map(Emission::of).collect::<Vec<_>>();
+                (of(&p.emissions_crossed), of(&p.emissions_compensated))
+            });
+            let rest = (
+                pick(&p.inverses_ran).into_iter().map(Rewound::of).collect(),
+                pick(&p.provisions_withdrawn)
+                    .into_iter()
+                    .map(Rewound::of)
+                    .collect(),
+                pick(&p.would_cross_on_rewind)
+                    .into_iter()
+                    .map(WouldCross::with_why)
+                    .collect(),
+                pick(&p.unrestored)
+                    .into_iter()
+                    .map(Unrestored::of)
+                    .collect(),
+            );
+            (emissions.join().unwrap_or_default(), rest)
+        });
+        let (would_rewind, would_withdraw, would_cross_on_rewind, unrestored) = rest;
         Ok(PartitionDoc {
             kind: "revl.branch-partition",
             schema_version: SCHEMA_VERSION,
@@ -232,12 +256,12 @@ impl OfflineWal {
             at: k,
             at_label: st.label_at(k),
             performed: false,
-            would_rewind: pick(&p.inverses_ran).into_iter().map(Rewound::of).collect(),
-            would_withdraw: pick(&p.provisions_withdrawn).into_iter().map(Rewound::of).collect(),
-            emissions_crossed: pick(&p.emissions_crossed).into_iter().map(Emission::of).collect(),
-            emissions_compensated: pick(&p.emissions_compensated).into_iter().map(Emission::of).collect(),
-            would_cross_on_rewind: pick(&p.would_cross_on_rewind).into_iter().map(WouldCross::with_why).collect(),
-            unrestored: pick(&p.unrestored).into_iter().map(Unrestored::of).collect(),
+            would_rewind,
+            would_withdraw,
+            emissions_crossed,
+            emissions_compensated,
+            would_cross_on_rewind,
+            unrestored,
             findings,
             forkable,
             residue: res,

@@ -127,52 +127,51 @@ impl State {
 
     /// Read a WAL file and replay it as it is decoded (a long WAL is never held as a
     /// vector of records). The same checks and errors as [`crate::wal::read_wal`] followed
-    /// by [`State::replay_owned`]. A long WAL is replayed on a thread of its own, in
-    /// batches, while the next lines are decoded.
+    /// by [`State::replay_owned`]. A long WAL is replayed on a thread of its own, block by
+    /// block, while the next lines are decoded.
     pub fn read(path: &std::path::Path) -> Result<(State, crate::wal::WalMeta)> {
-        const BATCH: usize = 8192;
         let len = std::fs::metadata(path).map_or(0, |m| m.len());
-        let apply_all = |batches: &mut dyn Iterator<Item = Vec<Record>>| -> Result<State> {
+        let apply_all = |blocks: &mut dyn Iterator<Item = Vec<Record>>| -> Result<State> {
             let mut s = State::default();
             // A step line is at least ~150 bytes: reserve once instead of growing by doubling.
             s.steps.reserve((len / 160) as usize);
-            for (i, r) in batches.flatten().enumerate() {
+            for (i, r) in blocks.flatten().enumerate() {
                 let name = r.name();
                 s.apply_owned(r)
                     .map_err(|why| replay_error(i + 1, name, why))?;
             }
             Ok(s)
         };
+        // A replay error is always at a record before any line the reader refused (the
+        // reader hands over the records it accepted before stopping), so it is the first
+        // error in the file and wins.
+        let first_error =
+            |applied: Result<State>, read: Result<crate::wal::WalMeta>| match (applied, read) {
+                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+                (Ok(s), Ok(meta)) => Ok((s, meta)),
+            };
         if len < (4 << 20) {
-            let mut records = Vec::new();
-            let meta = crate::wal::read_wal_each(path, |r| {
-                records.push(r);
+            let mut blocks = Vec::new();
+            let read = crate::wal::read_wal_each(path, |block| {
+                blocks.push(block);
                 Ok(())
-            })?;
-            return Ok((apply_all(&mut std::iter::once(records))?, meta));
+            });
+            return first_error(apply_all(&mut blocks.into_iter()), read);
         }
+        // Long WALs: blocks are replayed on their own thread while the next are decoded.
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(4);
         std::thread::scope(|sc| {
             let applier = sc.spawn(move || apply_all(&mut rx.into_iter()));
-            let mut batch = Vec::with_capacity(BATCH);
-            let read = crate::wal::read_wal_each(path, |r| {
-                batch.push(r);
-                if batch.len() == BATCH {
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-                    // The applier stopped on a replay error: stop reading; its error wins.
-                    tx.send(full).map_err(|_| {
-                        Error::new(
-                            Code::CorruptWal,
-                            "the replay of this WAL stopped",
-                            "the WAL was edited outside revl; restore it from a backup",
-                        )
-                    })?;
-                }
-                Ok(())
+            let read = crate::wal::read_wal_each(path, |block| {
+                // The applier stopped on a replay error: stop reading; its error wins.
+                tx.send(block).map_err(|_| {
+                    Error::new(
+                        Code::CorruptWal,
+                        "the replay of this WAL stopped",
+                        "the WAL was edited outside revl; restore it from a backup",
+                    )
+                })
             });
-            if read.is_ok() && !batch.is_empty() {
-                let _ = tx.send(batch);
-            }
             drop(tx);
             let applied = applier.join().unwrap_or_else(|_| {
                 Err(Error::new(
@@ -181,13 +180,7 @@ impl State {
                     "report this as a bug",
                 ))
             });
-            // A replay error is always at a record before any line the reader refused (the
-            // reader only sends records it accepted), so it is the first error in the file.
-            match (applied, read) {
-                (Err(e), _) => Err(e),
-                (Ok(_), Err(e)) => Err(e),
-                (Ok(s), Ok(meta)) => Ok((s, meta)),
-            }
+            first_error(applied, read)
         })
     }
 

@@ -8,7 +8,7 @@
 //! parsed on first use (then cached).
 
 use serde_json::Value;
-use std::cell::OnceCell;
+use std::sync::OnceLock;
 
 /// The members, in the order they sit in the text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ pub struct StepText {
     /// Which members are present (label, site and detail always are).
     present: u8,
     /// The parsed JSON members, built on first use.
-    trees: [OnceCell<Box<Value>>; 4],
+    trees: [OnceLock<Box<Value>>; 4],
 }
 
 impl StepText {

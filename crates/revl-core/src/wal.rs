@@ -492,8 +492,8 @@ pub fn read_bytes(path: &Path) -> Result<Vec<u8>> {
 /// Parse WAL bytes (see [`read_wal`]).
 pub fn parse_wal(path: &Path, bytes: &[u8]) -> Result<WalRead> {
     let mut records = Vec::new();
-    let meta = parse_wal_each(path, bytes, |r| {
-        records.push(r);
+    let meta = parse_wal_each(path, bytes, |mut block| {
+        records.append(&mut block);
         Ok(())
     })?;
     Ok(WalRead {
@@ -520,30 +520,31 @@ pub struct WalMeta {
 /// order, so a long WAL is never held as one vector of records.
 const BLOCK_LINES: usize = 1 << 17;
 
-/// Check WAL bytes and hand each intact record to `sink`, in order (the same checks as
-/// [`read_wal`]). An error from `sink` stops the read and is returned as is. On any error,
-/// records already handed over must be discarded by the caller.
+/// Check WAL bytes and hand the intact records to `sink` in order, in blocks (the same
+/// checks as [`read_wal`]). An error from `sink` stops the read and is returned as is. On a
+/// read error, the records accepted before the bad line are handed over first; on any
+/// error, records already handed over must be discarded by the caller.
 pub fn parse_wal_each(
     path: &Path,
     bytes: &[u8],
-    mut sink: impl FnMut(Record) -> Result<()>,
+    mut sink: impl FnMut(Vec<Record>) -> Result<()>,
 ) -> Result<WalMeta> {
     let mut p = LineChecker::new(path);
     p.feed(bytes, 0, &mut sink)?;
     p.finish()
 }
 
-/// Read a WAL file in pieces of about [`READ_CHUNK`] bytes, handing each intact record to
-/// `sink` as in [`parse_wal_each`]: the file is never held whole, so reading a long WAL
-/// touches little more memory than what the caller keeps.
-pub fn read_wal_each(path: &Path, sink: impl FnMut(Record) -> Result<()>) -> Result<WalMeta> {
+/// Read a WAL file in pieces of about [`READ_CHUNK`] bytes, handing the intact records to
+/// `sink` in blocks as in [`parse_wal_each`]: the file is never held whole, so reading a
+/// long WAL touches little more memory than what the caller keeps.
+pub fn read_wal_each(path: &Path, sink: impl FnMut(Vec<Record>) -> Result<()>) -> Result<WalMeta> {
     read_pieces(path, READ_CHUNK, sink)
 }
 
 fn read_pieces(
     path: &Path,
     chunk: usize,
-    mut sink: impl FnMut(Record) -> Result<()>,
+    mut sink: impl FnMut(Vec<Record>) -> Result<()>,
 ) -> Result<WalMeta> {
     let cannot = |e| Error::io(format!("cannot read WAL {}", path.display()), e);
     let mut f = File::open(path).map_err(cannot)?;
@@ -551,38 +552,40 @@ fn read_pieces(
     let len = f.metadata().map_or(chunk as u64, |m| m.len());
     let chunk = chunk.min(usize::try_from(len).unwrap_or(usize::MAX).saturating_add(1));
     let mut p = LineChecker::new(path);
+    // `buf[..filled]` holds bytes read and not yet handed over; the rest is room. The
+    // buffer is zeroed once when it grows, not before every read.
     let mut buf: Vec<u8> = Vec::new();
+    let mut filled = 0usize;
     let mut base = 0u64;
     let mut eof = false;
     while !eof {
-        // Fill the buffer: at least READ_CHUNK of room, more when one line is longer.
-        // (Never zero room: a read into no room would look like the end of the file.)
-        if buf.capacity() - buf.len() < chunk.div_ceil(2).max(1) {
-            buf.reserve(chunk.max(buf.len()).max(1));
+        // At least READ_CHUNK/2 of room, more when one line is longer. (Never zero room: a
+        // read into no room would look like the end of the file.)
+        if buf.len() - filled < chunk.div_ceil(2).max(1) {
+            buf.resize(filled + chunk.max(filled).max(1), 0);
         }
-        let start = buf.len();
-        buf.resize(buf.capacity(), 0);
         let n = loop {
-            match f.read(&mut buf[start..]) {
+            match f.read(&mut buf[filled..]) {
                 Ok(n) => break n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(cannot(e)),
             }
         };
-        buf.truncate(start + n);
+        filled += n;
         eof = n == 0;
         // Hand over the complete lines (all of it at the end of the file).
         let upto = if eof {
-            buf.len()
+            filled
         } else {
-            match memchr::memrchr(b'\n', &buf) {
+            match memchr::memrchr(b'\n', &buf[..filled]) {
                 Some(i) => i + 1,
                 None => continue,
             }
         };
         p.feed(&buf[..upto], base, &mut sink)?;
         base += upto as u64;
-        buf.drain(..upto);
+        buf.copy_within(upto..filled, 0);
+        filled -= upto;
     }
     p.finish()
 }
@@ -632,14 +635,32 @@ impl<'p> LineChecker<'p> {
         &mut self,
         bytes: &[u8],
         base: u64,
-        sink: &mut impl FnMut(Record) -> Result<()>,
+        sink: &mut impl FnMut(Vec<Record>) -> Result<()>,
     ) -> Result<()> {
-        let decode = |span: &(usize, usize, bool)| -> std::result::Result<Record, LineError> {
-            if span.2 {
-                decode_line(&bytes[span.0..span.1])
-            } else {
-                Err(LineError::Shape("last line has no newline"))
+        /// A run of lines decoded: the good records in order, and the bad lines (by their
+        /// index in the run). Records are moved as whole vectors from here on.
+        #[derive(Default)]
+        struct Decoded {
+            records: Vec<Record>,
+            bad: Vec<(usize, LineError)>,
+        }
+        let decode = |spans: &[(usize, usize, bool)]| -> Decoded {
+            let mut d = Decoded {
+                records: Vec::with_capacity(spans.len()),
+                bad: Vec::new(),
+            };
+            for (i, span) in spans.iter().enumerate() {
+                let r = if span.2 {
+                    decode_line(&bytes[span.0..span.1])
+                } else {
+                    Err(LineError::Shape("last line has no newline"))
+                };
+                match r {
+                    Ok(rec) => d.records.push(rec),
+                    Err(e) => d.bad.push((i, e)),
+                }
             }
+            d
         };
         let mut pos = 0usize;
         while pos < bytes.len() {
@@ -659,16 +680,15 @@ impl<'p> LineChecker<'p> {
                 }
             }
             // ... decode it on every core (CRC + JSON is the cost) ...
-            type Decoded = Vec<std::result::Result<Record, LineError>>;
             let threads = if spans.len() < 2_048 { 1 } else { self.cores };
-            let chunks: Vec<Decoded> = if threads == 1 {
-                vec![spans.iter().map(decode).collect()]
+            let per = spans.len().div_ceil(threads).max(1);
+            let runs: Vec<Decoded> = if threads == 1 {
+                vec![decode(&spans)]
             } else {
-                let chunk = spans.len().div_ceil(threads);
                 std::thread::scope(|sc| {
                     let handles: Vec<_> = spans
-                        .chunks(chunk)
-                        .map(|c| sc.spawn(move || c.iter().map(decode).collect::<Decoded>()))
+                        .chunks(per)
+                        .map(|c| sc.spawn(move || decode(c)))
                         .collect();
                     handles
                         .into_iter()
@@ -676,25 +696,37 @@ impl<'p> LineChecker<'p> {
                         .collect()
                 })
             };
-            if chunks.iter().map(Vec::len).sum::<usize>() != spans.len() {
+            let decoded: usize = runs.iter().map(|d| d.records.len() + d.bad.len()).sum();
+            if decoded != spans.len() {
                 return Err(self.corrupt(self.line_no + 1, "a decoder thread failed".into()));
             }
-            // ... and walk the results in order.
-            for (result, span) in chunks.into_iter().flatten().zip(&spans) {
-                self.line_no += 1;
-                match result {
-                    Ok(rec) => {
-                        self.accept(&rec)?;
-                        self.meta.good_len = base + (span.1 + usize::from(span.2)) as u64;
-                        sink(rec)?;
-                    }
-                    Err(e) => {
+            // ... and walk the results in order, handing over each run whole.
+            for (run, lines) in runs.into_iter().zip(spans.chunks(per)) {
+                let Decoded { mut records, bad } = run;
+                let mut bad = bad.into_iter().peekable();
+                let mut good = 0usize;
+                for (i, span) in lines.iter().enumerate() {
+                    self.line_no += 1;
+                    if let Some((_, e)) = bad.next_if(|(b, _)| *b == i) {
                         if let Some((n, why)) = self.bad.take() {
                             // Two bad lines: the first is not a torn tail.
+                            records.truncate(good);
+                            sink(records)?;
                             return Err(self.corrupt(n, why));
                         }
                         self.bad = Some((self.line_no, e.to_string()));
+                        continue;
                     }
+                    if let Err(e) = self.accept(&records[good]) {
+                        records.truncate(good);
+                        sink(records)?;
+                        return Err(e);
+                    }
+                    good += 1;
+                    self.meta.good_len = base + (span.1 + usize::from(span.2)) as u64;
+                }
+                if !records.is_empty() {
+                    sink(records)?;
                 }
             }
             self.spans = spans;
@@ -1035,8 +1067,8 @@ mod tests {
             let whole = parse_wal(&path, case);
             for chunk in [1usize, 7, 64, 1 << 20] {
                 let mut recs = Vec::new();
-                let pieces = read_pieces(&path, chunk, |r| {
-                    recs.push(r);
+                let pieces = read_pieces(&path, chunk, |mut block| {
+                    recs.append(&mut block);
                     Ok(())
                 });
                 match (&whole, pieces) {
