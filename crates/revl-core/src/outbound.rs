@@ -346,7 +346,6 @@ impl Session {
         let (tool_name, args, witness) = match s.kind {
             StepKind::Effect => (
                 s.undo()
-                    .as_ref()
                     .and_then(|u| u.get("tool"))
                     .and_then(Value::as_str)
                     .unwrap_or("")

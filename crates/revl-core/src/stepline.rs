@@ -148,50 +148,39 @@ impl<'a> Cursor<'a> {
 
     fn skip(&mut self, depth: u32) -> Option<()> {
         match self.peek()? {
-            b'{' => {
-                self.i += 1;
-                if self.lit(b"}").is_some() {
-                    return Some(());
-                }
-                let depth = depth.checked_sub(1)?;
-                loop {
-                    self.skip_str()?;
-                    self.lit(b":")?;
-                    self.skip(depth)?;
-                    match self.peek()? {
-                        b',' => self.i += 1,
-                        b'}' => {
-                            self.i += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                if self.lit(b"]").is_some() {
-                    return Some(());
-                }
-                let depth = depth.checked_sub(1)?;
-                loop {
-                    self.skip(depth)?;
-                    match self.peek()? {
-                        b',' => self.i += 1,
-                        b']' => {
-                            self.i += 1;
-                            return Some(());
-                        }
-                        _ => return None,
-                    }
-                }
-            }
+            b'{' => self.items(b'}', depth, true),
+            b'[' => self.items(b']', depth, false),
             b'"' => self.skip_str(),
             b't' => self.lit(b"true"),
             b'f' => self.lit(b"false"),
             b'n' => self.lit(b"null"),
             b'-' | b'0'..=b'9' => self.number(),
             _ => None,
+        }
+    }
+
+    /// The members of an object (`keyed`) or the elements of an array, from its opening
+    /// bracket through `close`.
+    fn items(&mut self, close: u8, depth: u32, keyed: bool) -> Option<()> {
+        self.i += 1;
+        if self.lit(&[close]).is_some() {
+            return Some(());
+        }
+        let depth = depth.checked_sub(1)?;
+        loop {
+            if keyed {
+                self.skip_str()?;
+                self.lit(b":")?;
+            }
+            self.skip(depth)?;
+            match self.peek()? {
+                b',' => self.i += 1,
+                c if c == close => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
         }
     }
 
