@@ -2,15 +2,15 @@
 //!
 //! Step records are nearly every line of a long WAL, and serde's derived decoder spends
 //! most of its time matching member names, skipping members it does not keep and dispatching
-//! per member. revl always writes a step's members compact and in one order (the order of
-//! [`StepRecord`]'s fields), so this decoder walks that shape directly and checks the nested
+//! per member. revl always writes a step's members compact and in one order (see
+//! `StepRecord`'s `Serialize`), so this decoder walks that shape directly and checks the nested
 //! values (`detail`, `scope`, `undo`, `undoScope`) with a small strict validator.
 //!
 //! It accepts a strict subset of what serde accepts and never decides anything serde would
 //! decide differently: a line in any other shape (members reordered, repeated or unknown,
 //! whitespace, an escape in `kind`/`label`/`site`/`ts`, a `\u` escape anywhere, a `null`
 //! optional member, deep nesting, long numbers) yields `None` and is decoded by serde
-//! instead. A property test holds the two decoders to the same answers.
+//! instead. Two property tests hold the two decoders to the same answers.
 
 use crate::step::StepKind;
 use crate::steptext::{Part, Parts, StepText};
