@@ -15,7 +15,6 @@ pub mod failpoint;
 pub mod fork;
 pub mod lineage;
 pub mod outbound;
-pub mod pretty;
 pub mod proc;
 pub mod recover;
 pub mod session;

@@ -36,32 +36,6 @@ pub struct PartitionDoc<'a> {
     pub reader_note: &'static str,
 }
 
-impl PartitionDoc<'_> {
-    /// Write the document as `serde_json::to_writer_pretty` would, byte for byte, with the
-    /// long entry arrays rendered on every core (the members in the struct's order).
-    pub fn write_pretty<W: std::io::Write>(&self, out: W) -> std::io::Result<W> {
-        let mut o = crate::pretty::PrettyObject::new(out)?;
-        o.member("kind", &self.kind)?;
-        o.member("schemaVersion", &self.schema_version)?;
-        o.member("wal", &self.wal)?;
-        o.member("session", &self.session)?;
-        o.member("at", &self.at)?;
-        o.member("atLabel", &self.at_label)?;
-        o.member("performed", &self.performed)?;
-        o.array("wouldRewind", &self.would_rewind)?;
-        o.array("wouldWithdraw", &self.would_withdraw)?;
-        o.array("emissionsCrossed", &self.emissions_crossed)?;
-        o.array("emissionsCompensated", &self.emissions_compensated)?;
-        o.array("wouldCrossOnRewind", &self.would_cross_on_rewind)?;
-        o.array("unrestored", &self.unrestored)?;
-        o.array("findings", &self.findings)?;
-        o.member("forkable", &self.forkable)?;
-        o.member("residue", &self.residue)?;
-        o.member("readerNote", &self.reader_note)?;
-        o.end()
-    }
-}
-
 /// Does an offline document report something that is not clean (exit 1, SPEC 7.2, 7.3)?
 /// A lineage or partition with residue that is not clean, a topology with orphans or
 /// dangling edges, two WALs that cannot be compared.

@@ -170,26 +170,3 @@ fn step_lines_in_another_member_order_read_the_same() {
         sb.steps.iter().map(|s| s.to_json()).collect::<Vec<_>>()
     );
 }
-
-/// The partition document written with its long arrays rendered on every core is, byte for
-/// byte, what serde_json's pretty printer writes, for a long tail (threads, several rounds)
-/// and short ones (inline; empty arrays).
-#[test]
-fn the_parallel_pretty_printer_writes_what_serde_json_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("wal.jsonl");
-    let (bytes, _) = wal(N);
-    std::fs::write(&path, &bytes).unwrap();
-    let w = revl_core::lineage::open(&path).unwrap();
-    for k in [-1, 20_000, N as i64 - 3, N as i64 - 1] {
-        let doc = w.partition_doc(k).unwrap();
-        let mine = doc.write_pretty(Vec::new()).unwrap();
-        let serde = serde_json::to_vec_pretty(&doc).unwrap();
-        assert!(serde.len() > 300, "k {k}");
-        if k == -1 {
-            // More than one round of 8,192 entries, the last one short (rendered inline).
-            assert!(doc.would_withdraw.len() > 1 << 13, "more than one round");
-        }
-        assert!(mine == serde, "k {k}: the two renderings differ");
-    }
-}

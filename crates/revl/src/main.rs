@@ -629,9 +629,9 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
                 use std::io::Write as _;
                 let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
                 // A closed stdout (`| head`) is not an error of the reader.
-                let _ = doc
-                    .write_pretty(&mut out)
-                    .and_then(|o| o.write_all(b"\n"))
+                let _ = serde_json::to_writer_pretty(&mut out, &doc)
+                    .map_err(std::io::Error::from)
+                    .and_then(|_| out.write_all(b"\n"))
                     .and_then(|_| out.flush());
                 drop(doc);
                 // The process exits next: freeing a million-step timeline one allocation at a
