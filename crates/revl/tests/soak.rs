@@ -2040,8 +2040,14 @@ fn soak_kill_and_repair_keeps_every_promise() {
     );
     println!("soak: kills by verb: {:?}", st.kills_by_verb);
     assert!(st.kills >= kills);
-    assert!(
-        st.forks + st.commits + st.aborts > 0,
-        "the op mix never ended a session"
-    );
+    // The op mix ends a session (fork, commit, abort) about one op in ten: a run of 200 ops
+    // or more that ended none means the mix is broken (by chance: under 1e-9). A short run
+    // (SOAK_KILLS=20 is about 45 ops) may end none, and is no failure.
+    if st.ops >= 200 {
+        assert!(
+            st.forks + st.commits + st.aborts > 0,
+            "the op mix never ended a session in {} ops",
+            st.ops
+        );
+    }
 }
