@@ -390,10 +390,7 @@ impl Session {
             return Ok(());
         };
         let parent = &origin.parent;
-        let Ok(read) = read_wal(&self.store.wal_path(parent)) else {
-            return Ok(());
-        };
-        let Ok(st) = crate::state::State::replay_owned(read.records) else {
+        let Ok((st, _)) = crate::state::State::read(&self.store.wal_path(parent)) else {
             return Ok(());
         };
         if st.fork_begun.is_some() && !st.fork_complete && st.life() == Life::Live

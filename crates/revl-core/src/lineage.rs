@@ -225,7 +225,7 @@ impl OfflineWal {
             |idx: &[u64]| -> Vec<&Step> { idx.iter().map(|&i| &steps[i as usize]).collect() };
         let (res, _) = crate::fork::residue(&p, &[]);
         // The emissions (their details are parsed) are built on a second core meanwhile.
-        let ((emissions_crossed, emissions_compensated), rest) = std::thread::scope(|sc| {
+        let (emissions, rest) = std::thread::scope(|sc| {
             let emissions = sc.spawn(|| {
                 let of = |idx: &[u64]| pick(idx).into_iter().map(Emission::of).collect::<Vec<_>>();
                 (of(&p.emissions_crossed), of(&p.emissions_compensated))
@@ -245,8 +245,16 @@ impl OfflineWal {
                     .map(Unrestored::of)
                     .collect(),
             );
-            (emissions.join().unwrap_or_default(), rest)
+            (emissions.join().ok(), rest)
         });
+        // A failed thread must not pass for "no emissions".
+        let (emissions_crossed, emissions_compensated) = emissions.ok_or_else(|| {
+            Error::new(
+                crate::error::Code::Io,
+                "internal: building the emission entries failed",
+                "report this as a bug, with the WAL",
+            )
+        })?;
         let (would_rewind, would_withdraw, would_cross_on_rewind, unrestored) = rest;
         Ok(PartitionDoc {
             kind: "revl.branch-partition",

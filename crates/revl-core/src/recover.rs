@@ -46,8 +46,7 @@ pub fn locate_wal(wal: &Path, store: Option<&Store>) -> Result<(PathBuf, String)
 
 impl Store {
     pub fn recover(&self, id: &str, force: bool) -> Result<Value> {
-        let read = read_wal(&self.wal_path(id))?;
-        let pre = State::replay_owned(read.records)?;
+        let (pre, _) = State::read(&self.wal_path(id))?;
         // The fork repair rolls a fork forward when the branch WAL exists.
         let fork_rolls_forward = pre.fork_frozen.is_none()
             && pre.fork_begun.as_ref().is_some_and(|f| {

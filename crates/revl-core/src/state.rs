@@ -126,9 +126,11 @@ impl State {
     }
 
     /// Read a WAL file and replay it as it is decoded (a long WAL is never held as a
-    /// vector of records). The same checks and errors as [`crate::wal::read_wal`] followed
-    /// by [`State::replay_owned`]. A long WAL is replayed on a thread of its own, block by
-    /// block, while the next lines are decoded.
+    /// vector of records). The checks of [`crate::wal::read_wal`] and the replay of
+    /// [`State::replay_owned`]; when a file has both a record that cannot be replayed and a
+    /// line that cannot be read, the error reported is the one that comes first in the file.
+    /// A long WAL is replayed on a thread of its own, block by block, while the next lines
+    /// are decoded.
     pub fn read(path: &std::path::Path) -> Result<(State, crate::wal::WalMeta)> {
         let len = std::fs::metadata(path).map_or(0, |m| m.len());
         let apply_all = |blocks: &mut dyn Iterator<Item = Vec<Record>>| -> Result<State> {
@@ -441,7 +443,8 @@ impl State {
         let mut sr = sr;
         // Only a restore descriptor can name preimage bytes its intent holds.
         if let Some(raw) = sr.text.undo_raw().filter(|u| u.contains("\"entries\"")) {
-            let mut u: Value = serde_json::from_str(raw).map_err(|e| e.to_string())?;
+            let mut u: Value = serde_json::from_str(raw)
+                .map_err(|e| format!("step {index}: its restore descriptor does not parse: {e}"))?;
             let intent = self.intent.as_mut().filter(|i| i.step == index);
             crate::workspace::hydrate_undo(&mut u, intent.and_then(|i| i.undo.as_mut()))
                 .map_err(|why| format!("step {index}: {why}"))?;

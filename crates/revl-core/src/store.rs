@@ -5,7 +5,6 @@ use crate::blobs::BlobStore;
 use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
 use crate::state::{Life, State};
-use crate::wal::read_wal;
 use std::fs::{self, File};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -141,8 +140,7 @@ impl Store {
 
     /// Read-only summary of one session (no lock, no repair).
     pub fn info(&self, id: &str) -> Result<SessionInfo> {
-        let read = read_wal(&self.wal_path(id))?;
-        let st = State::replay_owned(read.records)?;
+        let (st, _) = State::read(&self.wal_path(id))?;
         Ok(SessionInfo {
             id: id.to_string(),
             state: st.life(),

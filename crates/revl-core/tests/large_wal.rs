@@ -170,3 +170,36 @@ fn step_lines_in_another_member_order_read_the_same() {
         sb.steps.iter().map(|s| s.to_json()).collect::<Vec<_>>()
     );
 }
+
+/// A record that cannot be replayed before a line that cannot be read: the first error in
+/// the file is the one reported, for a short WAL as for a long one.
+#[test]
+fn the_first_error_in_the_file_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    for n in [10u64, N] {
+        let path = dir.path().join(format!("wal-{n}.jsonl"));
+        let (mut bytes, starts) = wal(n);
+        // Record 5 (step 3) skips an index; the line after it is corrupt; the rest is good.
+        let mut bad = step(4);
+        if let Record::Step(s) = &mut bad {
+            s.seq = 4;
+        }
+        let tail = bytes.split_off(starts[4]);
+        bytes.extend(encode_line(&bad));
+        let mut corrupt = tail[starts[5] - starts[4]..starts[6] - starts[4]].to_vec();
+        corrupt[20] ^= 0x01;
+        bytes.extend(corrupt);
+        bytes.extend_from_slice(&tail[starts[6] - starts[4]..]);
+        std::fs::write(&path, &bytes).unwrap();
+        let e = State::read(&path).map(|_| ()).unwrap_err();
+        assert_eq!(e.code, Code::CorruptWal);
+        assert!(
+            e.message.contains("WAL record 5 (step)"),
+            "{n}: {}",
+            e.message
+        );
+        // Reading alone (no replay) reports the corrupt line.
+        let r = read_wal(&path).unwrap_err();
+        assert!(r.message.contains("at line 6"), "{n}: {}", r.message);
+    }
+}
