@@ -363,7 +363,7 @@ pub fn would_cross_why(s: &Step) -> String {
             crate::util::jcs(s.scope().unwrap_or(&Value::Null))
         );
     }
-    match &s.undo_scope() {
+    match s.undo_scope() {
         None => {
             "its undo tool declares no scope: an absent scope is never assumed host-confined".into()
         }
@@ -375,6 +375,6 @@ pub fn would_cross_why(s: &Step) -> String {
 }
 
 /// Render a list of indices with an entry shape.
-pub fn entries(steps: &[Step], idx: &[u64], f: fn(&Step) -> Value) -> Vec<Value> {
+pub fn entries<'a, T>(steps: &'a [Step], idx: &[u64], f: impl Fn(&'a Step) -> T) -> Vec<T> {
     idx.iter().map(|&i| f(&steps[i as usize])).collect()
 }

@@ -3,7 +3,9 @@
 //! uses the same replay (`State`) and the same classifier as the live fork, so the two
 //! agree by construction.
 
-use crate::classify::{self, partition, Emission, Partition, Rewound, Unrestored, WouldCross};
+use crate::classify::{
+    self, entries, partition, Emission, Partition, Rewound, Unrestored, WouldCross,
+};
 use crate::error::{Error, Result};
 use crate::state::{Life, State};
 use crate::step::{Step, StepKind};
@@ -221,29 +223,20 @@ impl OfflineWal {
             findings.push(json!({"finding": "torn-tail", "why": "the last line of the WAL is torn (a crash mid-append); readers skip it and the next writer truncates it"}));
         }
         let steps = &st.steps;
-        let pick =
-            |idx: &[u64]| -> Vec<&Step> { idx.iter().map(|&i| &steps[i as usize]).collect() };
         let (res, _) = crate::fork::residue(&p, &[]);
         // The emissions (their details are parsed) are built on a second core meanwhile.
         let (emissions, rest) = std::thread::scope(|sc| {
             let emissions = sc.spawn(|| {
-                let of = |idx: &[u64]| pick(idx).into_iter().map(Emission::of).collect::<Vec<_>>();
-                (of(&p.emissions_crossed), of(&p.emissions_compensated))
+                (
+                    entries(steps, &p.emissions_crossed, Emission::of),
+                    entries(steps, &p.emissions_compensated, Emission::of),
+                )
             });
             let rest = (
-                pick(&p.inverses_ran).into_iter().map(Rewound::of).collect(),
-                pick(&p.provisions_withdrawn)
-                    .into_iter()
-                    .map(Rewound::of)
-                    .collect(),
-                pick(&p.would_cross_on_rewind)
-                    .into_iter()
-                    .map(WouldCross::with_why)
-                    .collect(),
-                pick(&p.unrestored)
-                    .into_iter()
-                    .map(Unrestored::of)
-                    .collect(),
+                entries(steps, &p.inverses_ran, Rewound::of),
+                entries(steps, &p.provisions_withdrawn, Rewound::of),
+                entries(steps, &p.would_cross_on_rewind, WouldCross::with_why),
+                entries(steps, &p.unrestored, Unrestored::of),
             );
             (emissions.join().ok(), rest)
         });

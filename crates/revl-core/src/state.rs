@@ -133,16 +133,9 @@ impl State {
     /// are decoded.
     pub fn read(path: &std::path::Path) -> Result<(State, crate::wal::WalMeta)> {
         let len = std::fs::metadata(path).map_or(0, |m| m.len());
-        let apply_all = |blocks: &mut dyn Iterator<Item = Vec<Record>>| -> Result<State> {
-            let mut s = State::default();
-            // A step line is at least ~150 bytes: reserve once instead of growing by doubling.
-            s.steps.reserve((len / 160) as usize);
-            for (i, r) in blocks.flatten().enumerate() {
-                let name = r.name();
-                s.apply_owned(r)
-                    .map_err(|why| replay_error(i + 1, name, why))?;
-            }
-            Ok(s)
+        // A step line is at least ~150 bytes: reserve once instead of growing by doubling.
+        let apply_all = |blocks: &mut dyn Iterator<Item = Vec<Record>>| {
+            Self::replay_from(blocks.flatten(), (len / 160) as usize)
         };
         // A replay error is always at a record before any line the reader refused (the
         // reader hands over the records it accepted before stopping), so it is the first
@@ -188,9 +181,15 @@ impl State {
 
     /// Replay, consuming the records (steps are moved, not cloned).
     pub fn replay_owned(records: Vec<Record>) -> Result<State> {
+        let n = records.len();
+        Self::replay_from(records.into_iter(), n)
+    }
+
+    /// Replay records in order, with room for `steps` steps reserved up front.
+    fn replay_from(records: impl Iterator<Item = Record>, steps: usize) -> Result<State> {
         let mut s = State::default();
-        s.steps.reserve(records.len());
-        for (i, r) in records.into_iter().enumerate() {
+        s.steps.reserve(steps);
+        for (i, r) in records.enumerate() {
             let name = r.name();
             s.apply_owned(r)
                 .map_err(|why| replay_error(i + 1, name, why))?;
@@ -431,7 +430,7 @@ impl State {
         Ok(())
     }
 
-    fn push_step(&mut self, sr: StepRecord) -> std::result::Result<(), String> {
+    fn push_step(&mut self, mut sr: StepRecord) -> std::result::Result<(), String> {
         if sr.step != self.next_index() {
             return Err(format!(
                 "step {} out of order (expected {})",
@@ -440,7 +439,6 @@ impl State {
             ));
         }
         let index = sr.step;
-        let mut sr = sr;
         // Only a restore descriptor can name preimage bytes its intent holds.
         if let Some(raw) = sr.text.undo_raw().filter(|u| u.contains("\"entries\"")) {
             let mut u: Value = serde_json::from_str(raw)

@@ -23,6 +23,23 @@ pub(crate) enum Part {
 }
 
 const PARTS: usize = 7;
+/// The members' names in a WAL record, in [`Part`] order.
+const NAMES: [&str; PARTS] = [
+    "label",
+    "site",
+    "ts",
+    "detail",
+    "scope",
+    "undoScope",
+    "undo",
+];
+
+impl Part {
+    /// The member's name in a WAL record.
+    pub(crate) fn name(self) -> &'static str {
+        NAMES[self as usize]
+    }
+}
 /// The JSON members and where their parsed trees are cached.
 const JSON: [Part; 4] = [Part::Detail, Part::Scope, Part::UndoScope, Part::Undo];
 
@@ -180,17 +197,8 @@ impl PartialEq for StepText {
 
 impl std::fmt::Debug for StepText {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names = [
-            "label",
-            "site",
-            "ts",
-            "detail",
-            "scope",
-            "undoScope",
-            "undo",
-        ];
         let mut m = f.debug_map();
-        for (i, name) in names.iter().enumerate() {
+        for (i, name) in NAMES.iter().enumerate() {
             match self.get_index(i) {
                 // JSON members as recorded; text members quoted.
                 Some(s) if i >= Part::Detail as usize => m.entry(name, &format_args!("{s}")),

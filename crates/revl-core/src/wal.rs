@@ -222,16 +222,20 @@ impl StepRecord {
         self.set(Part::Ts, ts)
     }
 
+    fn set_json(&mut self, p: Part, v: Option<&Value>) -> Result<()> {
+        self.set(p, v.map(Value::to_string).as_deref())
+    }
+
     pub fn set_scope(&mut self, v: Option<&Value>) -> Result<()> {
-        self.set(Part::Scope, v.map(Value::to_string).as_deref())
+        self.set_json(Part::Scope, v)
     }
 
     pub fn set_undo_scope(&mut self, v: Option<&Value>) -> Result<()> {
-        self.set(Part::UndoScope, v.map(Value::to_string).as_deref())
+        self.set_json(Part::UndoScope, v)
     }
 
     pub fn set_undo(&mut self, v: Option<&Value>) -> Result<()> {
-        self.set(Part::Undo, v.map(Value::to_string).as_deref())
+        self.set_json(Part::Undo, v)
     }
 }
 
@@ -259,13 +263,9 @@ impl Serialize for StepRecord {
         m.serialize_field("label", t.label())?;
         m.serialize_field("site", t.site())?;
         m.serialize_field("detail", &RawMember(t.detail_raw()))?;
-        for (name, p) in [
-            ("scope", Part::Scope),
-            ("undoScope", Part::UndoScope),
-            ("undo", Part::Undo),
-        ] {
+        for p in [Part::Scope, Part::UndoScope, Part::Undo] {
             if let Some(raw) = t.get(p) {
-                m.serialize_field(name, &RawMember(raw))?;
+                m.serialize_field(p.name(), &RawMember(raw))?;
             }
         }
         if let Some(i) = self.undo_idempotent {
@@ -468,6 +468,16 @@ pub struct WalRead {
 }
 
 impl WalRead {
+    fn new(path: &Path, records: Vec<Record>, meta: WalMeta) -> Self {
+        WalRead {
+            path: path.to_path_buf(),
+            records,
+            torn: meta.torn,
+            good_len: meta.good_len,
+            last_seq: meta.last_seq,
+        }
+    }
+
     pub fn header(&self) -> Option<&Record> {
         self.records.first()
     }
@@ -477,16 +487,12 @@ impl WalRead {
 /// by any good line is corruption (`corrupt-wal`, naming the path and line); an unknown
 /// `walVersion` is refused.
 pub fn read_wal(path: &Path) -> Result<WalRead> {
-    parse_wal(path, &read_bytes(path)?)
-}
-
-/// A WAL file's bytes.
-pub fn read_bytes(path: &Path) -> Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| Error::io(format!("cannot read WAL {}", path.display()), e))?;
-    Ok(bytes)
+    let mut records = Vec::new();
+    let meta = read_wal_each(path, |mut block| {
+        records.append(&mut block);
+        Ok(())
+    })?;
+    Ok(WalRead::new(path, records, meta))
 }
 
 /// Parse WAL bytes (see [`read_wal`]).
@@ -496,13 +502,7 @@ pub fn parse_wal(path: &Path, bytes: &[u8]) -> Result<WalRead> {
         records.append(&mut block);
         Ok(())
     })?;
-    Ok(WalRead {
-        path: path.to_path_buf(),
-        records,
-        torn: meta.torn,
-        good_len: meta.good_len,
-        last_seq: meta.last_seq,
-    })
+    Ok(WalRead::new(path, records, meta))
 }
 
 /// What reading a WAL found, besides its records.

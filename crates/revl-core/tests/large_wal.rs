@@ -88,46 +88,51 @@ fn a_long_wal_streams_into_the_same_state() {
     );
 }
 
+/// `bytes` (from [`wal`]) with record `line` (1-based) replaced by the next step, which
+/// skips an index: a record that reads but cannot be replayed.
+fn skip_an_index(bytes: &[u8], starts: &[usize], line: usize) -> Vec<u8> {
+    // Record `line` is step `line - 2`, with seq `line - 1`.
+    let mut bad = step(line as u64 - 1);
+    if let Record::Step(s) = &mut bad {
+        s.seq = line as u64 - 1;
+    }
+    let mut out = bytes[..starts[line - 1]].to_vec();
+    out.extend(encode_line(&bad));
+    out.extend_from_slice(&bytes[starts[line]..]);
+    out
+}
+
+/// Flip a bit inside line `line` (1-based): its CRC no longer matches.
+fn corrupt_line(bytes: &mut [u8], starts: &[usize], line: usize) {
+    bytes[starts[line - 1] + 20] ^= 0x01;
+}
+
+/// Write `bytes` and read them into a state: the `corrupt-wal` error's message.
+fn corrupt_wal_message(path: &std::path::Path, bytes: &[u8]) -> String {
+    std::fs::write(path, bytes).unwrap();
+    let e = State::read(path).map(|_| ()).unwrap_err();
+    assert_eq!(e.code, Code::CorruptWal);
+    e.message
+}
+
 #[test]
 fn a_replay_error_deep_in_a_long_wal_names_its_record() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("wal.jsonl");
-    let (mut bytes, starts) = wal(N);
-    // Record 20,002 (step 20,000) is replaced by a step that skips an index.
+    let (bytes, starts) = wal(N);
     let line = 20_002;
-    let mut bad = step(20_001);
-    if let Record::Step(s) = &mut bad {
-        s.seq = 20_001;
-    }
-    let tail = bytes.split_off(starts[line - 1]);
-    let rest = &tail[starts[line] - starts[line - 1]..];
-    bytes.extend(encode_line(&bad));
-    bytes.extend_from_slice(rest);
-    std::fs::write(&path, &bytes).unwrap();
-    let e = State::read(&path).map(|_| ()).unwrap_err();
-    assert_eq!(e.code, Code::CorruptWal);
-    assert!(
-        e.message.contains(&format!("WAL record {line} (step)")),
-        "{}",
-        e.message
-    );
+    let bytes = skip_an_index(&bytes, &starts, line);
+    let e = corrupt_wal_message(&dir.path().join("wal.jsonl"), &bytes);
+    assert!(e.contains(&format!("WAL record {line} (step)")), "{e}");
 }
 
 #[test]
 fn a_corrupt_line_deep_in_a_long_wal_is_refused_with_its_line() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("wal.jsonl");
     let (mut bytes, starts) = wal(N);
     let line = 23_456;
-    bytes[starts[line - 1] + 20] ^= 0x01;
-    std::fs::write(&path, &bytes).unwrap();
-    let e = State::read(&path).map(|_| ()).unwrap_err();
-    assert_eq!(e.code, Code::CorruptWal);
-    assert!(
-        e.message.contains(&format!("at line {line}:")),
-        "{}",
-        e.message
-    );
+    corrupt_line(&mut bytes, &starts, line);
+    let e = corrupt_wal_message(&dir.path().join("wal.jsonl"), &bytes);
+    assert!(e.contains(&format!("at line {line}:")), "{e}");
 }
 
 /// revl reads its own step lines with a decoder for the exact shape it writes; a line in any
@@ -179,25 +184,12 @@ fn the_first_error_in_the_file_is_reported() {
     for n in [10u64, N] {
         let path = dir.path().join(format!("wal-{n}.jsonl"));
         let (mut bytes, starts) = wal(n);
-        // Record 5 (step 3) skips an index; the line after it is corrupt; the rest is good.
-        let mut bad = step(4);
-        if let Record::Step(s) = &mut bad {
-            s.seq = 4;
-        }
-        let tail = bytes.split_off(starts[4]);
-        bytes.extend(encode_line(&bad));
-        let mut corrupt = tail[starts[5] - starts[4]..starts[6] - starts[4]].to_vec();
-        corrupt[20] ^= 0x01;
-        bytes.extend(corrupt);
-        bytes.extend_from_slice(&tail[starts[6] - starts[4]..]);
-        std::fs::write(&path, &bytes).unwrap();
-        let e = State::read(&path).map(|_| ()).unwrap_err();
-        assert_eq!(e.code, Code::CorruptWal);
-        assert!(
-            e.message.contains("WAL record 5 (step)"),
-            "{n}: {}",
-            e.message
-        );
+        // Line 6 is corrupt; record 5 (step 3) skips an index; the rest is good. (Corrupt
+        // first: `starts` are the offsets before the replacement.)
+        corrupt_line(&mut bytes, &starts, 6);
+        let bytes = skip_an_index(&bytes, &starts, 5);
+        let e = corrupt_wal_message(&path, &bytes);
+        assert!(e.contains("WAL record 5 (step)"), "{n}: {e}");
         // Reading alone (no replay) reports the corrupt line.
         let r = read_wal(&path).unwrap_err();
         assert!(r.message.contains("at line 6"), "{n}: {}", r.message);
