@@ -161,6 +161,76 @@ pub fn k_not_live(steps: &[Step], spans: &[(i64, u64)], k: i64) -> Option<String
     None
 }
 
+/// Why a fork at k is refused (SPEC 6.1 checks 1-4, 7.2 findings). One function decides
+/// them for the live fork (which refuses with the first) and the offline partition (which
+/// lists them all): [`fork_refusals`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Frozen, committed or aborted.
+    NotLive(crate::state::Life),
+    /// A `flushed` or `commit-approved` record: a send already committed.
+    CommittedBoundary,
+    /// K is not a live step (the why of [`k_not_live`]).
+    Undone(String),
+    /// The tail holds steps nothing can restore.
+    OpaqueTail(Vec<u64>),
+    /// The rewind would run inverses declared not idempotent.
+    NonIdempotentSpan(Vec<u64>),
+}
+
+/// Every refusal of a fork at `k` (in range) over partition `p` of `state`, in the order
+/// of SPEC 6.1.
+pub fn fork_refusals(state: &crate::state::State, k: i64, p: &Partition) -> Vec<Refusal> {
+    let mut out = Vec::new();
+    let life = state.life();
+    if life != crate::state::Life::Live {
+        out.push(Refusal::NotLive(life));
+    }
+    if state.commit_approved.is_some() || !state.flushed.is_empty() {
+        out.push(Refusal::CommittedBoundary);
+    }
+    if let Some(why) = k_not_live(&state.steps, &state.spans, k) {
+        out.push(Refusal::Undone(why));
+    }
+    if !p.unrestored.is_empty() {
+        out.push(Refusal::OpaqueTail(p.unrestored.clone()));
+    }
+    let non_idem: Vec<u64> = p
+        .inverses_ran
+        .iter()
+        .copied()
+        .filter(|&i| state.steps[i as usize].undo_idempotent == Some(false))
+        .collect();
+    if !non_idem.is_empty() {
+        out.push(Refusal::NonIdempotentSpan(non_idem));
+    }
+    out
+}
+
+impl Refusal {
+    /// The offline finding `{finding, why, steps?}` (SPEC 7.2).
+    pub fn finding(&self) -> Value {
+        match self {
+            Refusal::NotLive(crate::state::Life::Frozen { branch, .. }) => {
+                json!({"finding": "not-live", "why": format!("the session is frozen: it continues as branch {branch}")})
+            }
+            Refusal::NotLive(l) => {
+                json!({"finding": "not-live", "why": format!("the session is {}", l.as_str())})
+            }
+            Refusal::CommittedBoundary => {
+                json!({"finding": "committed-boundary", "why": "a commit was approved or a held send was flushed: a fork cannot rewind past a send that already committed"})
+            }
+            Refusal::Undone(why) => json!({"finding": "undone", "why": why}),
+            Refusal::OpaqueTail(steps) => {
+                json!({"finding": "opaque-tail", "why": "the tail holds steps nothing can restore (KIND_OPAQUE)", "steps": steps})
+            }
+            Refusal::NonIdempotentSpan(steps) => {
+                json!({"finding": "non-idempotent-span", "why": "the rewind would run inverses declared undo_idempotent = false", "steps": steps})
+            }
+        }
+    }
+}
+
 // ---- entry shapes, shared by every report (SPEC 4.3) ----
 //
 // Each shape is one typed, borrowing struct: reports that are built once (fork, step-back)

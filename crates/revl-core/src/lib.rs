@@ -4,6 +4,9 @@
 //! - [`state`]: session state as a pure function of the WAL.
 //! - [`step`] and [`classify`]: the seven step kinds, the scope gate, and THE classifier
 //!   that every rewind, report and offline reader uses.
+//! - [`unwind`]: THE plan of every rewind (fork, step-back, abort, recover, repair): what
+//!   runs, what is owed, what has an unknown outcome.
+//! - [`report`]: the typed results of the verbs that rewind.
 //! - [`workspace`]: path confinement and witnessed file effects with exact inverses.
 //! - [`session`]: attach/repair and the verbs; [`store`]: where sessions live.
 #![forbid(unsafe_code)]
@@ -12,11 +15,10 @@ pub mod blobs;
 pub mod classify;
 pub mod error;
 pub mod failpoint;
-pub mod fork;
 pub mod lineage;
-pub mod outbound;
 pub mod proc;
 pub mod recover;
+pub mod report;
 pub mod session;
 pub mod state;
 pub mod step;
@@ -24,6 +26,7 @@ mod stepline;
 pub mod steptext;
 pub mod store;
 pub mod tools;
+pub mod unwind;
 pub mod util;
 pub mod wal;
 pub mod workspace;

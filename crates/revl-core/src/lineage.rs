@@ -7,8 +7,10 @@ use crate::classify::{
     self, entries, partition, Emission, Partition, Rewound, Unrestored, WouldCross,
 };
 use crate::error::{Error, Result};
-use crate::state::{Life, State};
+use crate::report::Residue;
+use crate::state::State;
 use crate::step::{Step, StepKind};
+use crate::unwind::Failed;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -34,7 +36,7 @@ pub struct PartitionDoc<'a> {
     pub unrestored: Vec<Unrestored<'a>>,
     pub findings: Vec<Value>,
     pub forkable: bool,
-    pub residue: Value,
+    pub residue: Residue,
     pub reader_note: &'static str,
 }
 
@@ -56,7 +58,7 @@ pub fn unclean(doc: &Value) -> bool {
 impl PartitionDoc<'_> {
     /// The same rule as [`unclean`], on the typed partition document.
     pub fn unclean(&self) -> bool {
-        self.residue["clean"] != Value::Bool(true)
+        !self.residue.clean
     }
 }
 
@@ -79,14 +81,16 @@ pub fn open(path: &Path) -> Result<OfflineWal> {
     })
 }
 
-fn residue_of(indices: &[u64], failed: &[Value], what: &str) -> Value {
-    let out = classify::outstanding(indices.iter().copied(), failed);
-    let proof = if out.is_empty() {
-        format!("{what}: no emission crossed, no inverse was left unfired and none failed")
-    } else {
-        format!("{what}: {} step(s) of the parent's history stay out in the world or unrestored (crossed emissions, inverses that would cross, failed inverses): {out:?}", out.len())
-    };
-    json!({"clean": out.is_empty(), "outstanding": out, "proof": proof})
+/// The residue a fork left: the parent's crossed and would-cross indices, and its failed
+/// inverses.
+fn residue_of(indices: &[u64], failed: &[Failed], what: &str) -> Value {
+    crate::report::to_json(&Residue::new(indices.iter().copied(), failed, |out| {
+        if out.is_empty() {
+            format!("{what}: no emission crossed, no inverse was left unfired and none failed")
+        } else {
+            format!("{what}: {} step(s) of the parent's history stay out in the world or unrestored (crossed emissions, inverses that would cross, failed inverses): {out:?}", out.len())
+        }
+    }))
 }
 
 impl OfflineWal {
@@ -115,8 +119,8 @@ impl OfflineWal {
 
     /// The child this WAL forked into, and where.
     pub fn child(&self) -> Option<(String, i64)> {
-        if let Some((b, at, _)) = &self.state.fork_frozen {
-            return Some((b.clone(), *at));
+        if let Some(f) = &self.state.fork_frozen {
+            return Some((f.branch.clone(), f.at));
         }
         self.state
             .fork_begun
@@ -159,7 +163,7 @@ impl OfflineWal {
             let failed = st
                 .fork_frozen
                 .as_ref()
-                .map(|f| f.2.clone())
+                .map(|f| f.failed.clone())
                 .unwrap_or_default();
             m.insert("child".into(), child.into());
             m.insert(
@@ -194,36 +198,16 @@ impl OfflineWal {
             ));
         }
         let p = partition(&st.steps, k);
-        let mut findings = Vec::new();
-        match st.life() {
-            Life::Live => {}
-            Life::Frozen { branch, .. } => findings.push(json!({"finding": "not-live", "why": format!("the session is frozen: it continues as branch {branch}")})),
-            l => findings.push(json!({"finding": "not-live", "why": format!("the session is {}", l.as_str())})),
-        }
-        if self.committed_boundary {
-            findings.push(json!({"finding": "committed-boundary", "why": "a commit was approved or a held send was flushed: a fork cannot rewind past a send that already committed"}));
-        }
-        if let Some(why) = classify::k_not_live(&st.steps, &st.spans, k) {
-            findings.push(json!({"finding": "undone", "why": why}));
-        }
-        if !p.unrestored.is_empty() {
-            findings.push(json!({"finding": "opaque-tail", "why": "the tail holds steps nothing can restore (KIND_OPAQUE)", "steps": p.unrestored}));
-        }
-        let non_idem: Vec<u64> = p
-            .inverses_ran
+        let mut findings: Vec<Value> = classify::fork_refusals(st, k, &p)
             .iter()
-            .copied()
-            .filter(|&i| st.steps[i as usize].undo_idempotent == Some(false))
+            .map(classify::Refusal::finding)
             .collect();
-        if !non_idem.is_empty() {
-            findings.push(json!({"finding": "non-idempotent-span", "why": "the rewind would run inverses declared undo_idempotent = false", "steps": non_idem}));
-        }
         let forkable = findings.is_empty();
         if self.torn {
             findings.push(json!({"finding": "torn-tail", "why": "the last line of the WAL is torn (a crash mid-append); readers skip it and the next writer truncates it"}));
         }
         let steps = &st.steps;
-        let (res, _) = crate::fork::residue(&p, &[]);
+        let res = Residue::of_partition(&p, &[]);
         // The emissions (their details are parsed) are built on a second core meanwhile.
         let (emissions, rest) = std::thread::scope(|sc| {
             let emissions = sc.spawn(|| {

@@ -3,8 +3,10 @@
 //! before the commit, abort and step-back repairs; then the repairs run, then the verdict.
 
 use crate::error::{Code, Error, Result};
+use crate::report::{AbortReport, Owed, Residue};
 use crate::state::State;
 use crate::store::{is_session_id, Store};
+use crate::unwind::Failed;
 use crate::wal::read_wal;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -44,8 +46,33 @@ pub fn locate_wal(wal: &Path, store: Option<&Store>) -> Result<(PathBuf, String)
     }
 }
 
+/// `recover`'s result (SPEC 7.1).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoverReport {
+    pub session: String,
+    pub verdict: &'static str,
+    pub residue: Residue,
+    pub owed: Vec<Owed>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fork_complete: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<Vec<Failed>>,
+    /// The abort a `--force` on a live session ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<AbortReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
 impl Store {
-    pub fn recover(&self, id: &str, force: bool) -> Result<Value> {
+    pub fn recover(&self, id: &str, force: bool) -> Result<RecoverReport> {
         let (pre, _) = State::read(&self.wal_path(id))?;
         // The fork repair rolls a fork forward when the branch WAL exists.
         let fork_rolls_forward = pre.fork_frozen.is_none()
@@ -56,7 +83,7 @@ impl Store {
             "fork-retired"
         } else if pre.activation_complete {
             "rolled-forward"
-        } else if pre.aborted.is_some() || pre.abort_begun {
+        } else if pre.aborted || pre.abort_begun {
             "already-aborted"
         } else if pre.commit_approved.is_some() {
             "committed"
@@ -67,72 +94,72 @@ impl Store {
             return Err(Error::new(
                 Code::Live,
                 format!("session {id} is live: recover does not roll back a live session"),
-                "use `revl abort` (or `recover --force` to roll it back like an abort)",
+                "abort it (or recover with force to roll it back like an abort)",
             ));
         }
         let mut s = self.attach(id)?;
-        let mut out = json!({"session": id});
-        let residue;
+        let mut out = RecoverReport {
+            session: id.to_string(),
+            verdict: if verdict == "live" {
+                "rolled-back"
+            } else {
+                verdict
+            },
+            residue: Residue::new([], &[], |_| String::new()),
+            owed: Vec::new(),
+            at: None,
+            branch: None,
+            fork_complete: None,
+            failed: None,
+            rolled_back: None,
+            lineage: None,
+            note: None,
+        };
         match verdict {
             "fork-retired" => {
                 let st = s.state();
-                let (branch, at, failed) = st.fork_frozen.clone().unwrap_or_default();
+                let frozen = st.fork_frozen.clone().unwrap_or_default();
                 let begun = st.fork_begun.clone();
-                let outstanding = crate::classify::outstanding(
+                out.residue = Residue::new(
                     begun
                         .iter()
                         .flat_map(|b| b.crossed.iter().chain(&b.would_cross).copied()),
-                    &failed,
+                    &frozen.failed,
+                    |_| {
+                        "the session was forked and retired; what crossed before the fork stays out in the world; nothing ran now".into()
+                    },
                 );
-                out["at"] = at.into();
-                out["branch"] = branch.into();
-                out["forkComplete"] = st.fork_complete.into();
-                out["failed"] = failed.clone().into();
-                residue = residue_doc(&outstanding, "the session was forked and retired; what crossed before the fork stays out in the world; nothing ran now");
+                out.at = Some(frozen.at);
+                out.branch = Some(frozen.branch);
+                out.fork_complete = Some(st.fork_complete);
+                out.failed = Some(frozen.failed);
             }
             "live" => {
                 let r = s.abort()?;
-                out["rolledBack"] = r.clone();
-                let failed: Vec<u64> = r["failed"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|f| f["index"].as_u64())
-                    .collect();
-                residue = residue_doc(
-                    &failed,
-                    "rolled back like an abort: held sends dropped, inverses run newest first",
-                );
+                out.residue = Residue::new([], &r.failed, |_| {
+                    "rolled back like an abort: held sends dropped, inverses run newest first"
+                        .into()
+                });
+                out.rolled_back = Some(r);
             }
             _ => {
                 let owed = s.owed();
-                let outstanding: Vec<u64> = owed
-                    .iter()
-                    .filter_map(|o| o.get("index").or(o.get("seq")).and_then(Value::as_u64))
-                    .collect();
-                residue = residue_doc(&outstanding, match verdict {
+                out.residue = Residue::new(owed.iter().map(Owed::position), &[], |_| {
+                    match verdict {
                     "committed" => "the commit was interrupted and completed at repair; sends without an outcome are owed and never re-fired (use `revl resend`)",
                     "already-aborted" => "the abort is finished without crossing; crossing inverses not yet run are owed (an explicit `revl abort` runs them)",
                     _ => "the session had committed",
+                }.into()
                 });
             }
         }
-        out["verdict"] = (if verdict == "live" {
-            "rolled-back"
-        } else {
-            verdict
-        })
-        .into();
-        out["residue"] = residue;
-        out["owed"] = s.owed().into();
+        out.owed = s.owed();
         if let Some(o) = &s.state().origin {
-            out["lineage"] = json!({"role": "branch", "parent": o.parent, "divergedAt": o.at, "parentWal": o.parent_wal});
-            out["note"] = format!("this is a branch of {} forked at step {}: a roll-back lands at the fork point (the parent's step {} content), not at an empty workspace", o.parent, o.at, o.at).into();
+            out.lineage = Some(
+                json!({"role": "branch", "parent": o.parent, "divergedAt": o.at, "parentWal": o.parent_wal}),
+            );
+            out.note = Some(format!("this is a branch of {} forked at step {}: a roll-back lands at the fork point (the parent's step {} content), not at an empty workspace", o.parent, o.at, o.at));
         }
         Ok(out)
     }
-}
-
-fn residue_doc(outstanding: &[u64], proof: &str) -> Value {
-    json!({"clean": outstanding.is_empty(), "outstanding": outstanding, "proof": proof})
 }

@@ -4,6 +4,7 @@
 
 use crate::error::{Code, Error, Result};
 use crate::step::{Step, StepKind};
+use crate::unwind::{Failed, OwedStep};
 use crate::wal::{Record, StepRecord};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,20 +29,22 @@ impl Life {
     }
 }
 
-/// A held send (class b).
-#[derive(Debug, Clone, PartialEq)]
+/// A held send (class b). Serialised as reports list it: `{seq, tool, service, method,
+/// args}`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Deferred {
     pub seq: u64,
     pub tool: String,
     pub service: String,
     pub method: String,
     pub args: Value,
+    #[serde(skip)]
     pub after_step: u64,
 }
 
 impl Deferred {
     pub fn to_json(&self) -> Value {
-        json!({"seq": self.seq, "tool": self.tool, "service": self.service, "method": self.method, "args": self.args})
+        crate::report::to_json(self)
     }
 }
 
@@ -66,7 +69,15 @@ pub struct BranchOrigin {
     pub not_preserved: Value,
     pub crossed: Vec<u64>,
     pub would_cross: Vec<u64>,
-    pub failed: Vec<Value>,
+    pub failed: Vec<Failed>,
+}
+
+/// A `fork-frozen` seen in this (parent) WAL: the branch that continues it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ForkFrozen {
+    pub branch: String,
+    pub at: i64,
+    pub failed: Vec<Failed>,
 }
 
 /// A `fork-begin` seen in this (parent) WAL.
@@ -100,13 +111,16 @@ pub struct State {
     pub intent: Option<PendingIntent>,
     pub step_back_open: Option<(i64, String)>,
     pub abort_begun: bool,
-    pub aborted: Option<Value>,
+    pub aborted: bool,
+    /// Crossing inverses that repairs did not run (`aborted` and `step-back-done` records),
+    /// in record order; see [`State::owed_steps`].
+    pub owed: Vec<OwedStep>,
     pub commit_approved: Option<String>,
     pub discharged: bool,
     pub activation_complete: bool,
     pub fork_pending: Option<(i64, Option<String>)>,
     pub fork_begun: Option<ForkBegun>,
-    pub fork_frozen: Option<(String, i64, Vec<Value>)>,
+    pub fork_frozen: Option<ForkFrozen>,
     pub fork_complete: bool,
     pub fork_abandoned: bool,
     pub origin: Option<BranchOrigin>,
@@ -207,14 +221,14 @@ impl State {
     }
 
     pub fn life(&self) -> Life {
-        if let Some((branch, at, _)) = &self.fork_frozen {
+        if let Some(f) = &self.fork_frozen {
             Life::Frozen {
-                branch: branch.clone(),
-                at: *at,
+                branch: f.branch.clone(),
+                at: f.at,
             }
         } else if self.activation_complete {
             Life::Committed
-        } else if self.aborted.is_some() {
+        } else if self.aborted {
             Life::Aborted
         } else {
             Life::Live
@@ -291,7 +305,10 @@ impl State {
                 self.step_over(*to);
                 self.step_back_open = Some((*to, mode.clone()));
             }
-            Record::StepBackDone { .. } => self.step_back_open = None,
+            Record::StepBackDone { owed, .. } => {
+                self.step_back_open = None;
+                self.owed.extend(owed.iter().cloned());
+            }
             Record::AbortBegin {} => self.abort_begun = true,
             Record::Undone { step, by } => {
                 let head = self.head();
@@ -363,8 +380,9 @@ impl State {
             }
             Record::Discharge { .. } => self.discharged = true,
             Record::ActivationComplete {} => self.activation_complete = true,
-            Record::Aborted { .. } => {
-                self.aborted = Some(serde_json::to_value(r).unwrap_or(Value::Null));
+            Record::Aborted { owed, .. } => {
+                self.aborted = true;
+                self.owed.extend(owed.iter().cloned());
             }
             Record::ForkPending { at, hash } => self.fork_pending = Some((*at, hash.clone())),
             Record::ForkBegin {
@@ -387,7 +405,13 @@ impl State {
             }
             Record::ForkFrozen {
                 branch, at, failed, ..
-            } => self.fork_frozen = Some((branch.clone(), *at, failed.clone())),
+            } => {
+                self.fork_frozen = Some(ForkFrozen {
+                    branch: branch.clone(),
+                    at: *at,
+                    failed: failed.clone(),
+                })
+            }
             Record::ForkComplete { .. } => self.fork_complete = true,
             Record::ForkAbandoned { .. } => {
                 self.fork_abandoned = true;
@@ -502,6 +526,15 @@ impl State {
             }
         }
         m
+    }
+
+    /// Crossing inverses a repair left owed and nothing has run since (an explicit abort
+    /// runs them), in record order.
+    pub fn owed_steps(&self) -> Vec<&OwedStep> {
+        self.owed
+            .iter()
+            .filter(|o| !self.steps.get(o.index as usize).is_some_and(|s| s.undone))
+            .collect()
     }
 
     /// The witnessed effects that stand (not undone), ascending: what a commit discharges.

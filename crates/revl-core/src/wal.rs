@@ -8,6 +8,7 @@ use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
 use crate::step::StepKind;
 use crate::steptext::{Part, Parts, StepText};
+use crate::unwind::{Failed, OwedStep};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -61,7 +62,10 @@ pub enum Record {
     },
     StepBackDone {
         to: i64,
-        failed: Vec<Value>,
+        failed: Vec<Failed>,
+        /// v2: crossing inverses a repaired compensating step-back did not run.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        owed: Vec<OwedStep>,
     },
     AbortBegin {},
     Undone {
@@ -121,8 +125,8 @@ pub enum Record {
         replayed: Vec<u64>,
         compensations_ran: Vec<u64>,
         dropped_deferred: Vec<u64>,
-        failed: Vec<Value>,
-        owed: Vec<Value>,
+        failed: Vec<Failed>,
+        owed: Vec<OwedStep>,
     },
     ForkPending {
         at: i64,
@@ -139,7 +143,7 @@ pub enum Record {
         parent: String,
         branch: String,
         at: i64,
-        failed: Vec<Value>,
+        failed: Vec<Failed>,
     },
     ForkComplete {
         branch: String,
@@ -153,7 +157,7 @@ pub enum Record {
         not_preserved: Value,
         crossed: Vec<u64>,
         would_cross: Vec<u64>,
-        failed: Vec<Value>,
+        failed: Vec<Failed>,
         provisions: Value,
     },
     ForkAbandoned {

@@ -353,7 +353,7 @@ fn check(history: Vec<Gen>, kpick: usize) {
 
     // Live fork enumeration.
     let mut s = b.store.attach(&b.id).unwrap();
-    match s.fork(k) {
+    match s.fork(k).map(|r| revl_core::report::to_json(&r)) {
         Ok(report) => {
             let mut live = from_doc(&report["rewound"], "inversesRan", "provisionsWithdrawn");
             let rest = from_doc(&report, "x", "y");
@@ -391,7 +391,7 @@ fn check(history: Vec<Gen>, kpick: usize) {
         }
     }
     // Live scoped step-back (never refuses over residue).
-    let sb = s.step_back(k, revl_core::StepBackMode::Scoped).unwrap();
+    let sb = revl_core::report::to_json(&s.step_back(k, revl_core::StepBackMode::Scoped).unwrap());
     let stepped = from_doc(&sb, "inversesRan", "provisionsWithdrawn");
     assert_eq!(
         stepped, want,

@@ -224,15 +224,16 @@ impl RevlServer {
 
     /// Attach to the current session (lock, rebuild from the WAL, repair), run one verb,
     /// and drop the session so its lock is released before the result goes out.
-    async fn on_session<F>(&self, f: F) -> CallToolResult
+    async fn on_session<F, T>(&self, f: F) -> CallToolResult
     where
-        F: FnOnce(&mut Session) -> Result<Value, Error> + Send + 'static,
+        F: FnOnce(&mut Session) -> Result<T, Error> + Send + 'static,
+        T: serde::Serialize,
     {
         self.blocking(move |store, cur| {
             let mut s = store.attach(cur)?;
             let doc = f(&mut s);
             drop(s);
-            doc
+            doc.map(|d| revl_core::report::to_json(&d))
         })
         .await
     }
@@ -571,15 +572,11 @@ impl RevlServer {
             let mut s = store.attach(cur)?;
             let doc = s.fork_confirm(&a.hash)?;
             drop(s);
-            if doc.get("forked") == Some(&Value::Bool(true)) {
-                if let Some(branch) = doc.get("branch").and_then(Value::as_str) {
-                    eprintln!(
-                        "revl mcp: forked; now serving branch {branch} (parent {cur} is frozen)"
-                    );
-                    *cur = branch.to_string();
-                }
+            if let (true, Some(branch)) = (doc.forked, &doc.branch) {
+                eprintln!("revl mcp: forked; now serving branch {branch} (parent {cur} is frozen)");
+                *cur = branch.clone();
             }
-            Ok(doc)
+            Ok(revl_core::report::to_json(&doc))
         })
         .await
     }

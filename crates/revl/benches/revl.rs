@@ -284,7 +284,7 @@ fn bench_fork() {
         let r = s.fork(0).unwrap();
         let enumerate = t.elapsed();
         let t = Instant::now();
-        s.fork_confirm(r["hash"].as_str().unwrap()).unwrap();
+        s.fork_confirm(r.hash.as_deref().unwrap()).unwrap();
         let confirm = t.elapsed();
         row(&format!("tail {n}: enumerate"), fmt(enumerate));
         row(&format!("tail {n}: confirm"), fmt(confirm));

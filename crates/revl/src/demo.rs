@@ -91,8 +91,8 @@ pub fn run(keep: bool) -> Result<Outcome, Error> {
     let a = s0.abort()?;
     say(format!(
         "  abort: dropped {} held send(s), ran {} inverse(s); junk.txt exists: {}; {}",
-        a["droppedDeferred"].as_array().map_or(0, Vec::len),
-        a["replayed"].as_array().map_or(0, Vec::len),
+        a.dropped_deferred.len(),
+        a.replayed.len(),
         ws0.join("junk.txt").exists(),
         sent(&sink)
     ));
@@ -144,9 +144,9 @@ pub fn run(keep: bool) -> Result<Outcome, Error> {
     say(crate::render::fork(&report));
 
     say("\n5. Confirm the fork with its hash:\n".into());
-    let done = s.fork_confirm(report["hash"].as_str().unwrap_or(""))?;
+    let done = s.fork_confirm(report.hash.as_deref().unwrap_or(""))?;
     say(crate::render::fork(&done));
-    let branch = done["branch"].as_str().unwrap_or("").to_string();
+    let branch = done.branch.clone().unwrap_or_default();
     drop(s);
 
     let plan = std::fs::read_to_string(ws.join("notes/plan.md")).map_err(io)?;

@@ -4,6 +4,7 @@ mod demo;
 mod render;
 
 use clap::{Parser, Subcommand};
+use revl_core::report::to_json;
 use revl_core::{Code, Error, FileOp, Session, StepBackMode, Store};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -502,7 +503,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             })?;
             let mut s = attach(&store, session)?;
             let doc = s.call(tool, args)?;
-            Ok(negative_aware(doc, render::call))
+            Ok(negative_aware(doc.clone(), render::call(&doc)))
         }
         Cmd::Commit { session } => {
             let s = attach(&store, session)?;
@@ -512,11 +513,11 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::CommitConfirm { session, hash } => {
             let mut s = attach(&store, session)?;
             let doc = s.commit_confirm(hash)?;
-            Ok(negative_aware(doc, render::generic))
+            Ok(negative_aware(doc.clone(), render::generic(&doc)))
         }
         Cmd::Abort { session } => {
             let mut s = attach(&store, session)?;
-            let doc = s.abort()?;
+            let doc = to_json(&s.abort()?);
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
         }
         Cmd::Resend { session, seq } => {
@@ -556,13 +557,13 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::Fork { session, at } => {
             let k = parse_k(at, "--at")?;
             let mut s = attach(&store, session)?;
-            let doc = s.fork(k)?;
-            Ok(Outcome::ok(doc.clone(), render::fork(&doc)))
+            let report = s.fork(k)?;
+            Ok(Outcome::ok(to_json(&report), render::fork(&report)))
         }
         Cmd::ForkConfirm { session, hash } => {
             let mut s = attach(&store, session)?;
-            let doc = s.fork_confirm(hash)?;
-            Ok(negative_aware(doc, render::fork))
+            let report = s.fork_confirm(hash)?;
+            Ok(negative_aware(to_json(&report), render::fork(&report)))
         }
         Cmd::Recover {
             session,
@@ -587,8 +588,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                     ))
                 }
             };
-            let doc = store.recover(&id, *force)?;
-            Ok(Outcome::ok(doc.clone(), render::recover(&doc)))
+            let report = store.recover(&id, *force)?;
+            Ok(Outcome::ok(to_json(&report), render::recover(&report)))
         }
         Cmd::StepBack {
             session,
@@ -604,8 +605,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 StepBackMode::Scoped
             };
             let mut s = attach(&store, session)?;
-            let doc = s.step_back(k, mode)?;
-            Ok(Outcome::ok(doc.clone(), render::step_back(&doc)))
+            let report = s.step_back(k, mode)?;
+            Ok(Outcome::ok(to_json(&report), render::step_back(&report)))
         }
     }
 }
@@ -666,9 +667,8 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
 }
 
 /// A verb's own-shape negative (`refused: true`, `approvalRequired: true`) exits 1.
-fn negative_aware(doc: Value, text: fn(&Value) -> String) -> Outcome {
+fn negative_aware(doc: Value, t: String) -> Outcome {
     let negative = revl_core::is_negative(&doc);
-    let t = text(&doc);
     if negative {
         eprintln!(
             "revl: {}",

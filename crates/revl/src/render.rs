@@ -1,5 +1,9 @@
 //! Human renderings. Designed for people; `--json` is the machine format.
 
+use revl_core::recover::RecoverReport;
+use revl_core::report::{ForkReport, Owed, Residue, StepBackReport};
+use revl_core::state::Deferred;
+use revl_core::unwind::Failed;
 use serde_json::Value;
 use std::fmt::Write as _;
 
@@ -174,57 +178,97 @@ pub fn timeline(v: &Value) -> String {
 }
 
 fn entries(out: &mut String, title: &str, v: &Value) {
-    if let Some(list) = v.as_array().filter(|l| !l.is_empty()) {
-        let _ = write!(out, "\n{title}:");
-        for e in list {
+    if let Some(list) = v.as_array() {
+        entry_rows(out, title, list);
+    }
+}
+
+/// Report entries (the shared entry shapes of SPEC 4.3, as JSON values), one row each.
+fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
+    rows(
+        out,
+        title,
+        list.iter().map(|e| {
             let label = e
                 .get("label")
                 .map(s)
                 .unwrap_or_else(|| format!("{}.{}", s(&e["service"]), s(&e["method"])));
-            let extra = e
-                .get("why")
-                .or(e.get("error"))
-                .or(e.get("repr"))
-                .map(|w| format!("  ({})", s(w)))
-                .unwrap_or_default();
+            let extra = e.get("why").or(e.get("error")).or(e.get("repr")).map(s);
             let idx = e.get("index").or(e.get("seq")).map(s).unwrap_or_default();
-            let _ = write!(out, "\n  {idx:>5}  {label}{extra}");
-        }
+            (idx, label, extra)
+        }),
+    );
+}
+
+/// A titled list of `(position, label, note)` rows; nothing when empty.
+fn rows(
+    out: &mut String,
+    title: &str,
+    list: impl Iterator<Item = (String, String, Option<String>)>,
+) {
+    let mut list = list.peekable();
+    if list.peek().is_none() {
+        return;
+    }
+    let _ = write!(out, "\n{title}:");
+    for (idx, label, extra) in list {
+        let extra = extra.map(|w| format!("  ({w})")).unwrap_or_default();
+        let _ = write!(out, "\n  {idx:>5}  {label}{extra}");
     }
 }
 
-pub fn step_back(v: &Value) -> String {
-    let mut out = format!("stepped back to {} ({})", s(&v["to"]), s(&v["toLabel"]));
-    entries(&mut out, "inverses ran", &v["inversesRan"]);
-    entries(&mut out, "provisions withdrawn", &v["provisionsWithdrawn"]);
-    entries(
-        &mut out,
-        "compensations ran (they crossed)",
-        &v["compensationsRan"],
+fn failed_rows(out: &mut String, failed: &[Failed]) {
+    rows(
+        out,
+        "FAILED",
+        failed
+            .iter()
+            .map(|f| (f.index.to_string(), f.label.clone(), Some(f.error.clone()))),
     );
-    entries(
-        &mut out,
-        "CROSSED (cannot be undone)",
-        &v["emissionsCrossed"],
+}
+
+fn held_rows(out: &mut String, title: &str, held: &[Deferred]) {
+    rows(
+        out,
+        title,
+        held.iter().map(|d| {
+            (
+                d.seq.to_string(),
+                format!("{}.{}", d.service, d.method),
+                None,
+            )
+        }),
     );
-    entries(
-        &mut out,
-        "compensated emissions",
-        &v["emissionsCompensated"],
-    );
-    entries(
-        &mut out,
-        "NOT FIRED (would cross on rewind)",
-        &v["wouldCrossOnRewind"],
-    );
-    entries(&mut out, "unrestored", &v["unrestored"]);
-    entries(&mut out, "FAILED", &v["failed"]);
-    entries(
+}
+
+fn residue_word(r: &Residue) -> &'static str {
+    if r.clean {
+        "clean"
+    } else {
+        "NOT CLEAN"
+    }
+}
+
+pub fn step_back(v: &StepBackReport) -> String {
+    let mut out = format!("stepped back to {} ({})", v.to, v.to_label);
+    entry_rows(&mut out, "inverses ran", &v.inverses_ran);
+    entry_rows(&mut out, "provisions withdrawn", &v.provisions_withdrawn);
+    if let Some(c) = &v.compensations_ran {
+        entry_rows(&mut out, "compensations ran (they crossed)", c);
+    }
+    entry_rows(&mut out, "CROSSED (cannot be undone)", &v.emissions_crossed);
+    entry_rows(&mut out, "compensated emissions", &v.emissions_compensated);
+    if let Some(w) = &v.would_cross_on_rewind {
+        entry_rows(&mut out, "NOT FIRED (would cross on rewind)", w);
+    }
+    entry_rows(&mut out, "unrestored", &v.unrestored);
+    failed_rows(&mut out, &v.failed);
+    held_rows(
         &mut out,
         "held sends dropped (never sent)",
-        &v["droppedDeferred"],
+        &v.dropped_deferred,
     );
-    let _ = write!(out, "\nguarantee: {}", s(&v["guarantee"]));
+    let _ = write!(out, "\nguarantee: {}", v.guarantee);
     out
 }
 
@@ -273,105 +317,108 @@ pub fn commit_plan(v: &Value) -> String {
     out
 }
 
-pub fn recover(v: &Value) -> String {
+pub fn recover(v: &RecoverReport) -> String {
     let mut out = format!(
         "verdict: {}  (session {})",
-        s(&v["verdict"]).to_uppercase(),
-        s(&v["session"])
+        v.verdict.to_uppercase(),
+        v.session
     );
     let _ = write!(
         out,
         "\nresidue: {}  {}",
-        if v["residue"]["clean"] == Value::Bool(true) {
-            "clean"
-        } else {
-            "NOT CLEAN"
-        },
-        s(&v["residue"]["proof"])
+        residue_word(&v.residue),
+        v.residue.proof
     );
-    entries(&mut out, "owed", &v["owed"]);
-    if let Some(n) = v.get("note") {
-        let _ = write!(out, "\n{}", s(n));
+    rows(
+        &mut out,
+        "owed",
+        v.owed.iter().map(|o| match o {
+            Owed::Step(o) => (o.index.to_string(), o.label.clone(), Some(o.why.clone())),
+            Owed::HeldSend {
+                seq,
+                service,
+                method,
+                why,
+                ..
+            } => (
+                seq.to_string(),
+                format!("{service}.{method}"),
+                Some(why.to_string()),
+            ),
+        }),
+    );
+    if let Some(n) = &v.note {
+        let _ = write!(out, "\n{n}");
     }
     out
 }
 
-pub fn fork(v: &Value) -> String {
-    let mut out = if v["forked"] == Value::Bool(true) {
-        format!("FORKED at step {} ({})\n  parent {} is now frozen\n  branch {} is live: continue there", s(&v["at"]), s(&v["atLabel"]), s(&v["parent"]), s(&v["branch"]))
-    } else if v["refused"] == Value::Bool(true) {
+pub fn fork(v: &ForkReport) -> String {
+    let mut out = if v.forked {
+        format!(
+            "FORKED at step {} ({})\n  parent {} is now frozen\n  branch {} is live: continue there",
+            v.at,
+            v.at_label,
+            v.parent,
+            v.branch.as_deref().unwrap_or("-")
+        )
+    } else if v.refused == Some(true) {
         format!(
             "REFUSED: {}\nfresh report for step {}:",
-            s(&v["reason"]),
-            s(&v["at"])
+            v.reason.as_deref().unwrap_or("-"),
+            v.at
         )
     } else {
         format!(
             "fork of {} at step {} ({}): nothing has changed yet",
-            s(&v["parent"]),
-            s(&v["at"]),
-            s(&v["atLabel"])
+            v.parent, v.at, v.at_label
         )
     };
-    let done = v["forked"] == Value::Bool(true);
-    entries(
+    let done = v.forked;
+    entry_rows(
         &mut out,
         if done {
             "rewound (inverses ran, host-confined)"
         } else {
             "will be rewound (host-confined inverses)"
         },
-        &v["rewound"]["inversesRan"],
+        &v.rewound.inverses_ran,
     );
-    entries(
+    entry_rows(
         &mut out,
         if done {
             "provisions withdrawn"
         } else {
             "provisions to withdraw"
         },
-        &v["rewound"]["provisionsWithdrawn"],
+        &v.rewound.provisions_withdrawn,
     );
-    entries(
+    held_rows(
         &mut out,
         "held sends dropped (they never crossed)",
-        &v["droppedDeferred"],
+        &v.dropped_deferred,
     );
-    entries(
-        &mut out,
-        "CROSSED (cannot be undone)",
-        &v["emissionsCrossed"],
-    );
-    entries(
+    entry_rows(&mut out, "CROSSED (cannot be undone)", &v.emissions_crossed);
+    entry_rows(
         &mut out,
         "CROSSED, with a compensation that is NOT FIRED",
-        &v["emissionsCompensated"],
+        &v.emissions_compensated,
     );
-    entries(
+    entry_rows(
         &mut out,
         "NOT FIRED (the inverse would cross)",
-        &v["wouldCrossOnRewind"],
+        &v.would_cross_on_rewind,
     );
-    entries(&mut out, "unrestored", &v["unrestored"]);
-    entries(&mut out, "FAILED", &v["failed"]);
-    let _ = write!(
-        out,
-        "\nresidue: {}",
-        if v["residue"]["clean"] == Value::Bool(true) {
-            "clean"
-        } else {
-            "NOT CLEAN"
-        }
-    );
-    let _ = write!(out, "\nproof: {}", s(&v["residue"]["proof"]));
-    let _ = write!(out, "\nwarning: {}", s(&v["warning_emissions"]));
-    if let Some(h) = v.get("hash") {
+    entry_rows(&mut out, "unrestored", &v.unrestored);
+    failed_rows(&mut out, v.failed.as_deref().unwrap_or_default());
+    let _ = write!(out, "\nresidue: {}", residue_word(&v.residue));
+    let _ = write!(out, "\nproof: {}", v.residue.proof);
+    let _ = write!(out, "\nwarning: {}", v.warning_emissions);
+    if let Some(h) = &v.hash {
         let _ = write!(
             out,
-            "\nhash: {}\nconfirm with: revl fork-confirm {} --hash {}",
-            s(h),
-            s(&v["parent"]),
-            s(h)
+            "\nhash: {h}\nconfirm with: revl fork-confirm {} --hash {h}",
+            v.parent
         );
     }
     out

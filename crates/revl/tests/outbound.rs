@@ -511,3 +511,78 @@ fn bare_emission_blocks_compensating_step_back_unless_forced() {
     assert!(!e.ws.join("a.txt").exists());
     assert_eq!(sink.count(), 1);
 }
+
+/// A compensating step-back over b.txt (host-confined), a compensated emission and a.txt,
+/// killed at `step-back.mid-replay:N`, then repaired by the next command (SPEC 6.4).
+fn compensating_step_back_crash(n: u32) -> (Env, Sink, String, Value) {
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let s = new_session(&e, &sink);
+    ok(&e, &["approve", &s, "--tool", "create_ticket"]);
+    ok(&e, &["write", &s, "a.txt", "--content", "one"]); // step 1
+    ok(
+        &e,
+        &["call", &s, "create_ticket", "--args", r#"{"title":"t"}"#],
+    ); // steps 2 (emission) and 3 (its compensation)
+    ok(&e, &["write", &s, "b.txt", "--content", "two"]); // step 4
+    let fp = format!("step-back.mid-replay:{n}");
+    let o = revl(
+        &e,
+        &["step-back", &s, "--to", "0", "--compensating"],
+        Some(&fp),
+    );
+    assert_ne!(o.code, 0, "{fp}: the process did not die");
+    // The next command attaches and repairs.
+    let st = ok(&e, &["status", &s]);
+    assert_eq!(st["state"], "live");
+    let wal = PathBuf::from(st["wal"].as_str().unwrap());
+    let done: Vec<Value> = records(&wal)
+        .into_iter()
+        .filter(|r| r["record"] == "step-back-done")
+        .collect();
+    assert_eq!(done.len(), 1, "{fp}: the repair closes the step-back once");
+    assert!(!e.ws.join("a.txt").exists() && !e.ws.join("b.txt").exists());
+    (e, sink, s, done[0].clone())
+}
+
+#[test]
+fn crash_mid_compensating_step_back_owes_the_crossing_inverses_not_yet_run() {
+    // Killed after b.txt's inverse ran, before the compensation ran.
+    let (e, sink, s, done) = compensating_step_back_crash(1);
+    // Repair finished the host-confined inverses and ran no crossing one.
+    assert_eq!(paths(&sink), vec!["/ticket"], "repair crossed");
+    let st = ok(&e, &["status", &s]);
+    let owed = st["owed"].as_array().unwrap();
+    assert_eq!(owed.len(), 1, "{st}");
+    assert_eq!(
+        (owed[0]["index"].as_u64(), owed[0]["kind"].as_str()),
+        (Some(3), Some("compensation"))
+    );
+    assert_eq!(done["owed"][0]["index"], 3);
+    assert_eq!(done["failed"], serde_json::json!([]));
+    // The owed compensation runs once, on an explicit abort, and is then no longer owed.
+    ok(&e, &["abort", &s]);
+    assert_eq!(paths(&sink), vec!["/ticket", "/close"]);
+    assert_eq!(ok(&e, &["status", &s])["owed"], serde_json::json!([]));
+}
+
+#[test]
+fn crash_after_a_crossing_inverse_of_a_step_back_never_runs_it_again() {
+    // Killed after the compensation crossed, before its `undone`: it was fenced first, so
+    // its outcome is unknown: listed failed, never owed, never re-run.
+    let (e, sink, s, done) = compensating_step_back_crash(2);
+    assert_eq!(paths(&sink), vec!["/ticket", "/close"]);
+    let failed = done["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{done}");
+    assert_eq!(
+        (failed[0]["index"].as_u64(), failed[0]["outcome"].as_str()),
+        (Some(3), Some("unknown"))
+    );
+    assert!(done.get("owed").is_none(), "{done}");
+    assert_eq!(ok(&e, &["status", &s])["owed"], serde_json::json!([]));
+    ok(&e, &["abort", &s]);
+    assert_eq!(
+        paths(&sink),
+        vec!["/ticket", "/close"],
+        "a fenced compensation ran twice"
+    );
+}

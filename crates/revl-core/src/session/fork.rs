@@ -1,12 +1,14 @@
 //! Fork (SPEC 6): enumerate with a hash, confirm, scope-gated rewind, frozen parent, branch,
-//! and the repair of a fork interrupted at any point. Every bucket decision comes from
-//! `classify` (the one classifier).
+//! and the repair of a fork interrupted at any point. What the rewind runs is decided by
+//! [`crate::unwind::plan`]; every bucket by `classify` (the one classifier).
 
-use crate::classify::{self, Bucket, Partition};
+use super::{Session, GUARANTEE};
+use crate::classify::{self, Partition, Refusal};
 use crate::error::{Code, Error, Result};
-use crate::session::{Session, GUARANTEE};
+use crate::report::{ForkLineage, ForkReport, Residue, Rewound};
 use crate::state::Life;
-use crate::step::{Step, StepKind, BY_FORK};
+use crate::step::{StepKind, BY_FORK};
+use crate::unwind::{Context, Failed};
 use crate::util::{new_id, now_rfc3339, sha256_jcs};
 use crate::wal::{create_wal, read_wal, Record};
 use serde_json::{json, Value};
@@ -20,66 +22,72 @@ pub fn not_preserved() -> Value {
     ])
 }
 
-/// `residue {clean, outstanding, proof}` and `warning_emissions` for a partition.
-pub fn residue(p: &Partition, failed: &[Value]) -> (Value, String) {
-    let outstanding = classify::outstanding(p.outstanding(), failed);
+/// `warning_emissions` for a partition.
+fn warning_emissions(p: &Partition) -> String {
     let crossed = p.emissions_crossed.len() + p.emissions_compensated.len();
-    let proof = format!(
-        "{crossed} emission(s) crossed and cannot be undone; {} inverse(s) were enumerated but not fired because they would cross; {} step(s) could not be restored{}; only the host-confined state (workspace files under revl's witness) and provisions are claimed to be back at step {}.",
-        p.would_cross_on_rewind.len(),
-        p.unrestored.len(),
-        if failed.is_empty() { String::new() } else { format!("; {} inverse(s) failed", failed.len()) },
-        p.at
-    );
-    let warning = if crossed == 0 {
+    if crossed == 0 {
         "no emission crossed: nothing from this tail is out in the world".to_string()
     } else {
         format!(
             "{crossed} emission(s) are still out in the world and stay there after the fork: {:?}",
             p.crossed()
         )
-    };
-    (
-        json!({"clean": outstanding.is_empty(), "outstanding": outstanding, "proof": proof}),
-        warning,
-    )
+    }
 }
 
 impl Session {
-    /// The checks of SPEC 6.1, in order; returns the partition of the tail above k.
+    /// The checks of SPEC 6.1, in order; returns the partition of the tail above k. The
+    /// refusals are [`classify::fork_refusals`], the same function the offline reader uses.
     fn fork_checks(&self, k: i64) -> Result<Partition> {
-        let p = self.rewind_target(k, "fork at")?;
-        if !p.unrestored.is_empty() {
-            let labels: Vec<String> = p
-                .unrestored
-                .iter()
-                .map(|&i| format!("{i} {}", self.state.steps[i as usize].label()))
-                .collect();
-            return Err(Error::new(
-                Code::KindOpaque,
-                format!(
-                    "KIND_OPAQUE: the tail above step {k} holds steps nothing can restore: {}",
-                    labels.join(", ")
-                ),
-                "fork at or after the last opaque step, or abort the session",
-            ));
-        }
-        let non_idem: Vec<String> = p
-            .inverses_ran
-            .iter()
-            .map(|&i| &self.state.steps[i as usize])
-            .filter(|s| s.undo_idempotent == Some(false))
-            .map(|s| format!("{} {}", s.index, s.label()))
-            .collect();
-        if !non_idem.is_empty() {
-            return Err(Error::new(
-                Code::NonIdempotent,
-                format!("non-idempotent: the rewind would run inverses declared undo_idempotent = false: {}", non_idem.join(", ")),
-                "fork at a later step, or step back with --compensating, which fences them",
-            ));
+        self.require_live()?;
+        self.check_range(k)?;
+        let p = classify::partition(&self.state.steps, k);
+        if let Some(r) = classify::fork_refusals(&self.state, k, &p)
+            .into_iter()
+            .next()
+        {
+            return Err(self.refusal_error(k, r));
         }
         self.check_preimages(&p.inverses_ran)?;
         Ok(p)
+    }
+
+    /// A fork refusal as the live fork's error (SPEC 6.1).
+    fn refusal_error(&self, k: i64, r: Refusal) -> Error {
+        let labels = |idx: &[u64]| -> String {
+            idx.iter()
+                .map(|&i| format!("{i} {}", self.state.steps[i as usize].label()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match r {
+            Refusal::NotLive(_) | Refusal::CommittedBoundary => match self.require_live() {
+                Err(e) => e,
+                Ok(()) => Error::new(
+                    Code::NotLive,
+                    format!("session {} stands behind a committed boundary", self.id),
+                    "start a new session",
+                ),
+            },
+            Refusal::Undone(why) => Error::new(
+                Code::Undone,
+                format!("cannot fork at {k}: {why}"),
+                "pick a live step from the timeline",
+            ),
+            Refusal::OpaqueTail(idx) => Error::new(
+                Code::KindOpaque,
+                format!(
+                    "KIND_OPAQUE: the tail above step {k} holds steps nothing can restore: {}",
+                    labels(&idx)
+                ),
+                "fork at or after the last opaque step, or abort the session",
+            ),
+            Refusal::NonIdempotentSpan(idx) => Error::new(
+                Code::NonIdempotent,
+                format!("non-idempotent: the rewind would run inverses declared undo_idempotent = false: {}", labels(&idx)),
+                "fork at a later step, or step back in compensating mode, which fences them",
+            ),
+        }
     }
 
     fn fork_hash(&self, p: &Partition) -> String {
@@ -90,7 +98,7 @@ impl Session {
     }
 
     /// The fork report without its hash. `ran` = what actually ran (after a confirm).
-    fn fork_report(&self, p: &Partition, ran: Option<&[u64]>, failed: &[Value]) -> Value {
+    fn fork_report(&self, p: &Partition, ran: Option<&[u64]>, failed: &[Failed]) -> ForkReport {
         let steps = &self.state.steps;
         let rewind_list: Vec<u64> = match ran {
             Some(r) => r.to_vec(),
@@ -110,30 +118,56 @@ impl Session {
             idx.sort_unstable_by(|a, b| b.cmp(a));
             classify::entries(steps, &idx, classify::rewound_entry)
         };
-        let (res, warning) = residue(p, failed);
-        json!({
-            "forked": false,
-            "at": p.at,
-            "atLabel": self.state.label_at(p.at),
-            "parent": self.id,
-            "rewound": {"inversesRan": of_kind(StepKind::Effect), "provisionsWithdrawn": of_kind(StepKind::Provision)},
-            "droppedDeferred": self.state.queue.iter().filter_map(|q| self.state.deferred.get(q)).map(|d| d.to_json()).collect::<Vec<_>>(),
-            "emissionsCrossed": classify::entries(steps, &p.emissions_crossed, classify::emission_entry),
-            "emissionsCompensated": classify::entries(steps, &p.emissions_compensated, classify::emission_entry),
-            "wouldCrossOnRewind": classify::entries(steps, &p.would_cross_on_rewind, classify::would_cross_entry),
-            "unrestored": classify::entries(steps, &p.unrestored, classify::unrestored_entry),
-            "residue": res,
-            "warning_emissions": warning,
-            "guarantee": GUARANTEE,
-        })
+        ForkReport {
+            forked: false,
+            at: p.at,
+            at_label: self.state.label_at(p.at),
+            parent: self.id.clone(),
+            rewound: Rewound {
+                inverses_ran: of_kind(StepKind::Effect),
+                provisions_withdrawn: of_kind(StepKind::Provision),
+            },
+            dropped_deferred: self
+                .state
+                .queue
+                .iter()
+                .filter_map(|q| self.state.deferred.get(q))
+                .cloned()
+                .collect(),
+            emissions_crossed: classify::entries(
+                steps,
+                &p.emissions_crossed,
+                classify::emission_entry,
+            ),
+            emissions_compensated: classify::entries(
+                steps,
+                &p.emissions_compensated,
+                classify::emission_entry,
+            ),
+            would_cross_on_rewind: classify::entries(
+                steps,
+                &p.would_cross_on_rewind,
+                classify::would_cross_entry,
+            ),
+            unrestored: classify::entries(steps, &p.unrestored, classify::unrestored_entry),
+            residue: Residue::of_partition(p, failed),
+            warning_emissions: warning_emissions(p),
+            guarantee: GUARANTEE,
+            hash: None,
+            refused: None,
+            reason: None,
+            branch: None,
+            lineage: None,
+            failed: None,
+        }
     }
 
     /// `fork --at K`: enumerate; changes nothing in the workspace; records `fork-pending`.
-    pub fn fork(&mut self, k: i64) -> Result<Value> {
+    pub fn fork(&mut self, k: i64) -> Result<ForkReport> {
         let p = self.fork_checks(k)?;
         let hash = self.fork_hash(&p);
         let mut report = self.fork_report(&p, None, &[]);
-        report["hash"] = hash.clone().into();
+        report.hash = Some(hash.clone());
         self.append(
             Record::ForkPending {
                 at: k,
@@ -145,7 +179,7 @@ impl Session {
     }
 
     /// `fork-confirm --hash H` (SPEC 6.2).
-    pub fn fork_confirm(&mut self, hash: &str) -> Result<Value> {
+    pub fn fork_confirm(&mut self, hash: &str) -> Result<ForkReport> {
         let pending = match &self.state.fork_pending {
             Some((at, Some(h))) => Some((*at, h.clone())),
             _ => None,
@@ -155,7 +189,7 @@ impl Session {
             return Err(Error::new(
                 Code::NoPendingFork,
                 format!("session {} has no pending fork", self.id),
-                "call `revl fork SESSION --at K` first, read the report, then confirm its hash",
+                "enumerate the fork first, read the report, then confirm its hash",
             ));
         };
         let p = self.fork_checks(k)?;
@@ -168,8 +202,8 @@ impl Session {
             .unwrap_or_default();
         if hash != fresh || hash != pending_hash {
             let mut report = self.fork_report(&p, None, &[]);
-            report["refused"] = true.into();
-            report["reason"] = "stale hash: the session changed since `fork` enumerated (or the hash is wrong); nothing was rewound; call `revl fork` again and read the new report".into();
+            report.refused = Some(true);
+            report.reason = Some("stale hash: the session changed since `fork` enumerated (or the hash is wrong); nothing was rewound; call `revl fork` again and read the new report".into());
             self.append(Record::ForkPending { at: k, hash: None }, true)?;
             return Ok(report);
         }
@@ -192,7 +226,8 @@ impl Session {
         )?;
         self.fp.point("fork.after-begin");
         // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first.
-        let (ran, failed) = self.fork_rewind(k, "fork.mid-rewind")?;
+        let done = self.fork_rewind(k, Context::Live, "fork.mid-rewind")?;
+        let (ran, failed) = (done.ran, done.failed);
         self.sync()?;
         self.fp.point("fork.after-rewind");
         // 3. the whole queue is dropped: those sends never crossed.
@@ -234,44 +269,15 @@ impl Session {
             true,
         )?;
         let mut report = self.fork_report(&p, Some(&ran), &failed);
-        report["forked"] = true.into();
-        report["droppedDeferred"] = dropped.into();
-        report["branch"] = branch.clone().into();
-        report["lineage"] = json!({"preserved": preserved, "notPreserved": not_preserved()});
-        report["failed"] = failed.into();
+        report.forked = true;
+        report.dropped_deferred = dropped;
+        report.branch = Some(branch);
+        report.lineage = Some(ForkLineage {
+            preserved,
+            not_preserved: not_preserved(),
+        });
+        report.failed = Some(failed);
         Ok(report)
-    }
-
-    /// Run the fork's rewind over the tail above k, skipping what is already undone; a fenced
-    /// inverse without `undone` is listed failed (outcome unknown) and never re-run.
-    fn fork_rewind(&mut self, k: i64, crash_point: &str) -> Result<(Vec<u64>, Vec<Value>)> {
-        let order: Vec<u64> = self
-            .state
-            .steps
-            .iter()
-            .skip((k + 1) as usize)
-            .rev()
-            .map(|s| s.index)
-            .collect();
-        let (mut ran, mut failed) = (Vec::new(), Vec::new());
-        for i in order {
-            let s: &Step = &self.state.steps[i as usize];
-            if !matches!(
-                classify::bucket(s),
-                Bucket::InversesRan | Bucket::ProvisionsWithdrawn
-            ) {
-                continue;
-            }
-            if s.fenced {
-                failed.push(json!({"index": i, "label": s.label(), "error": "interrupted after its replay fence", "outcome": "unknown"}));
-                continue;
-            }
-            match self.run_inverse(i, BY_FORK, crash_point)? {
-                Ok(()) => ran.push(i),
-                Err(f) => failed.push(f),
-            }
-        }
-        Ok((ran, failed))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -282,7 +288,7 @@ impl Session {
         preserved: Value,
         crossed: Vec<u64>,
         would_cross: Vec<u64>,
-        failed: Vec<Value>,
+        failed: Vec<Failed>,
         provisions: &std::collections::BTreeMap<String, String>,
     ) -> Result<()> {
         let dir = self.store.session_dir(branch);
@@ -324,14 +330,14 @@ impl Session {
     }
 
     /// Repair an interrupted fork in this (parent) WAL (SPEC 6.4). Never crosses.
-    pub(crate) fn repair_fork(&mut self) -> Result<()> {
+    pub(super) fn repair_fork(&mut self) -> Result<()> {
         let Some(begun) = self.state.fork_begun.clone() else {
             return Ok(());
         };
         if self.state.fork_complete {
             return Ok(());
         }
-        if let Some((_, _, _)) = &self.state.fork_frozen {
+        if self.state.fork_frozen.is_some() {
             return self.append(
                 Record::ForkComplete {
                     branch: begun.branch,
@@ -374,7 +380,9 @@ impl Session {
         // No branch: finish the rewind of the acknowledged span, drop the queue, abandon.
         let _ = std::fs::remove_file(self.store.session_dir(&begun.branch).join(".wal.jsonl.tmp"));
         let _ = std::fs::remove_dir(self.store.session_dir(&begun.branch));
-        let (_, failed) = self.fork_rewind(begun.at, "repair.never")?;
+        let failed = self
+            .fork_rewind(begun.at, Context::Repair, "repair.never")?
+            .failed;
         self.drop_deferred(|_| true, BY_FORK)?;
         let why = if failed.is_empty() {
             "the fork died before its branch existed; its rewind was completed at repair and the session is live at the fork point".to_string()
@@ -385,7 +393,7 @@ impl Session {
     }
 
     /// Before attaching to a branch, repair its parent's fork (either side repairs a fork).
-    pub(crate) fn repair_parent_fork(&self) -> Result<()> {
+    pub(super) fn repair_parent_fork(&self) -> Result<()> {
         let Some(origin) = &self.state.origin else {
             return Ok(());
         };

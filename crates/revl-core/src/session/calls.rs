@@ -1,0 +1,407 @@
+//! Declared tool calls by class (SPEC 1.3, 2, 4.1): effects, emissions (with approvals),
+//! held sends, opaque tools; and running a manifest inverse (an undo tool or a
+//! compensation) for the unwind executor.
+
+use crate::error::{Code, Error, Result};
+use crate::session::Session;
+use crate::step::{Step, StepKind};
+use crate::tools::{check_args, run_tool, Class, Manifest, Tool};
+use crate::util::{new_id, sha256_jcs};
+use crate::wal::Record;
+use serde_json::{json, Value};
+use std::path::Path;
+
+impl crate::store::Store {
+    /// Read, validate and store a manifest file; returns its digest. `None` when neither a
+    /// file was given nor `revl.toml` exists in the workspace.
+    pub fn import_manifest(
+        &self,
+        given: Option<&Path>,
+        workspace: &Path,
+    ) -> Result<Option<String>> {
+        let path = match given {
+            Some(p) => p.to_path_buf(),
+            None => {
+                let p = workspace.join("revl.toml");
+                if !p.is_file() {
+                    return Ok(None);
+                }
+                p
+            }
+        };
+        let bytes = std::fs::read(&path).map_err(|e| {
+            Error::new(
+                Code::BadManifest,
+                format!("cannot read manifest {}: {e}", path.display()),
+                "give --manifest a readable revl.toml",
+            )
+        })?;
+        let text = String::from_utf8(bytes.clone()).map_err(|_| {
+            Error::new(
+                Code::BadManifest,
+                format!("{}: not UTF-8", path.display()),
+                "save the manifest as UTF-8",
+            )
+        })?;
+        Manifest::parse(&text, &path.display().to_string())?;
+        Ok(Some(self.blobs().put(&bytes)?))
+    }
+}
+
+fn object_args(args: &Value) -> Result<()> {
+    if args.is_object() {
+        Ok(())
+    } else {
+        Err(Error::bad_args(
+            "tool args must be a JSON object",
+            "pass --args '{\"name\": value, ...}'",
+        ))
+    }
+}
+
+impl Session {
+    /// The session's manifest: the copy stored at `new`, never the file in the workspace.
+    pub fn manifest(&self) -> Result<Manifest> {
+        match &self.state.manifest_digest {
+            None => Ok(Manifest::default()),
+            Some(d) => {
+                let bytes = self.blobs.get(d, None)?;
+                Manifest::parse(
+                    &String::from_utf8_lossy(&bytes),
+                    &format!("manifest blob {d}"),
+                )
+            }
+        }
+    }
+
+    pub(super) fn env(&self, step: u64) -> Vec<(String, String)> {
+        vec![
+            ("REVL_SESSION".into(), self.id.clone()),
+            ("REVL_STEP".into(), step.to_string()),
+        ]
+    }
+
+    /// `call TOOL --args JSON`, by the tool's class (SPEC 4.1).
+    pub fn call(&mut self, name: &str, args: Value) -> Result<Value> {
+        self.require_live()?;
+        let manifest = self.manifest()?;
+        let tool = manifest
+            .tool(name)
+            .cloned()
+            .ok_or_else(|| manifest.unknown_tool(name))?;
+        object_args(&args)?;
+        check_args(&tool, &args, false)?;
+        match tool.class {
+            Class::Inverse => Err(Error::bad_args(
+                format!(
+                    "tool {name:?} is of class inverse: it runs only as an undo or a compensation"
+                ),
+                "call the forward tool instead",
+            )),
+            Class::Deferred => self.enqueue(&tool, args),
+            Class::Effect => self.call_effect(&tool, &manifest, args),
+            Class::Emission => self.call_emission(&tool, &manifest, args),
+            Class::Opaque => self.call_opaque(&tool, args),
+        }
+    }
+
+    fn enqueue(&mut self, tool: &Tool, args: Value) -> Result<Value> {
+        let seq = self.take_seq()?;
+        let after_step = self.state.head();
+        self.append(
+            Record::DeferredEmission {
+                seq,
+                tool: tool.name.clone(),
+                service: tool.service.clone(),
+                method: tool.method.clone(),
+                args,
+                after_step,
+            },
+            true,
+        )?;
+        Ok(
+            json!({"seq": seq, "queued": true, "afterStep": after_step, "note": "held: it fires only at a confirmed commit"}),
+        )
+    }
+
+    fn intent(&mut self, step: u64, kind: &str, label: &str, site: &str) -> Result<()> {
+        self.append(
+            Record::Intent {
+                step,
+                kind: kind.into(),
+                label: label.into(),
+                site: site.into(),
+                undo: None,
+                preimage: None,
+                after: None,
+            },
+            true,
+        )
+    }
+
+    fn call_effect(&mut self, tool: &Tool, manifest: &Manifest, args: Value) -> Result<Value> {
+        let undo_tool = manifest.tool(tool.undo.as_deref().unwrap_or("")).cloned();
+        let step = self.state.next_index();
+        let label = format!("{}.{}", tool.service, tool.method);
+        self.intent(step, "effect", &label, &tool.name)?;
+        self.fp.point("effect.after-intent");
+        let run = run_tool(tool, &args, None, self.ws.root(), &self.env(step), None)?;
+        self.fp.point("effect.after-change");
+        if run.timed_out() {
+            // Unknown outcome: an opaque step, so a fork over it is refused.
+            let repr = format!(
+                "{} {} timed out: outcome unknown",
+                tool.name,
+                crate::util::jcs(&args)
+            );
+            let rec = self.step_record(
+                step,
+                "opaque",
+                &format!("{}/opaque", tool.name),
+                &tool.name,
+                json!({"repr": repr, "tool": tool.name, "args": args}),
+            )?;
+            self.append(Record::Step(rec), false)?;
+            self.sync()?;
+            return Err(Error::new(
+                Code::Timeout,
+                run.error_message(),
+                "the tool's outcome is unknown: it is recorded as an opaque step",
+            )
+            .with_step(step));
+        }
+        if run.error.is_some() {
+            // Taken at its word: nothing happened.
+            self.append(
+                Record::IntentVoid {
+                    step,
+                    why: run.error_message(),
+                },
+                true,
+            )?;
+            return Err(Error::new(
+                Code::ToolFailed,
+                run.error_message(),
+                "nothing was recorded; fix the call and try again",
+            ));
+        }
+        let mut rec = self.step_record(
+            step,
+            "effect",
+            &label,
+            &tool.name,
+            json!({"tool": tool.name, "args": args, "witness": run.witness}),
+        )?;
+        rec.set_scope(tool.scope.as_ref())?;
+        rec.set_undo_scope(undo_tool.as_ref().and_then(|u| u.scope.as_ref()))?;
+        rec.set_undo(Some(&json!({"type": "tool", "tool": tool.undo})))?;
+        rec.undo_idempotent = tool.undo_idempotent;
+        let seq = rec.seq;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(
+            json!({"step": step, "seq": seq, "label": label, "exitCode": run.exit_code, "stdout": run.stdout, "stderr": run.stderr, "witness": run.witness}),
+        )
+    }
+
+    /// Find a usable approval for an emission, or `None`.
+    fn usable_approval(&self, tool: &str, digest: &str) -> Option<Record> {
+        if self.state.standing.contains(tool) {
+            return Some(Record::ApprovalConsumed {
+                ticket: None,
+                tool: Some(tool.into()),
+            });
+        }
+        self.state
+            .tickets_granted
+            .iter()
+            .find(|(t, (tl, d))| {
+                tl == tool
+                    && d.as_deref() == Some(digest)
+                    && !self.state.tickets_consumed.contains(*t)
+            })
+            .map(|(t, _)| Record::ApprovalConsumed {
+                ticket: Some(t.clone()),
+                tool: None,
+            })
+    }
+
+    fn call_emission(&mut self, tool: &Tool, manifest: &Manifest, args: Value) -> Result<Value> {
+        let digest = sha256_jcs(&args);
+        if !tool.approval_none {
+            match self.usable_approval(&tool.name, &digest) {
+                // Consumption is durable before the crossing fires.
+                Some(consume) => self.append(consume, true)?,
+                None => {
+                    let ticket = new_id();
+                    self.append(
+                        Record::ApprovalRequested {
+                            ticket: ticket.clone(),
+                            tool: tool.name.clone(),
+                            args_digest: digest.clone(),
+                        },
+                        true,
+                    )?;
+                    return Ok(
+                        json!({"approvalRequired": true, "ticket": ticket, "tool": tool.name, "argsDigest": digest,
+                        "hint": format!("a human approves with `revl approve {} --ticket {ticket}` (once) or `--tool {}` (standing); then call again", self.id, tool.name)}),
+                    );
+                }
+            }
+        }
+        let step = self.state.next_index();
+        let label = format!("{}.{}", tool.service, tool.method);
+        let seq = self.take_seq()?;
+        let key = format!("{}-{seq}", self.id);
+        self.intent(step, "emission", &label, &tool.name)?;
+        self.fp.point("effect.after-intent");
+        let run = run_tool(
+            tool,
+            &args,
+            None,
+            self.ws.root(),
+            &self.env(step),
+            Some(&key),
+        )?;
+        self.fp.point("effect.after-change");
+        let mut detail = json!({"key": key, "service": tool.service, "method": tool.method, "args": args, "witness": run.witness});
+        if let Some(e) = &run.error {
+            detail["error"] = e.clone();
+        }
+        let mut recs = Vec::new();
+        let mut emission = crate::wal::StepRecord::new(
+            seq,
+            step,
+            StepKind::Emission,
+            &label,
+            &tool.name,
+            &detail,
+        )?;
+        emission.set_scope(tool.scope.as_ref())?;
+        emission.set_ts(Some(&crate::util::now_rfc3339()))?;
+        if let Some(comp) = tool.compensate.as_ref().and_then(|c| manifest.tool(c)) {
+            emission.compensation = Some(step + 1);
+            recs.push(Record::Step(emission));
+            let mut c = self.step_record(
+                step + 1,
+                "compensation",
+                &format!("compensate {label}"),
+                &comp.name,
+                json!({"for": step, "tool": comp.name, "args": args}),
+            )?;
+            c.set_scope(comp.scope.as_ref())?;
+            recs.push(Record::Step(c));
+        } else {
+            recs.push(Record::Step(emission));
+        }
+        // An emission and its compensation step go out in one write.
+        self.append_many(recs, false)?;
+        self.sync()?;
+        if run.error.is_some() {
+            return Err(Error::new(
+                Code::ToolFailed,
+                run.error_message(),
+                "the emission is recorded with its error: it may have crossed",
+            )
+            .with_step(step));
+        }
+        Ok(
+            json!({"step": step, "seq": seq, "label": label, "key": key, "exitCode": run.exit_code, "stdout": run.stdout, "stderr": run.stderr, "witness": run.witness}),
+        )
+    }
+
+    fn call_opaque(&mut self, tool: &Tool, args: Value) -> Result<Value> {
+        let step = self.state.next_index();
+        let label = format!("{}/opaque", tool.name);
+        self.intent(step, "opaque", &label, &tool.name)?;
+        let run = run_tool(tool, &args, None, self.ws.root(), &self.env(step), None)?;
+        let outcome = match &run.error {
+            None => "ok".to_string(),
+            Some(e) => e
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("failed")
+                .to_string(),
+        };
+        let repr = format!("{} {} ({outcome})", tool.name, crate::util::jcs(&args));
+        let rec = self.step_record(
+            step,
+            "opaque",
+            &label,
+            &tool.name,
+            json!({"repr": repr, "tool": tool.name, "args": args}),
+        )?;
+        let seq = rec.seq;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(
+            json!({"step": step, "seq": seq, "label": label, "exitCode": run.exit_code, "stdout": run.stdout, "stderr": run.stderr, "witness": run.witness}),
+        )
+    }
+
+    /// Run a manifest inverse: an effect's undo tool or a compensation.
+    pub(crate) fn run_tool_inverse(&mut self, s: &Step) -> Result<()> {
+        let manifest = self.manifest()?;
+        let (tool_name, args, witness) = match s.kind {
+            StepKind::Effect => (
+                s.undo()
+                    .and_then(|u| u.get("tool"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                s.detail().get("args").cloned().unwrap_or(json!({})),
+                s.detail().get("witness").cloned().unwrap_or(Value::Null),
+            ),
+            StepKind::Compensation => {
+                let f = s.detail().get("for").and_then(Value::as_u64).unwrap_or(0);
+                (
+                    s.detail()
+                        .get("tool")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    s.detail().get("args").cloned().unwrap_or(json!({})),
+                    self.state
+                        .steps
+                        .get(f as usize)
+                        .and_then(|e| e.detail().get("witness"))
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                )
+            }
+            _ => {
+                return Err(Error::new(
+                    Code::ToolFailed,
+                    format!("step {} ({}) has no inverse", s.index, s.label()),
+                    "nothing can restore it",
+                ))
+            }
+        };
+        let tool = manifest.tool(&tool_name).cloned().ok_or_else(|| {
+            Error::new(
+                Code::ToolFailed,
+                format!(
+                    "step {}: inverse tool {tool_name:?} is not in the manifest",
+                    s.index
+                ),
+                "the manifest copy is damaged",
+            )
+        })?;
+        let run = run_tool(
+            &tool,
+            &args,
+            Some(&witness),
+            self.ws.root(),
+            &self.env(s.index),
+            None,
+        )?;
+        match run.error {
+            None => Ok(()),
+            Some(_) => Err(Error::new(
+                Code::ToolFailed,
+                run.error_message(),
+                "the inverse failed; its outcome is listed",
+            )),
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Approvals (SPEC 5), commit and resend (4.4), and model decisions (8).
+
+use super::Session;
+use crate::error::{Code, Error, Result};
+use crate::state::Life;
+use crate::tools::{run_tool, Class};
+use crate::util::sha256_jcs;
+use crate::wal::Record;
+use serde_json::{json, Value};
+
+impl Session {
+    // ---- approvals (SPEC 5) ----
+
+    /// `approve --ticket T` (once) or `--tool NAME` (standing, this session only).
+    pub fn approve(&mut self, ticket: Option<&str>, tool: Option<&str>) -> Result<Value> {
+        self.require_live()?;
+        match (ticket, tool) {
+            (Some(t), None) => {
+                let (tool, digest) = self.state.tickets_requested.get(t).cloned().ok_or_else(|| {
+                    Error::bad_args(format!("no ticket {t} was requested in session {}", self.id), "approve a ticket this session's emission returned (approvals never cross sessions)")
+                })?;
+                if self.state.tickets_granted.contains_key(t) {
+                    return Err(Error::bad_args(
+                        format!("ticket {t} is already approved"),
+                        "call the tool again to use it",
+                    ));
+                }
+                self.append(
+                    Record::ApprovalGranted {
+                        ticket: Some(t.into()),
+                        tool: tool.clone(),
+                        session: self.id.clone(),
+                        standing: false,
+                        args_digest: Some(digest.clone()),
+                    },
+                    true,
+                )?;
+                Ok(
+                    json!({"approved": true, "ticket": t, "tool": tool, "argsDigest": digest, "standing": false, "session": self.id}),
+                )
+            }
+            (None, Some(name)) => {
+                let m = self.manifest()?;
+                match m.tool(name) {
+                    Some(t) if t.class == Class::Emission => {}
+                    Some(t) => {
+                        return Err(Error::bad_args(
+                            format!(
+                                "tool {name:?} is of class {}: only emissions need approval",
+                                t.class.as_str()
+                            ),
+                            "approve an emission tool",
+                        ))
+                    }
+                    None => return Err(m.unknown_tool(name)),
+                }
+                self.append(
+                    Record::ApprovalGranted {
+                        ticket: None,
+                        tool: name.into(),
+                        session: self.id.clone(),
+                        standing: true,
+                        args_digest: None,
+                    },
+                    true,
+                )?;
+                Ok(json!({"approved": true, "tool": name, "standing": true, "session": self.id}))
+            }
+            _ => Err(Error::new(
+                Code::Usage,
+                "approve needs exactly one of --ticket T or --tool NAME",
+                "revl approve SESSION --ticket T",
+            )),
+        }
+    }
+
+    // ---- commit (SPEC 4.4) ----
+
+    /// The commit plan: `{deferred, witnessed: {count}, hash}`. Nothing fires.
+    pub fn commit_plan(&self) -> Value {
+        let st = &self.state;
+        let deferred: Vec<Value> = st
+            .queue
+            .iter()
+            .filter_map(|q| st.deferred.get(q))
+            .map(|d| d.to_json())
+            .collect();
+        let witnessed = st.witnessed();
+        let hash = sha256_jcs(
+            &json!({"session": self.id, "head": st.head(), "deferred": st.queue, "witnessed": witnessed}),
+        );
+        json!({"session": self.id, "deferred": deferred, "witnessed": {"count": witnessed.len(), "steps": witnessed}, "hash": hash})
+    }
+
+    pub fn commit(&self) -> Result<Value> {
+        self.require_live()?;
+        Ok(self.commit_plan())
+    }
+
+    /// `commit-confirm --hash H`: held sends fire once each, FIFO, after `commit-approved`.
+    pub fn commit_confirm(&mut self, hash: &str) -> Result<Value> {
+        self.require_live()?;
+        let plan = self.commit_plan();
+        if plan["hash"].as_str() != Some(hash) {
+            return Ok(json!({"committed": false, "refused": true,
+                "reason": "stale hash: the queue or the timeline changed since the plan (or the hash is wrong); nothing fired",
+                "plan": plan}));
+        }
+        let manifest = self.manifest()?;
+        self.append(Record::CommitApproved { hash: hash.into() }, true)?;
+        self.fp.point("commit.after-approved");
+        let mut flushed = Vec::new();
+        let mut residue = Vec::new();
+        for seq in self.state.queue.clone() {
+            let d = self.state.deferred[&seq].clone();
+            let key = format!("{}-{seq}", self.id);
+            let run = match manifest.tool(&d.tool) {
+                Some(t) => {
+                    run_tool(
+                        t,
+                        &d.args,
+                        None,
+                        self.ws.root(),
+                        &self.env(d.after_step),
+                        Some(&key),
+                    )?
+                    .error
+                }
+                None => Some(
+                    json!({"type": "missing-tool", "message": format!("tool {:?} is not in the manifest", d.tool)}),
+                ),
+            };
+            self.fp.point("commit.mid-flush");
+            match run {
+                None => {
+                    self.append(Record::Flushed { seq }, false)?;
+                    flushed.push(seq);
+                }
+                Some(error) => {
+                    residue.push(
+                        json!({"seq": seq, "type": error["type"], "message": error["message"]}),
+                    );
+                    self.append(Record::FlushResidue { seq, error }, false)?;
+                }
+            }
+        }
+        let discharged: Vec<u64> = plan["witnessed"]["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_u64)
+            .collect();
+        self.append(
+            Record::Discharge {
+                steps: discharged.clone(),
+            },
+            false,
+        )?;
+        self.append(Record::ActivationComplete {}, false)?;
+        self.sync()?;
+        Ok(
+            json!({"committed": true, "flushed": flushed, "flushResidue": residue, "discharged": discharged}),
+        )
+    }
+
+    /// `resend --seq S`: an operator fires one owed or failed held send of a committed
+    /// session once more, explicitly.
+    pub fn resend(&mut self, seq: u64) -> Result<Value> {
+        if self.state.life() != Life::Committed {
+            return Err(Error::new(Code::NotCommitted, format!("session {} is {}, not committed: resend is for a committed session's owed sends", self.id, self.state.life().as_str()), "commit first; held sends fire at commit"));
+        }
+        if !self.state.residue.contains_key(&seq) {
+            return Err(Error::bad_args(
+                format!(
+                    "held send {seq} is not owed or failed in session {}",
+                    self.id
+                ),
+                "see `revl status` for the owed sends",
+            ));
+        }
+        let d = self.state.deferred[&seq].clone();
+        let manifest = self.manifest()?;
+        let tool = manifest.tool(&d.tool).cloned().ok_or_else(|| {
+            Error::new(
+                Code::ToolFailed,
+                format!("tool {:?} is not in the manifest", d.tool),
+                "the manifest copy is damaged",
+            )
+        })?;
+        let key = format!("{}-{seq}", self.id);
+        let run = run_tool(
+            &tool,
+            &d.args,
+            None,
+            self.ws.root(),
+            &self.env(d.after_step),
+            Some(&key),
+        )?;
+        match run.error {
+            None => {
+                self.append(Record::Flushed { seq }, true)?;
+                Ok(json!({"resent": true, "seq": seq, "flushed": true}))
+            }
+            Some(error) => {
+                self.append(
+                    Record::FlushResidue {
+                        seq,
+                        error: error.clone(),
+                    },
+                    true,
+                )?;
+                Ok(json!({"resent": true, "seq": seq, "flushed": false, "error": error}))
+            }
+        }
+    }
+
+    /// `note-model` (SPEC 8): which model answered step k and what it cost. Metadata only:
+    /// no prompt or response text, and no digest of them, is ever written.
+    pub fn note_model(&mut self, args: &Value) -> Result<Value> {
+        self.require_live()?;
+        let bad = |f: &str, want: &str| {
+            Error::bad_args(
+                format!("note-model: `{f}` must be {want}"),
+                "see `revl note-model --help`",
+            )
+        };
+        let step = args
+            .get("step")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad("step", "a step index"))?;
+        if step > self.state.head() {
+            return Err(Error::bad_args(
+                format!(
+                    "note-model: step {step} is out of range 0..={}",
+                    self.state.head()
+                ),
+                "name a step that exists",
+            ));
+        }
+        let outcome = match args.get("outcome").and_then(Value::as_str) {
+            Some(o @ ("validated" | "exhausted")) => o.to_string(),
+            _ => return Err(bad("outcome", "validated or exhausted")),
+        };
+        let host = |v: Value| json!({"value": v, "provenance": "host-reported"});
+        let mut llm = serde_json::Map::new();
+        let model = args
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| bad("model", "a non-empty model name"))?;
+        llm.insert("model".into(), host(model.into()));
+        for (k, int) in [
+            ("tokensIn", true),
+            ("tokensOut", true),
+            ("latencySeconds", false),
+            ("attempts", true),
+            ("attemptCeiling", true),
+        ] {
+            let v = args.get(k).ok_or_else(|| bad(k, "given"))?;
+            let okv = if int {
+                v.as_u64().is_some()
+            } else {
+                v.as_f64().is_some_and(|f| f >= 0.0)
+            };
+            if !okv {
+                return Err(bad(
+                    k,
+                    if int {
+                        "a non-negative integer"
+                    } else {
+                        "a non-negative number"
+                    },
+                ));
+            }
+            llm.insert(k.into(), host(v.clone()));
+        }
+        if let Some(c) = args.get("cost").filter(|c| !c.is_null()) {
+            if !c.as_f64().is_some_and(|f| f >= 0.0) {
+                return Err(bad("cost", "a non-negative number"));
+            }
+            llm.insert("cost".into(), host(c.clone()));
+        }
+        if let Some(c) = args.get("currency").filter(|c| !c.is_null()) {
+            let c = c
+                .as_str()
+                .filter(|c| c.len() == 3 && c.chars().all(|x| x.is_ascii_uppercase()))
+                .ok_or_else(|| bad("currency", "a 3-letter ISO 4217 code such as EUR"))?;
+            llm.insert("currency".into(), host(c.into()));
+        }
+        let llm = Value::Object(llm);
+        self.append(
+            Record::ModelDecision {
+                step,
+                outcome: outcome.clone(),
+                llm: llm.clone(),
+            },
+            true,
+        )?;
+        Ok(json!({"recorded": true, "step": step, "outcome": outcome, "llm": llm}))
+    }
+}

@@ -1,0 +1,244 @@
+//! Effects on a live session (SPEC 4.1): witnessed file effects, provisions, boundaries,
+//! exec. Each announces itself durably (`intent`) before it changes anything.
+
+use super::Session;
+use crate::error::{Code, Error, Result};
+use crate::step::fs_scope;
+use crate::wal::{Record, StepRecord};
+use crate::workspace::FileOp;
+use serde_json::{json, Value};
+
+impl Session {
+    // ---- effects ----
+
+    /// A built-in file effect: preimage durable first (intent), the change, then the step.
+    pub fn file_effect(&mut self, op: FileOp) -> Result<Value> {
+        self.require_live()?;
+        let planned = self.ws.plan(op, &self.blobs)?;
+        let step = self.state.next_index();
+        let intent = Record::Intent {
+            step,
+            kind: "effect".into(),
+            label: planned.label.clone(),
+            site: planned.site.clone(),
+            undo: Some(planned.undo.clone()),
+            preimage: None,
+            after: Some(json!({"images": planned.after, "detail": planned.detail})),
+        };
+        // A small overwrite is made in place after the intent (which holds its preimage).
+        // Otherwise the new content is written to its temp file first; then the temp's fsync
+        // (a second thread) and the intent's fsync run at the same time, so the filesystem
+        // journal can commit them together. The change itself (the rename) waits for both.
+        let (staged, file) = match self.ws.stage(&planned, step) {
+            Ok(Some(f)) => (Ok(true), Some(f)),
+            Ok(None) => (Ok(false), None),
+            Err(e) => (Err(e), None),
+        };
+        let (appended, synced) = std::thread::scope(|sc| {
+            let sync = file.map(|f| sc.spawn(move || f.sync_all()));
+            let appended = self.append(intent, true);
+            let synced = sync.map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("fsync thread panicked")))
+            });
+            (appended, synced)
+        });
+        let staged = match (staged, synced) {
+            (Ok(_), Some(Err(e))) => Err(Error::io(
+                format!("cannot fsync the staged content of {}", planned.label),
+                e,
+            )),
+            (s, _) => s,
+        };
+        if let Err(e) = appended {
+            let _ = std::fs::remove_file(self.ws.temp_for(step));
+            return Err(e);
+        }
+        let staged = match staged {
+            Ok(b) => b,
+            Err(e) => {
+                self.clean_temps(&planned.after, step);
+                self.append(
+                    Record::IntentVoid {
+                        step,
+                        why: e.message.clone(),
+                    },
+                    true,
+                )?;
+                return Err(e);
+            }
+        };
+        self.fp.point("effect.after-intent");
+        if let Err(e) = self.ws.apply(&planned, step, staged) {
+            // The change failed part-way: put the preimage back and void the intent. If even
+            // that fails, the intent stays open and the next attach repairs it.
+            if self.ws.restore(&planned.undo, &self.blobs, step).is_ok() {
+                self.clean_temps(&planned.after, step);
+                let _ = self.append(
+                    Record::IntentVoid {
+                        step,
+                        why: e.message.clone(),
+                    },
+                    true,
+                );
+            }
+            return Err(e);
+        }
+        self.fp.point("effect.after-change");
+        let rec = self.file_step_record(
+            step,
+            &planned.label,
+            &planned.site,
+            planned.detail.clone(),
+            &planned.undo,
+        )?;
+        let seq = rec.seq;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(json!({"step": step, "seq": seq, "label": planned.label}))
+    }
+
+    /// The `step` record of a file effect (made, or rolled forward at repair): scope `fs`,
+    /// the restore descriptor without the inline bytes its intent holds, idempotent.
+    pub(super) fn file_step_record(
+        &mut self,
+        step: u64,
+        label: &str,
+        site: &str,
+        detail: Value,
+        undo: &Value,
+    ) -> Result<StepRecord> {
+        let mut rec = self.step_record(step, "effect", label, site, detail)?;
+        rec.set_scope(Some(&fs_scope()))?;
+        rec.set_undo(Some(&crate::workspace::slim_undo(undo)))?;
+        rec.undo_idempotent = Some(true);
+        Ok(rec)
+    }
+
+    /// Remove the temp files a write of `step` may have left (at the root, or next to a
+    /// target behind a mount point).
+    pub(super) fn clean_temps(&self, after: &[Value], step: u64) {
+        let _ = std::fs::remove_file(self.ws.temp_for(step));
+        for a in after {
+            if let Some(p) = a.get("path").and_then(Value::as_str) {
+                if let Some(parent) = self.ws.abs(p).parent() {
+                    let _ = std::fs::remove_file(parent.join(format!(".revl-{step}.tmp")));
+                }
+            }
+        }
+    }
+
+    /// `provide KEY VALUE`: a provision step.
+    pub fn provide(&mut self, key: &str, value: &str) -> Result<Value> {
+        self.require_live()?;
+        if key.is_empty() {
+            return Err(Error::bad_args(
+                "the provision key is empty",
+                "give a non-empty KEY",
+            ));
+        }
+        let step = self.state.next_index();
+        let previous = self
+            .state
+            .provisions_at(self.state.head() as i64)
+            .get(key)
+            .cloned();
+        let detail = json!({"key": key, "value": value, "previous": previous});
+        let mut rec = self.step_record(
+            step,
+            "provision",
+            &format!("provide {key}"),
+            "provide",
+            detail,
+        )?;
+        rec.set_undo(Some(
+            &json!({"type": "withdraw", "key": key, "previous": previous}),
+        ))?;
+        rec.undo_idempotent = Some(true);
+        let seq = rec.seq;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(json!({"step": step, "seq": seq, "label": format!("provide {key}")}))
+    }
+
+    /// `boundary [LABEL]`: an agent turn marker.
+    pub fn boundary(&mut self, label: Option<&str>) -> Result<Value> {
+        self.require_live()?;
+        let step = self.state.next_index();
+        let label = format!(
+            "{}/boundary",
+            label.filter(|l| !l.is_empty()).unwrap_or("turn")
+        );
+        let rec = self.step_record(step, "boundary", &label, "boundary", json!({}))?;
+        let seq = rec.seq;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(json!({"step": step, "seq": seq, "label": label}))
+    }
+
+    /// `exec -- ARGV`: run a command in the workspace (never through a shell); always an
+    /// opaque step, whatever its exit code.
+    pub fn exec(&mut self, argv: &[String]) -> Result<Value> {
+        self.require_live()?;
+        if argv.is_empty() || argv[0].is_empty() {
+            return Err(Error::bad_args(
+                "exec needs a command",
+                "revl exec SESSION -- PROGRAM [ARGS...]",
+            ));
+        }
+        let step = self.state.next_index();
+        self.append(
+            Record::Intent {
+                step,
+                kind: "opaque".into(),
+                label: "exec/opaque".into(),
+                site: "exec".into(),
+                undo: None,
+                preimage: None,
+                after: None,
+            },
+            true,
+        )?;
+        let env = vec![
+            ("REVL_SESSION".to_string(), self.id.clone()),
+            ("REVL_STEP".to_string(), step.to_string()),
+        ];
+        let ran = match crate::proc::run(argv, self.ws.root(), &env, None, None) {
+            Ok(r) => r,
+            Err(e) => {
+                self.append(
+                    Record::IntentVoid {
+                        step,
+                        why: format!("could not start {}: {e}", argv[0]),
+                    },
+                    true,
+                )?;
+                return Err(Error::new(
+                    Code::ToolFailed,
+                    format!("could not start {}: {e}", argv[0]),
+                    "check the program name and that it is executable",
+                ));
+            }
+        };
+        let status = match ran.code {
+            Some(c) => format!("exit {c}"),
+            None => "killed by a signal".to_string(),
+        };
+        let repr = format!("exec {} ({status})", crate::util::jcs(&json!(argv)));
+        let rec = self.step_record(
+            step,
+            "opaque",
+            "exec/opaque",
+            "exec",
+            json!({"repr": repr, "argv": argv, "exitCode": ran.code}),
+        )?;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(json!({
+            "step": step,
+            "exitCode": ran.code,
+            "stdout": String::from_utf8_lossy(&ran.stdout),
+            "stderr": String::from_utf8_lossy(&ran.stderr),
+        }))
+    }
+}

@@ -1,0 +1,102 @@
+//! The journal: every append goes through `State::apply`, so the live state and a replay
+//! of the WAL cannot drift; and the life checks every writing verb passes first.
+
+use super::Session;
+use crate::error::{Code, Error, Result};
+use crate::state::Life;
+use crate::util::now_rfc3339;
+use crate::wal::{Record, StepRecord, WalRead, WalWriter};
+use serde_json::Value;
+
+impl Session {
+    // ---- writing the WAL: every append also goes through State::apply ----
+
+    fn writer(&mut self) -> Result<&mut WalWriter> {
+        if self.writer.is_none() {
+            let (good_len, last_seq, records) = self.read_tail;
+            let read = WalRead {
+                path: self.wal_path.clone(),
+                records: Vec::new(),
+                torn: self.torn,
+                good_len,
+                last_seq,
+            };
+            let mut w = WalWriter::open(&read, self.fp.clone())?;
+            w.set_records(records);
+            self.writer = Some(w);
+            self.torn = false;
+        }
+        Ok(self.writer.as_mut().expect("writer just opened"))
+    }
+
+    pub(crate) fn append(&mut self, rec: Record, durable: bool) -> Result<()> {
+        self.append_many(vec![rec], durable)
+    }
+
+    pub(crate) fn append_many(&mut self, recs: Vec<Record>, durable: bool) -> Result<()> {
+        self.writer()?.append_many(&recs, durable)?;
+        for r in recs {
+            if let Err(why) = self.state.apply_owned(r) {
+                return Err(Error::new(
+                    Code::CorruptWal,
+                    format!("internal: {why}"),
+                    "report this as a bug",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        match self.writer.as_mut() {
+            Some(w) => w.sync(),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn take_seq(&mut self) -> Result<u64> {
+        Ok(self.writer()?.take_seq())
+    }
+
+    /// Records in the WAL so far (header included).
+    pub fn record_count(&self) -> usize {
+        self.state.records
+    }
+
+    pub(crate) fn step_record(
+        &mut self,
+        step: u64,
+        kind: &str,
+        label: &str,
+        site: &str,
+        detail: Value,
+    ) -> Result<StepRecord> {
+        let mut rec = StepRecord::new(self.take_seq()?, step, kind.into(), label, site, &detail)?;
+        rec.set_ts(Some(&now_rfc3339()))?;
+        Ok(rec)
+    }
+
+    // ---- life checks ----
+
+    /// Refuse a verb that would write the WAL or the workspace unless the session is live.
+    pub fn require_live(&self) -> Result<()> {
+        match self.state.life() {
+            Life::Live => Ok(()),
+            Life::Frozen { branch, at } => Err(Error::new(
+                Code::Frozen,
+                format!("session {} is frozen: it was forked at step {at} and continues as branch {branch}", self.id),
+                format!("act on the branch {branch} instead (reads still work here)"),
+            )),
+            Life::Committed => Err(Error::new(
+                Code::NotLive,
+                format!("session {} is committed: it stands behind a committed boundary and takes no more effects", self.id),
+                "start a new session with `revl new`",
+            )),
+            Life::Aborted => Err(Error::new(
+                Code::NotLive,
+                format!("session {} is aborted and takes no more effects", self.id),
+                "start a new session with `revl new`",
+            )),
+        }
+    }
+}

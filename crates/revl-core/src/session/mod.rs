@@ -1,0 +1,194 @@
+//! Sessions: create, attach (rebuild from the WAL, repair interrupted operations), and the
+//! verbs on a live session. Every public verb leaves the WAL durable before it returns.
+//!
+//! The session is split by responsibility; its fields are private to this module:
+//! - [`journal`](self): appending to the WAL through `State::apply`, and the life checks;
+//! - `repair`: attach-time repair of SPEC 6.4, in order;
+//! - `effects`: file effects, provisions, boundaries, exec;
+//! - `read`: timeline, inspect, status, owed, verify;
+//! - `calls`: manifest tool calls by class, and manifest inverses;
+//! - `commit`: approvals, commit, resend, model decisions;
+//! - `unwind`: THE executor of [`crate::unwind::plan`]: step-back, abort and their repairs;
+//! - `fork`: fork, fork-confirm, the branch WAL and the fork repair.
+
+mod calls;
+mod commit;
+mod effects;
+mod fork;
+mod journal;
+mod read;
+mod repair;
+mod unwind;
+
+pub use fork::not_preserved;
+pub use unwind::StepBackMode;
+
+use crate::blobs::BlobStore;
+use crate::error::{Code, Error, Result};
+use crate::failpoint::Failpoints;
+use crate::state::{Life, State};
+use crate::step::{Step, StepKind};
+use crate::store::Store;
+use crate::util::now_rfc3339;
+use crate::wal::{create_wal, Record, StepRecord, WalWriter};
+use crate::workspace::Workspace;
+use serde_json::json;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// What a rewind claims, and no more (SPEC 4.3).
+pub const GUARANTEE: &str = "The inverses of the unwound steps ran, newest first; for file effects the recorded preimage bytes, modes and kinds were restored. Nothing is claimed about anything outside the workspace.";
+
+/// An attached session: its lock is held for as long as this value lives.
+pub struct Session {
+    store: Store,
+    id: String,
+    wal_path: PathBuf,
+    state: State,
+    torn: bool,
+    writer: Option<WalWriter>,
+    /// Where the intact WAL prefix ends and which seq came last (to open the writer lazily).
+    read_tail: (u64, u64, usize),
+    ws: Workspace,
+    blobs: BlobStore,
+    fp: Failpoints,
+    _lock: File,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("id", &self.id).finish()
+    }
+}
+
+fn created_by() -> String {
+    format!("revl {}", env!("CARGO_PKG_VERSION"))
+}
+
+impl Store {
+    /// `new --workspace DIR`: create a session (refusing a workspace that has, or is nested
+    /// in or around, a live session) and return it attached.
+    pub fn new_session(&self, workspace: &Path, manifest: Option<&Path>) -> Result<Session> {
+        // Every check runs on the path the workspace will have, before anything is created.
+        let ws = crate::store::resolve_future(workspace)?;
+        if ws.exists() && !ws.is_dir() {
+            return Err(Error::bad_args(
+                format!("workspace {} is not a directory", ws.display()),
+                "give --workspace a directory",
+            ));
+        }
+        crate::store::check_overlap(self.root(), &ws)?;
+        let manifest_digest = self.import_manifest(manifest, &ws)?;
+        let _store_lock = self.store_lock()?;
+        for id in self.session_ids()? {
+            // A WAL that cannot be read is reported by the commands that use it; it does not
+            // hold a workspace.
+            let Ok(info) = self.info(&id) else { continue };
+            let other = Path::new(&info.workspace);
+            if info.state == Life::Live && (other.starts_with(&ws) || ws.starts_with(other)) {
+                return Err(Error::new(
+                    Code::WorkspaceBusy,
+                    format!(
+                        "workspace {} already has a live session {} (on {})",
+                        ws.display(),
+                        id,
+                        other.display()
+                    ),
+                    format!("commit or abort session {id} first, or use it"),
+                ));
+            }
+        }
+        std::fs::create_dir_all(&ws)
+            .map_err(|e| Error::io(format!("cannot create workspace {}", ws.display()), e))?;
+        let ws = std::fs::canonicalize(&ws)
+            .map_err(|e| Error::io(format!("cannot open workspace {}", ws.display()), e))?;
+        let id = crate::util::new_id();
+        let dir = self.session_dir(&id);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let ts = Some(now_rfc3339());
+        let header = Record::Header {
+            wal_version: crate::wal::WAL_VERSION,
+            seq: 0,
+            session: id.clone(),
+            workspace: ws.display().to_string(),
+            manifest_digest,
+            created_by: created_by(),
+            guarantee: GUARANTEE.into(),
+            ts: ts.clone(),
+        };
+        create_wal(
+            &self.wal_path(&id),
+            &[header, hinge_record(1, ts.as_deref())?],
+            &self.fp,
+        )?;
+        File::open(self.root().join("sessions"))
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io("sessions/", e))?;
+        self.attach(&id)
+    }
+
+    /// Attach to a session: take its lock, rebuild its state from the WAL, repair any
+    /// interrupted operation (SPEC 6.4).
+    pub fn attach(&self, id: &str) -> Result<Session> {
+        let dir = self.session_dir(id);
+        let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
+        let wal_path = self.wal_path(id);
+        let (state, read) = State::read(&wal_path)?;
+        let ws = Workspace::new(PathBuf::from(&state.workspace), self.fp.clone());
+        let mut s = Session {
+            store: self.clone(),
+            id: id.to_string(),
+            wal_path,
+            torn: read.torn,
+            read_tail: (read.good_len, read.last_seq, read.records),
+            state,
+            writer: None,
+            ws,
+            blobs: self.blobs(),
+            fp: self.fp.clone(),
+            _lock: lock,
+        };
+        s.repair()?;
+        Ok(s)
+    }
+}
+
+/// Step 0 of every session and branch.
+pub(crate) fn hinge_record(seq: u64, ts: Option<&str>) -> Result<Record> {
+    let mut rec = StepRecord::new(
+        seq,
+        0,
+        StepKind::Hinge,
+        "session/hinge",
+        "session",
+        &json!({}),
+    )?;
+    rec.set_ts(ts)?;
+    Ok(Record::Step(rec))
+}
+
+impl Session {
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn steps(&self) -> &[Step] {
+        &self.state.steps
+    }
+
+    pub fn workspace(&self) -> &Workspace {
+        &self.ws
+    }
+
+    pub fn wal_path(&self) -> &Path {
+        &self.wal_path
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}

@@ -1,0 +1,110 @@
+//! Attach-time repair (SPEC 6.4), in order. Repair never crosses: it runs only
+//! host-confined inverses and provision withdrawals; what it cannot finish without crossing
+//! it lists `owed`.
+
+use super::Session;
+use crate::error::Result;
+use crate::state::Life;
+use crate::wal::Record;
+use crate::workspace::UNDO_RESTORE;
+use serde_json::{json, Value};
+
+impl Session {
+    // ---- repair on attach (SPEC 6.4) ----
+
+    /// Every repair of SPEC 6.4, in this order: a torn write's temp file; a fork (this
+    /// session's, then its parent's); an intent without outcome; a step-back, a commit and an
+    /// abort without their closing records.
+    pub(super) fn repair(&mut self) -> Result<()> {
+        // A write stages its content before its intent is durable: if the intent was torn,
+        // nothing names the temp file; it can only be the next step's.
+        if self.state.life() == Life::Live {
+            let _ = std::fs::remove_file(self.ws.temp_for(self.state.next_index()));
+        }
+        self.repair_fork()?;
+        self.repair_parent_fork()?;
+        if let Some(intent) = self.state.intent.clone() {
+            let file_effect = intent.kind == "effect"
+                && intent
+                    .undo
+                    .as_ref()
+                    .and_then(|u| u.get("type"))
+                    .and_then(Value::as_str)
+                    == Some(UNDO_RESTORE);
+            if file_effect {
+                let after = intent.after.clone().unwrap_or(Value::Null);
+                let images: Vec<Value> = after
+                    .get("images")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let mut done = !images.is_empty();
+                for img in &images {
+                    done &= self.ws.shows(img)?;
+                }
+                self.clean_temps(&images, intent.step);
+                if done {
+                    // Roll forward: the change is on disk; record it.
+                    let detail = after.get("detail").cloned().unwrap_or(Value::Null);
+                    let undo = intent.undo.clone().unwrap_or(Value::Null);
+                    let rec = self.file_step_record(
+                        intent.step,
+                        &intent.label,
+                        &intent.site,
+                        detail,
+                        &undo,
+                    )?;
+                    self.append(Record::Step(rec), false)?;
+                } else {
+                    self.ws.restore(
+                        intent.undo.as_ref().expect("file intent has undo"),
+                        &self.blobs,
+                        intent.step,
+                    )?;
+                    self.append(Record::IntentVoid { step: intent.step, why: "interrupted before the change completed; preimage restored at repair".into() }, false)?;
+                }
+            } else {
+                // A tool call or exec with unknown outcome: opaque, so a fork over it refuses.
+                let label = if intent.kind == "opaque" {
+                    intent.label.clone()
+                } else {
+                    format!("{}/opaque", intent.site)
+                };
+                let rec = self.step_record(
+                    intent.step,
+                    "opaque",
+                    &label,
+                    &intent.site,
+                    json!({"repr": "interrupted: outcome unknown", "intended": intent.label}),
+                )?;
+                self.append(Record::Step(rec), false)?;
+            }
+            self.sync()?;
+        }
+        if let Some((to, mode)) = self.state.step_back_open.clone() {
+            self.finish_step_back(to, &mode)?;
+        }
+        if self.state.commit_approved.is_some() && !self.state.activation_complete {
+            self.finish_commit()?;
+        }
+        if self.state.abort_begun && !self.state.aborted {
+            self.finish_abort()?;
+        }
+        Ok(())
+    }
+
+    /// Finish a commit a crash interrupted after `commit-approved`: every held send without
+    /// an outcome is `flush-residue {type: "unconfirmed"}` (owed, never re-fired), then
+    /// `discharge` and `activation-complete`.
+    fn finish_commit(&mut self) -> Result<()> {
+        for seq in self.state.queue.clone() {
+            self.append(Record::FlushResidue { seq, error: json!({"type": "unconfirmed", "message": "the commit was interrupted: this send may or may not have fired; it is owed and never re-fired automatically"}) }, false)?;
+        }
+        let discharged = self.state.witnessed();
+        if !self.state.discharged {
+            self.append(Record::Discharge { steps: discharged }, false)?;
+        }
+        self.append(Record::ActivationComplete {}, false)?;
+        self.sync()
+    }
+}

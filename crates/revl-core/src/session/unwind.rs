@@ -1,0 +1,382 @@
+//! The unwind executor and the verbs built on it: step-back (SPEC 4.3), abort (4.4), and
+//! their repairs (6.4). What runs is decided by [`crate::unwind::plan`]; this file runs it,
+//! once for every kind of unwind: fence, run, record `undone`, list what failed.
+
+use super::{Session, GUARANTEE};
+use crate::classify;
+use crate::error::{Code, Error, Result};
+use crate::report::{AbortReport, StepBackReport};
+use crate::state::{Deferred, Life};
+use crate::step::{Step, StepKind, BY_ABORT, BY_RECOVER, BY_STEP_BACK};
+use crate::unwind::{self, Action, Context, Failed, Mode, Outcome, OwedStep, Plan};
+use crate::wal::Record;
+use crate::workspace::Workspace;
+
+/// `step-back` modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepBackMode {
+    Scoped,
+    Compensating { force: bool },
+}
+
+impl StepBackMode {
+    fn name(self) -> &'static str {
+        match self {
+            StepBackMode::Scoped => "scoped",
+            StepBackMode::Compensating { .. } => "compensating",
+        }
+    }
+
+    fn unwind(self) -> Mode {
+        match self {
+            StepBackMode::Scoped => Mode::Scoped,
+            StepBackMode::Compensating { .. } => Mode::Compensating,
+        }
+    }
+}
+
+/// What an executed plan did.
+pub(crate) struct Unwound {
+    /// Inverses that ran and got `undone`, in the order they ran.
+    pub ran: Vec<u64>,
+    pub failed: Vec<Failed>,
+}
+
+impl Session {
+    /// Run a plan: for each action in order, a fenced step is listed failed (outcome
+    /// unknown); otherwise its inverse is fenced if [`unwind::needs_fence`], run, then
+    /// recorded `undone`. `crash_point` is passed after each inverse ran, before its `undone`.
+    /// The outer `Result` is a WAL failure (everything stops); an inverse's own failure is
+    /// listed and the unwind goes on.
+    pub(crate) fn execute_unwind(
+        &mut self,
+        plan: &Plan,
+        by: &str,
+        crash_point: &str,
+    ) -> Result<Unwound> {
+        let mut out = Unwound {
+            ran: Vec::new(),
+            failed: Vec::new(),
+        };
+        for action in &plan.actions {
+            match *action {
+                Action::Unknown(i) => out
+                    .failed
+                    .push(Failed::unknown(&self.state.steps[i as usize])),
+                Action::Run(i) => match self.run_inverse(i, by, crash_point)? {
+                    Ok(()) => out.ran.push(i),
+                    Err(f) => out.failed.push(f),
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    /// Run one step's inverse and record `undone`.
+    fn run_inverse(
+        &mut self,
+        i: u64,
+        by: &str,
+        crash_point: &str,
+    ) -> Result<std::result::Result<(), Failed>> {
+        let s = self.state.steps[i as usize].clone();
+        if unwind::needs_fence(&s) {
+            self.append(Record::ReplayFence { step: i }, true)?;
+        }
+        let outcome: Result<()> = match s.kind {
+            StepKind::Provision => Ok(()),
+            StepKind::Effect if s.has_builtin_undo() => {
+                self.ws
+                    .restore(s.undo().expect("builtin undo"), &self.blobs, i)
+            }
+            _ => self.run_tool_inverse(&s),
+        };
+        self.fp.point(crash_point);
+        match outcome {
+            Ok(()) => {
+                self.append(
+                    Record::Undone {
+                        step: i,
+                        by: by.into(),
+                    },
+                    false,
+                )?;
+                Ok(Ok(()))
+            }
+            Err(e) => Ok(Err(Failed {
+                error: e.message,
+                index: i,
+                label: s.label().into(),
+                outcome: Outcome::Failed,
+            })),
+        }
+    }
+
+    /// Refuse (`missing-preimage`) before anything runs if a blob an inverse needs is gone.
+    pub(crate) fn check_preimages(&self, run: &[u64]) -> Result<()> {
+        for &i in run {
+            let s = &self.state.steps[i as usize];
+            if !s.has_builtin_undo() {
+                continue;
+            }
+            for e in crate::workspace::restore_entries(s.undo()) {
+                for b in Workspace::blobs_needed(e, &self.blobs)? {
+                    self.blobs.check(&b, Some(i)).map_err(|err| {
+                        Error::new(
+                            Code::MissingPreimage,
+                            format!("step {i} ({}): {}", s.label(), err.message),
+                            err.hint.clone(),
+                        )
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop held sends matching `which`; returns them (FIFO).
+    pub(crate) fn drop_deferred(
+        &mut self,
+        which: impl Fn(&Deferred) -> bool,
+        by: &str,
+    ) -> Result<Vec<Deferred>> {
+        let dropped: Vec<Deferred> = self
+            .state
+            .queue
+            .iter()
+            .filter_map(|q| self.state.deferred.get(q))
+            .filter(|d| which(d))
+            .cloned()
+            .collect();
+        if !dropped.is_empty() {
+            self.append(
+                Record::DeferredDropped {
+                    seqs: dropped.iter().map(|d| d.seq).collect(),
+                    by: by.into(),
+                },
+                false,
+            )?;
+        }
+        Ok(dropped)
+    }
+
+    /// The steps of the tail above `k`, newest first.
+    pub(crate) fn tail_above(&self, k: i64) -> impl Iterator<Item = u64> + use<> {
+        let start = (k + 1).max(0) as u64;
+        (start..self.state.next_index()).rev()
+    }
+
+    // ---- step-back (SPEC 4.3) ----
+
+    pub fn step_back(&mut self, to: i64, mode: StepBackMode) -> Result<StepBackReport> {
+        let part = self.rewind_target(to, "step back to")?;
+        if let StepBackMode::Compensating { force: false } = mode {
+            let bare: Vec<String> = part
+                .emissions_crossed
+                .iter()
+                .map(|&i| &self.state.steps[i as usize])
+                .filter(|s| s.kind == StepKind::Emission)
+                .map(|s| format!("{} ({})", s.index, s.label()))
+                .collect();
+            if !bare.is_empty() {
+                return Err(Error::new(
+                    Code::Irreversible,
+                    format!(
+                        "the tail holds emissions with no compensation: {}",
+                        bare.join(", ")
+                    ),
+                    "force the compensating step-back to run the other inverses anyway, or step back in scoped mode",
+                ));
+            }
+        }
+        let plan = unwind::plan(
+            &self.state.steps,
+            self.tail_above(to),
+            mode.unwind(),
+            Context::Live,
+        );
+        self.check_preimages(&plan.runs())?;
+        self.append(
+            Record::StepBack {
+                to,
+                mode: mode.name().into(),
+            },
+            true,
+        )?;
+        let done = self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay")?;
+        let dropped = self.drop_deferred(|d| d.after_step as i64 > to, BY_STEP_BACK)?;
+        self.append(
+            Record::StepBackDone {
+                to,
+                failed: done.failed.clone(),
+                owed: Vec::new(),
+            },
+            false,
+        )?;
+        self.sync()?;
+        let steps = &self.state.steps;
+        let ran_of = |kinds: &[StepKind], entry: fn(&Step) -> serde_json::Value| {
+            done.ran
+                .iter()
+                .map(|&i| &steps[i as usize])
+                .filter(|s| kinds.contains(&s.kind))
+                .map(entry)
+                .collect::<Vec<_>>()
+        };
+        let scoped = mode == StepBackMode::Scoped;
+        Ok(StepBackReport {
+            to,
+            to_label: self.state.label_at(to),
+            compensate: scoped.then_some(false),
+            inverses_ran: ran_of(&[StepKind::Effect], classify::rewound_entry),
+            provisions_withdrawn: ran_of(&[StepKind::Provision], classify::rewound_entry),
+            compensations_ran: (!scoped)
+                .then(|| ran_of(&[StepKind::Compensation], classify::emission_entry)),
+            emissions_crossed: classify::entries(
+                steps,
+                &part.emissions_crossed,
+                classify::emission_entry,
+            ),
+            emissions_compensated: classify::entries(
+                steps,
+                &part.emissions_compensated,
+                classify::emission_entry,
+            ),
+            would_cross_on_rewind: scoped.then(|| {
+                classify::entries(
+                    steps,
+                    &part.would_cross_on_rewind,
+                    classify::would_cross_entry,
+                )
+            }),
+            unrestored: classify::entries(steps, &part.unrestored, classify::unrestored_entry),
+            failed: done.failed,
+            dropped_deferred: dropped,
+            live: true,
+            guarantee: GUARANTEE,
+        })
+    }
+
+    /// Finish a step-back a crash interrupted (SPEC 6.4): its host-confined inverses not yet
+    /// `undone` run; a fenced one is `failed` (outcome unknown, never re-run); in
+    /// `compensating` mode the crossing inverses not yet run are `owed`.
+    pub(crate) fn finish_step_back(&mut self, to: i64, mode: &str) -> Result<()> {
+        let head_then = self
+            .state
+            .spans
+            .last()
+            .map(|s| s.1)
+            .unwrap_or(self.state.head());
+        let mode = if mode == "compensating" {
+            Mode::Compensating
+        } else {
+            Mode::Scoped
+        };
+        let tail = ((to + 1).max(0) as u64..=head_then).rev();
+        let plan = unwind::plan(&self.state.steps, tail, mode, Context::Repair);
+        let done = self.execute_unwind(&plan, BY_STEP_BACK, "repair.never")?;
+        let owed = self.owed_steps(&plan);
+        self.drop_deferred(|d| d.after_step as i64 > to, BY_STEP_BACK)?;
+        self.append(
+            Record::StepBackDone {
+                to,
+                failed: done.failed,
+                owed,
+            },
+            false,
+        )?;
+        self.sync()
+    }
+
+    fn owed_steps(&self, plan: &Plan) -> Vec<OwedStep> {
+        plan.owed
+            .iter()
+            .map(|&i| OwedStep::of(&self.state.steps[i as usize]))
+            .collect()
+    }
+
+    // ---- abort (SPEC 4.4) ----
+
+    /// `abort`: drop the queue, run every remaining inverse newest first (effects and
+    /// provisions, then compensations). On an aborted session with owed entries, run those.
+    pub fn abort(&mut self) -> Result<AbortReport> {
+        let owed_only = self.state.life() == Life::Aborted && !self.state.owed_steps().is_empty();
+        if !owed_only {
+            self.require_live()?;
+        }
+        let tail: Vec<u64> = if owed_only {
+            self.state.owed_steps().iter().map(|o| o.index).collect()
+        } else {
+            self.tail_above(-1).collect()
+        };
+        let plan = unwind::plan(&self.state.steps, tail, Mode::Abort, Context::Live);
+        self.check_preimages(&plan.runs())?;
+        if !owed_only {
+            self.append(Record::AbortBegin {}, true)?;
+        }
+        let dropped = self.drop_deferred(|_| true, BY_ABORT)?;
+        let done = self.execute_unwind(&plan, BY_ABORT, "abort.mid-replay")?;
+        let (comps_ran, replayed): (Vec<u64>, Vec<u64>) = done
+            .ran
+            .iter()
+            .copied()
+            .partition(|&i| self.state.steps[i as usize].kind == StepKind::Compensation);
+        self.append(
+            Record::Aborted {
+                replayed: replayed.clone(),
+                compensations_ran: comps_ran.clone(),
+                dropped_deferred: dropped.iter().map(|d| d.seq).collect(),
+                failed: done.failed.clone(),
+                owed: vec![],
+            },
+            false,
+        )?;
+        self.sync()?;
+        let compensations_ran = comps_ran
+            .iter()
+            .map(|&i| {
+                let mut e = classify::emission_entry(&self.state.steps[i as usize]);
+                e["outcome"] = "unconfirmable: a compensation is a second crossing; its effect out there cannot be checked from here".into();
+                e
+            })
+            .collect();
+        Ok(AbortReport {
+            aborted: true,
+            replayed,
+            compensations_ran,
+            dropped_deferred: dropped,
+            failed: done.failed,
+        })
+    }
+
+    /// Finish an abort a crash interrupted (SPEC 6.4): the queue is dropped, host-confined
+    /// inverses finished, crossing ones listed `owed`; `aborted` is written. Never crosses.
+    pub(crate) fn finish_abort(&mut self) -> Result<()> {
+        let dropped = self.drop_deferred(|_| true, BY_RECOVER)?;
+        let plan = unwind::plan(
+            &self.state.steps,
+            self.tail_above(-1),
+            Mode::Abort,
+            Context::Repair,
+        );
+        let done = self.execute_unwind(&plan, BY_ABORT, "repair.never")?;
+        let owed = self.owed_steps(&plan);
+        self.append(
+            Record::Aborted {
+                replayed: done.ran,
+                compensations_ran: vec![],
+                dropped_deferred: dropped.iter().map(|d| d.seq).collect(),
+                failed: done.failed,
+                owed,
+            },
+            false,
+        )?;
+        self.sync()
+    }
+
+    /// The rewind of a fork over the tail above `k` (live, or finished at repair).
+    pub(crate) fn fork_rewind(&mut self, k: i64, ctx: Context, crash: &str) -> Result<Unwound> {
+        let plan = unwind::plan(&self.state.steps, self.tail_above(k), Mode::Scoped, ctx);
+        self.execute_unwind(&plan, crate::step::BY_FORK, crash)
+    }
+}
