@@ -7,6 +7,7 @@
 //! - [`unwind`]: THE plan of every rewind (fork, step-back, abort, recover, repair): what
 //!   runs, what is owed, what has an unknown outcome.
 //! - [`report`]: the typed results of the verbs that rewind.
+//! - [`undo`]: typed inverse descriptors, restore entries and file images.
 //! - [`workspace`]: path confinement and witnessed file effects with exact inverses.
 //! - [`session`]: attach/repair and the verbs; [`store`]: where sessions live.
 #![forbid(unsafe_code)]
@@ -26,6 +27,7 @@ mod stepline;
 pub mod steptext;
 pub mod store;
 pub mod tools;
+pub mod undo;
 pub mod unwind;
 pub mod util;
 pub mod wal;

@@ -4,6 +4,7 @@
 
 use crate::error::{Code, Error, Result};
 use crate::step::{Step, StepKind};
+use crate::undo::{IntentAfter, Undo};
 use crate::unwind::{Failed, OwedStep};
 use crate::wal::{Record, StepRecord};
 use serde_json::{json, Value};
@@ -55,8 +56,8 @@ pub struct PendingIntent {
     pub kind: String,
     pub label: String,
     pub site: String,
-    pub undo: Option<Value>,
-    pub after: Option<Value>,
+    pub undo: Option<Undo>,
+    pub after: Option<IntentAfter>,
 }
 
 /// What the `fork-branch` record says about where a branch came from.
@@ -463,14 +464,35 @@ impl State {
             ));
         }
         let index = sr.step;
-        // Only a restore descriptor can name preimage bytes its intent holds.
-        if let Some(raw) = sr.text.undo_raw().filter(|u| u.contains("\"entries\"")) {
-            let mut u: Value = serde_json::from_str(raw)
-                .map_err(|e| format!("step {index}: its restore descriptor does not parse: {e}"))?;
-            let intent = self.intent.as_mut().filter(|i| i.step == index);
-            crate::workspace::hydrate_undo(&mut u, intent.and_then(|i| i.undo.as_mut()))
-                .map_err(|why| format!("step {index}: {why}"))?;
-            sr.set_undo(Some(&u)).map_err(|e| e.message)?;
+        // Only a file restore can name preimage bytes its intent holds: its step record
+        // carries the slim descriptor; the intent just before it, the contents.
+        let restore = match (&sr.kind, sr.text.undo_raw()) {
+            (StepKind::Effect, Some(_)) => match sr.text.undo() {
+                Some(Undo::Restore { entries }) => Some(entries),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(entries) = restore {
+            let slim = entries.iter().any(|e| {
+                matches!(
+                    e,
+                    crate::undo::RestoreEntry::File {
+                        content: None,
+                        blob: None,
+                        ..
+                    }
+                )
+            });
+            if slim {
+                let mut u = Undo::Restore {
+                    entries: entries.clone(),
+                };
+                let intent = self.intent.as_mut().filter(|i| i.step == index);
+                u.hydrate(intent.and_then(|i| i.undo.as_mut()))
+                    .map_err(|why| format!("step {index}: {why}"))?;
+                sr.set_undo(Some(&u)).map_err(|e| e.message)?;
+            }
         }
         if sr.kind == StepKind::Compensation {
             let f = sr

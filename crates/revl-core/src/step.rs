@@ -124,7 +124,8 @@ impl Step {
         self.text.undo_scope()
     }
 
-    pub fn undo(&self) -> Option<&Value> {
+    /// How this step is undone; `None` = it has no inverse.
+    pub fn undo(&self) -> Option<&crate::undo::Undo> {
         self.text.undo()
     }
 
@@ -142,8 +143,12 @@ impl Step {
             m.insert("undoScope".into(), s.clone());
         }
         m.insert("detail".into(), self.detail().clone());
-        if let Some(u) = self.undo() {
-            m.insert("undo".into(), u.clone());
+        // The descriptor exactly as recorded (one this version does not understand too).
+        if let Some(u) = self.text.undo_raw() {
+            m.insert(
+                "undo".into(),
+                serde_json::from_str(u).unwrap_or(Value::Null),
+            );
         }
         if let Some(i) = self.undo_idempotent {
             m.insert("undoIdempotent".into(), i.into());
@@ -166,10 +171,7 @@ impl Step {
 
     /// True when this step's inverse is revl's own file restore (built-in file effects).
     pub fn has_builtin_undo(&self) -> bool {
-        self.undo()
-            .and_then(|u| u.get("type"))
-            .and_then(Value::as_str)
-            == Some(crate::workspace::UNDO_RESTORE)
+        self.undo().is_some_and(crate::undo::Undo::is_restore)
     }
 
     pub fn scope_json(&self) -> Value {

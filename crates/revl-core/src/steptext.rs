@@ -7,6 +7,7 @@
 //! smaller step). A JSON member is kept as its compact text, exactly as recorded, and
 //! parsed on first use (then cached).
 
+use crate::undo::Undo;
 use serde_json::Value;
 use std::sync::OnceLock;
 
@@ -40,7 +41,7 @@ impl Part {
         NAMES[self as usize]
     }
 }
-/// The JSON members and where their parsed trees are cached.
+/// The JSON members.
 const JSON: [Part; 4] = [Part::Detail, Part::Scope, Part::UndoScope, Part::Undo];
 
 fn tree_slot(p: Part) -> usize {
@@ -64,8 +65,10 @@ pub struct StepText {
     ends: [u32; PARTS],
     /// Which members are present (label, site and detail always are).
     present: u8,
-    /// The parsed JSON members, built on first use.
-    trees: [OnceLock<Box<Value>>; 4],
+    /// The parsed `detail`, `scope` and `undoScope`, built on first use.
+    trees: [OnceLock<Box<Value>>; 3],
+    /// The parsed `undo`, built on first use.
+    undo: OnceLock<Box<Undo>>,
 }
 
 impl StepText {
@@ -88,6 +91,7 @@ impl StepText {
             ends,
             present,
             trees: Default::default(),
+            undo: OnceLock::new(),
         })
     }
 
@@ -113,8 +117,11 @@ impl StepText {
         self.get_index(p as usize)
     }
 
-    /// A JSON member, parsed (and cached).
+    /// A JSON member, parsed (and cached); `undo` is parsed typed, see [`StepText::undo`].
     pub(crate) fn json(&self, p: Part) -> Option<&Value> {
+        if p == Part::Undo {
+            return None;
+        }
         let raw = self.get(p)?;
         // The text is well-formed JSON by construction, so it always parses.
         Some(
@@ -155,8 +162,10 @@ impl StepText {
         self.json(Part::UndoScope)
     }
 
-    pub fn undo(&self) -> Option<&Value> {
-        self.json(Part::Undo)
+    /// The inverse descriptor, parsed (and cached); `None` = the step has none.
+    pub fn undo(&self) -> Option<&Undo> {
+        let raw = self.get(Part::Undo)?;
+        Some(self.undo.get_or_init(|| Box::new(Undo::parse(raw))))
     }
 
     /// `undo` as recorded (compact JSON).
@@ -172,6 +181,7 @@ impl Clone for StepText {
             ends: self.ends,
             present: self.present,
             trees: self.trees.clone(),
+            undo: self.undo.clone(),
         }
     }
 }
@@ -188,9 +198,10 @@ impl PartialEq for StepText {
         (0..PARTS).all(|i| {
             let (a, b) = (self.get_index(i), other.get_index(i));
             a == b
+                || (i == Part::Undo as usize && self.undo() == other.undo())
                 || JSON
                     .iter()
-                    .any(|&p| p as usize == i && self.json(p) == other.json(p))
+                    .any(|&p| p as usize == i && p != Part::Undo && self.json(p) == other.json(p))
         })
     }
 }

@@ -8,6 +8,7 @@ use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
 use crate::step::StepKind;
 use crate::steptext::{Part, Parts, StepText};
+use crate::undo::{IntentAfter, Undo};
 use crate::unwind::{Failed, OwedStep};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -44,12 +45,20 @@ pub enum Record {
         kind: String,
         label: String,
         site: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        undo: Option<Value>,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "crate::undo::sorted_opt"
+        )]
+        undo: Option<Undo>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         preimage: Option<Value>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        after: Option<Value>,
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "crate::undo::sorted_opt"
+        )]
+        after: Option<IntentAfter>,
     },
     IntentVoid {
         step: u64,
@@ -238,8 +247,11 @@ impl StepRecord {
         self.set_json(Part::UndoScope, v)
     }
 
-    pub fn set_undo(&mut self, v: Option<&Value>) -> Result<()> {
-        self.set_json(Part::Undo, v)
+    /// The inverse descriptor (an [`crate::undo::Undo`], or any JSON for hand-made WALs),
+    /// written with its object keys sorted.
+    pub fn set_undo<T: Serialize>(&mut self, v: Option<&T>) -> Result<()> {
+        let v = v.map(crate::undo::to_value);
+        self.set_json(Part::Undo, v.as_ref())
     }
 }
 

@@ -14,6 +14,7 @@
 use crate::blobs::BlobStore;
 use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
+use crate::undo::{self, FileDetail, FileKind, Image, RestoreEntry, TreeItem, Undo};
 use crate::util::{blake3_hex, jcs};
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -22,67 +23,6 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
-/// The entries of a `restore` undo descriptor (empty for any other descriptor).
-pub fn restore_entries(undo: Option<&Value>) -> &[Value] {
-    undo.and_then(|u| u.get("entries"))
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-/// The restore descriptor a file effect's `step` record carries: its intent's, without the
-/// inline preimage contents (the intent just before it holds them; see [`hydrate_undo`]).
-/// Each entry keeps its path, kind, mode and digest, so the step reads on its own.
-pub fn slim_undo(undo: &Value) -> Value {
-    let mut u = undo.clone();
-    if let Some(entries) = u.get_mut("entries").and_then(Value::as_array_mut) {
-        for e in entries {
-            if let Some(o) = e.as_object_mut() {
-                o.remove("content");
-            }
-        }
-    }
-    u
-}
-
-/// Give a step's slim restore descriptor back the inline contents its intent holds. An
-/// entry for a file with neither `content` nor `blob` takes the `content` of the intent's
-/// entry at the same position, which must name the same path and digest.
-pub fn hydrate_undo(
-    undo: &mut Value,
-    intent_undo: Option<&mut Value>,
-) -> std::result::Result<(), String> {
-    let Some(entries) = undo.get_mut("entries").and_then(Value::as_array_mut) else {
-        return Ok(());
-    };
-    let mut from = intent_undo
-        .and_then(|u| u.get_mut("entries"))
-        .and_then(Value::as_array_mut);
-    for (j, e) in entries.iter_mut().enumerate() {
-        if e["kind"] != "file" || e.get("content").is_some() || e.get("blob").is_some() {
-            continue;
-        }
-        let source = from
-            .as_mut()
-            .and_then(|f| f.get_mut(j))
-            .filter(|i| i.get("path") == e.get("path") && i.get("digest") == e.get("digest"));
-        match source
-            .and_then(|i| i.as_object_mut())
-            .and_then(|i| i.remove("content"))
-        {
-            Some(c) => e["content"] = c,
-            None => {
-                return Err(format!(
-                    "its restore entry for {} has no content, and its intent holds none",
-                    e["path"]
-                ))
-            }
-        }
-    }
-    Ok(())
-}
-
-/// `undo.type` of the built-in file restore.
-pub const UNDO_RESTORE: &str = "restore";
 /// Preimages up to this size sit inline in the `intent` (SPEC 3.2); larger ones are blobs.
 pub const INLINE_MAX: usize = 4096;
 /// Content limit per call (SPEC 4.1).
@@ -148,13 +88,13 @@ pub struct Planned {
     pub op: FileOp,
     pub label: String,
     pub site: String,
-    /// `{path[, to], after}` for the step's detail (after = the primary post-image).
-    pub detail: Value,
-    /// `{type: "restore", entries: [...]}`
-    pub undo: Value,
-    /// The intended post-images `[{path, kind, digest?, mode?}]`: repair rolls a change
-    /// forward when the workspace shows all of them.
-    pub after: Vec<Value>,
+    /// The step's detail.
+    pub detail: FileDetail,
+    /// The restore of the preimage.
+    pub undo: Undo,
+    /// The intended post-images: repair rolls a change forward when the workspace shows
+    /// all of them.
+    pub after: Vec<Image>,
 }
 
 #[derive(Debug, Clone)]
@@ -175,16 +115,16 @@ fn lstat(p: &Path) -> Result<Option<fs::Metadata>> {
     }
 }
 
-fn kind_of(m: &fs::Metadata) -> &'static str {
+fn kind_of(m: &fs::Metadata) -> FileKind {
     let t = m.file_type();
     if t.is_symlink() {
-        "symlink"
+        FileKind::Symlink
     } else if t.is_dir() {
-        "dir"
+        FileKind::Dir
     } else if t.is_file() {
-        "file"
+        FileKind::File
     } else {
-        "special"
+        FileKind::Special
     }
 }
 
@@ -325,44 +265,54 @@ impl Workspace {
         Ok(None)
     }
 
-    /// Observe one path: `{path, kind, digest?, mode?}` (dir digest covers the whole tree).
-    pub fn observe(&self, rel: &str) -> Result<Value> {
+    /// Observe one path: its kind, digest and mode (a directory's digest covers the whole
+    /// tree, a symlink's its target).
+    pub fn observe(&self, rel: &str) -> Result<Image> {
         let abs = self.abs(rel);
         let Some(m) = lstat(&abs)? else {
-            return Ok(json!({"path": rel, "kind": "absent"}));
+            return Ok(Image::absent(rel));
         };
-        let mode = mode_str(m.permissions().mode());
-        Ok(match kind_of(&m) {
-            "file" => {
+        let mode = Some(mode_str(m.permissions().mode()));
+        let kind = kind_of(&m);
+        let (digest, mode) = match kind {
+            FileKind::File => {
                 let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
-                json!({"path": rel, "kind": "file", "digest": blake3_hex(&bytes), "mode": mode})
+                (Some(blake3_hex(&bytes)), mode)
             }
-            "dir" => {
+            FileKind::Dir => {
                 let listing = self.listing(&abs, false, None)?;
-                json!({"path": rel, "kind": "dir", "digest": blake3_hex(jcs(&listing).as_bytes()), "mode": mode})
+                (Some(listing_digest(&listing)), mode)
             }
-            "symlink" => {
+            FileKind::Symlink => {
                 let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
-                json!({"path": rel, "kind": "symlink", "digest": blake3_hex(t.as_os_str().as_encoded_bytes())})
+                (Some(blake3_hex(t.as_os_str().as_encoded_bytes())), None)
             }
-            k => json!({"path": rel, "kind": k}),
+            _ => (None, None),
+        };
+        Ok(Image {
+            digest,
+            kind: Some(kind),
+            mode,
+            path: rel.to_string(),
         })
     }
 
-    /// Does the workspace show this post-image? Every field present must match.
-    pub fn shows(&self, after: &Value) -> Result<bool> {
-        let rel = after.get("path").and_then(Value::as_str).unwrap_or("");
-        let seen = self.observe(rel)?;
-        let obj = after.as_object().cloned().unwrap_or_default();
-        Ok(obj.iter().all(|(k, v)| seen.get(k) == Some(v)))
+    /// Does the workspace show this post-image? Every member it names must match.
+    pub fn shows(&self, after: &Image) -> Result<bool> {
+        Ok(after.shown_by(&self.observe(&after.path)?))
     }
 
     /// A directory listing, sorted, recursive. With `blobs`, file contents are captured
     /// (inline up to 4 KiB, else as blobs); without, only their digests.
-    fn listing(&self, dir: &Path, capture: bool, blobs: Option<&BlobStore>) -> Result<Value> {
+    fn listing(
+        &self,
+        dir: &Path,
+        capture: bool,
+        blobs: Option<&BlobStore>,
+    ) -> Result<Vec<TreeItem>> {
         let mut out = Vec::new();
         self.walk(dir, "", capture, blobs, &mut out)?;
-        Ok(Value::Array(out))
+        Ok(out)
     }
 
     fn walk(
@@ -371,7 +321,7 @@ impl Workspace {
         prefix: &str,
         capture: bool,
         blobs: Option<&BlobStore>,
-        out: &mut Vec<Value>,
+        out: &mut Vec<TreeItem>,
     ) -> Result<()> {
         let mut names = Vec::new();
         for e in fs::read_dir(dir).map_err(|e| io(dir, e))? {
@@ -394,25 +344,33 @@ impl Workspace {
             };
             let m = fs::symlink_metadata(&abs).map_err(|e| io(&abs, e))?;
             let mode = mode_str(m.permissions().mode());
+            let item = |kind, mode, digest, content, target| TreeItem {
+                content,
+                digest,
+                kind,
+                mode,
+                path: rel.clone(),
+                target,
+            };
             match kind_of(&m) {
-                "dir" => {
-                    out.push(json!({"p": rel, "k": "dir", "m": mode}));
+                FileKind::Dir => {
+                    out.push(item(FileKind::Dir, Some(mode), None, None, None));
                     self.walk(&abs, &rel, capture, blobs, out)?;
                 }
-                "file" => {
+                FileKind::File => {
                     let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
-                    let digest = blake3_hex(&bytes);
-                    let mut v = json!({"p": rel, "k": "file", "m": mode, "d": digest});
+                    let mut content = None;
                     if capture {
                         if bytes.len() <= INLINE_MAX {
-                            v["c"] = b64(&bytes).into();
+                            content = Some(b64(&bytes));
                         } else if let Some(b) = blobs {
                             b.put(&bytes)?;
                         }
                     }
-                    out.push(v);
+                    let digest = Some(blake3_hex(&bytes));
+                    out.push(item(FileKind::File, Some(mode), digest, content, None));
                 }
-                "symlink" => {
+                FileKind::Symlink => {
                     let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
                     let t = t.to_str().ok_or_else(|| {
                         Error::bad_args(
@@ -420,52 +378,51 @@ impl Workspace {
                             "fix it outside revl first",
                         )
                     })?;
-                    out.push(json!({"p": rel, "k": "symlink", "t": t}));
+                    out.push(item(FileKind::Symlink, None, None, None, Some(t.into())));
                 }
-                k => {
-                    return Err(Error::bad_args(
-                        format!(
-                        "{rel} is a {k} file; revl witnesses only files, directories and symlinks"
-                    ),
-                        "remove it outside revl first",
-                    ))
-                }
+                k => return Err(unwitnessed(&rel, k)),
             }
         }
         Ok(())
     }
 
     /// Capture the preimage of `rel` (its state now) as a restore entry.
-    pub fn capture(&self, rel: &str, blobs: &BlobStore) -> Result<Value> {
+    pub fn capture(&self, rel: &str, blobs: &BlobStore) -> Result<RestoreEntry> {
         let abs = self.abs(rel);
+        let path = rel.to_string();
         let Some(m) = lstat(&abs)? else {
-            return Ok(json!({"path": rel, "kind": "absent"}));
+            return Ok(RestoreEntry::Absent { path });
         };
         let mode = mode_str(m.permissions().mode());
         match kind_of(&m) {
-            "file" => {
+            FileKind::File => {
                 let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
-                let digest = blake3_hex(&bytes);
-                let mut v = json!({"path": rel, "kind": "file", "mode": mode, "digest": digest});
-                if bytes.len() <= INLINE_MAX {
-                    v["content"] = b64(&bytes).into();
+                let (content, blob) = if bytes.len() <= INLINE_MAX {
+                    (Some(b64(&bytes)), None)
                 } else {
-                    v["blob"] = blobs.put(&bytes)?.into();
-                }
-                Ok(v)
+                    (None, Some(blobs.put(&bytes)?))
+                };
+                Ok(RestoreEntry::File {
+                    path,
+                    mode,
+                    digest: blake3_hex(&bytes),
+                    content,
+                    blob,
+                })
             }
-            "dir" => {
+            FileKind::Dir => {
                 let listing = self.listing(&abs, true, Some(blobs))?;
-                let text = jcs(&listing);
-                let tree = blobs.put(text.as_bytes())?;
+                let tree = blobs.put(jcs(&undo::to_value(&listing)).as_bytes())?;
                 // The observable digest covers digests only, not inline contents.
                 let plain = self.listing(&abs, false, None)?;
-                Ok(
-                    json!({"path": rel, "kind": "dir", "mode": mode, "tree": tree,
-                          "digest": blake3_hex(jcs(&plain).as_bytes())}),
-                )
+                Ok(RestoreEntry::Dir {
+                    path,
+                    mode,
+                    tree,
+                    digest: listing_digest(&plain),
+                })
             }
-            "symlink" => {
+            FileKind::Symlink => {
                 let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
                 let t = t.to_str().ok_or_else(|| {
                     Error::bad_args(
@@ -473,38 +430,34 @@ impl Workspace {
                         "fix it outside revl first",
                     )
                 })?;
-                Ok(json!({"path": rel, "kind": "symlink", "target": t}))
+                Ok(RestoreEntry::Symlink {
+                    path,
+                    target: t.into(),
+                })
             }
-            k => Err(Error::bad_args(
-                format!("{rel} is a {k} file; revl witnesses only files, directories and symlinks"),
-                "remove it outside revl first",
-            )),
+            k => Err(unwitnessed(rel, k)),
         }
     }
 
     /// Every blob a restore entry needs, for the `missing-preimage` check before a rewind.
-    pub fn blobs_needed(entry: &Value, blobs: &BlobStore) -> Result<Vec<String>> {
-        let mut out = Vec::new();
-        if let Some(b) = entry.get("blob").and_then(Value::as_str) {
-            out.push(b.to_string());
-        }
-        if let Some(t) = entry.get("tree").and_then(Value::as_str) {
-            out.push(t.to_string());
-            if let Ok(bytes) = blobs.get(t, None) {
-                if let Ok(Value::Array(items)) = serde_json::from_slice::<Value>(&bytes) {
-                    for it in items {
-                        if it.get("k").and_then(Value::as_str) == Some("file")
-                            && it.get("c").is_none()
-                        {
-                            if let Some(d) = it.get("d").and_then(Value::as_str) {
-                                out.push(d.to_string());
-                            }
-                        }
+    pub fn blobs_needed(entry: &RestoreEntry, blobs: &BlobStore) -> Vec<String> {
+        match entry {
+            RestoreEntry::File { blob: Some(b), .. } => vec![b.clone()],
+            RestoreEntry::Dir { tree, .. } => {
+                let mut out = vec![tree.clone()];
+                let items = blobs
+                    .get(tree, None)
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice::<Vec<TreeItem>>(&bytes).ok());
+                for it in items.into_iter().flatten() {
+                    if let (FileKind::File, None, Some(d)) = (it.kind, &it.content, it.digest) {
+                        out.push(d);
                     }
                 }
+                out
             }
+            _ => Vec::new(),
         }
-        Ok(out)
     }
 
     /// Plan a file effect: validate, capture the preimage, compute the intended post-image.
@@ -532,18 +485,23 @@ impl Workspace {
                     ));
                 }
                 let pre = match self.topmost_absent_parent(&rel)? {
-                    Some(top) => json!({"path": top, "kind": "absent"}),
+                    Some(top) => RestoreEntry::Absent { path: top },
                     None => self.capture(&rel, blobs)?,
                 };
                 let mode = match &existing {
                     Some(m) if m.is_file() => m.permissions().mode() & 0o7777,
                     _ => 0o644 & !um,
                 };
-                let after = json!({"path": rel, "kind": "file", "digest": blake3_hex(&content), "mode": mode_str(mode)});
+                let after = Image {
+                    digest: Some(blake3_hex(&content)),
+                    kind: Some(FileKind::File),
+                    mode: Some(mode_str(mode)),
+                    path: rel.clone(),
+                };
                 Ok(Planned {
                     label: format!("fs.write {rel}"),
                     site: "write".into(),
-                    detail: json!({"path": rel, "after": strip_path(&after)}),
+                    detail: detail(&rel, None, &after),
                     undo: restore(vec![pre]),
                     after: vec![after],
                     op: FileOp::Write { path: rel, content },
@@ -558,11 +516,11 @@ impl Workspace {
                     ));
                 }
                 let pre = self.capture(&rel, blobs)?;
-                let after = json!({"path": rel, "kind": "absent"});
+                let after = Image::absent(rel.clone());
                 Ok(Planned {
                     label: format!("fs.delete {rel}"),
                     site: "delete".into(),
-                    detail: json!({"path": rel, "after": strip_path(&after)}),
+                    detail: detail(&rel, None, &after),
                     undo: restore(vec![pre]),
                     after: vec![after],
                     op: FileOp::Delete { path: rel },
@@ -616,17 +574,16 @@ impl Workspace {
                     }
                 }
                 let pre_to = match self.topmost_absent_parent(&rt)? {
-                    Some(top) => json!({"path": top, "kind": "absent"}),
+                    Some(top) => RestoreEntry::Absent { path: top },
                     None => self.capture(&rt, blobs)?,
                 };
                 let pre_from = self.capture(&rf, blobs)?;
-                let mut moved = self.observe(&rf)?;
-                moved["path"] = rt.clone().into();
-                let gone = json!({"path": rf, "kind": "absent"});
+                let moved = self.observe(&rf)?.at(rt.clone());
+                let gone = Image::absent(rf.clone());
                 Ok(Planned {
                     label: format!("fs.rename {rf} -> {rt}"),
                     site: "rename".into(),
-                    detail: json!({"path": rf, "to": rt, "after": strip_path(&moved)}),
+                    detail: detail(&rf, Some(&rt), &moved),
                     undo: restore(vec![pre_to, pre_from]),
                     after: vec![moved, gone],
                     op: FileOp::Rename { from: rf, to: rt },
@@ -636,20 +593,24 @@ impl Workspace {
                 let rel = self.confine(&path, false)?;
                 if let Some(m) = lstat(&self.abs(&rel))? {
                     return Err(Error::bad_args(
-                        format!("{rel} already exists ({})", kind_of(&m)),
+                        format!("{rel} already exists ({})", kind_of(&m).as_str()),
                         "mkdir creates a new directory; choose another path",
                     ));
                 }
                 let top = self
                     .topmost_absent_parent(&rel)?
                     .unwrap_or_else(|| rel.clone());
-                let empty = blake3_hex(jcs(&Value::Array(vec![])).as_bytes());
-                let after = json!({"path": rel, "kind": "dir", "digest": empty, "mode": mode_str(0o777 & !um)});
+                let after = Image {
+                    digest: Some(listing_digest(&[])),
+                    kind: Some(FileKind::Dir),
+                    mode: Some(mode_str(0o777 & !um)),
+                    path: rel.clone(),
+                };
                 Ok(Planned {
                     label: format!("fs.mkdir {rel}"),
                     site: "mkdir".into(),
-                    detail: json!({"path": rel, "after": strip_path(&after)}),
-                    undo: restore(vec![json!({"path": top, "kind": "absent"})]),
+                    detail: detail(&rel, None, &after),
+                    undo: restore(vec![RestoreEntry::Absent { path: top }]),
                     after: vec![after],
                     op: FileOp::Mkdir { path: rel },
                 })
@@ -678,13 +639,20 @@ impl Workspace {
                     ));
                 }
                 let kind = kind_of(&m);
-                let pre =
-                    json!({"path": rel, "kind": "mode", "mode": mode_str(m.permissions().mode())});
-                let after = json!({"path": rel, "kind": kind, "mode": mode_str(mode)});
+                let pre = RestoreEntry::Mode {
+                    path: rel.clone(),
+                    mode: mode_str(m.permissions().mode()),
+                };
+                let after = Image {
+                    kind: Some(kind),
+                    mode: Some(mode_str(mode)),
+                    path: rel.clone(),
+                    ..Image::default()
+                };
                 Ok(Planned {
                     label: format!("fs.chmod {rel}"),
                     site: "chmod".into(),
-                    detail: json!({"path": rel, "after": strip_path(&after)}),
+                    detail: detail(&rel, None, &after),
                     undo: restore(vec![pre]),
                     after: vec![after],
                     op: FileOp::Chmod { path: rel, mode },
@@ -998,17 +966,17 @@ impl Workspace {
         fsync_dir(dest.parent().unwrap_or(&self.root))
     }
 
-    /// Run a `restore` undo descriptor: put every listed path back to its recorded state,
-    /// in order. Idempotent. Intermediate components must still be real directories.
-    pub fn restore(&self, undo: &Value, blobs: &BlobStore, step: u64) -> Result<()> {
-        for e in restore_entries(Some(undo)) {
+    /// Run a file restore: put every listed path back to its recorded state, in order.
+    /// Idempotent. Intermediate components must still be real directories.
+    pub fn restore(&self, entries: &[RestoreEntry], blobs: &BlobStore, step: u64) -> Result<()> {
+        for e in entries {
             self.restore_entry(e, blobs, step)?;
         }
         Ok(())
     }
 
-    fn restore_entry(&self, e: &Value, blobs: &BlobStore, step: u64) -> Result<()> {
-        let rel = e.get("path").and_then(Value::as_str).unwrap_or("");
+    fn restore_entry(&self, e: &RestoreEntry, blobs: &BlobStore, step: u64) -> Result<()> {
+        let rel = e.path();
         if rel.is_empty() || rel.split('/').any(|c| c == ".." || c.is_empty()) {
             return Err(Error::new(
                 Code::CorruptWal,
@@ -1034,49 +1002,57 @@ impl Workspace {
         }
         let abs = self.abs(rel);
         let parent = abs.parent().unwrap_or(&self.root).to_path_buf();
-        let kind = e.get("kind").and_then(Value::as_str).unwrap_or("");
-        let mode = e
-            .get("mode")
-            .and_then(Value::as_str)
-            .map(parse_mode)
-            .transpose()?;
-        match kind {
-            "absent" => {
+        match e {
+            RestoreEntry::Absent { .. } => {
                 remove_any(&abs)?;
                 if parent.exists() {
                     fsync_dir(&parent)?;
                 }
             }
-            "mode" => {
+            RestoreEntry::Mode { mode, .. } => {
+                let mode = parse_mode(mode)?;
                 if let Some(m) = lstat(&abs)? {
                     if !m.file_type().is_symlink() {
-                        fs::set_permissions(
-                            &abs,
-                            fs::Permissions::from_mode(mode.unwrap_or(0o644)),
-                        )
-                        .map_err(|e| io(&abs, e))?;
+                        fs::set_permissions(&abs, fs::Permissions::from_mode(mode))
+                            .map_err(|e| io(&abs, e))?;
                     }
                 }
             }
-            "file" => {
-                let content = self.entry_content(e, blobs, step)?;
+            RestoreEntry::File {
+                mode,
+                content,
+                blob,
+                ..
+            } => {
+                let mode = parse_mode(mode)?;
+                let content =
+                    match (content, blob) {
+                        (Some(c), _) => unb64(c)?,
+                        (None, Some(b)) => blobs.get(b, Some(step))?,
+                        (None, None) => return Err(Error::new(
+                            Code::MissingPreimage,
+                            format!(
+                                "step {step}: the preimage of {rel} has neither content nor blob"
+                            ),
+                            "the WAL was edited outside revl; restore it from a backup",
+                        )),
+                    };
                 fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
                 let tmp = parent.join(format!(".revl-restore-{step}.tmp"));
                 if lstat(&abs)?.is_some_and(|m| !m.is_dir() && !m.is_file()) {
                     remove_any(&abs)?;
                 }
-                self.write_file_atomic(&tmp, &abs, &content, mode.unwrap_or(0o644))?;
+                self.write_file_atomic(&tmp, &abs, &content, mode)?;
             }
-            "symlink" => {
-                let t = e.get("target").and_then(Value::as_str).unwrap_or("");
+            RestoreEntry::Symlink { target, .. } => {
                 fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
                 remove_any(&abs)?;
-                std::os::unix::fs::symlink(t, &abs).map_err(|e| io(&abs, e))?;
+                std::os::unix::fs::symlink(target, &abs).map_err(|e| io(&abs, e))?;
                 fsync_dir(&parent)?;
             }
-            "dir" => {
-                let tree = e.get("tree").and_then(Value::as_str).unwrap_or("");
-                let listing: Vec<Value> = serde_json::from_slice(&blobs.get(tree, Some(step))?)
+            RestoreEntry::Dir { mode, tree, .. } => {
+                let mode = parse_mode(mode)?;
+                let listing: Vec<TreeItem> = serde_json::from_slice(&blobs.get(tree, Some(step))?)
                     .map_err(|_| {
                         Error::new(
                             Code::MissingPreimage,
@@ -1087,27 +1063,26 @@ impl Workspace {
                 fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
                 remove_any(&abs)?;
                 fs::create_dir(&abs).map_err(|e| io(&abs, e))?;
-                let mut dirs = vec![(abs.clone(), mode.unwrap_or(0o755))];
+                let mut dirs = vec![(abs.clone(), mode)];
                 for it in &listing {
-                    let p = abs.join(it.get("p").and_then(Value::as_str).unwrap_or(""));
+                    let p = abs.join(&it.path);
                     let m = it
-                        .get("m")
-                        .and_then(Value::as_str)
+                        .mode
+                        .as_deref()
                         .map(parse_mode)
                         .transpose()?
                         .unwrap_or(0o644);
-                    match it.get("k").and_then(Value::as_str) {
-                        Some("dir") => {
+                    match it.kind {
+                        FileKind::Dir => {
                             fs::create_dir(&p).map_err(|e| io(&p, e))?;
                             dirs.push((p, m));
                         }
-                        Some("file") => {
-                            let content = match it.get("c").and_then(Value::as_str) {
+                        FileKind::File => {
+                            let content = match &it.content {
                                 Some(c) => unb64(c)?,
-                                None => blobs.get(
-                                    it.get("d").and_then(Value::as_str).unwrap_or(""),
-                                    Some(step),
-                                )?,
+                                None => {
+                                    blobs.get(it.digest.as_deref().unwrap_or(""), Some(step))?
+                                }
                             };
                             let mut f = OpenOptions::new()
                                 .write(true)
@@ -1120,14 +1095,11 @@ impl Workspace {
                                 .and_then(|_| f.sync_all())
                                 .map_err(|e| io(&p, e))?;
                         }
-                        Some("symlink") => {
-                            std::os::unix::fs::symlink(
-                                it.get("t").and_then(Value::as_str).unwrap_or(""),
-                                &p,
-                            )
-                            .map_err(|e| io(&p, e))?;
+                        FileKind::Symlink => {
+                            std::os::unix::fs::symlink(it.target.as_deref().unwrap_or(""), &p)
+                                .map_err(|e| io(&p, e))?;
                         }
-                        _ => {}
+                        FileKind::Absent | FileKind::Special => {}
                     }
                 }
                 // Modes deepest first (a read-only directory is set after its contents).
@@ -1137,23 +1109,8 @@ impl Workspace {
                 }
                 fsync_dir(&parent)?;
             }
-            other => {
-                return Err(Error::new(
-                    Code::CorruptWal,
-                    format!("step {step}: unknown restore kind {other:?}"),
-                    "the WAL was written by a newer revl",
-                ))
-            }
         }
         Ok(())
-    }
-
-    fn entry_content(&self, e: &Value, blobs: &BlobStore, step: u64) -> Result<Vec<u8>> {
-        if let Some(c) = e.get("content").and_then(Value::as_str) {
-            return unb64(c);
-        }
-        let b = e.get("blob").and_then(Value::as_str).unwrap_or("");
-        blobs.get(b, Some(step))
     }
 
     /// `read PATH` → `{path, mode, content | contentBase64}`
@@ -1194,7 +1151,7 @@ impl Workspace {
             let e = e.map_err(|e| io(&abs, e))?;
             let name = e.file_name().to_string_lossy().into_owned();
             let m = fs::symlink_metadata(e.path()).map_err(|err| io(&e.path(), err))?;
-            let mut v = json!({"name": name, "kind": kind_of(&m), "mode": mode_str(m.permissions().mode())});
+            let mut v = json!({"name": name, "kind": kind_of(&m).as_str(), "mode": mode_str(m.permissions().mode())});
             if m.is_file() {
                 v["size"] = m.len().into();
             }
@@ -1219,30 +1176,50 @@ pub fn in_place(p: &Planned) -> bool {
         return false;
     };
     content.len() <= INLINE_MAX
-        && restore_entries(Some(&p.undo))
-            .first()
-            .is_some_and(|e| e["kind"] == "file" && e.get("content").is_some())
+        && matches!(
+            p.undo.entries().first(),
+            Some(RestoreEntry::File {
+                content: Some(_),
+                ..
+            })
+        )
 }
 
 fn write_mode(p: &Planned) -> Result<u32> {
     Ok(p.after[0]
-        .get("mode")
-        .and_then(Value::as_str)
+        .mode
+        .as_deref()
         .map(parse_mode)
         .transpose()?
         .unwrap_or(0o644))
 }
 
-fn restore(entries: Vec<Value>) -> Value {
-    json!({"type": UNDO_RESTORE, "entries": entries})
+fn restore(entries: Vec<RestoreEntry>) -> Undo {
+    Undo::Restore { entries }
 }
 
-fn strip_path(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("path");
+/// A file effect's detail: the primary post-image, without its path.
+fn detail(path: &str, to: Option<&str>, after: &Image) -> FileDetail {
+    FileDetail {
+        after: after.at(""),
+        path: path.to_string(),
+        to: to.map(str::to_string),
     }
-    v
+}
+
+/// The digest of a directory: blake3 of the JCS of its plain listing.
+fn listing_digest(listing: &[TreeItem]) -> String {
+    blake3_hex(jcs(&undo::to_value(&listing)).as_bytes())
+}
+
+fn unwitnessed(rel: &str, k: FileKind) -> Error {
+    Error::bad_args(
+        format!(
+            "{rel} is a {} file; revl witnesses only files, directories and symlinks",
+            k.as_str()
+        ),
+        "remove it outside revl first",
+    )
 }
 
 fn remove_any(p: &Path) -> Result<()> {

@@ -6,6 +6,7 @@ use crate::error::{Code, Error, Result};
 use crate::session::Session;
 use crate::step::{Step, StepKind};
 use crate::tools::{check_args, run_tool, Class, Manifest, Tool};
+use crate::undo::Undo;
 use crate::util::{new_id, sha256_jcs};
 use crate::wal::Record;
 use serde_json::{json, Value};
@@ -194,7 +195,9 @@ impl Session {
         )?;
         rec.set_scope(tool.scope.as_ref())?;
         rec.set_undo_scope(undo_tool.as_ref().and_then(|u| u.scope.as_ref()))?;
-        rec.set_undo(Some(&json!({"type": "tool", "tool": tool.undo})))?;
+        rec.set_undo(Some(&Undo::Tool {
+            tool: tool.undo.clone().unwrap_or_default(),
+        }))?;
         rec.undo_idempotent = tool.undo_idempotent;
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
@@ -344,11 +347,10 @@ impl Session {
         let manifest = self.manifest()?;
         let (tool_name, args, witness) = match s.kind {
             StepKind::Effect => (
-                s.undo()
-                    .and_then(|u| u.get("tool"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
+                match s.undo() {
+                    Some(Undo::Tool { tool }) => tool.clone(),
+                    _ => String::new(),
+                },
                 s.detail().get("args").cloned().unwrap_or(json!({})),
                 s.detail().get("witness").cloned().unwrap_or(Value::Null),
             ),

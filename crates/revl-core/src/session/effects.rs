@@ -4,6 +4,7 @@
 use super::Session;
 use crate::error::{Code, Error, Result};
 use crate::step::fs_scope;
+use crate::undo::{to_value, FileDetail, Image, IntentAfter, Undo};
 use crate::wal::{Record, StepRecord};
 use crate::workspace::FileOp;
 use serde_json::{json, Value};
@@ -23,7 +24,10 @@ impl Session {
             site: planned.site.clone(),
             undo: Some(planned.undo.clone()),
             preimage: None,
-            after: Some(json!({"images": planned.after, "detail": planned.detail})),
+            after: Some(IntentAfter {
+                detail: planned.detail.clone(),
+                images: planned.after.clone(),
+            }),
         };
         // A small overwrite is made in place after the intent (which holds its preimage).
         // Otherwise the new content is written to its temp file first; then the temp's fsync
@@ -72,7 +76,11 @@ impl Session {
         if let Err(e) = self.ws.apply(&planned, step, staged) {
             // The change failed part-way: put the preimage back and void the intent. If even
             // that fails, the intent stays open and the next attach repairs it.
-            if self.ws.restore(&planned.undo, &self.blobs, step).is_ok() {
+            if self
+                .ws
+                .restore(planned.undo.entries(), &self.blobs, step)
+                .is_ok()
+            {
                 self.clean_temps(&planned.after, step);
                 let _ = self.append(
                     Record::IntentVoid {
@@ -89,7 +97,7 @@ impl Session {
             step,
             &planned.label,
             &planned.site,
-            planned.detail.clone(),
+            &planned.detail,
             &planned.undo,
         )?;
         let seq = rec.seq;
@@ -105,25 +113,23 @@ impl Session {
         step: u64,
         label: &str,
         site: &str,
-        detail: Value,
-        undo: &Value,
+        detail: &FileDetail,
+        undo: &Undo,
     ) -> Result<StepRecord> {
-        let mut rec = self.step_record(step, "effect", label, site, detail)?;
+        let mut rec = self.step_record(step, "effect", label, site, to_value(detail))?;
         rec.set_scope(Some(&fs_scope()))?;
-        rec.set_undo(Some(&crate::workspace::slim_undo(undo)))?;
+        rec.set_undo(Some(&undo.slim()))?;
         rec.undo_idempotent = Some(true);
         Ok(rec)
     }
 
     /// Remove the temp files a write of `step` may have left (at the root, or next to a
     /// target behind a mount point).
-    pub(super) fn clean_temps(&self, after: &[Value], step: u64) {
+    pub(super) fn clean_temps(&self, after: &[Image], step: u64) {
         let _ = std::fs::remove_file(self.ws.temp_for(step));
         for a in after {
-            if let Some(p) = a.get("path").and_then(Value::as_str) {
-                if let Some(parent) = self.ws.abs(p).parent() {
-                    let _ = std::fs::remove_file(parent.join(format!(".revl-{step}.tmp")));
-                }
+            if let Some(parent) = self.ws.abs(&a.path).parent() {
+                let _ = std::fs::remove_file(parent.join(format!(".revl-{step}.tmp")));
             }
         }
     }
@@ -143,7 +149,7 @@ impl Session {
             .provisions_at(self.state.head() as i64)
             .get(key)
             .cloned();
-        let detail = json!({"key": key, "value": value, "previous": previous});
+        let detail = json!({"key": key, "value": value, "previous": &previous});
         let mut rec = self.step_record(
             step,
             "provision",
@@ -151,9 +157,10 @@ impl Session {
             "provide",
             detail,
         )?;
-        rec.set_undo(Some(
-            &json!({"type": "withdraw", "key": key, "previous": previous}),
-        ))?;
+        rec.set_undo(Some(&Undo::Withdraw {
+            key: key.to_string(),
+            previous,
+        }))?;
         rec.undo_idempotent = Some(true);
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;

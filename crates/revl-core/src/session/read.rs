@@ -6,7 +6,8 @@ use crate::classify::{self, partition};
 use crate::error::{Code, Error, Result};
 use crate::report::Owed;
 use crate::step::{Step, StepKind};
-use serde_json::{json, Map, Value};
+use crate::undo::{to_value, FileDetail, FileKind, Image, RestoreEntry, Undo};
+use serde_json::{json, Value};
 
 impl Session {
     pub fn timeline(&self) -> Value {
@@ -118,68 +119,30 @@ impl Session {
     /// `verify`: witnessed paths whose bytes, mode or kind no longer match the last recorded
     /// post-image (or, for an undone step, its preimage).
     pub fn verify(&self) -> Result<Value> {
-        let mut expected: Vec<Value> = Vec::new();
-        let set = |expected: &mut Vec<Value>, img: Value| {
-            let p = img
-                .get("path")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let under = format!("{p}/");
-            expected.retain(|e| {
-                let q = e.get("path").and_then(Value::as_str).unwrap_or("");
-                q != p && !q.starts_with(&under)
-            });
-            // A change below a directory makes any recorded digest of that directory stale:
-            // keep its kind and mode, drop its digest.
-            for e in expected.iter_mut() {
-                let q = e
-                    .get("path")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                if p.starts_with(&format!("{q}/")) {
-                    if let Some(o) = e.as_object_mut() {
-                        o.remove("digest");
-                        // Something below it exists now: it is a directory (created if needed).
-                        if o.get("kind").and_then(Value::as_str) != Some("dir") {
-                            o.remove("mode");
-                            o.insert("kind".into(), "dir".into());
-                        }
-                    }
-                }
-            }
-            expected.push(img);
-        };
         // Events in the order they happened: each file effect's post-images at its index; each
         // undo's preimages right after the head it was run at (newest first within an unwind).
-        let mut events: Vec<(EventKey, Vec<Value>)> = Vec::new();
-        for s in self
-            .state
-            .steps
-            .iter()
-            .filter(|s| s.kind == StepKind::Effect && s.has_builtin_undo())
-        {
+        let mut events: Vec<(EventKey, Vec<Image>)> = Vec::new();
+        for s in self.state.steps.iter() {
+            let Some(Undo::Restore { entries }) = s.undo().filter(|_| s.kind == StepKind::Effect)
+            else {
+                continue;
+            };
             events.push(((s.index, 0, std::cmp::Reverse(0)), after_images(s)));
             if let (true, Some(at)) = (s.undone, s.undone_at) {
-                events.push(((at, 1, std::cmp::Reverse(s.index)), preimages(s)));
+                let pre = entries.iter().map(RestoreEntry::image).collect();
+                events.push(((at, 1, std::cmp::Reverse(s.index)), pre));
             }
         }
         events.sort_by_key(|e| e.0);
-        for (_, imgs) in events {
-            for img in imgs {
-                set(&mut expected, img);
-            }
+        let mut expected: Vec<Image> = Vec::new();
+        for img in events.into_iter().flat_map(|(_, imgs)| imgs) {
+            expect(&mut expected, img);
         }
         let mut drift = Vec::new();
         for img in expected {
-            let path = img.get("path").and_then(Value::as_str).unwrap_or("");
-            let seen = self.ws.observe(path)?;
-            let ok = img
-                .as_object()
-                .is_some_and(|o| o.iter().all(|(k, v)| seen.get(k) == Some(v)));
-            if !ok {
-                drift.push(json!({"path": path, "expected": img, "actual": seen}));
+            let seen = self.ws.observe(&img.path)?;
+            if !img.shown_by(&seen) {
+                drift.push(json!({"path": img.path, "expected": to_value(&img), "actual": to_value(&seen)}));
             }
         }
         Ok(json!({
@@ -193,42 +156,28 @@ impl Session {
 /// (head, 0 = step / 1 = undo, newest undo first)
 type EventKey = (u64, u8, std::cmp::Reverse<u64>);
 
-/// What an undone file effect's restore put back, as images to compare.
-fn preimages(s: &Step) -> Vec<Value> {
-    crate::workspace::restore_entries(s.undo())
-        .iter()
-        .map(|e| match e["kind"].as_str() {
-            Some("mode") => json!({"path": e["path"], "mode": e["mode"]}),
-            Some("absent") => json!({"path": e["path"], "kind": "absent"}),
-            _ => {
-                let mut img = json!({"path": e["path"], "kind": e["kind"]});
-                for k in ["digest", "mode"] {
-                    if let Some(v) = e.get(k) {
-                        img[k] = v.clone();
-                    }
-                }
-                img
+/// The expected image of `img.path` is now `img`: it replaces what was expected at that path
+/// and below it. A change below a directory makes any recorded digest of that directory
+/// stale: its kind and mode are kept, its digest dropped; something exists below it, so it
+/// is a directory.
+fn expect(expected: &mut Vec<Image>, img: Image) {
+    let under = format!("{}/", img.path);
+    expected.retain(|e| e.path != img.path && !e.path.starts_with(&under));
+    for e in expected.iter_mut() {
+        if img.path.starts_with(&format!("{}/", e.path)) {
+            e.digest = None;
+            if e.kind != Some(FileKind::Dir) {
+                e.mode = None;
+                e.kind = Some(FileKind::Dir);
             }
-        })
-        .collect()
+        }
+    }
+    expected.push(img);
 }
 
-fn after_images(s: &Step) -> Vec<Value> {
-    let d = &s.detail();
-    let path = d.get("path").cloned().unwrap_or(Value::Null);
-    let after = d.get("after").cloned().unwrap_or(Value::Null);
-    let mut img = Map::new();
-    if let Some(o) = after.as_object() {
-        img.extend(o.clone());
-    }
-    match d.get("to") {
-        Some(to) => {
-            img.insert("path".into(), to.clone());
-            vec![json!({"path": path, "kind": "absent"}), Value::Object(img)]
-        }
-        None => {
-            img.insert("path".into(), path);
-            vec![Value::Object(img)]
-        }
-    }
+/// The post-images a file effect left, from its recorded detail.
+fn after_images(s: &Step) -> Vec<Image> {
+    serde_json::from_value::<FileDetail>(s.detail().clone())
+        .map(|d| d.images())
+        .unwrap_or_default()
 }

@@ -5,9 +5,9 @@
 use super::Session;
 use crate::error::Result;
 use crate::state::Life;
+use crate::undo::Undo;
 use crate::wal::Record;
-use crate::workspace::UNDO_RESTORE;
-use serde_json::{json, Value};
+use serde_json::json;
 
 impl Session {
     // ---- repair on attach (SPEC 6.4) ----
@@ -24,43 +24,33 @@ impl Session {
         self.repair_fork()?;
         self.repair_parent_fork()?;
         if let Some(intent) = self.state.intent.clone() {
-            let file_effect = intent.kind == "effect"
-                && intent
-                    .undo
-                    .as_ref()
-                    .and_then(|u| u.get("type"))
-                    .and_then(Value::as_str)
-                    == Some(UNDO_RESTORE);
-            if file_effect {
-                let after = intent.after.clone().unwrap_or(Value::Null);
-                let images: Vec<Value> = after
-                    .get("images")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let mut done = !images.is_empty();
-                for img in &images {
+            let file_effect = match (&intent.undo, &intent.after) {
+                (Some(Undo::Restore { entries }), Some(after)) if intent.kind == "effect" => {
+                    Some((entries, after))
+                }
+                _ => None,
+            };
+            if let Some((entries, after)) = file_effect {
+                let mut done = !after.images.is_empty();
+                for img in &after.images {
                     done &= self.ws.shows(img)?;
                 }
-                self.clean_temps(&images, intent.step);
+                self.clean_temps(&after.images, intent.step);
                 if done {
                     // Roll forward: the change is on disk; record it.
-                    let detail = after.get("detail").cloned().unwrap_or(Value::Null);
-                    let undo = intent.undo.clone().unwrap_or(Value::Null);
+                    let undo = Undo::Restore {
+                        entries: entries.clone(),
+                    };
                     let rec = self.file_step_record(
                         intent.step,
                         &intent.label,
                         &intent.site,
-                        detail,
+                        &after.detail,
                         &undo,
                     )?;
                     self.append(Record::Step(rec), false)?;
                 } else {
-                    self.ws.restore(
-                        intent.undo.as_ref().expect("file intent has undo"),
-                        &self.blobs,
-                        intent.step,
-                    )?;
+                    self.ws.restore(entries, &self.blobs, intent.step)?;
                     self.append(Record::IntentVoid { step: intent.step, why: "interrupted before the change completed; preimage restored at repair".into() }, false)?;
                 }
             } else {

@@ -8,6 +8,7 @@ use crate::error::{Code, Error, Result};
 use crate::report::{AbortReport, StepBackReport};
 use crate::state::{Deferred, Life};
 use crate::step::{Step, StepKind, BY_ABORT, BY_RECOVER, BY_STEP_BACK};
+use crate::undo::Undo;
 use crate::unwind::{self, Action, Context, Failed, Mode, Outcome, OwedStep, Plan};
 use crate::wal::Record;
 use crate::workspace::Workspace;
@@ -83,11 +84,10 @@ impl Session {
         if unwind::needs_fence(&s) {
             self.append(Record::ReplayFence { step: i }, true)?;
         }
-        let outcome: Result<()> = match s.kind {
-            StepKind::Provision => Ok(()),
-            StepKind::Effect if s.has_builtin_undo() => {
-                self.ws
-                    .restore(s.undo().expect("builtin undo"), &self.blobs, i)
+        let outcome: Result<()> = match (&s.kind, s.undo()) {
+            (StepKind::Provision, _) => Ok(()),
+            (StepKind::Effect, Some(Undo::Restore { entries })) => {
+                self.ws.restore(entries, &self.blobs, i)
             }
             _ => self.run_tool_inverse(&s),
         };
@@ -116,11 +116,11 @@ impl Session {
     pub(crate) fn check_preimages(&self, run: &[u64]) -> Result<()> {
         for &i in run {
             let s = &self.state.steps[i as usize];
-            if !s.has_builtin_undo() {
+            let Some(Undo::Restore { entries }) = s.undo() else {
                 continue;
-            }
-            for e in crate::workspace::restore_entries(s.undo()) {
-                for b in Workspace::blobs_needed(e, &self.blobs)? {
+            };
+            for e in entries {
+                for b in Workspace::blobs_needed(e, &self.blobs) {
                     self.blobs.check(&b, Some(i)).map_err(|err| {
                         Error::new(
                             Code::MissingPreimage,
