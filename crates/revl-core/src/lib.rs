@@ -23,7 +23,6 @@ pub mod report;
 pub mod session;
 pub mod state;
 pub mod step;
-mod stepline;
 pub mod steptext;
 pub mod store;
 pub mod tools;

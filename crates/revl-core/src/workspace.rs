@@ -1025,18 +1025,19 @@ impl Workspace {
                 ..
             } => {
                 let mode = parse_mode(mode)?;
-                let content =
-                    match (content, blob) {
-                        (Some(c), _) => unb64(c)?,
-                        (None, Some(b)) => blobs.get(b, Some(step))?,
-                        (None, None) => return Err(Error::new(
+                let content = match (content, blob) {
+                    (Some(c), _) => unb64(c)?,
+                    (None, Some(b)) => blobs.get(b, Some(step))?,
+                    (None, None) => {
+                        return Err(Error::new(
                             Code::MissingPreimage,
                             format!(
                                 "step {step}: the preimage of {rel} has neither content nor blob"
                             ),
                             "the WAL was edited outside revl; restore it from a backup",
-                        )),
-                    };
+                        ))
+                    }
+                };
                 fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
                 let tmp = parent.join(format!(".revl-restore-{step}.tmp"));
                 if lstat(&abs)?.is_some_and(|m| !m.is_dir() && !m.is_file()) {

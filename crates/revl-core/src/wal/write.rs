@@ -1,0 +1,183 @@
+//! Writing a WAL: the appending writer (poisoned after a failed write or fsync) and atomic
+//! creation of a whole new WAL.
+
+use crate::error::{Code, Error, Result};
+use crate::failpoint::Failpoints;
+
+use super::line::*;
+use super::read::WalRead;
+use super::record::Record;
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// Appends records to one WAL. After any failed write or fsync the writer is poisoned and
+/// refuses further writes until the session is attached again (an fsync is never retried).
+#[derive(Debug)]
+pub struct WalWriter {
+    file: File,
+    path: PathBuf,
+    next_seq: u64,
+    records: usize,
+    dirty: bool,
+    poisoned: bool,
+    fp: Failpoints,
+}
+
+impl WalWriter {
+    /// Open for appending, truncating a torn tail first (the reader said where it ends).
+    pub fn open(read: &WalRead, fp: Failpoints) -> Result<Self> {
+        let path = read.path.clone();
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("cannot open WAL {}", path.display()), e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(path.display(), e))?
+            .len();
+        if len != read.good_len {
+            // The torn tail is the crash itself: cut it off, durably, before appending.
+            file.set_len(read.good_len)
+                .and_then(|_| file.sync_all())
+                .map_err(|e| {
+                    Error::io(
+                        format!("cannot truncate torn tail of {}", path.display()),
+                        e,
+                    )
+                })?;
+        }
+        file.seek(SeekFrom::End(0))
+            .map_err(|e| Error::io(path.display(), e))?;
+        Ok(WalWriter {
+            file,
+            path,
+            next_seq: read.last_seq + 1,
+            records: read.records.len(),
+            dirty: false,
+            poisoned: false,
+            fp,
+        })
+    }
+
+    /// The seq the next seq-taking record will carry.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Reserve a seq for a record about to be appended.
+    pub fn take_seq(&mut self) -> u64 {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn set_records(&mut self, n: usize) {
+        self.records = n;
+    }
+
+    /// Number of records in the WAL (header included).
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
+    /// Append one record. `durable` = fsync before returning (announcing records);
+    /// otherwise the record is group-committed by the next [`WalWriter::sync`].
+    pub fn append(&mut self, rec: &Record, durable: bool) -> Result<()> {
+        self.append_many(std::slice::from_ref(rec), durable)
+    }
+
+    /// Append several records in one write (an emission and its compensation go out together).
+    pub fn append_many(&mut self, recs: &[Record], durable: bool) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::new(
+                Code::Io,
+                format!("an earlier write to {} failed", self.path.display()),
+                "run the command again: revl re-reads the WAL and repairs before writing",
+            ));
+        }
+        let mut buf = Vec::new();
+        for r in recs {
+            buf.extend(encode_line(r));
+        }
+        if self.fp.fires("wal.torn-append") {
+            let half = buf.len() / 2;
+            let _ = self.file.write_all(&buf[..half]);
+            let _ = self.file.sync_all();
+            crate::failpoint::crash("wal.torn-append");
+        }
+        let res = self
+            .fp
+            .enospc()
+            .and_then(|_| self.file.write_all(&buf))
+            .and_then(|_| {
+                if durable {
+                    self.file.sync_data()
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(e) = res {
+            self.poisoned = true;
+            // Best effort: do not leave a partial line behind for the next writer to mistake
+            // for a torn tail of an acknowledged record (it would be one anyway: unacknowledged).
+            return Err(Error::io(
+                format!("cannot append to WAL {}", self.path.display()),
+                e,
+            ));
+        }
+        self.records += recs.len();
+        self.dirty = !durable;
+        Ok(())
+    }
+
+    /// Make every appended record durable (group commit of outcome records).
+    pub fn sync(&mut self) -> Result<()> {
+        if self.poisoned {
+            return Err(Error::new(
+                Code::Io,
+                format!("an earlier write to {} failed", self.path.display()),
+                "run the command again: revl re-reads the WAL and repairs before writing",
+            ));
+        }
+        if self.dirty {
+            if let Err(e) = self.file.sync_data() {
+                self.poisoned = true;
+                return Err(Error::io(
+                    format!("cannot fsync WAL {}", self.path.display()),
+                    e,
+                ));
+            }
+            self.dirty = false;
+        }
+        Ok(())
+    }
+}
+
+/// Write a whole new WAL (header and first records) by temp file, fsync, rename, and fsync of
+/// the directory: it appears complete or not at all.
+pub fn create_wal(path: &Path, recs: &[Record], fp: &Failpoints) -> Result<()> {
+    let dir = path.parent().expect("a WAL path has a parent");
+    let tmp = dir.join(".wal.jsonl.tmp");
+    let mut buf = Vec::new();
+    for r in recs {
+        buf.extend(encode_line(r));
+    }
+    let res = (|| -> std::io::Result<()> {
+        fp.enospc()?;
+        let mut f = File::create(&tmp)?;
+        f.write_all(&buf)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    res.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        Error::io(format!("cannot create WAL {}", path.display()), e)
+    })
+}
