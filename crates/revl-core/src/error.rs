@@ -76,15 +76,62 @@ impl Code {
     }
 }
 
-/// A core error: code, one-line message, hint, and (for a failed tool call that was still
-/// recorded) the step it was recorded as.
+/// What a caller can do next, named without any front end's words: the CLI and the MCP
+/// server each say it their own way ([`Error::remedy`]), after the core's hint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Remedy {
+    /// List the sessions of the store.
+    ListSessions,
+    /// Read the session's timeline (its step indices).
+    Timeline,
+    /// List a directory of the workspace.
+    ListPath,
+    /// Read the session's status (queue and owed entries).
+    Status,
+    /// Start a new session.
+    NewSession,
+    /// Give this argument in the tool call's args.
+    PassArg(String),
+    /// Give the tool call's args as a JSON object.
+    ArgsObject,
+    /// Say which store to use.
+    GiveStore,
+    /// Give a readable manifest file.
+    GiveManifest,
+    /// Give a workspace directory.
+    GiveWorkspace,
+}
+
+/// A core error: a stable code (SPEC 9), a one-line message that says what was wrong, a hint
+/// that says what to do (in no front end's words), what the caller can do next, the step a
+/// failed tool call was still recorded as, and the cause.
 #[derive(Debug, Clone)]
 pub struct Error {
     pub code: Code,
     pub message: String,
     pub hint: String,
+    pub remedy: Option<Remedy>,
     pub step: Option<u64>,
+    /// The underlying failure (an I/O error, ...), kept for `source()`.
+    pub cause: Option<Cause>,
 }
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_deref()
+            .map(|c| c as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The cause of an [`Error`], shared so errors stay cheap to clone.
+pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync>;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -94,7 +141,9 @@ impl Error {
             code,
             message: one_line(message.into()),
             hint: one_line(hint.into()),
+            remedy: None,
             step: None,
+            cause: None,
         }
     }
 
@@ -103,31 +152,55 @@ impl Error {
         self
     }
 
-    /// An I/O failure on `what` (a path or an operation).
+    /// What the caller can do next (each front end words it).
+    pub fn with_remedy(mut self, remedy: Remedy) -> Self {
+        self.remedy = Some(remedy);
+        self
+    }
+
+    pub fn with_cause(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(std::sync::Arc::new(cause));
+        self
+    }
+
+    /// An I/O failure on `what` (a path or an operation); the `io::Error` is its cause.
     pub fn io(what: impl fmt::Display, e: std::io::Error) -> Self {
         let hint = if e.raw_os_error() == Some(28) {
             "free some disk space, then run the command again; nothing was acknowledged"
         } else {
             "check the path and its permissions, then run the command again"
         };
-        Error::new(Code::Io, format!("{what}: {e}"), hint)
+        Error::new(Code::Io, format!("{what}: {e}"), hint).with_cause(e)
     }
 
     pub fn bad_args(message: impl Into<String>, hint: impl Into<String>) -> Self {
         Error::new(Code::BadArgs, message, hint)
     }
 
-    /// The error document of SPEC 9.
-    pub fn to_json(&self) -> serde_json::Value {
+    /// The hint with a front end's wording of the remedy appended.
+    pub fn hint_with(&self, word: impl Fn(&Remedy) -> String) -> String {
+        match &self.remedy {
+            Some(r) => format!("{} ({})", self.hint, word(r)),
+            None => self.hint.clone(),
+        }
+    }
+
+    /// The error document of SPEC 9, with the hint as given.
+    pub fn to_json_with_hint(&self, hint: &str) -> serde_json::Value {
         let mut inner = serde_json::json!({
             "code": self.code.as_str(),
             "message": self.message,
-            "hint": self.hint,
+            "hint": hint,
         });
         if let Some(step) = self.step {
             inner["step"] = step.into();
         }
         serde_json::json!({ "error": inner })
+    }
+
+    /// The error document of SPEC 9 (the core's hint alone).
+    pub fn to_json(&self) -> serde_json::Value {
+        self.to_json_with_hint(&self.hint)
     }
 }
 
@@ -143,10 +216,28 @@ fn one_line(s: String) -> String {
     }
 }
 
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.message)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_keeps_its_cause_and_a_remedy_is_worded_by_the_caller() {
+        let e = Error::io(
+            "cannot open x",
+            std::io::Error::from_raw_os_error(2), // ENOENT
+        );
+        let cause = std::error::Error::source(&e).expect("the io::Error is the source");
+        let io = cause
+            .downcast_ref::<std::io::Error>()
+            .expect("it is the io::Error itself");
+        assert_eq!(io.raw_os_error(), Some(2));
+        assert_eq!(e.to_string(), e.message);
+        let e = Error::bad_args("m", "check it").with_remedy(Remedy::PassArg("n".into()));
+        assert_eq!(
+            e.hint_with(|r| format!("{r:?}")),
+            "check it (PassArg(\"n\"))"
+        );
+        assert_eq!(e.to_json()["error"]["hint"], "check it");
+        assert_eq!(Error::bad_args("m", "h").hint_with(|_| "x".into()), "h");
     }
 }
-
-impl std::error::Error for Error {}

@@ -32,7 +32,7 @@ pub mod util;
 pub mod wal;
 pub mod workspace;
 
-pub use error::{Code, Error, Result};
+pub use error::{Code, Error, Remedy, Result};
 pub use failpoint::Failpoints;
 pub use session::{Session, StepBackMode, GUARANTEE};
 pub use store::Store;

@@ -194,7 +194,7 @@ impl OfflineWal {
         if k < -1 || k > head {
             return Err(Error::bad_args(
                 format!("step {k} is out of range: this WAL has steps -1..={head}"),
-                "give --at a step index from the timeline, or -1",
+                "give a step index from the timeline, or -1 (before every step)",
             ));
         }
         let p = partition(&st.steps, k);

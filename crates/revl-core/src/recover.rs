@@ -41,8 +41,9 @@ pub fn locate_wal(wal: &Path, store: Option<&Store>) -> Result<(PathBuf, String)
                 "{} is not at <store>/sessions/<id>/wal.jsonl",
                 wal.display()
             ),
-            "pass --store DIR",
-        )),
+            "say which store holds it",
+        )
+        .with_remedy(crate::error::Remedy::GiveStore)),
     }
 }
 

@@ -2,7 +2,7 @@
 //! store lock that serialises session creation (one live session per workspace).
 
 use crate::blobs::BlobStore;
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
 use crate::state::{Life, State};
 use std::fs::{self, File};
@@ -46,8 +46,9 @@ impl Store {
             return Err(Error::new(
                 Code::Usage,
                 format!("store {} is not a directory", root.display()),
-                "give --store a directory",
-            ));
+                "give a directory as the store",
+            )
+            .with_remedy(Remedy::GiveStore));
         }
         for sub in ["sessions", "blobs"] {
             let p = root.join(sub);
@@ -115,8 +116,9 @@ impl Store {
             return Err(Error::new(
                 Code::UnknownSession,
                 format!("{given:?} is not a session id (32 hex characters, or a unique prefix of at least 6)"),
-                "list sessions with `revl sessions`",
-            ));
+                "check the session id",
+            )
+            .with_remedy(Remedy::ListSessions));
         }
         let matches: Vec<String> = self
             .session_ids()?
@@ -128,8 +130,9 @@ impl Store {
             0 => Err(Error::new(
                 Code::UnknownSession,
                 format!("no session {given} in store {}", self.root.display()),
-                "list sessions with `revl sessions`, or pass the right --store",
-            )),
+                "check the session id and the store",
+            )
+            .with_remedy(Remedy::ListSessions)),
             n => Err(Error::new(
                 Code::AmbiguousSession,
                 format!("{given} matches {n} sessions"),
@@ -254,8 +257,9 @@ pub fn check_overlap(store: &Path, workspace: &Path) -> Result<()> {
                 store.display(),
                 workspace.display()
             ),
-            "put the store outside the workspace (--store or REVL_STORE)",
-        ));
+            "put the store outside the workspace",
+        )
+        .with_remedy(Remedy::GiveStore));
     }
     Ok(())
 }

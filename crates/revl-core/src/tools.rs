@@ -77,7 +77,7 @@ impl Manifest {
             Error::new(
                 Code::BadManifest,
                 format!("{file}: tool {tool:?}, field `{field}`: {why}"),
-                "fix the manifest (see docs/user-guide.md, \"The manifest\") and run `revl new` again",
+                "fix the manifest (see docs/user-guide.md, \"The manifest\") and create the session again",
             )
         };
         let table: toml::Table = toml::from_str(text).map_err(|e| {
@@ -87,7 +87,7 @@ impl Manifest {
                     "{file}: not valid TOML: {}",
                     e.to_string().lines().next().unwrap_or("")
                 ),
-                "fix the TOML syntax and run `revl new` again",
+                "fix the TOML syntax and create the session again",
             )
         })?;
         for k in table.keys() {
@@ -393,7 +393,7 @@ impl Manifest {
         Error::bad_args(
             format!("no tool {name:?} in this session's manifest"),
             if names.is_empty() {
-                "this session has no declared tools (give --manifest at `revl new`)".to_string()
+                "this session has no declared tools: a manifest is given when the session is created".to_string()
             } else {
                 format!("callable tools: {}", names.join(", "))
             },
@@ -483,8 +483,9 @@ pub fn fill_template(t: &str, args: &Value, witness: Option<&Value>) -> Result<S
                 _ => {
                     return Err(Error::bad_args(
                         format!("argument `{name}` is missing (the tool's template needs it)"),
-                        format!("pass it in --args, e.g. --args '{{\"{name}\": ...}}'"),
-                    ))
+                        "give it in the call's args",
+                    )
+                    .with_remedy(crate::error::Remedy::PassArg(name.to_string())))
                 }
             };
             match v {
@@ -540,8 +541,9 @@ pub fn check_args(tool: &Tool, args: &Value, inverse: bool) -> Result<()> {
                 if args.get(&name).is_none() && !(inverse && name == "witness") {
                     return Err(Error::bad_args(
                         format!("tool {:?} needs argument `{name}`", tool.name),
-                        format!("pass it in --args, e.g. --args '{{\"{name}\": ...}}'"),
-                    ));
+                        "give it in the call's args",
+                    )
+                    .with_remedy(crate::error::Remedy::PassArg(name.clone())));
                 }
             }
         }

@@ -12,7 +12,7 @@
 //! applied in order. Applying it twice equals applying it once (idempotent).
 
 use crate::blobs::BlobStore;
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
 use crate::undo::{self, FileDetail, FileKind, Image, RestoreEntry, TreeItem, Undo};
 use crate::util::{blake3_hex, jcs};
@@ -510,10 +510,10 @@ impl Workspace {
             FileOp::Delete { path } => {
                 let rel = self.confine(&path, false)?;
                 if lstat(&self.abs(&rel))?.is_none() {
-                    return Err(Error::bad_args(
-                        format!("{rel} does not exist"),
-                        "check the path with `revl list`",
-                    ));
+                    return Err(
+                        Error::bad_args(format!("{rel} does not exist"), "check the path")
+                            .with_remedy(Remedy::ListPath),
+                    );
                 }
                 let pre = self.capture(&rel, blobs)?;
                 let after = Image::absent(rel.clone());
@@ -530,10 +530,10 @@ impl Workspace {
                 let rf = self.confine(&from, false)?;
                 let rt = self.confine(&to, false)?;
                 let Some(fm) = lstat(&self.abs(&rf))? else {
-                    return Err(Error::bad_args(
-                        format!("{rf} does not exist"),
-                        "check the path with `revl list`",
-                    ));
+                    return Err(
+                        Error::bad_args(format!("{rf} does not exist"), "check the path")
+                            .with_remedy(Remedy::ListPath),
+                    );
                 };
                 if rf == rt {
                     return Err(Error::bad_args(
@@ -618,10 +618,10 @@ impl Workspace {
             FileOp::Chmod { path, mode } => {
                 let rel = self.confine(&path, false)?;
                 let Some(m) = lstat(&self.abs(&rel))? else {
-                    return Err(Error::bad_args(
-                        format!("{rel} does not exist"),
-                        "check the path with `revl list`",
-                    ));
+                    return Err(
+                        Error::bad_args(format!("{rel} does not exist"), "check the path")
+                            .with_remedy(Remedy::ListPath),
+                    );
                 };
                 if m.file_type().is_symlink() {
                     return Err(Error::bad_args(

@@ -21,7 +21,7 @@ mod args;
 mod transport;
 
 use args::*;
-use revl_core::{Code, Error, FileOp, Session, StepBackMode, Store};
+use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -170,8 +170,24 @@ fn result_of(doc: Value) -> CallToolResult {
     }
 }
 
+/// A remedy in the words of this server's tools.
+fn mcp_remedy(r: &Remedy) -> String {
+    match r {
+        Remedy::ListSessions => "revl_sessions lists them".into(),
+        Remedy::Timeline => "revl_timeline lists the steps".into(),
+        Remedy::ListPath => "revl_list shows what is there".into(),
+        Remedy::Status => "revl_status".into(),
+        Remedy::NewSession => "revl_new {workspace}".into(),
+        Remedy::PassArg(name) => format!("args: {{\"{name}\": ...}}"),
+        Remedy::ArgsObject => "args: {\"name\": value, ...}".into(),
+        Remedy::GiveStore => "start the server with --store DIR or REVL_STORE".into(),
+        Remedy::GiveManifest => "the manifest argument".into(),
+        Remedy::GiveWorkspace => "the workspace argument".into(),
+    }
+}
+
 fn error_result(e: &Error) -> CallToolResult {
-    CallToolResult::structured_error(e.to_json())
+    CallToolResult::structured_error(e.to_json_with_hint(&e.hint_with(mcp_remedy)))
 }
 
 fn bad_args_result(tool: &str, why: &str) -> CallToolResult {

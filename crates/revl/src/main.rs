@@ -5,7 +5,7 @@ mod render;
 
 use clap::{Parser, Subcommand};
 use revl_core::report::to_json;
-use revl_core::{Code, Error, FileOp, Session, StepBackMode, Store};
+use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -792,18 +792,32 @@ fn main() -> ExitCode {
     }
 }
 
+/// A remedy in the CLI's words.
+fn cli_remedy(r: &Remedy) -> String {
+    match r {
+        Remedy::ListSessions => {
+            "`revl sessions` lists them; `--store DIR` picks another store".into()
+        }
+        Remedy::Timeline => "`revl timeline SESSION` lists the steps".into(),
+        Remedy::ListPath => "`revl list SESSION [DIR]` shows what is there".into(),
+        Remedy::Status => "`revl status SESSION`".into(),
+        Remedy::NewSession => "`revl new --workspace DIR`".into(),
+        Remedy::PassArg(name) => format!("--args '{{\"{name}\": ...}}'"),
+        Remedy::ArgsObject => "--args '{\"name\": value, ...}'".into(),
+        Remedy::GiveStore => "--store DIR or REVL_STORE".into(),
+        Remedy::GiveManifest => "--manifest FILE".into(),
+        Remedy::GiveWorkspace => "--workspace DIR".into(),
+    }
+}
+
 fn fail(e: &Error, json: bool) -> ExitCode {
+    let hint = e.hint_with(cli_remedy);
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&e.to_json()).unwrap_or_default()
+            serde_json::to_string_pretty(&e.to_json_with_hint(&hint)).unwrap_or_default()
         );
     }
-    eprintln!(
-        "revl: {}: {} (hint: {})",
-        e.code.as_str(),
-        e.message,
-        e.hint
-    );
+    eprintln!("revl: {}: {} (hint: {hint})", e.code.as_str(), e.message);
     ExitCode::from(e.code.exit_code() as u8)
 }

@@ -1014,6 +1014,13 @@ fn error_documents_and_exit_codes() {
         .json(&["status", "0123456789abcdef0123456789abcdef"])
         .err(2, "unknown-session");
     assert!(msg.contains("0123456789abcdef0123456789abcdef"), "{msg}");
+    // The CLI words the core's remedy in its own commands.
+    let out = w.json(&["status", "0123456789abcdef0123456789abcdef"]);
+    let hint = out.doc()["error"]["hint"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(hint.contains("`revl sessions`"), "{hint}");
     w.json(&["timeline", "abc"]).err(2, "unknown-session");
     w.json(&["write", "nothex!!", "f", "--content", "x"])
         .err(2, "unknown-session");

@@ -353,6 +353,16 @@ fn raw_workspace_target_attaches_to_its_live_session_and_releases_the_lock() {
     // And the server sees it: it rebuilds from the WAL on every call.
     let st = a.call(3, "revl_status", json!({}));
     assert_eq!(st["structuredContent"]["provisions"]["k"], "v", "{st}");
+    // A refusal's hint is worded for an MCP client: it names the tool to call, no CLI flag.
+    let bad = a.call(4, "revl_step_back", json!({"to": 99}));
+    assert_eq!(bad["isError"], true, "{bad}");
+    let hint = bad["structuredContent"]["error"]["hint"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        hint.contains("revl_timeline") && !hint.contains("--"),
+        "{bad}"
+    );
     a.finish();
 
     // A second server on the same workspace serves the same live session.

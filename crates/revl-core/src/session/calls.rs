@@ -2,7 +2,7 @@
 //! held sends, opaque tools; and running a manifest inverse (an undo tool or a
 //! compensation) for the unwind executor.
 
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Remedy, Result};
 use crate::session::Session;
 use crate::step::{Step, StepKind};
 use crate::tools::{check_args, run_tool, Class, Manifest, Tool};
@@ -34,8 +34,10 @@ impl crate::store::Store {
             Error::new(
                 Code::BadManifest,
                 format!("cannot read manifest {}: {e}", path.display()),
-                "give --manifest a readable revl.toml",
+                "give a readable revl.toml as the manifest",
             )
+            .with_remedy(Remedy::GiveManifest)
+            .with_cause(e)
         })?;
         let text = String::from_utf8(bytes.clone()).map_err(|_| {
             Error::new(
@@ -55,8 +57,9 @@ fn object_args(args: &Value) -> Result<()> {
     } else {
         Err(Error::bad_args(
             "tool args must be a JSON object",
-            "pass --args '{\"name\": value, ...}'",
-        ))
+            "give the args as a JSON object",
+        )
+        .with_remedy(Remedy::ArgsObject))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Approvals (SPEC 5), commit and resend (4.4), and model decisions (8).
 
 use super::Session;
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Remedy, Result};
 use crate::state::Life;
 use crate::tools::{run_tool, Class};
 use crate::util::sha256_jcs;
@@ -68,8 +68,8 @@ impl Session {
             }
             _ => Err(Error::new(
                 Code::Usage,
-                "approve needs exactly one of --ticket T or --tool NAME",
-                "revl approve SESSION --ticket T",
+                "approve needs exactly one of a ticket or a tool name",
+                "approve one ticket (one call, once), or one tool (standing, for this session)",
             )),
         }
     }
@@ -175,8 +175,9 @@ impl Session {
                     "held send {seq} is not owed or failed in session {}",
                     self.id
                 ),
-                "see `revl status` for the owed sends",
-            ));
+                "the status lists the owed sends",
+            )
+            .with_remedy(Remedy::Status));
         }
         let d = self.state.deferred[&seq].clone();
         let manifest = self.manifest()?;
@@ -221,7 +222,7 @@ impl Session {
         let bad = |f: &str, want: &str| {
             Error::bad_args(
                 format!("note-model: `{f}` must be {want}"),
-                "see `revl note-model --help`",
+                "give every field of the model decision (docs/user-guide.md, \"Model decisions\")",
             )
         };
         let step = args

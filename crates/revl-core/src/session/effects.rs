@@ -190,7 +190,7 @@ impl Session {
         if argv.is_empty() || argv[0].is_empty() {
             return Err(Error::bad_args(
                 "exec needs a command",
-                "revl exec SESSION -- PROGRAM [ARGS...]",
+                "give the program to run and its arguments",
             ));
         }
         let step = self.state.next_index();

@@ -4,7 +4,7 @@
 
 use super::{Session, GUARANTEE};
 use crate::classify::{self, Partition, Refusal};
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Remedy, Result};
 use crate::report::{ForkLineage, ForkReport, Residue, Rewound};
 use crate::state::Life;
 use crate::step::{StepKind, BY_FORK};
@@ -67,13 +67,15 @@ impl Session {
                     Code::NotLive,
                     format!("session {} stands behind a committed boundary", self.id),
                     "start a new session",
-                ),
+                )
+                .with_remedy(Remedy::NewSession),
             },
             Refusal::Undone(why) => Error::new(
                 Code::Undone,
                 format!("cannot fork at {k}: {why}"),
                 "pick a live step from the timeline",
-            ),
+            )
+            .with_remedy(Remedy::Timeline),
             Refusal::OpaqueTail(idx) => Error::new(
                 Code::KindOpaque,
                 format!(

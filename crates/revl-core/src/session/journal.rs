@@ -2,7 +2,7 @@
 //! of the WAL cannot drift; and the life checks every writing verb passes first.
 
 use super::Session;
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Remedy, Result};
 use crate::state::Life;
 use crate::util::now_rfc3339;
 use crate::wal::{Record, StepRecord, WalRead, WalWriter};
@@ -90,13 +90,15 @@ impl Session {
             Life::Committed => Err(Error::new(
                 Code::NotLive,
                 format!("session {} is committed: it stands behind a committed boundary and takes no more effects", self.id),
-                "start a new session with `revl new`",
-            )),
+                "start a new session",
+            )
+            .with_remedy(Remedy::NewSession)),
             Life::Aborted => Err(Error::new(
                 Code::NotLive,
                 format!("session {} is aborted and takes no more effects", self.id),
-                "start a new session with `revl new`",
-            )),
+                "start a new session",
+            )
+            .with_remedy(Remedy::NewSession)),
         }
     }
 }

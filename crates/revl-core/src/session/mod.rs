@@ -24,7 +24,7 @@ pub use fork::not_preserved;
 pub use unwind::StepBackMode;
 
 use crate::blobs::BlobStore;
-use crate::error::{Code, Error, Result};
+use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
 use crate::state::{Life, State};
 use crate::step::{Step, StepKind};
@@ -74,8 +74,9 @@ impl Store {
         if ws.exists() && !ws.is_dir() {
             return Err(Error::bad_args(
                 format!("workspace {} is not a directory", ws.display()),
-                "give --workspace a directory",
-            ));
+                "give a directory as the workspace",
+            )
+            .with_remedy(Remedy::GiveWorkspace));
         }
         crate::store::check_overlap(self.root(), &ws)?;
         let manifest_digest = self.import_manifest(manifest, &ws)?;

@@ -32,7 +32,8 @@ impl Session {
                 Code::Undone,
                 format!("cannot {verb} {k}: {why}"),
                 "pick a live step from the timeline",
-            ));
+            )
+            .with_remedy(crate::error::Remedy::Timeline));
         }
         Ok(partition(&self.state.steps, k))
     }
@@ -44,7 +45,8 @@ impl Session {
             return Err(Error::bad_args(
                 format!("step {k} is out of range: this session has steps -1..={head}"),
                 "the timeline lists the step indices",
-            ));
+            )
+            .with_remedy(crate::error::Remedy::Timeline));
         }
         Ok(())
     }
