@@ -1,10 +1,8 @@
 //! The outbound, fork and lineage tests' view of the shared harness (`common`): an [`Env`]
 //! with a store and a workspace path, and runs that return the exit code and the JSON
 //! document. Running the binary and snapshotting trees live in `common` only.
-#![allow(dead_code)]
 
-#[path = "../common/mod.rs"]
-mod common;
+use super as common;
 
 #[allow(unused_imports)] // only the fork tests snapshot trees
 pub use common::snapshot;

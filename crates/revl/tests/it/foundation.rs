@@ -2,7 +2,7 @@
 //! their exact rewind, provisions, exec, reads, verify, the error document, path
 //! confinement, WAL integrity, and crash/repair at every effect failpoint.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{json, Value};

@@ -1,6 +1,6 @@
 //! Offline lineage, topology, partition and compare over real WALs made by real forks.
 
-mod support;
+use crate::common::env as support;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use support::*;

@@ -1,7 +1,8 @@
 //! Outbound effects through the binary, against a real loopback HTTP sink and a real argv
 //! tool: held sends, commit, abort, approvals, compensations, failpoints.
 
-mod support;
+use crate::common::env as support;
+use crate::common::manifest::{self, tool};
 use revl::sink::Sink;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -23,67 +24,40 @@ fn manifest(e: &Env, sink: &Sink) -> PathBuf {
     )
     .unwrap();
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let m = format!(
-        r#"
-[[tool]]
-name = "send_email"
-class = "deferred"
-service = "mail"
-method = "send"
-scope = ["mail"]
-http = {{ method = "POST", url = "{send}" }}
-
-[[tool]]
-name = "send_broken"
-class = "deferred"
-scope = ["mail"]
-http = {{ method = "POST", url = "{fail}" }}
-
-[[tool]]
-name = "create_ticket"
-class = "emission"
-service = "tickets"
-method = "create"
-scope = ["net"]
-http = {{ method = "POST", url = "{ticket}" }}
-compensate = "close_ticket"
-
-[[tool]]
-name = "close_ticket"
-class = "inverse"
-scope = ["net"]
-http = {{ method = "POST", url = "{close}" }}
-
-[[tool]]
-name = "post_tweet"
-class = "emission"
-scope = ["net"]
-http = {{ method = "POST", url = "{tweet}" }}
-
-[[tool]]
-name = "append"
-class = "effect"
-scope = {{ caps = [], confined = true }}
-run = ["{script}", "{{word}}"]
-undo = "unappend"
-undo_idempotent = true
-
-[[tool]]
-name = "unappend"
-class = "inverse"
-scope = []
-run = ["{script}", "undo-{{witness}}"]
-"#,
-        send = sink.url("/send"),
-        fail = sink.url("/fail"),
-        ticket = sink.url("/ticket"),
-        close = sink.url("/close"),
-        tweet = sink.url("/tweet"),
-        script = script.display()
-    );
-    let p = e.root.join("revl.toml");
-    std::fs::write(&p, m).unwrap();
-    p
+    let script = script.display().to_string();
+    manifest::write(
+        &e.root,
+        &[
+            tool("send_email", "deferred")
+                .service("mail")
+                .method("send")
+                .scope(&["mail"])
+                .post(&sink.url("/send")),
+            tool("send_broken", "deferred")
+                .scope(&["mail"])
+                .post(&sink.url("/fail")),
+            tool("create_ticket", "emission")
+                .service("tickets")
+                .method("create")
+                .scope(&["net"])
+                .post(&sink.url("/ticket"))
+                .compensate("close_ticket"),
+            tool("close_ticket", "inverse")
+                .scope(&["net"])
+                .post(&sink.url("/close")),
+            tool("post_tweet", "emission")
+                .scope(&["net"])
+                .post(&sink.url("/tweet")),
+            tool("append", "effect")
+                .scope_table("caps = [], confined = true")
+                .run(&[&script, "{word}"])
+                .undo("unappend")
+                .undo_idempotent(true),
+            tool("unappend", "inverse")
+                .scope(&[])
+                .run(&[&script, "undo-{witness}"]),
+        ],
+    )
 }
 
 fn new_session(e: &Env, sink: &Sink) -> String {

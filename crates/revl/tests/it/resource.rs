@@ -6,7 +6,8 @@
 //! stay consistent (a fresh `status` works once there is room for its repair; the workspace
 //! equals the timeline), and the session works again once the space returns.
 
-mod common;
+use crate::common;
+use crate::common::manifest::{self, tool};
 
 use common::{check_wal, snapshot, temp_leftovers, Out, Snapshot, World};
 use revl::sink::Sink;
@@ -184,10 +185,9 @@ fn a_full_disk_during_a_commit() {
     let manifest = d.w.path("revl.toml");
     std::fs::write(
         &manifest,
-        format!(
-            "[[tool]]\nname = \"hold\"\nclass = \"deferred\"\nscope = [\"mail\"]\nhttp = {{ method = \"POST\", url = \"{}\" }}\n",
-            sink.url("/held")
-        ),
+        manifest::text(&[tool("hold", "deferred")
+            .scope(&["mail"])
+            .post(&sink.url("/held"))]),
     )
     .unwrap();
     let sid = d.w.new_session_with(&d.ws, &manifest);
@@ -367,7 +367,14 @@ fn a_hanging_tool_is_bounded_by_its_timeout() {
     let manifest = w.path("revl.toml");
     std::fs::write(
         &manifest,
-        "[[tool]]\nname = \"hang\"\nclass = \"effect\"\nscope = { caps = [], confined = true }\nrun = [\"sleep\", \"30.4242\"]\nundo = \"unhang\"\ntimeout_seconds = 1\n\n[[tool]]\nname = \"unhang\"\nclass = \"inverse\"\nscope = []\nrun = [\"true\"]\n",
+        manifest::text(&[
+            tool("hang", "effect")
+                .scope_table("caps = [], confined = true")
+                .run(&["sleep", "30.4242"])
+                .undo("unhang")
+                .timeout(1),
+            tool("unhang", "inverse").scope(&[]).run(&["true"]),
+        ]),
     )
     .unwrap();
     let sid = w.new_session_with(&ws, &manifest);

@@ -6,7 +6,7 @@
 //! The main property (500 cases by default, `PROPTEST_CASES` overrides) drives the library
 //! directly; a smaller one drives the binary end to end.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

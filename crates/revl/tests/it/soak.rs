@@ -20,7 +20,8 @@
 //! `SOAK_KILLS=2000 cargo test --release -p revl --test soak -- --nocapture`.
 //! `SOAK_SEED` fixes the op sequence (the kill instants depend on timing).
 
-mod common;
+use crate::common;
+use crate::common::manifest::{self, tool};
 
 use common::{diff, snapshot, Kind, Snapshot};
 use revl::sink::Sink;
@@ -29,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------------
@@ -408,61 +409,36 @@ struct Soak {
 }
 
 fn manifest_text(sink: &Sink) -> String {
-    format!(
-        r#"
-[[tool]]
-name = "hold"
-class = "deferred"
-service = "mail"
-method = "send"
-scope = ["mail"]
-http = {{ method = "POST", url = "{held}" }}
-
-[[tool]]
-name = "emit"
-class = "emission"
-service = "tickets"
-method = "create"
-scope = ["net"]
-http = {{ method = "POST", url = "{emit}" }}
-compensate = "uncreate"
-
-[[tool]]
-name = "uncreate"
-class = "inverse"
-scope = ["net"]
-http = {{ method = "POST", url = "{comp}" }}
-
-[[tool]]
-name = "notify"
-class = "emission"
-scope = ["net"]
-approval = "none"
-http = {{ method = "POST", url = "{notify}" }}
-
-[[tool]]
-name = "put"
-class = "effect"
-service = "store"
-method = "put"
-scope = ["net"]
-http = {{ method = "POST", url = "{put}" }}
-undo = "unput"
-undo_idempotent = true
-
-[[tool]]
-name = "unput"
-class = "inverse"
-scope = ["net"]
-http = {{ method = "POST", url = "{undo}" }}
-"#,
-        held = sink.url("/held"),
-        emit = sink.url("/emit"),
-        comp = sink.url("/comp"),
-        notify = sink.url("/notify"),
-        put = sink.url("/put"),
-        undo = sink.url("/undo"),
-    )
+    manifest::text(&[
+        tool("hold", "deferred")
+            .service("mail")
+            .method("send")
+            .scope(&["mail"])
+            .post(&sink.url("/held")),
+        tool("emit", "emission")
+            .service("tickets")
+            .method("create")
+            .scope(&["net"])
+            .post(&sink.url("/emit"))
+            .compensate("uncreate"),
+        tool("uncreate", "inverse")
+            .scope(&["net"])
+            .post(&sink.url("/comp")),
+        tool("notify", "emission")
+            .scope(&["net"])
+            .no_approval()
+            .post(&sink.url("/notify")),
+        tool("put", "effect")
+            .service("store")
+            .method("put")
+            .scope(&["net"])
+            .post(&sink.url("/put"))
+            .undo("unput")
+            .undo_idempotent(true),
+        tool("unput", "inverse")
+            .scope(&["net"])
+            .post(&sink.url("/undo")),
+    ])
 }
 
 fn token_of(body: &str) -> Option<String> {
@@ -626,17 +602,8 @@ impl Soak {
     fn revl(&mut self, verb: &'static str, args: &[String], mode: Mode) -> Ran {
         let out_p = self.scratch.join("stdout");
         let err_p = self.scratch.join("stderr");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_revl"));
-        cmd.env_clear()
-            .env(
-                "PATH",
-                std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
-            )
-            .env("HOME", &self.home)
-            .env("LC_ALL", "C")
-            .current_dir(&self.scratch)
-            .stdin(Stdio::null())
-            .stdout(File::create(&out_p).unwrap())
+        let mut cmd = common::clean_command(&self.home, &self.scratch);
+        cmd.stdout(File::create(&out_p).unwrap())
             .stderr(File::create(&err_p).unwrap())
             .arg("--store")
             .arg(&self.store)

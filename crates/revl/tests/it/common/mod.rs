@@ -3,6 +3,9 @@
 //! byte-for-byte, mode-for-mode comparison.
 #![allow(dead_code)]
 
+pub mod env;
+pub mod manifest;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;
@@ -14,6 +17,22 @@ use std::process::{Command, Stdio};
 /// The revl binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_revl")
+}
+
+/// The revl binary in a clean environment (only `PATH`, `HOME` and `LC_ALL=C`), run in
+/// `cwd` with no stdin: every test run of the binary starts here.
+pub fn clean_command(home: &Path, cwd: &Path) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.env_clear()
+        .env(
+            "PATH",
+            std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
+        )
+        .env("HOME", home)
+        .env("LC_ALL", "C")
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    cmd
 }
 
 /// Where temporary trees go: `$REVL_TEST_TMP`, else `/dev/shm` when it is a writable tmpfs
@@ -183,16 +202,7 @@ impl World {
     }
 
     fn command(&self, args: &[&str], envs: &[(&str, &str)], with_store: bool) -> (Command, String) {
-        let mut cmd = Command::new(bin());
-        cmd.env_clear()
-            .env(
-                "PATH",
-                std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()),
-            )
-            .env("HOME", &self.home)
-            .env("LC_ALL", "C")
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null());
+        let mut cmd = clean_command(&self.home, self.dir.path());
         if with_store {
             cmd.arg("--store").arg(&self.store);
         }

@@ -4,7 +4,7 @@
 //! each process reads its own writes, and `busy` (after the lock wait) is the only failure
 //! allowed.
 
-mod common;
+use crate::common;
 
 use common::{check_wal, World};
 use serde_json::Value;

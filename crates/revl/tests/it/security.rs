@@ -8,7 +8,8 @@
 //! - NAME_MAX / PATH_MAX overflows and non-UTF-8 names: a clean refusal, nothing changed;
 //! - a tool argument that tries shell injection is one argv element, never interpreted.
 
-mod common;
+use crate::common;
+use crate::common::manifest::{self, tool};
 
 use common::{snapshot, World};
 use std::os::unix::ffi::OsStrExt;
@@ -229,7 +230,16 @@ fn a_tool_argument_is_never_passed_through_a_shell() {
     let manifest = w.path("revl.toml");
     std::fs::write(
         &manifest,
-        "[[tool]]\nname = \"say\"\nclass = \"opaque\"\nrun = [\"echo\", \"{word}\"]\n\n[[tool]]\nname = \"note\"\nclass = \"effect\"\nscope = { caps = [], confined = true }\nrun = [\"echo\", \"-n\", \"{word}\"]\nundo = \"unnote\"\n\n[[tool]]\nname = \"unnote\"\nclass = \"inverse\"\nscope = []\nrun = [\"echo\", \"{word}\", \"{witness}\"]\n",
+        manifest::text(&[
+            tool("say", "opaque").run(&["echo", "{word}"]),
+            tool("note", "effect")
+                .scope_table("caps = [], confined = true")
+                .run(&["echo", "-n", "{word}"])
+                .undo("unnote"),
+            tool("unnote", "inverse")
+                .scope(&[])
+                .run(&["echo", "{word}", "{witness}"]),
+        ]),
     )
     .unwrap();
     let sid = w.new_session_with(&ws, &manifest);

@@ -15,7 +15,7 @@
 //!
 //! Case counts scale with `FUZZ_SCALE` (default 1; the long run uses 20).
 
-mod common;
+use crate::common;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
@@ -717,7 +717,12 @@ impl Cli {
         std::fs::create_dir_all(root.join("home")).unwrap();
         std::fs::write(
             root.join("revl.toml"),
-            "[[tool]]\nname = \"say\"\nclass = \"opaque\"\nrun = [\"echo\", \"{word}\"]\n\n[[tool]]\nname = \"hold\"\nclass = \"deferred\"\nscope = [\"mail\"]\nrun = [\"true\"]\n",
+            common::manifest::text(&[
+                common::manifest::tool("say", "opaque").run(&["echo", "{word}"]),
+                common::manifest::tool("hold", "deferred")
+                    .scope(&["mail"])
+                    .run(&["true"]),
+            ]),
         )
         .unwrap();
         let mut cli = Cli {

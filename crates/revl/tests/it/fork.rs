@@ -1,7 +1,8 @@
 //! Fork through the binary: the report (golden), confirm, frozen parent, branch, refusals,
 //! and a crash at every point of the confirm, each in a fresh process.
 
-mod support;
+use crate::common::env as support;
+use crate::common::manifest::{self, tool};
 use revl::sink::Sink;
 use serde_json::Value;
 use support::*;
@@ -12,86 +13,51 @@ fn manifest(e: &Env, sink: &Sink) -> std::path::PathBuf {
         &e.root.join("tools/local.sh"),
         &format!("#!/bin/sh\necho x >> {}\necho '{{}}'\n", count.display()),
     );
-    let m = format!(
-        r#"
-[[tool]]
-name = "hold"
-class = "deferred"
-service = "mail"
-method = "send"
-scope = ["mail"]
-http = {{ url = "{held}" }}
-
-[[tool]]
-name = "ticket"
-class = "emission"
-service = "tickets"
-method = "create"
-scope = ["net"]
-approval = "none"
-http = {{ url = "{ticket}" }}
-compensate = "close"
-
-[[tool]]
-name = "close"
-class = "inverse"
-scope = ["net"]
-http = {{ url = "{close}" }}
-
-[[tool]]
-name = "tweet"
-class = "emission"
-service = "social"
-method = "post"
-scope = ["net"]
-http = {{ url = "{tweet}" }}
-
-[[tool]]
-name = "put_object"
-class = "effect"
-service = "bucket"
-method = "put"
-scope = ["net"]
-http = {{ url = "{put}" }}
-undo = "restore_object"
-undo_idempotent = true
-
-[[tool]]
-name = "restore_object"
-class = "inverse"
-scope = ["net"]
-http = {{ url = "{restore}" }}
-
-[[tool]]
-name = "local_fx"
-class = "effect"
-scope = {{ caps = ["fs"] }}
-run = ["{local}"]
-undo = "local_undo"
-undo_idempotent = false
-
-[[tool]]
-name = "local_undo"
-class = "inverse"
-scope = {{ confined = true }}
-run = ["{local}"]
-
-[[tool]]
-name = "shell"
-class = "opaque"
-run = ["true"]
-"#,
-        held = sink.url("/held"),
-        ticket = sink.url("/ticket"),
-        close = sink.url("/close"),
-        tweet = sink.url("/tweet"),
-        put = sink.url("/put"),
-        restore = sink.url("/restore"),
-        local = e.root.join("tools/local.sh").display()
-    );
-    let p = e.root.join("revl.toml");
-    std::fs::write(&p, m).unwrap();
-    p
+    let local = e.root.join("tools/local.sh").display().to_string();
+    manifest::write(
+        &e.root,
+        &[
+            tool("hold", "deferred")
+                .service("mail")
+                .method("send")
+                .scope(&["mail"])
+                .http(&sink.url("/held")),
+            tool("ticket", "emission")
+                .service("tickets")
+                .method("create")
+                .scope(&["net"])
+                .no_approval()
+                .http(&sink.url("/ticket"))
+                .compensate("close"),
+            tool("close", "inverse")
+                .scope(&["net"])
+                .http(&sink.url("/close")),
+            tool("tweet", "emission")
+                .service("social")
+                .method("post")
+                .scope(&["net"])
+                .http(&sink.url("/tweet")),
+            tool("put_object", "effect")
+                .service("bucket")
+                .method("put")
+                .scope(&["net"])
+                .http(&sink.url("/put"))
+                .undo("restore_object")
+                .undo_idempotent(true),
+            tool("restore_object", "inverse")
+                .scope(&["net"])
+                .http(&sink.url("/restore")),
+            tool("local_fx", "effect")
+                .scope_table(r#"caps = ["fs"]"#)
+                .run(&[&local])
+                .undo("local_undo")
+                .undo_idempotent(false),
+            tool("local_undo", "inverse")
+                .scope_table("confined = true")
+                .run(&[&local]),
+            tool("shell", "opaque").run(&["true"]),
+        ],
+    )
 }
 
 fn new_session(e: &Env, sink: &Sink) -> String {

@@ -1,0 +1,19 @@
+//! revl's integration tests, one binary (it links once): every module drives the public
+//! surface (the `revl` binary, the MCP protocol, the library API) through the one harness in
+//! `common` (runs of the binary in a clean environment, tree snapshots, WAL checks, test
+//! manifests).
+
+mod common;
+
+mod concurrency;
+mod demo;
+mod fork;
+mod foundation;
+mod fuzz;
+mod lineage;
+mod mcp_clients;
+mod outbound;
+mod prop_stepback;
+mod resource;
+mod security;
+mod soak;
