@@ -2,7 +2,7 @@
 //! `recover` all decide "which bucket does this step fall in" and "may this inverse run in a
 //! rewind" here, through the same functions over the same step data (SPEC 1.1).
 
-use crate::step::{host_confined, Step, StepKind};
+use crate::step::{host_confined, Pos, Step, StepKind};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -54,9 +54,9 @@ pub fn bucket(step: &Step) -> Bucket {
 }
 
 /// The partition of the tail above `at`, as indices, each list newest first.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partition {
-    pub at: i64,
+    pub at: Pos,
     pub inverses_ran: Vec<u64>,
     pub provisions_withdrawn: Vec<u64>,
     pub emissions_crossed: Vec<u64>,
@@ -119,13 +119,17 @@ pub fn outstanding(indices: impl IntoIterator<Item = u64>, failed: &[Value]) -> 
 }
 
 /// Partition the tail above `at` (steps with index > at, newest first). `steps[i].index == i`.
-pub fn partition(steps: &[Step], at: i64) -> Partition {
+pub fn partition(steps: &[Step], at: Pos) -> Partition {
     let mut p = Partition {
         at,
-        ..Partition::default()
+        inverses_ran: Vec::new(),
+        provisions_withdrawn: Vec::new(),
+        emissions_crossed: Vec::new(),
+        emissions_compensated: Vec::new(),
+        would_cross_on_rewind: Vec::new(),
+        unrestored: Vec::new(),
     };
-    let start = (at + 1).max(0) as usize;
-    for s in steps.iter().skip(start).rev() {
+    for s in steps.iter().skip(at.first_above() as usize).rev() {
         let list = match bucket(s) {
             Bucket::InversesRan => &mut p.inverses_ran,
             Bucket::ProvisionsWithdrawn => &mut p.provisions_withdrawn,
@@ -142,11 +146,8 @@ pub fn partition(steps: &[Step], at: i64) -> Partition {
 
 /// Why the step at `k` cannot be a rewind target, if it cannot (SPEC 4.3): K must be -1 or
 /// a live step: not undone, and not inside a span an earlier unwind stepped over.
-pub fn k_not_live(steps: &[Step], spans: &[(i64, u64)], k: i64) -> Option<String> {
-    if k == -1 {
-        return None;
-    }
-    let ku = k as u64;
+pub fn k_not_live(steps: &[Step], spans: &[(Pos, u64)], k: Pos) -> Option<String> {
+    let ku = k.step()?;
     if steps.get(ku as usize).is_some_and(|s| s.undone) {
         return Some(format!("step {k} was undone"));
     }
@@ -154,7 +155,7 @@ pub fn k_not_live(steps: &[Step], spans: &[(i64, u64)], k: i64) -> Option<String
         if to < k && ku <= head {
             return Some(format!(
                 "step {k} lies in the span {}..={head} that an earlier unwind to {to} stepped over",
-                to + 1
+                to.first_above()
             ));
         }
     }
@@ -180,7 +181,7 @@ pub enum Refusal {
 
 /// Every refusal of a fork at `k` (in range) over partition `p` of `state`, in the order
 /// of SPEC 6.1.
-pub fn fork_refusals(state: &crate::state::State, k: i64, p: &Partition) -> Vec<Refusal> {
+pub fn fork_refusals(state: &crate::state::State, k: Pos, p: &Partition) -> Vec<Refusal> {
     let mut out = Vec::new();
     let life = state.life();
     if life != crate::state::Life::Live {

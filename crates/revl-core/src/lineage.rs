@@ -9,7 +9,7 @@ use crate::classify::{
 use crate::error::{Error, Result};
 use crate::report::Residue;
 use crate::state::State;
-use crate::step::{Step, StepKind};
+use crate::step::{Pos, Step, StepKind};
 use crate::unwind::Failed;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,7 +25,7 @@ pub struct PartitionDoc<'a> {
     pub schema_version: &'static str,
     pub wal: String,
     pub session: &'a str,
-    pub at: i64,
+    pub at: Pos,
     pub at_label: String,
     pub performed: bool,
     pub would_rewind: Vec<Rewound<'a>>,
@@ -110,7 +110,7 @@ impl OfflineWal {
     }
 
     /// The parent's fork point, if this WAL is a branch.
-    pub fn parent(&self) -> Option<(&str, i64)> {
+    pub fn parent(&self) -> Option<(&str, Pos)> {
         self.state
             .origin
             .as_ref()
@@ -118,7 +118,7 @@ impl OfflineWal {
     }
 
     /// The child this WAL forked into, and where.
-    pub fn child(&self) -> Option<(String, i64)> {
+    pub fn child(&self) -> Option<(String, Pos)> {
         if let Some(f) = &self.state.fork_frozen {
             return Some((f.branch.clone(), f.at));
         }
@@ -190,13 +190,15 @@ impl OfflineWal {
     /// typed: a long tail serialises straight to its output without an intermediate tree.
     pub fn partition_doc(&self, k: i64) -> Result<PartitionDoc<'_>> {
         let st = &self.state;
-        let head = st.head() as i64;
-        if k < -1 || k > head {
-            return Err(Error::bad_args(
-                format!("step {k} is out of range: this WAL has steps -1..={head}"),
+        let k = st.pos(k).ok_or_else(|| {
+            Error::bad_args(
+                format!(
+                    "step {k} is out of range: this WAL has steps -1..={}",
+                    st.head()
+                ),
                 "give a step index from the timeline, or -1 (before every step)",
-            ));
-        }
+            )
+        })?;
         let p = partition(&st.steps, k);
         let mut findings: Vec<Value> = classify::fork_refusals(st, k, &p)
             .iter()
@@ -263,7 +265,7 @@ impl OfflineWal {
     }
 
     /// The partition as indices (for agreement checks).
-    pub fn partition_indices(&self, k: i64) -> Partition {
+    pub fn partition_indices(&self, k: Pos) -> Partition {
         partition(&self.state.steps, k)
     }
 
@@ -348,7 +350,7 @@ pub fn topology(paths: &[PathBuf]) -> Result<Value> {
 /// A side's steps by lineage position: a branch's step i ≥ 1 sits at position at+i; a root's
 /// step i at position i. Hinges are skipped.
 fn positioned(w: &OfflineWal) -> Vec<(i64, &Step)> {
-    let base = w.parent().map(|(_, at)| at).unwrap_or(0);
+    let base = w.parent().map(|(_, at)| at.to_i64()).unwrap_or(0);
     w.state
         .steps
         .iter()
@@ -378,10 +380,10 @@ pub fn compare(left: &Path, right: &Path) -> Result<Value> {
         {"axis": "counterfactual", "why": "each side ran once in its own world (clock, seeds, provider state): the comparison says what differed, not what the other side would have done"},
     ]);
     let (relation, diverged): (&str, Option<i64>) = match (l.parent(), r.parent()) {
-        (Some((p, at)), _) if p == r.session() => ("parent-branch", Some(at)),
-        (_, Some((p, at))) if p == l.session() => ("parent-branch", Some(at)),
+        (Some((p, at)), _) if p == r.session() => ("parent-branch", Some(at.to_i64())),
+        (_, Some((p, at))) if p == l.session() => ("parent-branch", Some(at.to_i64())),
         (Some((pl, al)), Some((pr, ar))) if pl == pr => {
-            ("siblings", if al == ar { Some(al) } else { None })
+            ("siblings", (al == ar).then(|| al.to_i64()))
         }
         _ => ("unrelated", None),
     };
@@ -405,9 +407,9 @@ pub fn compare(left: &Path, right: &Path) -> Result<Value> {
         Some(k) => k,
         None => l
             .parent()
-            .map(|p| p.1)
+            .map(|p| p.1.to_i64())
             .unwrap_or(0)
-            .min(r.parent().map(|p| p.1).unwrap_or(0)),
+            .min(r.parent().map(|p| p.1.to_i64()).unwrap_or(0)),
     };
     let (lp, rp) = (positioned(&l), positioned(&r));
     let shared = lp

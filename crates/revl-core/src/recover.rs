@@ -56,7 +56,7 @@ pub struct RecoverReport {
     pub residue: Residue,
     pub owed: Vec<Owed>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub at: Option<i64>,
+    pub at: Option<crate::step::Pos>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -4,6 +4,7 @@
 
 use crate::classify::Partition;
 use crate::state::Deferred;
+use crate::step::Pos;
 use crate::unwind::{Failed, OwedStep};
 use serde::Serialize;
 use serde_json::Value;
@@ -61,7 +62,7 @@ impl Residue {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepBackReport {
-    pub to: i64,
+    pub to: Pos,
     pub to_label: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compensate: Option<bool>,
@@ -114,7 +115,7 @@ pub struct ForkLineage {
 #[serde(rename_all = "camelCase")]
 pub struct ForkReport {
     pub forked: bool,
-    pub at: i64,
+    pub at: Pos,
     pub at_label: String,
     pub parent: String,
     pub rewound: Rewound,

@@ -3,7 +3,7 @@
 //! two cannot drift (a test replays and compares).
 
 use crate::error::{Code, Error, Result};
-use crate::step::{Step, StepKind};
+use crate::step::{Pos, Step, StepKind};
 use crate::undo::{IntentAfter, Undo};
 use crate::unwind::{Failed, OwedStep};
 use crate::wal::{Record, StepRecord};
@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Life {
     Live,
-    Frozen { branch: String, at: i64 },
+    Frozen { branch: String, at: Pos },
     Committed,
     Aborted,
 }
@@ -64,7 +64,7 @@ pub struct PendingIntent {
 #[derive(Debug, Clone, PartialEq)]
 pub struct BranchOrigin {
     pub parent: String,
-    pub at: i64,
+    pub at: Pos,
     pub parent_wal: String,
     pub preserved: Value,
     pub not_preserved: Value,
@@ -77,7 +77,7 @@ pub struct BranchOrigin {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ForkFrozen {
     pub branch: String,
-    pub at: i64,
+    pub at: Pos,
     pub failed: Vec<Failed>,
 }
 
@@ -85,7 +85,7 @@ pub struct ForkFrozen {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForkBegun {
     pub branch: String,
-    pub at: i64,
+    pub at: Pos,
     pub crossed: Vec<u64>,
     pub would_cross: Vec<u64>,
     /// Records in the WAL before `fork-begin` (lineage `walPosition`).
@@ -101,7 +101,7 @@ pub struct State {
     pub guarantee: String,
     pub steps: Vec<Step>,
     /// Spans stepped over by unwinds: (to, head at the time).
-    pub spans: Vec<(i64, u64)>,
+    pub spans: Vec<(Pos, u64)>,
     /// Provisions inherited at a fork: the branch's base layer.
     pub base_provisions: BTreeMap<String, String>,
     pub deferred: BTreeMap<u64, Deferred>,
@@ -110,7 +110,7 @@ pub struct State {
     pub flushed: BTreeSet<u64>,
     pub residue: BTreeMap<u64, Value>,
     pub intent: Option<PendingIntent>,
-    pub step_back_open: Option<(i64, String)>,
+    pub step_back_open: Option<(Pos, String)>,
     pub abort_begun: bool,
     pub aborted: bool,
     /// Crossing inverses that repairs did not run (`aborted` and `step-back-done` records),
@@ -119,7 +119,7 @@ pub struct State {
     pub commit_approved: Option<String>,
     pub discharged: bool,
     pub activation_complete: bool,
-    pub fork_pending: Option<(i64, Option<String>)>,
+    pub fork_pending: Option<(Pos, Option<String>)>,
     pub fork_begun: Option<ForkBegun>,
     pub fork_frozen: Option<ForkFrozen>,
     pub fork_complete: bool,
@@ -523,11 +523,10 @@ impl State {
 
     /// An unwind to `to` stepped over the current tail: record the span and mark the
     /// emissions in it crossed.
-    fn step_over(&mut self, to: i64) {
+    fn step_over(&mut self, to: Pos) {
         let head = self.head();
         self.spans.push((to, head));
-        let start = (to + 1).max(0) as usize;
-        for s in self.steps.iter_mut().skip(start) {
+        for s in self.steps.iter_mut().skip(to.first_above() as usize) {
             if s.kind == StepKind::Emission {
                 s.crossed = true;
             }
@@ -535,10 +534,9 @@ impl State {
     }
 
     /// Provisions active at step k (base layer, then the provision steps ≤ k not undone).
-    pub fn provisions_at(&self, k: i64) -> BTreeMap<String, String> {
+    pub fn provisions_at(&self, k: Pos) -> BTreeMap<String, String> {
         let mut m = self.base_provisions.clone();
-        let end = (k + 1).max(0) as usize;
-        for s in self.steps.iter().take(end) {
+        for s in self.steps.iter().take(k.first_above() as usize) {
             if s.kind == StepKind::Provision && !s.undone {
                 let key = s.detail().get("key").and_then(Value::as_str).unwrap_or("");
                 match s.detail().get("value").and_then(Value::as_str) {
@@ -569,11 +567,10 @@ impl State {
     }
 
     /// Indices of effect steps with an inverse and of provisions, not undone, ≤ k, newest first.
-    pub fn accumulated(&self, k: i64) -> Vec<u64> {
-        let end = (k + 1).max(0) as usize;
+    pub fn accumulated(&self, k: Pos) -> Vec<u64> {
         self.steps
             .iter()
-            .take(end)
+            .take(k.first_above() as usize)
             .rev()
             .filter(|s| {
                 !s.undone
@@ -585,15 +582,26 @@ impl State {
     }
 
     /// The label of step k ("(before every step)" for -1).
-    pub fn label_at(&self, k: i64) -> String {
-        if k < 0 {
-            "(before every step)".into()
-        } else {
-            self.steps
+    pub fn label_at(&self, k: Pos) -> String {
+        match k {
+            Pos::Start => "(before every step)".into(),
+            Pos::After(k) => self
+                .steps
                 .get(k as usize)
                 .map(|s| s.label().to_owned())
-                .unwrap_or_default()
+                .unwrap_or_default(),
         }
+    }
+
+    /// The position after the newest step.
+    pub fn head_pos(&self) -> Pos {
+        Pos::After(self.head())
+    }
+
+    /// A position given as an integer, checked against this timeline: `-1` or a step index
+    /// in `[0, head]`.
+    pub fn pos(&self, k: i64) -> Option<Pos> {
+        Pos::from_i64(k).filter(|p| p.step().is_none_or(|i| i <= self.head()))
     }
 }
 

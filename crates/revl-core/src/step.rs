@@ -204,3 +204,82 @@ pub fn host_confined(scope: Option<&Value>) -> bool {
 pub fn fs_scope() -> Value {
     json!({"caps": ["fs"]})
 }
+
+/// A position on a timeline (SPEC 1): before every step, or after step k ran. On the wire
+/// (WAL records, reports, arguments) it is an integer: `-1` for [`Pos::Start`], else `k`.
+/// The variants are ordered as the timeline is: `Start < After(0) < After(1) …`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pos {
+    /// Before every step (`-1`).
+    #[default]
+    Start,
+    /// After step k ran.
+    After(u64),
+}
+
+impl Pos {
+    /// `-1` → [`Pos::Start`], `k ≥ 0` → [`Pos::After`]; anything else is not a position.
+    pub fn from_i64(k: i64) -> Option<Pos> {
+        match k {
+            -1 => Some(Pos::Start),
+            k if k >= 0 => Some(Pos::After(k as u64)),
+            _ => None,
+        }
+    }
+
+    /// The wire form: `-1` or `k`.
+    pub fn to_i64(self) -> i64 {
+        match self {
+            Pos::Start => -1,
+            Pos::After(k) => k as i64,
+        }
+    }
+
+    /// The index of the first step above this position (the newest-first tail ends there).
+    pub fn first_above(self) -> u64 {
+        match self {
+            Pos::Start => 0,
+            Pos::After(k) => k + 1,
+        }
+    }
+
+    /// Is step `i` at or before this position (did it run by then)?
+    pub fn covers(self, i: u64) -> bool {
+        i < self.first_above()
+    }
+
+    /// The step this position is after, if any.
+    pub fn step(self) -> Option<u64> {
+        match self {
+            Pos::Start => None,
+            Pos::After(k) => Some(k),
+        }
+    }
+}
+
+impl std::fmt::Display for Pos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.to_i64())
+    }
+}
+
+impl serde::Serialize for Pos {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(self.to_i64())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Pos {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let k = i64::deserialize(d)?;
+        Pos::from_i64(k).ok_or_else(|| {
+            serde::de::Error::custom(format!("{k} is not a position (-1 or a step index)"))
+        })
+    }
+}
+
+impl From<Pos> for serde_json::Value {
+    fn from(p: Pos) -> Self {
+        p.to_i64().into()
+    }
+}

@@ -200,7 +200,10 @@ fn bench_partition() {
     let (st, id) = synthetic(tmp.path(), 100_000, 10);
     let s = st.attach(&id).unwrap();
     let d = time(21, || {
-        std::hint::black_box(revl_core::classify::partition(s.steps(), -1));
+        std::hint::black_box(revl_core::classify::partition(
+            s.steps(),
+            revl_core::step::Pos::Start,
+        ));
     });
     row(
         "partition of a 100,000-step tail (goal: under 50 ms)",

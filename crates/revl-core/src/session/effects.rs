@@ -146,7 +146,7 @@ impl Session {
         let step = self.state.next_index();
         let previous = self
             .state
-            .provisions_at(self.state.head() as i64)
+            .provisions_at(self.state.head_pos())
             .get(key)
             .cloned();
         let detail = json!({"key": key, "value": value, "previous": &previous});

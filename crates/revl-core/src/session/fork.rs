@@ -7,7 +7,7 @@ use crate::classify::{self, Partition, Refusal};
 use crate::error::{Code, Error, Remedy, Result};
 use crate::report::{ForkLineage, ForkReport, Residue, Rewound};
 use crate::state::Life;
-use crate::step::{StepKind, BY_FORK};
+use crate::step::{Pos, StepKind, BY_FORK};
 use crate::unwind::{Context, Failed};
 use crate::util::{new_id, now_rfc3339, sha256_jcs};
 use crate::wal::{create_wal, read_wal, Record};
@@ -40,7 +40,7 @@ impl Session {
     /// refusals are [`classify::fork_refusals`], the same function the offline reader uses.
     fn fork_checks(&self, k: i64) -> Result<Partition> {
         self.require_live()?;
-        self.check_range(k)?;
+        let k = self.check_range(k)?;
         let p = classify::partition(&self.state.steps, k);
         if let Some(r) = classify::fork_refusals(&self.state, k, &p)
             .into_iter()
@@ -53,7 +53,7 @@ impl Session {
     }
 
     /// A fork refusal as the live fork's error (SPEC 6.1).
-    fn refusal_error(&self, k: i64, r: Refusal) -> Error {
+    fn refusal_error(&self, k: Pos, r: Refusal) -> Error {
         let labels = |idx: &[u64]| -> String {
             idx.iter()
                 .map(|&i| format!("{i} {}", self.state.steps[i as usize].label()))
@@ -167,6 +167,7 @@ impl Session {
     /// `fork --at K`: enumerate; changes nothing in the workspace; records `fork-pending`.
     pub fn fork(&mut self, k: i64) -> Result<ForkReport> {
         let p = self.fork_checks(k)?;
+        let k = p.at;
         let hash = self.fork_hash(&p);
         let mut report = self.fork_report(&p, None, &[]);
         report.hash = Some(hash.clone());
@@ -194,7 +195,7 @@ impl Session {
                 "enumerate the fork first, read the report, then confirm its hash",
             ));
         };
-        let p = self.fork_checks(k)?;
+        let p = self.fork_checks(k.to_i64())?;
         let fresh = self.fork_hash(&p);
         let pending_hash = self
             .state
@@ -286,7 +287,7 @@ impl Session {
     fn write_branch_wal(
         &self,
         branch: &str,
-        k: i64,
+        k: Pos,
         preserved: Value,
         crossed: Vec<u64>,
         would_cross: Vec<u64>,

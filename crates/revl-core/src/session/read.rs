@@ -5,7 +5,7 @@ use super::{Session, GUARANTEE};
 use crate::classify::{self, partition};
 use crate::error::{Code, Error, Result};
 use crate::report::Owed;
-use crate::step::{Step, StepKind};
+use crate::step::{Pos, Step, StepKind};
 use crate::undo::{to_value, FileDetail, FileKind, Image, RestoreEntry, Undo};
 use serde_json::{json, Value};
 
@@ -17,7 +17,7 @@ impl Session {
             "head": self.state.head(),
             "torn": self.torn,
             "steps": self.state.steps.iter().map(Step::to_json).collect::<Vec<_>>(),
-            "accumulated": self.state.accumulated(self.state.head() as i64),
+            "accumulated": self.state.accumulated(self.state.head_pos()),
             "guarantee": GUARANTEE,
         })
     }
@@ -26,7 +26,7 @@ impl Session {
     /// step (SPEC 4.3). Returns the partition of the tail above `k`.
     pub(crate) fn rewind_target(&self, k: i64, verb: &str) -> Result<classify::Partition> {
         self.require_live()?;
-        self.check_range(k)?;
+        let k = self.check_range(k)?;
         if let Some(why) = classify::k_not_live(&self.state.steps, &self.state.spans, k) {
             return Err(Error::new(
                 Code::Undone,
@@ -38,29 +38,30 @@ impl Session {
         Ok(partition(&self.state.steps, k))
     }
 
-    /// Check K is an integer in [-1, head] (exit 2 otherwise).
-    pub fn check_range(&self, k: i64) -> Result<()> {
-        let head = self.state.head() as i64;
-        if k < -1 || k > head {
-            return Err(Error::bad_args(
-                format!("step {k} is out of range: this session has steps -1..={head}"),
+    /// The position K names: an integer in [-1, head] (exit 2 otherwise).
+    pub fn check_range(&self, k: i64) -> Result<Pos> {
+        self.state.pos(k).ok_or_else(|| {
+            Error::bad_args(
+                format!(
+                    "step {k} is out of range: this session has steps -1..={}",
+                    self.state.head()
+                ),
                 "the timeline lists the step indices",
             )
-            .with_remedy(crate::error::Remedy::Timeline));
-        }
-        Ok(())
+            .with_remedy(crate::error::Remedy::Timeline)
+        })
     }
 
     pub fn inspect(&self, k: i64) -> Result<Value> {
-        self.check_range(k)?;
+        let k = self.check_range(k)?;
         let provisions = self.state.provisions_at(k);
         Ok(json!({
             "at": k,
             "atLabel": self.state.label_at(k),
             "activeProvisions": provisions,
             "accumulated": self.state.accumulated(k),
-            "aheadOfHere": self.state.steps.iter().filter(|s| s.index as i64 > k).map(|s| s.index).collect::<Vec<_>>(),
-            "emissionsSoFar": self.state.steps.iter().filter(|s| s.index as i64 <= k && s.kind == StepKind::Emission).map(|s| s.index).collect::<Vec<_>>(),
+            "aheadOfHere": self.state.steps.iter().filter(|s| !k.covers(s.index)).map(|s| s.index).collect::<Vec<_>>(),
+            "emissionsSoFar": self.state.steps.iter().filter(|s| k.covers(s.index) && s.kind == StepKind::Emission).map(|s| s.index).collect::<Vec<_>>(),
         }))
     }
 
@@ -73,7 +74,7 @@ impl Session {
             "wal": self.wal_path.display().to_string(),
             "head": st.head(),
             "torn": self.torn,
-            "provisions": st.provisions_at(st.head() as i64),
+            "provisions": st.provisions_at(st.head_pos()),
             "queue": st.queue.iter().filter_map(|q| st.deferred.get(q)).map(|d| d.to_json()).collect::<Vec<_>>(),
             "owed": crate::report::to_json(&self.owed()),
         });

@@ -7,7 +7,7 @@ use crate::classify;
 use crate::error::{Code, Error, Result};
 use crate::report::{AbortReport, StepBackReport};
 use crate::state::{Deferred, Life};
-use crate::step::{Step, StepKind, BY_ABORT, BY_RECOVER, BY_STEP_BACK};
+use crate::step::{Pos, Step, StepKind, BY_ABORT, BY_RECOVER, BY_STEP_BACK};
 use crate::undo::Undo;
 use crate::unwind::{self, Action, Context, Failed, Mode, Outcome, OwedStep, Plan};
 use crate::wal::Record;
@@ -161,15 +161,15 @@ impl Session {
     }
 
     /// The steps of the tail above `k`, newest first.
-    pub(crate) fn tail_above(&self, k: i64) -> impl Iterator<Item = u64> + use<> {
-        let start = (k + 1).max(0) as u64;
-        (start..self.state.next_index()).rev()
+    pub(crate) fn tail_above(&self, k: Pos) -> impl Iterator<Item = u64> + use<> {
+        (k.first_above()..self.state.next_index()).rev()
     }
 
     // ---- step-back (SPEC 4.3) ----
 
     pub fn step_back(&mut self, to: i64, mode: StepBackMode) -> Result<StepBackReport> {
         let part = self.rewind_target(to, "step back to")?;
+        let to = part.at;
         if let StepBackMode::Compensating { force: false } = mode {
             let bare: Vec<String> = part
                 .emissions_crossed
@@ -204,7 +204,7 @@ impl Session {
             true,
         )?;
         let done = self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay")?;
-        let dropped = self.drop_deferred(|d| d.after_step as i64 > to, BY_STEP_BACK)?;
+        let dropped = self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
         self.append(
             Record::StepBackDone {
                 to,
@@ -260,7 +260,7 @@ impl Session {
     /// Finish a step-back a crash interrupted (SPEC 6.4): its host-confined inverses not yet
     /// `undone` run; a fenced one is `failed` (outcome unknown, never re-run); in
     /// `compensating` mode the crossing inverses not yet run are `owed`.
-    pub(crate) fn finish_step_back(&mut self, to: i64, mode: &str) -> Result<()> {
+    pub(crate) fn finish_step_back(&mut self, to: Pos, mode: &str) -> Result<()> {
         let head_then = self
             .state
             .spans
@@ -272,11 +272,11 @@ impl Session {
         } else {
             Mode::Scoped
         };
-        let tail = ((to + 1).max(0) as u64..=head_then).rev();
+        let tail = (to.first_above()..=head_then).rev();
         let plan = unwind::plan(&self.state.steps, tail, mode, Context::Repair);
         let done = self.execute_unwind(&plan, BY_STEP_BACK, "repair.never")?;
         let owed = self.owed_steps(&plan);
-        self.drop_deferred(|d| d.after_step as i64 > to, BY_STEP_BACK)?;
+        self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
         self.append(
             Record::StepBackDone {
                 to,
@@ -307,7 +307,7 @@ impl Session {
         let tail: Vec<u64> = if owed_only {
             self.state.owed_steps().iter().map(|o| o.index).collect()
         } else {
-            self.tail_above(-1).collect()
+            self.tail_above(Pos::Start).collect()
         };
         let plan = unwind::plan(&self.state.steps, tail, Mode::Abort, Context::Live);
         self.check_preimages(&plan.runs())?;
@@ -355,7 +355,7 @@ impl Session {
         let dropped = self.drop_deferred(|_| true, BY_RECOVER)?;
         let plan = unwind::plan(
             &self.state.steps,
-            self.tail_above(-1),
+            self.tail_above(Pos::Start),
             Mode::Abort,
             Context::Repair,
         );
@@ -375,7 +375,7 @@ impl Session {
     }
 
     /// The rewind of a fork over the tail above `k` (live, or finished at repair).
-    pub(crate) fn fork_rewind(&mut self, k: i64, ctx: Context, crash: &str) -> Result<Unwound> {
+    pub(crate) fn fork_rewind(&mut self, k: Pos, ctx: Context, crash: &str) -> Result<Unwound> {
         let plan = unwind::plan(&self.state.steps, self.tail_above(k), Mode::Scoped, ctx);
         self.execute_unwind(&plan, crate::step::BY_FORK, crash)
     }

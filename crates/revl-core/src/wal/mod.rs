@@ -160,6 +160,7 @@ mod tests {
 #[cfg(test)]
 mod doc_table {
     use super::*;
+    use crate::step::Pos;
     use crate::undo::{FileDetail, Image, IntentAfter, Undo};
     use crate::unwind::{Failed, Outcome, OwedStep};
     use serde_json::{json, Value};
@@ -212,9 +213,12 @@ mod doc_table {
             },
             Record::IntentVoid { step: 1, why: s() },
             Record::Step(step),
-            Record::StepBack { to: -1, mode: s() },
+            Record::StepBack {
+                to: Pos::from_i64(-1).unwrap(),
+                mode: s(),
+            },
             Record::StepBackDone {
-                to: -1,
+                to: Pos::from_i64(-1).unwrap(),
                 failed: failed(),
                 owed: vec![OwedStep {
                     index: 1,
@@ -270,27 +274,27 @@ mod doc_table {
                 owed: vec![],
             },
             Record::ForkPending {
-                at: 1,
+                at: Pos::from_i64(1).unwrap(),
                 hash: Some(s()),
             },
             Record::ForkBegin {
                 parent: s(),
                 branch: s(),
-                at: 1,
+                at: Pos::from_i64(1).unwrap(),
                 crossed: vec![],
                 would_cross: vec![],
             },
             Record::ForkFrozen {
                 parent: s(),
                 branch: s(),
-                at: 1,
+                at: Pos::from_i64(1).unwrap(),
                 failed: failed(),
             },
             Record::ForkComplete { branch: s() },
             Record::ForkBranch {
                 branch: s(),
                 parent: s(),
-                at: 1,
+                at: Pos::from_i64(1).unwrap(),
                 parent_wal: s(),
                 preserved: json!({}),
                 not_preserved: json!([]),
@@ -299,7 +303,10 @@ mod doc_table {
                 failed: failed(),
                 provisions: json!({}),
             },
-            Record::ForkAbandoned { at: 1, why: s() },
+            Record::ForkAbandoned {
+                at: Pos::from_i64(1).unwrap(),
+                why: s(),
+            },
             Record::ModelDecision {
                 step: 1,
                 outcome: s(),

@@ -2,7 +2,7 @@
 //! packed in a [`StepText`].
 
 use crate::error::{Error, Result};
-use crate::step::StepKind;
+use crate::step::{Pos, StepKind};
 use crate::steptext::{Part, Parts, StepText};
 use crate::undo::{IntentAfter, Undo};
 use crate::unwind::{Failed, OwedStep};
@@ -57,11 +57,11 @@ pub enum Record {
     },
     Step(StepRecord),
     StepBack {
-        to: i64,
+        to: Pos,
         mode: String,
     },
     StepBackDone {
-        to: i64,
+        to: Pos,
         failed: Vec<Failed>,
         /// v2: crossing inverses a repaired compensating step-back did not run.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -129,20 +129,20 @@ pub enum Record {
         owed: Vec<OwedStep>,
     },
     ForkPending {
-        at: i64,
+        at: Pos,
         hash: Option<String>,
     },
     ForkBegin {
         parent: String,
         branch: String,
-        at: i64,
+        at: Pos,
         crossed: Vec<u64>,
         would_cross: Vec<u64>,
     },
     ForkFrozen {
         parent: String,
         branch: String,
-        at: i64,
+        at: Pos,
         failed: Vec<Failed>,
     },
     ForkComplete {
@@ -151,7 +151,7 @@ pub enum Record {
     ForkBranch {
         branch: String,
         parent: String,
-        at: i64,
+        at: Pos,
         parent_wal: String,
         preserved: Value,
         not_preserved: Value,
@@ -161,7 +161,7 @@ pub enum Record {
         provisions: Value,
     },
     ForkAbandoned {
-        at: i64,
+        at: Pos,
         why: String,
     },
     ModelDecision {

@@ -93,7 +93,7 @@ fn build(seq: &mut u64, (kind, text, n): (u8, String, u64)) -> Record {
         3 => Record::Undone { step: n, by: text },
         4 => Record::AbortBegin {},
         5 => Record::ForkPending {
-            at: n as i64 - 1,
+            at: revl_core::step::Pos::from_i64(n as i64 - 1).unwrap(),
             hash: Some(text),
         },
         _ => Record::IntentVoid { step: n, why: text },
