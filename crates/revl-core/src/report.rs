@@ -168,3 +168,185 @@ impl Owed {
         }
     }
 }
+
+/// A verb that recorded one step (a file effect, `provide`, `boundary`): `{step, seq, label}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stepped {
+    pub step: u64,
+    pub seq: u64,
+    pub label: String,
+}
+
+/// `exec` (SPEC 4.1): the step it recorded and the command's outcome.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecReport {
+    pub step: u64,
+    /// `None` when a signal killed it.
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// `timeline` (SPEC 4.2).
+#[derive(Debug, Clone, Serialize)]
+pub struct Timeline {
+    pub session: String,
+    pub state: &'static str,
+    pub head: u64,
+    pub torn: bool,
+    pub steps: Vec<StepView>,
+    pub accumulated: Vec<u64>,
+    pub guarantee: &'static str,
+}
+
+/// `inspect --at K` (SPEC 4.2).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inspect {
+    pub at: Pos,
+    pub at_label: String,
+    pub active_provisions: std::collections::BTreeMap<String, String>,
+    pub accumulated: Vec<u64>,
+    pub ahead_of_here: Vec<u64>,
+    pub emissions_so_far: Vec<u64>,
+}
+
+/// `status` (SPEC 4.2).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub session: String,
+    pub state: &'static str,
+    pub workspace: String,
+    pub wal: String,
+    pub head: u64,
+    pub torn: bool,
+    /// Active now, the inherited base layer included.
+    pub provisions: std::collections::BTreeMap<String, String>,
+    /// Held sends, FIFO.
+    pub queue: Vec<Deferred>,
+    pub owed: Vec<Owed>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forked_at: Option<Pos>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen_at: Option<Pos>,
+}
+
+/// One witnessed path that no longer shows its last recorded image.
+#[derive(Debug, Clone, Serialize)]
+pub struct Drift {
+    pub path: String,
+    pub expected: crate::undo::Image,
+    pub actual: crate::undo::Image,
+}
+
+/// `verify` (SPEC 4.2).
+#[derive(Debug, Clone, Serialize)]
+pub struct Verify {
+    pub session: String,
+    pub drift: Vec<Drift>,
+    pub note: &'static str,
+}
+
+/// The witnessed steps a commit keeps.
+#[derive(Debug, Clone, Serialize)]
+pub struct Witnessed {
+    pub count: usize,
+    pub steps: Vec<u64>,
+}
+
+/// `commit` (SPEC 4.4): the plan; nothing fires.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitPlan {
+    pub session: String,
+    pub deferred: Vec<Deferred>,
+    pub witnessed: Witnessed,
+    pub hash: String,
+}
+
+/// A held send that failed at the flush `{seq, type, message}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FlushFailure {
+    pub seq: u64,
+    #[serde(rename = "type")]
+    pub kind: Value,
+    pub message: Value,
+}
+
+/// `commit-confirm` (SPEC 4.4): committed, or refused over a stale hash (nothing fired).
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum CommitResult {
+    #[serde(rename_all = "camelCase")]
+    Committed {
+        committed: bool,
+        flushed: Vec<u64>,
+        flush_residue: Vec<FlushFailure>,
+        discharged: Vec<u64>,
+    },
+    Refused {
+        committed: bool,
+        refused: bool,
+        reason: &'static str,
+        plan: CommitPlan,
+    },
+}
+
+/// A step as `timeline` shows it (SPEC 1.1): its recorded members, and what became of it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepView {
+    pub index: u64,
+    pub kind: String,
+    pub label: String,
+    pub site: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undo_scope: Option<Value>,
+    pub detail: Value,
+    /// The inverse descriptor exactly as recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undo: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undo_idempotent: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compensation: Option<u64>,
+    pub undone: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undone_by: Option<String>,
+    /// On an emission: stepped over by an unwind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crossed: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ts: Option<String>,
+}
+
+impl StepView {
+    pub fn of(s: &crate::step::Step) -> Self {
+        StepView {
+            index: s.index,
+            kind: s.kind.as_str().into(),
+            label: s.label().into(),
+            site: s.site().into(),
+            scope: s.scope().cloned(),
+            undo_scope: s.undo_scope().cloned(),
+            detail: s.detail().clone(),
+            undo: s
+                .text
+                .undo_raw()
+                .map(|u| serde_json::from_str(u).unwrap_or(Value::Null)),
+            undo_idempotent: s.undo_idempotent,
+            compensation: s.compensation,
+            undone: s.undone,
+            undone_by: s.undone_by.clone(),
+            crossed: (s.kind == crate::step::StepKind::Emission).then_some(s.crossed),
+            ts: s.text.ts().map(str::to_string),
+        }
+    }
+}

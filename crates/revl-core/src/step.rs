@@ -1,7 +1,7 @@
 //! Steps, the seven kinds, and the scope gate (SPEC 1.1, 1.2).
 
 use crate::steptext::StepText;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 /// The seven step kinds. A kind a future version adds is kept by name as `Other` and, like
 /// `opaque`, can never be restored.
@@ -131,42 +131,7 @@ impl Step {
 
     /// The timeline JSON of SPEC 1.1 (`timeline` returns these).
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("index".into(), self.index.into());
-        m.insert("kind".into(), self.kind.as_str().into());
-        m.insert("label".into(), self.label().into());
-        m.insert("site".into(), self.site().into());
-        if let Some(s) = self.scope() {
-            m.insert("scope".into(), s.clone());
-        }
-        if let Some(s) = self.undo_scope() {
-            m.insert("undoScope".into(), s.clone());
-        }
-        m.insert("detail".into(), self.detail().clone());
-        // The descriptor exactly as recorded (one this version does not understand too).
-        if let Some(u) = self.text.undo_raw() {
-            m.insert(
-                "undo".into(),
-                serde_json::from_str(u).unwrap_or(Value::Null),
-            );
-        }
-        if let Some(i) = self.undo_idempotent {
-            m.insert("undoIdempotent".into(), i.into());
-        }
-        if let Some(c) = self.compensation {
-            m.insert("compensation".into(), c.into());
-        }
-        m.insert("undone".into(), self.undone.into());
-        if let Some(b) = &self.undone_by {
-            m.insert("undoneBy".into(), b.clone().into());
-        }
-        if self.kind == StepKind::Emission {
-            m.insert("crossed".into(), self.crossed.into());
-        }
-        if let Some(t) = self.text.ts() {
-            m.insert("ts".into(), t.into());
-        }
-        Value::Object(m)
+        crate::report::to_json(&crate::report::StepView::of(self))
     }
 
     /// True when this step's inverse is revl's own file restore (built-in file effects).

@@ -366,7 +366,7 @@ fn bench_restore() {
         );
         let st = store(tmp.path());
         let mut s = st.new_session(&ws, None).unwrap();
-        let k = s.boundary(Some("k")).unwrap()["step"].as_i64().unwrap();
+        let k = s.boundary(Some("k")).unwrap().step as i64;
         let change = |s: &mut revl_core::Session, round: usize| {
             for j in 0..10 {
                 s.file_effect(FileOp::Write {
@@ -472,7 +472,7 @@ fn bench_enqueue_commit(do_enqueue: bool, do_commit: bool) {
         (0..100).for_each(direct_send);
         let plan = s.commit().unwrap();
         let t = Instant::now();
-        let r = s.commit_confirm(plan["hash"].as_str().unwrap()).unwrap();
+        let r = revl_core::report::to_json(&s.commit_confirm(&plan.hash).unwrap());
         let commit = t.elapsed();
         assert_eq!(r["flushed"].as_array().unwrap().len(), 1000);
         let t = Instant::now();

@@ -3,19 +3,16 @@
 
 use crate::Outcome;
 use revl::sink::Sink;
+use revl_core::report::Stepped;
 use revl_core::{Error, Failpoints, FileOp, Store};
-use serde_json::{json, Value};
+use serde_json::json;
 
 fn io(e: std::io::Error) -> Error {
     Error::io("demo", e)
 }
 
-fn step(r: &Value) -> String {
-    format!(
-        "  step {:>2}  {}",
-        r["step"],
-        r["label"].as_str().unwrap_or("")
-    )
+fn step(r: &Stepped) -> String {
+    format!("  step {:>2}  {}", r.step, r.label)
 }
 
 fn manifest(sink: &Sink) -> String {
@@ -116,7 +113,7 @@ pub fn run(keep: bool) -> Result<Outcome, Error> {
     say(step(&s.provide("API_KEY", "key-1")?));
     let k = s.boundary(Some("turn-1"))?;
     say(step(&k));
-    let k = k["step"].as_i64().unwrap_or(0);
+    let k = k.step as i64;
 
     say("\n3. Turn 2 goes wrong: it rewrites the reply, deletes the plan, queues an email, posts a status update:".into());
     say(step(&s.file_effect(FileOp::Write {
@@ -134,8 +131,11 @@ pub fn run(keep: bool) -> Result<Outcome, Error> {
         "  held send {} queued (it fires only at a confirmed commit)",
         q["seq"]
     ));
-    say(step(
-        &s.call("post_status", json!({"text": "refund denied"}))?,
+    let posted = s.call("post_status", json!({"text": "refund denied"}))?;
+    say(format!(
+        "  step {:>2}  {}",
+        posted["step"],
+        posted["label"].as_str().unwrap_or("")
     ));
     say(format!("  {}", sent(&sink)));
 
@@ -169,7 +169,7 @@ pub fn run(keep: bool) -> Result<Outcome, Error> {
     )?;
     say(format!("  before commit: {}", sent(&sink)));
     let plan = b.commit()?;
-    let c = b.commit_confirm(plan["hash"].as_str().unwrap_or(""))?;
+    let c = revl_core::report::to_json(&b.commit_confirm(&plan.hash)?);
     say(format!(
         "  committed: flushed {}; {}",
         c["flushed"],

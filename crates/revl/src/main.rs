@@ -336,9 +336,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     let store = open_store(cli)?;
     let effect = |session: &str, op: FileOp| -> Result<Outcome, Error> {
         let mut s = attach(&store, session)?;
-        let doc = s.file_effect(op)?;
-        let text = render::stepped(&doc);
-        Ok(Outcome::ok(doc, text))
+        let r = s.file_effect(op)?;
+        Ok(Outcome::ok(to_json(&r), render::stepped(&r)))
     };
     match &cli.cmd {
         Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } => {
@@ -387,13 +386,13 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Cmd::Status { session } => {
             let s = attach(&store, session)?;
-            let doc = s.status();
-            Ok(Outcome::ok(doc.clone(), render::status(&doc)))
+            let r = s.status();
+            Ok(Outcome::ok(to_json(&r), render::status(&r)))
         }
         Cmd::Verify { session } => {
             let s = attach(&store, session)?;
-            let doc = s.verify()?;
-            Ok(Outcome::ok(doc.clone(), render::verify(&doc)))
+            let r = s.verify()?;
+            Ok(Outcome::ok(to_json(&r), render::verify(&r)))
         }
         Cmd::Write {
             session,
@@ -466,28 +465,28 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             value,
         } => {
             let mut s = attach(&store, session)?;
-            let doc = s.provide(key, value)?;
-            Ok(Outcome::ok(doc.clone(), render::stepped(&doc)))
+            let r = s.provide(key, value)?;
+            Ok(Outcome::ok(to_json(&r), render::stepped(&r)))
         }
         Cmd::Boundary { session, label } => {
             let mut s = attach(&store, session)?;
-            let doc = s.boundary(label.as_deref())?;
-            Ok(Outcome::ok(doc.clone(), render::stepped(&doc)))
+            let r = s.boundary(label.as_deref())?;
+            Ok(Outcome::ok(to_json(&r), render::stepped(&r)))
         }
         Cmd::Exec { session, argv } => {
             let mut s = attach(&store, session)?;
-            let doc = s.exec(argv)?;
-            Ok(Outcome::ok(doc.clone(), render::exec(&doc)))
+            let r = s.exec(argv)?;
+            Ok(Outcome::ok(to_json(&r), render::exec(&r)))
         }
         Cmd::Timeline { session } => {
             let s = attach(&store, session)?;
-            let doc = s.timeline();
-            Ok(Outcome::ok(doc.clone(), render::timeline(&doc)))
+            let r = s.timeline();
+            Ok(Outcome::ok(to_json(&r), render::timeline(&r)))
         }
         Cmd::Inspect { session, at } => {
             let k = parse_k(at, "--at")?;
             let s = attach(&store, session)?;
-            let doc = s.inspect(k)?;
+            let doc = to_json(&s.inspect(k)?);
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
         }
         Cmd::Call {
@@ -507,12 +506,12 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Cmd::Commit { session } => {
             let s = attach(&store, session)?;
-            let doc = s.commit()?;
-            Ok(Outcome::ok(doc.clone(), render::commit_plan(&doc)))
+            let r = s.commit()?;
+            Ok(Outcome::ok(to_json(&r), render::commit_plan(&r)))
         }
         Cmd::CommitConfirm { session, hash } => {
             let mut s = attach(&store, session)?;
-            let doc = s.commit_confirm(hash)?;
+            let doc = to_json(&s.commit_confirm(hash)?);
             Ok(negative_aware(doc.clone(), render::generic(&doc)))
         }
         Cmd::Abort { session } => {

@@ -1,7 +1,10 @@
 //! Human renderings. Designed for people; `--json` is the machine format.
 
 use revl_core::recover::RecoverReport;
-use revl_core::report::{ForkReport, Owed, Residue, StepBackReport};
+use revl_core::report::{
+    to_json, CommitPlan, ExecReport, ForkReport, Owed, Residue, Status, StepBackReport, Stepped,
+    Timeline, Verify,
+};
 use revl_core::state::Deferred;
 use revl_core::unwind::Failed;
 use serde_json::Value;
@@ -19,18 +22,18 @@ pub fn generic(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
-pub fn stepped(v: &Value) -> String {
-    format!("step {}  {}", s(&v["step"]), s(&v["label"]))
+pub fn stepped(v: &Stepped) -> String {
+    format!("step {}  {}", v.step, v.label)
 }
 
-pub fn exec(v: &Value) -> String {
+pub fn exec(v: &ExecReport) -> String {
     let mut out = format!(
         "step {}  exec/opaque  exit {}",
-        s(&v["step"]),
-        s(&v["exitCode"])
+        v.step,
+        v.exit_code.map_or("-".to_string(), |c| c.to_string())
     );
-    for k in ["stdout", "stderr"] {
-        if let Some(t) = v[k].as_str().filter(|t| !t.is_empty()) {
+    for (k, t) in [("stdout", &v.stdout), ("stderr", &v.stderr)] {
+        if !t.is_empty() {
             let _ = write!(out, "\n--- {k} ---\n{}", t.trim_end());
         }
     }
@@ -59,67 +62,62 @@ pub fn sessions(v: &Value) -> String {
     out.trim_end().to_string()
 }
 
-pub fn status(v: &Value) -> String {
+pub fn status(v: &Status) -> String {
     let mut out = format!(
         "session   {}\nstate     {}\nworkspace {}\nwal       {}\nhead      {}{}",
-        s(&v["session"]),
-        s(&v["state"]),
-        s(&v["workspace"]),
-        s(&v["wal"]),
-        s(&v["head"]),
-        if v["torn"] == Value::Bool(true) {
+        v.session,
+        v.state,
+        v.workspace,
+        v.wal,
+        v.head,
+        if v.torn {
             "  (torn tail: the next write truncates it)"
         } else {
             ""
         }
     );
-    if let Some(p) = v.get("parent") {
-        let _ = write!(out, "\nbranch of {} at step {}", s(p), s(&v["forkedAt"]));
+    if let (Some(p), Some(at)) = (&v.parent, v.forked_at) {
+        let _ = write!(out, "\nbranch of {p} at step {at}");
     }
-    if let Some(b) = v.get("branch") {
-        let _ = write!(
-            out,
-            "\nfrozen at step {}: continues as branch {}",
-            s(&v["frozenAt"]),
-            s(b)
-        );
+    if let (Some(b), Some(at)) = (&v.branch, v.frozen_at) {
+        let _ = write!(out, "\nfrozen at step {at}: continues as branch {b}");
     }
-    if let Some(p) = v["provisions"].as_object().filter(|p| !p.is_empty()) {
+    if !v.provisions.is_empty() {
         let _ = write!(out, "\nprovisions:");
-        for (k, val) in p {
-            let _ = write!(out, "\n  {k} = {}", s(val));
+        for (k, val) in &v.provisions {
+            let _ = write!(out, "\n  {k} = {val}");
         }
     }
-    for (key, title) in [
-        ("queue", "held sends (fire only at commit)"),
-        (
-            "owed",
-            "owed (run only by an explicit abort, recover or resend)",
-        ),
-    ] {
-        if let Some(q) = v[key].as_array().filter(|q| !q.is_empty()) {
-            let _ = write!(out, "\n{title}:");
-            for e in q {
-                let _ = write!(out, "\n  {}", e);
-            }
+    if !v.queue.is_empty() {
+        let _ = write!(out, "\nheld sends (fire only at commit):");
+        for d in &v.queue {
+            let _ = write!(out, "\n  {}", to_json(d));
+        }
+    }
+    if !v.owed.is_empty() {
+        let _ = write!(
+            out,
+            "\nowed (run only by an explicit abort, recover or resend):"
+        );
+        for o in &v.owed {
+            let _ = write!(out, "\n  {}", to_json(o));
         }
     }
     out
 }
 
-pub fn verify(v: &Value) -> String {
-    let drift = v["drift"].as_array().cloned().unwrap_or_default();
-    if drift.is_empty() {
+pub fn verify(v: &Verify) -> String {
+    if v.drift.is_empty() {
         return "no drift: every witnessed path matches its last recorded image".into();
     }
-    let mut out = format!("{} witnessed path(s) changed outside revl:", drift.len());
-    for d in drift {
+    let mut out = format!("{} witnessed path(s) changed outside revl:", v.drift.len());
+    for d in &v.drift {
         let _ = write!(
             out,
             "\n  {}  expected {}  found {}",
-            s(&d["path"]),
-            d["expected"],
-            d["actual"]
+            d.path,
+            to_json(&d.expected),
+            to_json(&d.actual)
         );
     }
     out
@@ -140,38 +138,35 @@ pub fn list(v: &Value) -> String {
     out.trim_end().to_string()
 }
 
-pub fn timeline(v: &Value) -> String {
+pub fn timeline(v: &Timeline) -> String {
     let mut out = format!(
         "session {}  state {}  head {}{}\n",
-        s(&v["session"]),
-        s(&v["state"]),
-        s(&v["head"]),
-        if v["torn"] == Value::Bool(true) {
-            "  (torn tail)"
-        } else {
-            ""
-        }
+        v.session,
+        v.state,
+        v.head,
+        if v.torn { "  (torn tail)" } else { "" }
     );
-    for st in v["steps"].as_array().cloned().unwrap_or_default() {
+    for st in &v.steps {
         let mut note = String::new();
-        if st["undone"] == Value::Bool(true) {
-            let _ = write!(note, "  [undone by {}]", s(&st["undoneBy"]));
+        if st.undone {
+            let _ = write!(
+                note,
+                "  [undone by {}]",
+                st.undone_by.as_deref().unwrap_or("-")
+            );
         }
-        if st["crossed"] == Value::Bool(true) {
+        if st.crossed == Some(true) {
             note.push_str("  [crossed]");
         }
         let scope = st
-            .get("scope")
+            .scope
+            .as_ref()
             .map(|x| x.to_string())
             .unwrap_or_else(|| "(no scope)".into());
         let _ = writeln!(
             out,
             "{:>5}  {:<12} {:<40} {}{}",
-            s(&st["index"]),
-            s(&st["kind"]),
-            s(&st["label"]),
-            scope,
-            note
+            st.index, st.kind, st.label, scope, note
         );
     }
     out.trim_end().to_string()
@@ -287,7 +282,7 @@ pub fn call(v: &Value) -> String {
             s(&v["seq"])
         );
     }
-    let mut out = stepped(v);
+    let mut out = format!("step {}  {}", s(&v["step"]), s(&v["label"]));
     for k in ["stdout", "stderr"] {
         if let Some(t) = v[k].as_str().filter(|t| !t.is_empty()) {
             let _ = write!(out, "\n--- {k} ---\n{}", t.trim_end());
@@ -296,23 +291,22 @@ pub fn call(v: &Value) -> String {
     out
 }
 
-pub fn commit_plan(v: &Value) -> String {
+pub fn commit_plan(v: &CommitPlan) -> String {
     let mut out = String::from("commit plan (nothing fired yet):");
-    entries(
+    held_rows(
         &mut out,
         "held sends that will fire, in this order",
-        &v["deferred"],
+        &v.deferred,
     );
     let _ = write!(
         out,
         "\nwitnessed steps kept as the deliverable: {}",
-        s(&v["witnessed"]["count"])
+        v.witnessed.count
     );
     let _ = write!(
         out,
         "\nconfirm with: revl commit-confirm {} --hash {}",
-        s(&v["session"]),
-        s(&v["hash"])
+        v.session, v.hash
     );
     out
 }

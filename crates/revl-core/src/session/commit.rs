@@ -2,6 +2,7 @@
 
 use super::Session;
 use crate::error::{Code, Error, Remedy, Result};
+use crate::report::{CommitPlan, CommitResult, FlushFailure, Witnessed};
 use crate::state::Life;
 use crate::tools::{run_tool, Class};
 use crate::util::sha256_jcs;
@@ -77,34 +78,44 @@ impl Session {
     // ---- commit (SPEC 4.4) ----
 
     /// The commit plan: `{deferred, witnessed: {count}, hash}`. Nothing fires.
-    pub fn commit_plan(&self) -> Value {
+    pub fn commit_plan(&self) -> CommitPlan {
         let st = &self.state;
-        let deferred: Vec<Value> = st
-            .queue
-            .iter()
-            .filter_map(|q| st.deferred.get(q))
-            .map(|d| d.to_json())
-            .collect();
         let witnessed = st.witnessed();
         let hash = sha256_jcs(
             &json!({"session": self.id, "head": st.head(), "deferred": st.queue, "witnessed": witnessed}),
         );
-        json!({"session": self.id, "deferred": deferred, "witnessed": {"count": witnessed.len(), "steps": witnessed}, "hash": hash})
+        CommitPlan {
+            session: self.id.clone(),
+            deferred: st
+                .queue
+                .iter()
+                .filter_map(|q| st.deferred.get(q))
+                .cloned()
+                .collect(),
+            witnessed: Witnessed {
+                count: witnessed.len(),
+                steps: witnessed,
+            },
+            hash,
+        }
     }
 
-    pub fn commit(&self) -> Result<Value> {
+    pub fn commit(&self) -> Result<CommitPlan> {
         self.require_live()?;
         Ok(self.commit_plan())
     }
 
     /// `commit-confirm --hash H`: held sends fire once each, FIFO, after `commit-approved`.
-    pub fn commit_confirm(&mut self, hash: &str) -> Result<Value> {
+    pub fn commit_confirm(&mut self, hash: &str) -> Result<CommitResult> {
         self.require_live()?;
         let plan = self.commit_plan();
-        if plan["hash"].as_str() != Some(hash) {
-            return Ok(json!({"committed": false, "refused": true,
-                "reason": "stale hash: the queue or the timeline changed since the plan (or the hash is wrong); nothing fired",
-                "plan": plan}));
+        if plan.hash != hash {
+            return Ok(CommitResult::Refused {
+                committed: false,
+                refused: true,
+                reason: "stale hash: the queue or the timeline changed since the plan (or the hash is wrong); nothing fired",
+                plan,
+            });
         }
         let manifest = self.manifest()?;
         self.append(Record::CommitApproved { hash: hash.into() }, true)?;
@@ -137,19 +148,16 @@ impl Session {
                     flushed.push(seq);
                 }
                 Some(error) => {
-                    residue.push(
-                        json!({"seq": seq, "type": error["type"], "message": error["message"]}),
-                    );
+                    residue.push(FlushFailure {
+                        seq,
+                        kind: error["type"].clone(),
+                        message: error["message"].clone(),
+                    });
                     self.append(Record::FlushResidue { seq, error }, false)?;
                 }
             }
         }
-        let discharged: Vec<u64> = plan["witnessed"]["steps"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_u64)
-            .collect();
+        let discharged = plan.witnessed.steps;
         self.append(
             Record::Discharge {
                 steps: discharged.clone(),
@@ -158,9 +166,12 @@ impl Session {
         )?;
         self.append(Record::ActivationComplete {}, false)?;
         self.sync()?;
-        Ok(
-            json!({"committed": true, "flushed": flushed, "flushResidue": residue, "discharged": discharged}),
-        )
+        Ok(CommitResult::Committed {
+            committed: true,
+            flushed,
+            flush_residue: residue,
+            discharged,
+        })
     }
 
     /// `resend --seq S`: an operator fires one owed or failed held send of a committed

@@ -3,17 +3,18 @@
 
 use super::Session;
 use crate::error::{Code, Error, Result};
+use crate::report::{ExecReport, Stepped};
 use crate::step::fs_scope;
 use crate::undo::{to_value, FileDetail, Image, IntentAfter, Undo};
 use crate::wal::{Record, StepRecord};
 use crate::workspace::FileOp;
-use serde_json::{json, Value};
+use serde_json::json;
 
 impl Session {
     // ---- effects ----
 
     /// A built-in file effect: preimage durable first (intent), the change, then the step.
-    pub fn file_effect(&mut self, op: FileOp) -> Result<Value> {
+    pub fn file_effect(&mut self, op: FileOp) -> Result<Stepped> {
         self.require_live()?;
         let planned = self.ws.plan(op, &self.blobs)?;
         let step = self.state.next_index();
@@ -103,7 +104,11 @@ impl Session {
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
-        Ok(json!({"step": step, "seq": seq, "label": planned.label}))
+        Ok(Stepped {
+            step,
+            seq,
+            label: planned.label,
+        })
     }
 
     /// The `step` record of a file effect (made, or rolled forward at repair): scope `fs`,
@@ -135,7 +140,7 @@ impl Session {
     }
 
     /// `provide KEY VALUE`: a provision step.
-    pub fn provide(&mut self, key: &str, value: &str) -> Result<Value> {
+    pub fn provide(&mut self, key: &str, value: &str) -> Result<Stepped> {
         self.require_live()?;
         if key.is_empty() {
             return Err(Error::bad_args(
@@ -165,11 +170,15 @@ impl Session {
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
-        Ok(json!({"step": step, "seq": seq, "label": format!("provide {key}")}))
+        Ok(Stepped {
+            step,
+            seq,
+            label: format!("provide {key}"),
+        })
     }
 
     /// `boundary [LABEL]`: an agent turn marker.
-    pub fn boundary(&mut self, label: Option<&str>) -> Result<Value> {
+    pub fn boundary(&mut self, label: Option<&str>) -> Result<Stepped> {
         self.require_live()?;
         let step = self.state.next_index();
         let label = format!(
@@ -180,12 +189,12 @@ impl Session {
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
-        Ok(json!({"step": step, "seq": seq, "label": label}))
+        Ok(Stepped { step, seq, label })
     }
 
     /// `exec -- ARGV`: run a command in the workspace (never through a shell); always an
     /// opaque step, whatever its exit code.
-    pub fn exec(&mut self, argv: &[String]) -> Result<Value> {
+    pub fn exec(&mut self, argv: &[String]) -> Result<ExecReport> {
         self.require_live()?;
         if argv.is_empty() || argv[0].is_empty() {
             return Err(Error::bad_args(
@@ -241,11 +250,11 @@ impl Session {
         )?;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
-        Ok(json!({
-            "step": step,
-            "exitCode": ran.code,
-            "stdout": String::from_utf8_lossy(&ran.stdout),
-            "stderr": String::from_utf8_lossy(&ran.stderr),
-        }))
+        Ok(ExecReport {
+            step,
+            exit_code: ran.code,
+            stdout: String::from_utf8_lossy(&ran.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&ran.stderr).into_owned(),
+        })
     }
 }

@@ -4,22 +4,22 @@
 use super::{Session, GUARANTEE};
 use crate::classify::{self, partition};
 use crate::error::{Code, Error, Result};
-use crate::report::Owed;
+use crate::report::{Drift, Inspect, Owed, Status, StepView, Timeline, Verify};
 use crate::step::{Pos, Step, StepKind};
-use crate::undo::{to_value, FileDetail, FileKind, Image, RestoreEntry, Undo};
-use serde_json::{json, Value};
+use crate::undo::{FileDetail, FileKind, Image, RestoreEntry, Undo};
+use serde_json::Value;
 
 impl Session {
-    pub fn timeline(&self) -> Value {
-        json!({
-            "session": self.id,
-            "state": self.state.life().as_str(),
-            "head": self.state.head(),
-            "torn": self.torn,
-            "steps": self.state.steps.iter().map(Step::to_json).collect::<Vec<_>>(),
-            "accumulated": self.state.accumulated(self.state.head_pos()),
-            "guarantee": GUARANTEE,
-        })
+    pub fn timeline(&self) -> Timeline {
+        Timeline {
+            session: self.id.clone(),
+            state: self.state.life().as_str(),
+            head: self.state.head(),
+            torn: self.torn,
+            steps: self.state.steps.iter().map(StepView::of).collect(),
+            accumulated: self.state.accumulated(self.state.head_pos()),
+            guarantee: GUARANTEE,
+        }
     }
 
     /// A rewind (fork, step-back) to `k`: the session is live, `k` is in range and a live
@@ -52,41 +52,49 @@ impl Session {
         })
     }
 
-    pub fn inspect(&self, k: i64) -> Result<Value> {
+    pub fn inspect(&self, k: i64) -> Result<Inspect> {
         let k = self.check_range(k)?;
-        let provisions = self.state.provisions_at(k);
-        Ok(json!({
-            "at": k,
-            "atLabel": self.state.label_at(k),
-            "activeProvisions": provisions,
-            "accumulated": self.state.accumulated(k),
-            "aheadOfHere": self.state.steps.iter().filter(|s| !k.covers(s.index)).map(|s| s.index).collect::<Vec<_>>(),
-            "emissionsSoFar": self.state.steps.iter().filter(|s| k.covers(s.index) && s.kind == StepKind::Emission).map(|s| s.index).collect::<Vec<_>>(),
-        }))
+        let steps = &self.state.steps;
+        Ok(Inspect {
+            at: k,
+            at_label: self.state.label_at(k),
+            active_provisions: self.state.provisions_at(k),
+            accumulated: self.state.accumulated(k),
+            ahead_of_here: steps
+                .iter()
+                .filter(|s| !k.covers(s.index))
+                .map(|s| s.index)
+                .collect(),
+            emissions_so_far: steps
+                .iter()
+                .filter(|s| k.covers(s.index) && s.kind == StepKind::Emission)
+                .map(|s| s.index)
+                .collect(),
+        })
     }
 
-    pub fn status(&self) -> Value {
+    pub fn status(&self) -> Status {
         let st = &self.state;
-        let mut v = json!({
-            "session": self.id,
-            "state": st.life().as_str(),
-            "workspace": st.workspace,
-            "wal": self.wal_path.display().to_string(),
-            "head": st.head(),
-            "torn": self.torn,
-            "provisions": st.provisions_at(st.head_pos()),
-            "queue": st.queue.iter().filter_map(|q| st.deferred.get(q)).map(|d| d.to_json()).collect::<Vec<_>>(),
-            "owed": crate::report::to_json(&self.owed()),
-        });
-        if let Some(o) = &st.origin {
-            v["parent"] = o.parent.clone().into();
-            v["forkedAt"] = o.at.into();
+        Status {
+            session: self.id.clone(),
+            state: st.life().as_str(),
+            workspace: st.workspace.clone(),
+            wal: self.wal_path.display().to_string(),
+            head: st.head(),
+            torn: self.torn,
+            provisions: st.provisions_at(st.head_pos()),
+            queue: st
+                .queue
+                .iter()
+                .filter_map(|q| st.deferred.get(q))
+                .cloned()
+                .collect(),
+            owed: self.owed(),
+            parent: st.origin.as_ref().map(|o| o.parent.clone()),
+            forked_at: st.origin.as_ref().map(|o| o.at),
+            branch: st.fork_frozen.as_ref().map(|f| f.branch.clone()),
+            frozen_at: st.fork_frozen.as_ref().map(|f| f.at),
         }
-        if let Some(f) = &st.fork_frozen {
-            v["branch"] = f.branch.clone().into();
-            v["frozenAt"] = f.at.into();
-        }
-        v
     }
 
     /// What repair or an interrupted operation could not finish without crossing: crossing
@@ -121,7 +129,7 @@ impl Session {
 
     /// `verify`: witnessed paths whose bytes, mode or kind no longer match the last recorded
     /// post-image (or, for an undone step, its preimage).
-    pub fn verify(&self) -> Result<Value> {
+    pub fn verify(&self) -> Result<Verify> {
         // Events in the order they happened: each file effect's post-images at its index; each
         // undo's preimages right after the head it was run at (newest first within an unwind).
         let mut events: Vec<(EventKey, Vec<Image>)> = Vec::new();
@@ -145,14 +153,18 @@ impl Session {
         for img in expected {
             let seen = self.ws.observe(&img.path)?;
             if !img.shown_by(&seen) {
-                drift.push(json!({"path": img.path, "expected": to_value(&img), "actual": to_value(&seen)}));
+                drift.push(Drift {
+                    path: img.path.clone(),
+                    expected: img,
+                    actual: seen,
+                });
             }
         }
-        Ok(json!({
-            "session": self.id,
-            "drift": drift,
-            "note": "changes made to the workspace outside revl are not witnessed; a rewind does not restore them",
-        }))
+        Ok(Verify {
+            session: self.id.clone(),
+            drift,
+            note: "changes made to the workspace outside revl are not witnessed; a rewind does not restore them",
+        })
     }
 }
 
