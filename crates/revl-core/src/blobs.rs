@@ -78,6 +78,29 @@ impl BlobStore {
         Ok(bytes)
     }
 
+    /// The bytes of a blob a user asks for by digest (`revl blob`): `unknown-blob` when the
+    /// store does not hold it, `bad-args` when it is not a digest at all.
+    pub fn fetch(&self, digest: &str) -> Result<Vec<u8>> {
+        if digest.len() != 64
+            || !digest
+                .bytes()
+                .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Err(Error::bad_args(
+                format!("{digest:?} is not a blob digest (64 lowercase hex characters)"),
+                "give a digest from a preserved entry, a restore entry or a step's detail",
+            ));
+        }
+        if !self.path_of(digest).exists() {
+            return Err(Error::new(
+                Code::UnknownBlob,
+                format!("the store holds no blob {digest}"),
+                "check the digest (preserved entries list theirs) and the store",
+            ));
+        }
+        self.get(digest, None)
+    }
+
     /// Check a blob is present and intact without keeping its bytes.
     pub fn check(&self, digest: &str, step: Option<u64>) -> Result<()> {
         self.get(digest, step).map(|_| ())

@@ -30,6 +30,8 @@ pub enum Code {
     PathOutside,
     StoreInWorkspace,
     BadArgs,
+    /// v2: `blob` of a digest the store does not hold.
+    UnknownBlob,
 }
 
 impl Code {
@@ -58,6 +60,7 @@ impl Code {
             Code::PathOutside => "path-outside",
             Code::StoreInWorkspace => "store-in-workspace",
             Code::BadArgs => "bad-args",
+            Code::UnknownBlob => "unknown-blob",
         }
     }
 

@@ -14,6 +14,7 @@
 
 pub mod blobs;
 pub mod classify;
+pub mod drift;
 pub mod error;
 pub mod failpoint;
 pub mod lineage;

@@ -76,6 +76,8 @@ pub struct StepBackReport {
     pub would_cross_on_rewind: Option<Vec<Value>>,
     pub unrestored: Vec<Value>,
     pub failed: Vec<Failed>,
+    /// Drifted content saved before the inverses ran over it.
+    pub preserved: Vec<Preserved>,
     pub dropped_deferred: Vec<Deferred>,
     pub live: bool,
     pub guarantee: &'static str,
@@ -91,6 +93,7 @@ pub struct AbortReport {
     pub compensations_ran: Vec<Value>,
     pub dropped_deferred: Vec<Deferred>,
     pub failed: Vec<Failed>,
+    pub preserved: Vec<Preserved>,
 }
 
 /// `rewound` of a fork report: what ran (after a confirm) or will run.
@@ -124,6 +127,12 @@ pub struct ForkReport {
     pub emissions_compensated: Vec<Value>,
     pub would_cross_on_rewind: Vec<Value>,
     pub unrestored: Vec<Value>,
+    /// Paths the rewind would run over that changed outside revl (enumeration: what it
+    /// will preserve; the hash covers it).
+    pub drift: Vec<crate::drift::Drift>,
+    /// After a confirm: what the rewind preserved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preserved: Option<Vec<Preserved>>,
     pub residue: Residue,
     #[serde(rename = "warning_emissions")]
     pub warning_emissions: String,
@@ -237,19 +246,11 @@ pub struct Status {
     pub frozen_at: Option<Pos>,
 }
 
-/// One witnessed path that no longer shows its last recorded image.
-#[derive(Debug, Clone, Serialize)]
-pub struct Drift {
-    pub path: String,
-    pub expected: crate::undo::Image,
-    pub actual: crate::undo::Image,
-}
-
 /// `verify` (SPEC 4.2).
 #[derive(Debug, Clone, Serialize)]
 pub struct Verify {
     pub session: String,
-    pub drift: Vec<Drift>,
+    pub drift: Vec<crate::drift::Drift>,
     pub note: &'static str,
 }
 
@@ -349,4 +350,15 @@ impl StepView {
             ts: s.text.ts().map(str::to_string),
         }
     }
+}
+
+/// Drifted content a rewind saved before an inverse ran over it (SPEC 13):
+/// `{path, kind, mode?, digest}`; `revl blob DIGEST` gives its bytes back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Preserved {
+    pub path: String,
+    pub kind: crate::undo::FileKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    pub digest: String,
 }

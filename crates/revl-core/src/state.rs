@@ -448,6 +448,7 @@ impl State {
                     }
                 }
             }
+            Record::Preserved { .. } => {}
             Record::ModelDecision { step, outcome, llm } => self
                 .model_decisions
                 .push(json!({"step": step, "outcome": outcome, "llm": llm})),

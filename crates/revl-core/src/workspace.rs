@@ -297,6 +297,64 @@ impl Workspace {
         })
     }
 
+    /// Observe `rel` and, when it is a directory, everything below it, in path order. Files
+    /// are hashed once each; a directory's digest (which covers its whole tree) is computed
+    /// only where `dir_digest(path)` asks for it.
+    pub fn observe_tree(&self, rel: &str, dir_digest: &dyn Fn(&str) -> bool) -> Result<Vec<Image>> {
+        let mut out = Vec::new();
+        self.observe_into(rel, dir_digest, &mut out)?;
+        Ok(out)
+    }
+
+    fn observe_into(
+        &self,
+        rel: &str,
+        dir_digest: &dyn Fn(&str) -> bool,
+        out: &mut Vec<Image>,
+    ) -> Result<()> {
+        let abs = self.abs(rel);
+        let Some(m) = lstat(&abs)? else {
+            return Ok(());
+        };
+        if kind_of(&m) != FileKind::Dir {
+            out.push(self.observe(rel)?);
+            return Ok(());
+        }
+        let digest = if dir_digest(rel) {
+            Some(listing_digest(&self.listing(&abs, false, None)?))
+        } else {
+            None
+        };
+        out.push(Image {
+            digest,
+            kind: Some(FileKind::Dir),
+            mode: Some(mode_str(m.permissions().mode())),
+            path: rel.to_string(),
+        });
+        let mut names: Vec<String> = Vec::new();
+        for e in fs::read_dir(&abs).map_err(|e| io(&abs, e))? {
+            let e = e.map_err(|e| io(&abs, e))?;
+            names.push(e.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        for n in names {
+            self.observe_into(&format!("{rel}/{n}"), dir_digest, out)?;
+        }
+        Ok(())
+    }
+
+    /// The bytes of a file (its content) or a symlink (its target), to preserve them.
+    pub fn bytes_of(&self, rel: &str) -> Result<Option<Vec<u8>>> {
+        let abs = self.abs(rel);
+        match lstat(&abs)?.map(|m| kind_of(&m)) {
+            Some(FileKind::File) => fs::read(&abs).map(Some).map_err(|e| io(&abs, e)),
+            Some(FileKind::Symlink) => fs::read_link(&abs)
+                .map(|t| Some(t.into_os_string().into_encoded_bytes()))
+                .map_err(|e| io(&abs, e)),
+            _ => Ok(None),
+        }
+    }
+
     /// Does the workspace show this post-image? Every member it names must match.
     pub fn shows(&self, after: &Image) -> Result<bool> {
         Ok(after.shown_by(&self.observe(&after.path)?))
@@ -847,6 +905,11 @@ impl Workspace {
         }
     }
 
+    /// Remove what the removal of a tree by step `step` left at the root, if anything.
+    pub fn remove_trash(&self, step: u64) -> Result<()> {
+        remove_any(&self.root.join(format!(".revl-trash-{step}")))
+    }
+
     /// Remove `name` in `dir` (a file, a link, or a whole tree) without following symlinks: a
     /// tree is first moved, by handle, to a trash name at the root, then removed (std's
     /// remove_dir_all does not follow symlinks).
@@ -866,6 +929,7 @@ impl Workspace {
         remove_any(&self.root.join(&trash))?;
         renameat(dir, name, &root, trash.as_str())
             .map_err(|e| io(&self.root.join(name), e.into()))?;
+        self.fp.point("effect.mid-remove");
         remove_any(&self.root.join(&trash))
     }
 
@@ -1209,7 +1273,7 @@ fn detail(path: &str, to: Option<&str>, after: &Image) -> FileDetail {
 }
 
 /// The digest of a directory: blake3 of the JCS of its plain listing.
-fn listing_digest(listing: &[TreeItem]) -> String {
+pub(crate) fn listing_digest(listing: &[TreeItem]) -> String {
     blake3_hex(jcs(&undo::to_value(&listing)).as_bytes())
 }
 

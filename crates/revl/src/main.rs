@@ -74,6 +74,15 @@ enum Cmd {
     },
     /// Read a file (records nothing).
     Read { session: String, path: String },
+    /// Write the bytes of a blob of the store (a preserved file, a preimage) to stdout or
+    /// FILE; with --json, a document with the bytes in base64 (or where they went).
+    Blob {
+        /// The blob's digest (blake3, 64 hex), as `preserved` and restore entries list it.
+        digest: String,
+        /// Write the bytes to this file instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// List a directory (records nothing).
     List {
         session: String,
@@ -392,7 +401,40 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::Verify { session } => {
             let s = attach(&store, session)?;
             let r = s.verify()?;
-            Ok(Outcome::ok(to_json(&r), render::verify(&r)))
+            // Like diff(1): drift found exits 1, with the normal document.
+            let mut out = Outcome::ok(to_json(&r), render::verify(&r));
+            out.exit = u8::from(!r.drift.is_empty());
+            Ok(out)
+        }
+        Cmd::Blob { digest, out } => {
+            let bytes = store.blobs().fetch(digest)?;
+            let size = bytes.len();
+            match out {
+                Some(path) => {
+                    std::fs::write(path, &bytes)
+                        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+                    let doc = serde_json::json!({"digest": digest, "size": size, "out": path.display().to_string()});
+                    Ok(Outcome::ok(
+                        doc,
+                        format!("{size} bytes written to {}", path.display()),
+                    ))
+                }
+                None if cli.json => {
+                    let doc = serde_json::json!({"digest": digest, "size": size, "contentBase64": revl_core::workspace::b64(&bytes)});
+                    Ok(Outcome::ok(doc, String::new()))
+                }
+                None => {
+                    use std::io::Write as _;
+                    let mut o = std::io::stdout().lock();
+                    let _ = o.write_all(&bytes).and_then(|_| o.flush());
+                    Ok(Outcome {
+                        doc: Value::Null,
+                        text: String::new(),
+                        exit: 0,
+                        printed: true,
+                    })
+                }
+            }
         }
         Cmd::Write {
             session,

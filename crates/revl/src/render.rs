@@ -1,9 +1,10 @@
 //! Human renderings. Designed for people; `--json` is the machine format.
 
+use revl_core::drift::Drift;
 use revl_core::recover::RecoverReport;
 use revl_core::report::{
-    to_json, CommitPlan, ExecReport, ForkReport, Owed, Residue, Status, StepBackReport, Stepped,
-    Timeline, Verify,
+    to_json, CommitPlan, ExecReport, ForkReport, Owed, Preserved, Residue, Status, StepBackReport,
+    Stepped, Timeline, Verify,
 };
 use revl_core::state::Deferred;
 use revl_core::unwind::Failed;
@@ -110,17 +111,13 @@ pub fn verify(v: &Verify) -> String {
     if v.drift.is_empty() {
         return "no drift: every witnessed path matches its last recorded image".into();
     }
-    let mut out = format!("{} witnessed path(s) changed outside revl:", v.drift.len());
-    for d in &v.drift {
-        let _ = write!(
-            out,
-            "\n  {}  expected {}  found {}",
-            d.path,
-            to_json(&d.expected),
-            to_json(&d.actual)
-        );
-    }
-    out
+    let mut out = String::new();
+    drift_rows(
+        &mut out,
+        &format!("{} path(s) changed outside revl", v.drift.len()),
+        &v.drift,
+    );
+    out.trim_start().to_string()
 }
 
 pub fn list(v: &Value) -> String {
@@ -236,6 +233,44 @@ fn held_rows(out: &mut String, title: &str, held: &[Deferred]) {
     );
 }
 
+/// Drifted content a rewind saved: `revl blob DIGEST` gives it back.
+fn preserved_rows(out: &mut String, kept: &[Preserved]) {
+    if kept.is_empty() {
+        return;
+    }
+    let _ = write!(
+        out,
+        "\npreserved (changed outside revl; `revl blob DIGEST` gives the bytes back):"
+    );
+    for p in kept {
+        let _ = write!(
+            out,
+            "\n  {}  {} {}  {}",
+            p.path,
+            p.kind.as_str(),
+            p.mode.as_deref().unwrap_or("-"),
+            p.digest
+        );
+    }
+}
+
+/// Drift entries, one a line, under `title` (nothing when there is none).
+fn drift_rows(out: &mut String, title: &str, drift: &[Drift]) {
+    if drift.is_empty() {
+        return;
+    }
+    let _ = write!(out, "\n{title}:");
+    for d in drift {
+        let _ = write!(
+            out,
+            "\n  {}  expected {}  found {}",
+            d.path,
+            to_json(&d.expected),
+            to_json(&d.actual)
+        );
+    }
+}
+
 fn residue_word(r: &Residue) -> &'static str {
     if r.clean {
         "clean"
@@ -258,6 +293,7 @@ pub fn step_back(v: &StepBackReport) -> String {
     }
     entry_rows(&mut out, "unrestored", &v.unrestored);
     failed_rows(&mut out, &v.failed);
+    preserved_rows(&mut out, &v.preserved);
     held_rows(
         &mut out,
         "held sends dropped (never sent)",
@@ -404,7 +440,15 @@ pub fn fork(v: &ForkReport) -> String {
         &v.would_cross_on_rewind,
     );
     entry_rows(&mut out, "unrestored", &v.unrestored);
+    if v.preserved.is_none() {
+        drift_rows(
+            &mut out,
+            "CHANGED OUTSIDE REVL (will be preserved in the blob store, then rewound)",
+            &v.drift,
+        );
+    }
     failed_rows(&mut out, v.failed.as_deref().unwrap_or_default());
+    preserved_rows(&mut out, v.preserved.as_deref().unwrap_or_default());
     let _ = write!(out, "\nresidue: {}", residue_word(&v.residue));
     let _ = write!(out, "\nproof: {}", v.residue.proof);
     let _ = write!(out, "\nwarning: {}", v.warning_emissions);

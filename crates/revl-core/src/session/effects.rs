@@ -129,9 +129,12 @@ impl Session {
     }
 
     /// Remove the temp files a write of `step` may have left (at the root, or next to a
-    /// target behind a mount point).
+    /// target behind a mount point), and the trash of a tree it was removing.
     pub(super) fn clean_temps(&self, after: &[Image], step: u64) {
         let _ = std::fs::remove_file(self.ws.temp_for(step));
+        // A tree being removed is first moved to a trash name at the root; a crash while it
+        // was removed leaves it there (the intent's preimage holds the tree).
+        let _ = self.ws.remove_trash(step);
         for a in after {
             if let Some(parent) = self.ws.abs(&a.path).parent() {
                 let _ = std::fs::remove_file(parent.join(format!(".revl-{step}.tmp")));

@@ -4,6 +4,7 @@
 
 use super::{Session, GUARANTEE};
 use crate::classify::{self, Partition, Refusal};
+use crate::drift::Drift;
 use crate::error::{Code, Error, Remedy, Result};
 use crate::report::{ForkLineage, ForkReport, Residue, Rewound};
 use crate::state::Life;
@@ -92,15 +93,41 @@ impl Session {
         }
     }
 
-    fn fork_hash(&self, p: &Partition) -> String {
-        sha256_jcs(&json!({
+    /// The hash of SPEC 6.1; with drift (SPEC 13), also each drifted path and what it shows
+    /// now, so new drift after the enumeration makes the hash stale.
+    fn fork_hash(&self, p: &Partition, drift: &[Drift]) -> String {
+        let mut doc = json!({
             "session": self.id, "at": p.at, "head": self.state.head(),
             "buckets": p.buckets_json(), "droppedDeferred": self.state.queue,
-        }))
+        });
+        if !drift.is_empty() {
+            doc["drift"] = drift
+                .iter()
+                .map(|d| json!({"path": d.path, "actual": crate::undo::to_value(&d.actual)}))
+                .collect();
+        }
+        sha256_jcs(&doc)
+    }
+
+    /// The drift the fork's rewind to `p.at` would run over (nothing changes).
+    fn fork_drift(&self, p: &Partition) -> Result<Vec<Drift>> {
+        let plan = crate::unwind::plan(
+            &self.state.steps,
+            self.tail_above(p.at),
+            crate::unwind::Mode::Scoped,
+            Context::Live,
+        );
+        crate::drift::of_plan(&self.state.steps, &plan, &self.ws)
     }
 
     /// The fork report without its hash. `ran` = what actually ran (after a confirm).
-    fn fork_report(&self, p: &Partition, ran: Option<&[u64]>, failed: &[Failed]) -> ForkReport {
+    fn fork_report(
+        &self,
+        p: &Partition,
+        ran: Option<&[u64]>,
+        failed: &[Failed],
+        drift: Vec<Drift>,
+    ) -> ForkReport {
         let steps = &self.state.steps;
         let rewind_list: Vec<u64> = match ran {
             Some(r) => r.to_vec(),
@@ -152,6 +179,8 @@ impl Session {
                 classify::would_cross_entry,
             ),
             unrestored: classify::entries(steps, &p.unrestored, classify::unrestored_entry),
+            drift,
+            preserved: None,
             residue: Residue::of_partition(p, failed),
             warning_emissions: warning_emissions(p),
             guarantee: GUARANTEE,
@@ -168,8 +197,9 @@ impl Session {
     pub fn fork(&mut self, k: i64) -> Result<ForkReport> {
         let p = self.fork_checks(k)?;
         let k = p.at;
-        let hash = self.fork_hash(&p);
-        let mut report = self.fork_report(&p, None, &[]);
+        let drift = self.fork_drift(&p)?;
+        let hash = self.fork_hash(&p, &drift);
+        let mut report = self.fork_report(&p, None, &[], drift);
         report.hash = Some(hash.clone());
         self.append(
             Record::ForkPending {
@@ -196,7 +226,8 @@ impl Session {
             ));
         };
         let p = self.fork_checks(k.to_i64())?;
-        let fresh = self.fork_hash(&p);
+        let drift = self.fork_drift(&p)?;
+        let fresh = self.fork_hash(&p, &drift);
         let pending_hash = self
             .state
             .fork_pending
@@ -204,7 +235,7 @@ impl Session {
             .and_then(|f| f.1.clone())
             .unwrap_or_default();
         if hash != fresh || hash != pending_hash {
-            let mut report = self.fork_report(&p, None, &[]);
+            let mut report = self.fork_report(&p, None, &[], drift);
             report.refused = Some(true);
             report.reason = Some("stale hash: the session changed since `fork` enumerated (or the hash is wrong); nothing was rewound; call `revl fork` again and read the new report".into());
             self.append(Record::ForkPending { at: k, hash: None }, true)?;
@@ -230,7 +261,7 @@ impl Session {
         self.fp.point("fork.after-begin");
         // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first.
         let done = self.fork_rewind(k, Context::Live, "fork.mid-rewind")?;
-        let (ran, failed) = (done.ran, done.failed);
+        let (ran, failed, kept) = (done.ran, done.failed, done.preserved);
         self.sync()?;
         self.fp.point("fork.after-rewind");
         // 3. the whole queue is dropped: those sends never crossed.
@@ -271,7 +302,8 @@ impl Session {
             },
             true,
         )?;
-        let mut report = self.fork_report(&p, Some(&ran), &failed);
+        let mut report = self.fork_report(&p, Some(&ran), &failed, drift);
+        report.preserved = Some(kept);
         report.forked = true;
         report.dropped_deferred = dropped;
         report.branch = Some(branch);

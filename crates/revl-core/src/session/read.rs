@@ -3,10 +3,10 @@
 
 use super::{Session, GUARANTEE};
 use crate::classify::{self, partition};
+use crate::drift::Expected;
 use crate::error::{Code, Error, Result};
-use crate::report::{Drift, Inspect, Owed, Status, StepView, Timeline, Verify};
-use crate::step::{Pos, Step, StepKind};
-use crate::undo::{FileDetail, FileKind, Image, RestoreEntry, Undo};
+use crate::report::{Inspect, Owed, Status, StepView, Timeline, Verify};
+use crate::step::{Pos, StepKind};
 use serde_json::Value;
 
 impl Session {
@@ -127,72 +127,15 @@ impl Session {
         owed
     }
 
-    /// `verify`: witnessed paths whose bytes, mode or kind no longer match the last recorded
-    /// post-image (or, for an undone step, its preimage).
+    /// `verify` (SPEC 13): every witnessed path whose bytes, mode or kind no longer match
+    /// the last recorded image (post-image, or preimage after an undo), and every entry revl
+    /// never witnessed inside a directory it created.
     pub fn verify(&self) -> Result<Verify> {
-        // Events in the order they happened: each file effect's post-images at its index; each
-        // undo's preimages right after the head it was run at (newest first within an unwind).
-        let mut events: Vec<(EventKey, Vec<Image>)> = Vec::new();
-        for s in self.state.steps.iter() {
-            let Some(Undo::Restore { entries }) = s.undo().filter(|_| s.kind == StepKind::Effect)
-            else {
-                continue;
-            };
-            events.push(((s.index, 0, std::cmp::Reverse(0)), after_images(s)));
-            if let (true, Some(at)) = (s.undone, s.undone_at) {
-                let pre = entries.iter().map(RestoreEntry::image).collect();
-                events.push(((at, 1, std::cmp::Reverse(s.index)), pre));
-            }
-        }
-        events.sort_by_key(|e| e.0);
-        let mut expected: Vec<Image> = Vec::new();
-        for img in events.into_iter().flat_map(|(_, imgs)| imgs) {
-            expect(&mut expected, img);
-        }
-        let mut drift = Vec::new();
-        for img in expected {
-            let seen = self.ws.observe(&img.path)?;
-            if !img.shown_by(&seen) {
-                drift.push(Drift {
-                    path: img.path.clone(),
-                    expected: img,
-                    actual: seen,
-                });
-            }
-        }
+        let drift = Expected::of(&self.state.steps).drift(&self.ws)?;
         Ok(Verify {
             session: self.id.clone(),
             drift,
-            note: "changes made to the workspace outside revl are not witnessed; a rewind does not restore them",
+            note: "changes made to the workspace outside revl are not witnessed; a rewind does not restore them, and preserves what it would overwrite or remove",
         })
     }
-}
-
-/// (head, 0 = step / 1 = undo, newest undo first)
-type EventKey = (u64, u8, std::cmp::Reverse<u64>);
-
-/// The expected image of `img.path` is now `img`: it replaces what was expected at that path
-/// and below it. A change below a directory makes any recorded digest of that directory
-/// stale: its kind and mode are kept, its digest dropped; something exists below it, so it
-/// is a directory.
-fn expect(expected: &mut Vec<Image>, img: Image) {
-    let under = format!("{}/", img.path);
-    expected.retain(|e| e.path != img.path && !e.path.starts_with(&under));
-    for e in expected.iter_mut() {
-        if img.path.starts_with(&format!("{}/", e.path)) {
-            e.digest = None;
-            if e.kind != Some(FileKind::Dir) {
-                e.mode = None;
-                e.kind = Some(FileKind::Dir);
-            }
-        }
-    }
-    expected.push(img);
-}
-
-/// The post-images a file effect left, from its recorded detail.
-fn after_images(s: &Step) -> Vec<Image> {
-    serde_json::from_value::<FileDetail>(s.detail().clone())
-        .map(|d| d.images())
-        .unwrap_or_default()
 }

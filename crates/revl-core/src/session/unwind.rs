@@ -4,8 +4,9 @@
 
 use super::{Session, GUARANTEE};
 use crate::classify;
+use crate::drift::Expected;
 use crate::error::{Code, Error, Result};
-use crate::report::{AbortReport, StepBackReport};
+use crate::report::{AbortReport, Preserved, StepBackReport};
 use crate::state::{Deferred, Life};
 use crate::step::{Pos, Step, StepKind, BY_ABORT, BY_RECOVER, BY_STEP_BACK};
 use crate::undo::Undo;
@@ -41,6 +42,8 @@ pub(crate) struct Unwound {
     /// Inverses that ran and got `undone`, in the order they ran.
     pub ran: Vec<u64>,
     pub failed: Vec<Failed>,
+    /// Drifted content saved before an inverse ran over it.
+    pub preserved: Vec<Preserved>,
 }
 
 impl Session {
@@ -58,19 +61,113 @@ impl Session {
         let mut out = Unwound {
             ran: Vec::new(),
             failed: Vec::new(),
+            preserved: Vec::new(),
         };
+        // What revl expects the workspace to hold, kept current as the inverses run.
+        let mut expected: Option<Expected> = None;
         for action in &plan.actions {
             match *action {
                 Action::Unknown(i) => out
                     .failed
                     .push(Failed::unknown(&self.state.steps[i as usize])),
-                Action::Run(i) => match self.run_inverse(i, by, crash_point)? {
-                    Ok(()) => out.ran.push(i),
-                    Err(f) => out.failed.push(f),
-                },
+                Action::Run(i) => {
+                    let restore = match self.state.steps[i as usize].undo() {
+                        Some(Undo::Restore { entries }) => Some(entries.clone()),
+                        _ => None,
+                    };
+                    if let Some(entries) = &restore {
+                        let exp = match &mut expected {
+                            Some(e) => e,
+                            None => expected.insert(Expected::of(&self.state.steps)),
+                        };
+                        let kept = self.preserve_drift(i, entries, exp)?;
+                        out.preserved.extend(kept);
+                    }
+                    match self.run_inverse(i, by, crash_point)? {
+                        Ok(()) => {
+                            out.ran.push(i);
+                            if let (Some(entries), Some(exp)) = (&restore, &mut expected) {
+                                exp.undone(entries);
+                            }
+                        }
+                        Err(f) => {
+                            out.failed.push(f);
+                            // What it left is unknown: rebuild from the disk's timeline next.
+                            expected = None;
+                        }
+                    }
+                }
             }
         }
         Ok(out)
+    }
+
+    /// Before step `i`'s file restore runs over `entries`: save every drifted file (and
+    /// symlink target) under their paths to the blob store and record `preserved`, durably
+    /// (SPEC 13); and keep the witnessed files it replaces in the blob store too. A path already showing what the entry restores (a repair re-running an
+    /// inverse that had run) is not drift.
+    fn preserve_drift(
+        &mut self,
+        i: u64,
+        entries: &[crate::undo::RestoreEntry],
+        exp: &Expected,
+    ) -> Result<Vec<Preserved>> {
+        let mut kept = Vec::new();
+        let mut records = Vec::new();
+        for e in entries {
+            for d in exp.drift_at(&self.ws, e.path())? {
+                if d.path == e.path() && e.image().shown_by(&d.actual) {
+                    continue;
+                }
+                // A drifted directory: every file (and symlink) below it, one by one.
+                let nodes = if d.actual.kind == Some(crate::undo::FileKind::Dir) {
+                    self.ws.observe_tree(&d.path, &|_| false)?
+                } else {
+                    vec![d.actual]
+                };
+                for node in nodes {
+                    if kept.iter().any(|k: &Preserved| k.path == node.path) {
+                        continue;
+                    }
+                    let Some(bytes) = self.ws.bytes_of(&node.path)? else {
+                        continue;
+                    };
+                    let digest = self.blobs.put(&bytes)?;
+                    let kind = node.kind.unwrap_or(crate::undo::FileKind::File);
+                    records.push(Record::Preserved {
+                        step: i,
+                        path: node.path.clone(),
+                        kind,
+                        mode: node.mode.clone(),
+                        digest: digest.clone(),
+                    });
+                    kept.push(Preserved {
+                        path: node.path,
+                        kind,
+                        mode: node.mode,
+                        digest,
+                    });
+                }
+            }
+        }
+        // What revl did witness and the inverse replaces (the abandoned alternative) is kept
+        // too, unrecorded: the blob store is content-addressed, a later reader finds it by
+        // the digest its step recorded.
+        for e in entries {
+            for node in self.ws.observe_tree(e.path(), &|_| false)? {
+                if node.kind == Some(crate::undo::FileKind::File)
+                    && !kept.iter().any(|k| k.path == node.path)
+                {
+                    if let Some(bytes) = self.ws.bytes_of(&node.path)? {
+                        self.blobs.put(&bytes)?;
+                    }
+                }
+            }
+        }
+        if !records.is_empty() {
+            self.append_many(records, true)?;
+        }
+        Ok(kept)
     }
 
     /// Run one step's inverse and record `undone`.
@@ -251,6 +348,7 @@ impl Session {
             }),
             unrestored: classify::entries(steps, &part.unrestored, classify::unrestored_entry),
             failed: done.failed,
+            preserved: done.preserved,
             dropped_deferred: dropped,
             live: true,
             guarantee: GUARANTEE,
@@ -346,6 +444,7 @@ impl Session {
             compensations_ran,
             dropped_deferred: dropped,
             failed: done.failed,
+            preserved: done.preserved,
         })
     }
 

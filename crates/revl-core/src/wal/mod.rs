@@ -312,6 +312,13 @@ mod doc_table {
                 outcome: s(),
                 llm: json!({}),
             },
+            Record::Preserved {
+                step: 1,
+                path: s(),
+                kind: crate::undo::FileKind::File,
+                mode: Some(s()),
+                digest: s(),
+            },
         ]
     }
 

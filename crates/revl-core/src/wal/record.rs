@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::step::{Pos, StepKind};
 use crate::steptext::{Part, Parts, StepText};
-use crate::undo::{IntentAfter, Undo};
+use crate::undo::{FileKind, IntentAfter, Undo};
 use crate::unwind::{Failed, OwedStep};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -168,6 +168,15 @@ pub enum Record {
         step: u64,
         outcome: String,
         llm: Value,
+    },
+    /// v2 (SPEC 13): drifted content saved to the blob store before an inverse ran over it.
+    Preserved {
+        step: u64,
+        path: String,
+        kind: FileKind,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mode: Option<String>,
+        digest: String,
     },
 }
 
@@ -342,7 +351,7 @@ impl<'de> Deserialize<'de> for StepRecord {
 
 /// The name of every record (`"record"` on disk), in declaration order. A unit test holds
 /// it equal to the enum and to the record table of `docs/wal-format.md`.
-pub const RECORD_NAMES: [&str; 27] = [
+pub const RECORD_NAMES: [&str; 28] = [
     "header",
     "intent",
     "intent-void",
@@ -370,6 +379,7 @@ pub const RECORD_NAMES: [&str; 27] = [
     "fork-branch",
     "fork-abandoned",
     "model-decision",
+    "preserved",
 ];
 
 impl Record {
@@ -402,6 +412,7 @@ impl Record {
             Record::ForkBranch { .. } => "fork-branch",
             Record::ForkAbandoned { .. } => "fork-abandoned",
             Record::ModelDecision { .. } => "model-decision",
+            Record::Preserved { .. } => "preserved",
         }
     }
 

@@ -411,6 +411,7 @@ fn step_back_report_shape() {
             "guarantee",
             "inversesRan",
             "live",
+            "preserved",
             "provisionsWithdrawn",
             "to",
             "toLabel",
@@ -861,11 +862,14 @@ fn read_list_and_other_readers_record_nothing() {
         vec!["status", &sid],
         vec!["timeline", &sid],
         vec!["inspect", &sid, "--at", "1"],
-        vec!["verify", &sid],
         vec!["sessions"],
     ] {
         w.json(&args).ok();
     }
+    // d/b.bin was put by hand inside d, which revl created: drift, so verify exits 1.
+    let v = w.json(&["verify", &sid]);
+    assert_eq!(v.code, Some(1), "{}", v.dump());
+    assert_eq!(v.doc()["drift"][0]["path"], "d/b.bin");
     w.json(&["read", &sid, "nope"]).err(1, "io");
     assert_eq!(w.head(&sid), 1);
     assert_eq!(
@@ -897,7 +901,9 @@ fn verify_reports_drift_from_outside_changes_only() {
     fs::write(ws.join("a.txt"), "tampered").unwrap();
     chmod(&ws.join("d/b.txt"), 0o777);
     fs::remove_dir(ws.join("m")).unwrap();
-    let v = w.json(&["verify", &sid]).ok().clone();
+    let out = w.json(&["verify", &sid]);
+    assert_eq!(out.code, Some(1), "verify exits 1 on drift\n{}", out.dump());
+    let v = out.doc().clone();
     let drift = v["drift"].as_array().unwrap();
     let mut paths: Vec<&str> = drift.iter().map(|d| d["path"].as_str().unwrap()).collect();
     paths.sort_unstable();
@@ -916,7 +922,7 @@ fn verify_reports_drift_from_outside_changes_only() {
     // An unwitnessed file is not drift.
     fs::write(ws.join("other.txt"), "x").unwrap();
     assert_eq!(
-        w.json(&["verify", &sid]).ok()["drift"]
+        w.json(&["verify", &sid]).doc()["drift"]
             .as_array()
             .unwrap()
             .len(),

@@ -836,9 +836,11 @@ fn cli_verdict(
         let doc: Value = serde_json::from_str(stdout).unwrap();
         let negative_shape = doc.get("approvalRequired").is_some() || doc.get("refused").is_some();
         let error_doc = doc["error"]["code"].is_string() && doc["error"]["message"].is_string();
-        // `branch`/`compare` exit 1 with their own documents (SPEC 7.2, 7.3).
+        // `branch`/`compare` exit 1 with their own documents (SPEC 7.2, 7.3); `verify`
+        // answers "drift found" with exit 1 and its normal document (SPEC 9, 13).
         let offline = doc.get("kind").is_some();
-        if !(negative_shape || error_doc || offline) {
+        let answer = *code == Some(1) && doc["drift"].as_array().is_some_and(|d| !d.is_empty());
+        if !(negative_shape || error_doc || offline || answer) {
             return Err(format!("failure without an error document: {shown}"));
         }
     }

@@ -7,6 +7,7 @@ mod common;
 
 mod concurrency;
 mod demo;
+mod drift;
 mod fork;
 mod foundation;
 mod fuzz;

@@ -1,0 +1,311 @@
+//! Drift (SPEC 13): a witnessed path that is no longer as revl's last witnessed step left it
+//! (kind, digest, mode), or an entry inside a directory revl created that revl never
+//! witnessed. `verify` reports it; every rewind checks for it before an inverse overwrites
+//! or removes a path, and preserves what it would destroy.
+//!
+//! [`Expected`] is what revl believes the workspace holds now: each witnessed path's last
+//! image, rebuilt from the timeline in the order things happened (each file effect's
+//! post-images at its index; each undo's preimages right after the head it ran at), and the
+//! directories revl itself created. A rewind updates it after every inverse it runs.
+
+use crate::error::Result;
+use crate::step::{Step, StepKind};
+use crate::undo::{FileDetail, FileKind, Image, RestoreEntry, Undo};
+use crate::workspace::Workspace;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One drifted path `{path, expected, actual}` (the entry shape of `verify`). `expected` is
+/// absent for an entry revl never witnessed inside a directory it created.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Drift {
+    pub path: String,
+    pub expected: Image,
+    pub actual: Image,
+}
+
+/// What revl believes the workspace holds now.
+#[derive(Debug, Clone, Default)]
+pub struct Expected {
+    images: BTreeMap<String, Image>,
+    /// Directories revl created (the topmost absent ancestor of a write, a mkdir): every
+    /// entry in them must be witnessed.
+    created: BTreeSet<String>,
+}
+
+/// (head, 0 = step / 1 = undo, newest undo first)
+type EventKey = (u64, u8, std::cmp::Reverse<u64>);
+
+impl Expected {
+    /// Rebuild from the timeline.
+    pub fn of(steps: &[Step]) -> Expected {
+        let mut events: Vec<(EventKey, &Step, bool)> = Vec::new();
+        for s in steps {
+            if s.kind != StepKind::Effect || !s.has_builtin_undo() {
+                continue;
+            }
+            events.push(((s.index, 0, std::cmp::Reverse(0)), s, false));
+            if let (true, Some(at)) = (s.undone, s.undone_at) {
+                events.push(((at, 1, std::cmp::Reverse(s.index)), s, true));
+            }
+        }
+        events.sort_by_key(|e| e.0);
+        let mut exp = Expected::default();
+        for (_, s, undo) in events {
+            let entries = match s.undo() {
+                Some(Undo::Restore { entries }) => entries.as_slice(),
+                _ => &[],
+            };
+            if undo {
+                exp.undone(entries);
+            } else {
+                exp.done(entries, after_images(s));
+            }
+        }
+        exp
+    }
+
+    /// A file effect ran: its post-images are expected; the paths its preimage says were
+    /// absent and that now exist are directories (or files) revl created.
+    fn done(&mut self, entries: &[RestoreEntry], after: Vec<Image>) {
+        for e in entries {
+            if let RestoreEntry::Absent { path } = e {
+                // A directory the effect made: the absent ancestor of what it wrote, or the
+                // directory a mkdir made (a file it wrote is witnessed by its own image).
+                let below = format!("{path}/");
+                let empty = crate::workspace::listing_digest(&[]);
+                let made_dir = after.iter().any(|a| {
+                    a.path.starts_with(&below)
+                        || (&a.path == path
+                            && a.kind == Some(FileKind::Dir)
+                            && a.digest.as_deref() == Some(empty.as_str()))
+                });
+                if made_dir {
+                    self.created.insert(path.clone());
+                }
+            }
+        }
+        for img in after {
+            self.set(img);
+        }
+    }
+
+    /// An inverse ran: its preimages are expected again.
+    pub fn undone(&mut self, entries: &[RestoreEntry]) {
+        for e in entries {
+            if let RestoreEntry::Absent { path } = e {
+                self.created.remove(path);
+            }
+            self.set(e.image());
+        }
+    }
+
+    /// The expected image of `img.path` is now `img`: it replaces what was expected at that
+    /// path and, unless it only sets a mode, below it. A change below a directory makes any recorded digest of that
+    /// directory stale: its kind and mode are kept, its digest dropped; something exists
+    /// below it, so it is a directory.
+    fn set(&mut self, img: Image) {
+        // A mode-only image (a chmod, or its undo) changes the mode and nothing else: what is
+        // below the path, and a directory's digest of its tree, stay as they were.
+        let mode_only = img.digest.is_none() && img.kind != Some(FileKind::Absent);
+        if mode_only {
+            if let Some(e) = self.images.get_mut(&img.path) {
+                e.mode = img.mode;
+                return;
+            }
+        }
+        let under = format!("{}/", img.path);
+        let below: Vec<String> = if mode_only {
+            Vec::new()
+        } else {
+            self.images
+                .range(under.clone()..)
+                .take_while(|(k, _)| k.starts_with(&under))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        for k in below {
+            self.images.remove(&k);
+        }
+        let mut at = img.path.as_str();
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if let Some(e) = self.images.get_mut(parent) {
+                e.digest = None;
+                if e.kind != Some(FileKind::Dir) {
+                    e.mode = None;
+                    e.kind = Some(FileKind::Dir);
+                }
+            }
+            at = parent;
+        }
+        self.images.insert(img.path.clone(), img);
+    }
+
+    /// Every witnessed path, in path order.
+    pub fn images(&self) -> impl Iterator<Item = &Image> {
+        self.images.values()
+    }
+
+    /// Is `path` inside a directory revl expects with a digest of its whole tree?
+    fn covered_by_tree(&self, path: &str) -> bool {
+        let mut at = path;
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if self.images.get(parent).is_some_and(|i| i.digest.is_some()) {
+                return true;
+            }
+            at = parent;
+        }
+        false
+    }
+
+    /// Does revl claim every entry of directory `dir`? A directory revl made empty owns its
+    /// entries, and so do the directories it made on the way inside it; a directory with an
+    /// image of its own that revl did not make empty (moved in, or restored with its content)
+    /// does not: its digest covers its tree.
+    fn owns_entries_of(&self, dir: &str) -> bool {
+        let mut at = dir;
+        loop {
+            if self.created.contains(at) {
+                return true;
+            }
+            if self.images.contains_key(at) {
+                return false;
+            }
+            match at.rsplit_once('/') {
+                Some((parent, _)) => at = parent,
+                None => return false,
+            }
+        }
+    }
+
+    /// The drift at `path` and below it: a witnessed path whose image differs (edited,
+    /// replaced, chmodded, deleted, or present where revl left nothing), and, inside a
+    /// directory revl created, every entry revl never witnessed (each file by itself).
+    pub fn drift_at(&self, ws: &Workspace, path: &str) -> Result<Vec<Drift>> {
+        let has_digest = |p: &str| self.images.get(p).is_some_and(|i| i.digest.is_some());
+        let seen: BTreeMap<String, Image> = ws
+            .observe_tree(path, &has_digest)?
+            .into_iter()
+            .map(|i| (i.path.clone(), i))
+            .collect();
+        let under = format!("{path}/");
+        let mut out = Vec::new();
+        let witnessed = self
+            .images
+            .range(path.to_string()..)
+            .take_while(|(k, _)| k.as_str() == path || k.starts_with(&under));
+        for (p, want) in witnessed {
+            let got = seen
+                .get(p)
+                .cloned()
+                .unwrap_or_else(|| Image::absent(p.clone()));
+            if !want.shown_by(&got) {
+                out.push(Drift {
+                    path: p.clone(),
+                    expected: want.clone(),
+                    actual: got,
+                });
+            }
+        }
+        for (p, got) in &seen {
+            if self.images.contains_key(p) {
+                continue;
+            }
+            let is_dir = got.kind == Some(FileKind::Dir);
+            // A directory revl created must still be one.
+            if self.created.contains(p) {
+                if !is_dir {
+                    out.push(Drift {
+                        path: p.clone(),
+                        expected: Image {
+                            kind: Some(FileKind::Dir),
+                            path: p.clone(),
+                            ..Image::default()
+                        },
+                        actual: got.clone(),
+                    });
+                }
+                continue;
+            }
+            // A directory on the way to a witnessed path is witnessed with it.
+            let below = format!("{p}/");
+            let leads_to_witnessed = self
+                .images
+                .range(below.clone()..)
+                .next()
+                .is_some_and(|(k, _)| k.starts_with(&below));
+            if is_dir && leads_to_witnessed {
+                continue;
+            }
+            // Inside a directory whose whole tree revl recorded (a digest): that directory's
+            // own comparison covers it (and a rewind preserves every file of a drifted one).
+            if self.covered_by_tree(p) {
+                continue;
+            }
+            // Anything else unwitnessed is drift inside a directory revl created.
+            let parent = p.rsplit_once('/').map_or("", |x| x.0);
+            if !parent.is_empty() && self.owns_entries_of(parent) {
+                out.push(Drift {
+                    path: p.clone(),
+                    expected: Image::absent(p.clone()),
+                    actual: got.clone(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// All drift of the workspace (`verify`): every witnessed path, and the entries of every
+    /// directory revl created.
+    pub fn drift(&self, ws: &Workspace) -> Result<Vec<Drift>> {
+        let mut roots: BTreeSet<&str> = self.images.keys().map(String::as_str).collect();
+        roots.extend(self.created.iter().map(String::as_str));
+        // Each subtree once: skip a root inside another root.
+        let mut out = Vec::new();
+        let mut last: Option<&str> = None;
+        for r in roots {
+            if last.is_some_and(|l| r.starts_with(&format!("{l}/"))) {
+                continue;
+            }
+            out.extend(self.drift_at(ws, r)?);
+            last = Some(r);
+        }
+        Ok(out)
+    }
+}
+
+/// The post-images a file effect left, from its recorded detail.
+fn after_images(s: &Step) -> Vec<Image> {
+    serde_json::from_value::<FileDetail>(s.detail().clone())
+        .map(|d| d.images())
+        .unwrap_or_default()
+}
+
+/// The drift a plan's inverses would run over, as a rewind would meet it (newest first,
+/// each path once: a path an earlier inverse of the plan restores is as revl expects by the
+/// time an older one reaches it). Changes nothing (`fork` lists it; its hash covers it).
+pub fn of_plan(steps: &[Step], plan: &crate::unwind::Plan, ws: &Workspace) -> Result<Vec<Drift>> {
+    let mut exp = Expected::of(steps);
+    let mut checked: Vec<String> = Vec::new();
+    let mut out = Vec::new();
+    for i in plan.runs() {
+        let Some(Undo::Restore { entries }) = steps.get(i as usize).and_then(Step::undo) else {
+            continue;
+        };
+        for e in entries {
+            let under = |p: &str, root: &str| p == root || p.starts_with(&format!("{root}/"));
+            if checked.iter().any(|c| under(e.path(), c)) {
+                continue;
+            }
+            for d in exp.drift_at(ws, e.path())? {
+                if !checked.iter().any(|c| under(&d.path, c)) {
+                    out.push(d);
+                }
+            }
+            checked.push(e.path().to_string());
+        }
+        exp.undone(entries);
+    }
+    Ok(out)
+}

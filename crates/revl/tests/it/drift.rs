@@ -1,0 +1,436 @@
+//! SPEC 13 through the binary: every way of changing the workspace by hand, under every kind
+//! of rewind. Nothing is lost (each drifted file's bytes come back from `revl blob`), and the
+//! workspace ends at step k, byte for byte.
+
+use crate::common::env::*;
+use crate::common::{assert_snap_eq, put, snapshot, Snapshot};
+use serde_json::Value;
+use std::path::Path;
+
+/// How the workspace was changed by hand after revl's last step, and the bytes that must
+/// survive the rewind (path, content) — none for a deletion.
+#[derive(Debug, Clone, Copy)]
+enum Hand {
+    /// top.txt rewritten.
+    Edit,
+    /// d/hand.txt added inside d, a directory revl created.
+    AddInRevlDir,
+    /// top.txt replaced by a directory holding a file.
+    FileToDir,
+    /// top.txt chmodded to 0600.
+    Chmod,
+    /// top.txt deleted.
+    Delete,
+}
+
+impl Hand {
+    fn apply(self, e: &Env) -> Vec<(&'static str, Vec<u8>, u32)> {
+        let top = e.ws.join("top.txt");
+        match self {
+            Hand::Edit => {
+                put(&top, b"edited by hand", 0o644);
+                vec![("top.txt", b"edited by hand".to_vec(), 0o644)]
+            }
+            Hand::AddInRevlDir => {
+                put(&e.ws.join("d/hand.txt"), b"added by hand", 0o640);
+                vec![("d/hand.txt", b"added by hand".to_vec(), 0o640)]
+            }
+            Hand::FileToDir => {
+                std::fs::remove_file(&top).unwrap();
+                put(&top.join("inner.txt"), b"inside a hand-made dir", 0o644);
+                vec![(
+                    "top.txt/inner.txt",
+                    b"inside a hand-made dir".to_vec(),
+                    0o644,
+                )]
+            }
+            Hand::Chmod => {
+                crate::common::chmod(&top, 0o600);
+                vec![("top.txt", b"T2".to_vec(), 0o600)]
+            }
+            Hand::Delete => {
+                std::fs::remove_file(&top).unwrap();
+                vec![]
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Rewind {
+    Fork,
+    Scoped,
+    Compensating,
+    Abort,
+    RecoverForce,
+    /// A scoped step-back killed after its first inverse; the next command repairs it.
+    RepairAfterCrash,
+}
+
+/// Steps 1-4 write d/a.txt and top.txt twice; k = 0 (the hinge): at k the workspace holds
+/// only what was there before.
+fn history(e: &Env) -> (String, Snapshot) {
+    std::fs::create_dir_all(&e.ws).unwrap();
+    put(&e.ws.join("before.txt"), b"not revl's", 0o644);
+    let ws = e.ws.to_str().unwrap();
+    let s = ok(e, &["new", "--workspace", ws])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let at_k = snapshot(&e.ws);
+    for (p, c) in [
+        ("d/a.txt", "A1"),
+        ("top.txt", "T1"),
+        ("d/a.txt", "A2"),
+        ("top.txt", "T2"),
+    ] {
+        ok(e, &["write", &s, p, "--content", c]);
+    }
+    (s, at_k)
+}
+
+/// Run the rewind to 0; the report's `preserved` list when the rewind reported one.
+fn rewind(e: &Env, s: &str, how: Rewind) -> Option<Value> {
+    let report = match how {
+        Rewind::Fork => {
+            let f = ok(e, &["fork", s, "--at", "0"]);
+            ok(
+                e,
+                &["fork-confirm", s, "--hash", f["hash"].as_str().unwrap()],
+            )
+        }
+        Rewind::Scoped => ok(e, &["step-back", s, "--to", "0"]),
+        Rewind::Compensating => ok(e, &["step-back", s, "--to", "0", "--compensating"]),
+        Rewind::Abort => ok(e, &["abort", s]),
+        Rewind::RecoverForce => ok(e, &["recover", s, "--force"])["rolledBack"].clone(),
+        Rewind::RepairAfterCrash => {
+            let o = revl(
+                e,
+                &["step-back", s, "--to", "0"],
+                Some("step-back.mid-replay:1"),
+            );
+            assert_ne!(o.code, 0, "the step-back was not killed");
+            ok(e, &["status", s]);
+            return None;
+        }
+    };
+    Some(report["preserved"].clone())
+}
+
+/// The `preserved` records of a WAL: (path, digest, mode).
+fn preserved_records(wal: &Path) -> Vec<(String, String, String)> {
+    records(wal)
+        .into_iter()
+        .filter(|r| r["record"] == "preserved")
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_string(),
+                r["digest"].as_str().unwrap().to_string(),
+                r["mode"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+fn case(hand: Hand, how: Rewind) {
+    let e = env();
+    let (s, at_k) = history(&e);
+    let survivors = hand.apply(&e);
+    // verify sees it first, and says so with its exit code.
+    let v = revl(&e, &["verify", &s], None);
+    assert_eq!(
+        v.code, 1,
+        "{hand:?}: verify did not report the drift: {}",
+        v.json
+    );
+    assert!(!v.json["drift"].as_array().unwrap().is_empty());
+    let reported = rewind(&e, &s, how);
+    let ctx = format!("{hand:?} under {how:?}");
+    // The workspace is at step k, byte for byte and mode for mode.
+    assert_snap_eq(&at_k, &snapshot(&e.ws), &ctx);
+    // Nothing is lost: every drifted file's bytes come back from the blob store.
+    let wal = e.store.join("sessions").join(&s).join("wal.jsonl");
+    let kept = preserved_records(&wal);
+    for (path, bytes, mode) in &survivors {
+        let (_, digest, m) = kept
+            .iter()
+            .find(|(p, _, _)| p == path)
+            .unwrap_or_else(|| panic!("{ctx}: {path} was not preserved: {kept:?}"));
+        assert_eq!(m, &format!("{mode:04o}"), "{ctx}: mode of {path}");
+        let out = e.root.join("blob.out");
+        ok(&e, &["blob", digest, "--out", out.to_str().unwrap()]);
+        assert_eq!(
+            &std::fs::read(&out).unwrap(),
+            bytes,
+            "{ctx}: bytes of {path}"
+        );
+    }
+    // The report lists exactly what was preserved (a crash leaves only the WAL records).
+    if let Some(list) = reported {
+        let listed: Vec<&str> = list
+            .as_array()
+            .unwrap_or_else(|| panic!("{ctx}: no preserved list"))
+            .iter()
+            .map(|p| p["path"].as_str().unwrap())
+            .collect();
+        let want: Vec<&str> = survivors.iter().map(|s| s.0).collect();
+        assert_eq!(listed, want, "{ctx}: preserved");
+    }
+    // Without drift nothing is preserved: a deletion left no bytes to keep.
+    if survivors.is_empty() {
+        assert!(kept.is_empty(), "{ctx}: {kept:?}");
+    }
+}
+
+#[test]
+fn every_hand_change_under_every_rewind_loses_nothing() {
+    for hand in [
+        Hand::Edit,
+        Hand::AddInRevlDir,
+        Hand::FileToDir,
+        Hand::Chmod,
+        Hand::Delete,
+    ] {
+        for how in [
+            Rewind::Fork,
+            Rewind::Scoped,
+            Rewind::Compensating,
+            Rewind::Abort,
+            Rewind::RecoverForce,
+            Rewind::RepairAfterCrash,
+        ] {
+            case(hand, how);
+        }
+    }
+}
+
+#[test]
+fn a_rewind_without_drift_preserves_nothing_and_new_drift_makes_the_fork_hash_stale() {
+    let e = env();
+    let (s, at_k) = history(&e);
+    assert_eq!(revl(&e, &["verify", &s], None).code, 0);
+    let f = ok(&e, &["fork", &s, "--at", "0"]);
+    assert_eq!(f["drift"], serde_json::json!([]));
+    // A hand edit after the enumeration: the confirm refuses and changes nothing.
+    let before = snapshot(&e.ws);
+    put(&e.ws.join("top.txt"), b"late edit", 0o644);
+    let o = revl(
+        &e,
+        &["fork-confirm", &s, "--hash", f["hash"].as_str().unwrap()],
+        None,
+    );
+    assert_eq!(o.code, 1, "{}", o.json);
+    assert_eq!(o.json["refused"], true);
+    assert_eq!(o.json["drift"][0]["path"], "top.txt", "{}", o.json);
+    let mut want = before;
+    want.get_mut("top.txt").unwrap().2 = b"late edit".to_vec();
+    assert_snap_eq(
+        &want,
+        &snapshot(&e.ws),
+        "a stale confirm changed the workspace",
+    );
+    // Enumerated again, the drift is in the report and the hash; the confirm preserves it.
+    let f = ok(&e, &["fork", &s, "--at", "0"]);
+    assert_eq!(f["drift"][0]["path"], "top.txt");
+    let done = ok(
+        &e,
+        &["fork-confirm", &s, "--hash", f["hash"].as_str().unwrap()],
+    );
+    assert_eq!(done["preserved"][0]["path"], "top.txt");
+    assert_snap_eq(&at_k, &snapshot(&e.ws), "after the fork");
+    // A clean rewind in the branch preserves nothing.
+    let b = done["branch"].as_str().unwrap().to_string();
+    ok(&e, &["write", &b, "n.txt", "--content", "x"]);
+    let sb = ok(&e, &["step-back", &b, "--to", "0"]);
+    assert_eq!(sb["preserved"], serde_json::json!([]));
+}
+
+#[test]
+fn blob_refuses_what_it_does_not_hold() {
+    let e = env();
+    history(&e);
+    let o = revl(&e, &["blob", &"0".repeat(64)], None);
+    assert_eq!(
+        (o.code, o.json["error"]["code"].as_str()),
+        (1, Some("unknown-blob"))
+    );
+    let o = revl(&e, &["blob", "not-a-digest"], None);
+    assert_eq!(
+        (o.code, o.json["error"]["code"].as_str()),
+        (2, Some("bad-args"))
+    );
+}
+
+mod union {
+    //! Property (SPEC 13): random histories of witnessed changes interleaved with random
+    //! hand changes, then a rewind to a random k: the union of the workspace and the blob
+    //! store holds every byte that existed in the workspace before the rewind.
+    use crate::common::{put, tempdir};
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+    use revl_core::{Failpoints, FileOp, StepBackMode, Store};
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    const PATHS: &[&str] = &["a", "d/b", "d/e/c", "n/m/f", "top"];
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// revl writes a file.
+        Write(usize, u8),
+        /// revl deletes a path.
+        Delete(usize),
+        /// revl makes a directory.
+        Mkdir(usize),
+        /// A hand edits or creates a file (inside revl's directories too).
+        HandWrite(usize, u8),
+        /// A hand adds a file next to a witnessed path.
+        HandAdd(usize, u8),
+        /// A hand chmods a path.
+        HandChmod(usize),
+        /// A hand deletes a path.
+        HandDelete(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let p = 0..PATHS.len();
+        prop_oneof![
+            3 => (p.clone(), any::<u8>()).prop_map(|(i, b)| Op::Write(i, b)),
+            1 => p.clone().prop_map(Op::Delete),
+            1 => p.clone().prop_map(Op::Mkdir),
+            2 => (p.clone(), any::<u8>()).prop_map(|(i, b)| Op::HandWrite(i, b)),
+            2 => (p.clone(), any::<u8>()).prop_map(|(i, b)| Op::HandAdd(i, b)),
+            1 => p.clone().prop_map(Op::HandChmod),
+            1 => p.prop_map(Op::HandDelete),
+        ]
+    }
+
+    /// Every regular file's bytes under `dir` (a content set: where it lies does not matter).
+    fn contents(dir: &Path, out: &mut BTreeSet<Vec<u8>>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() {
+                contents(&p, out);
+            } else if m.is_file() {
+                out.insert(std::fs::read(&p).unwrap());
+            }
+        }
+    }
+
+    fn bytes(tag: u8, len: usize) -> Vec<u8> {
+        (0..len).map(|i| tag.wrapping_add(i as u8)).collect()
+    }
+
+    fn run(ops: &[Op], k: &Index, compensating: bool) -> Result<(), TestCaseError> {
+        let dir = tempdir();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let ws = std::fs::canonicalize(&ws).unwrap();
+        let store_dir = dir.path().join("store");
+        let store = Store::open(&store_dir, Failpoints::none()).unwrap();
+        let mut s = store.new_session(&ws, None).unwrap();
+        let mut live: Vec<i64> = vec![-1, 0];
+        for (n, op) in ops.iter().enumerate() {
+            let res = match op {
+                Op::Write(i, b) => Some(s.file_effect(FileOp::Write {
+                    path: PATHS[*i].into(),
+                    // Sizes across the inline limit: some preimages are blobs.
+                    content: bytes(*b, if n % 3 == 0 { 5000 } else { 3 + n }),
+                })),
+                Op::Delete(i) => Some(s.file_effect(FileOp::Delete {
+                    path: PATHS[*i].into(),
+                })),
+                Op::Mkdir(i) => Some(s.file_effect(FileOp::Mkdir {
+                    path: PATHS[*i].into(),
+                })),
+                Op::HandWrite(i, b) => {
+                    let p = ws.join(PATHS[*i]);
+                    if !p.is_dir() && p.parent().is_some_and(|d| !d.exists() || d.is_dir()) {
+                        put(&p, &bytes(*b, 7 + n), 0o644);
+                    }
+                    None
+                }
+                Op::HandAdd(i, b) => {
+                    let p = ws.join(PATHS[*i]);
+                    if let Some(d) = p.parent().filter(|d| d.is_dir()) {
+                        put(&d.join(format!("hand-{n}")), &bytes(*b, 11 + n), 0o600);
+                    }
+                    None
+                }
+                Op::HandChmod(i) => {
+                    let p = ws.join(PATHS[*i]);
+                    if p.is_file() {
+                        crate::common::chmod(&p, 0o640);
+                    }
+                    None
+                }
+                Op::HandDelete(i) => {
+                    let p = ws.join(PATHS[*i]);
+                    if p.is_file() {
+                        std::fs::remove_file(&p).unwrap();
+                    }
+                    None
+                }
+            };
+            // revl refuses what the tree makes impossible (exit 2); that is not a failure.
+            if let Some(Ok(r)) = res {
+                live.push(r.step as i64);
+            }
+        }
+        let mut before = BTreeSet::new();
+        contents(&ws, &mut before);
+        let k = live[k.index(live.len())];
+        let mode = if compensating {
+            StepBackMode::Compensating { force: false }
+        } else {
+            StepBackMode::Scoped
+        };
+        let r = s
+            .step_back(k, mode)
+            .map_err(|e| TestCaseError::fail(format!("step-back --to {k}: {}", e.message)))?;
+        prop_assert!(r.failed.is_empty(), "{:?}", r.failed);
+        let mut after = BTreeSet::new();
+        contents(&ws, &mut after);
+        contents(&store_dir.join("blobs"), &mut after);
+        let lost: Vec<&Vec<u8>> = before.difference(&after).collect();
+        prop_assert!(
+            lost.is_empty(),
+            "{} file content(s) existed before the rewind to {k} and exist nowhere after it",
+            lost.len()
+        );
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+        #[test]
+        fn the_workspace_and_the_blob_store_keep_every_byte(
+            ops in prop::collection::vec(op(), 1..24),
+            k in any::<Index>(),
+            compensating in any::<bool>(),
+        ) {
+            run(&ops, &k, compensating)?;
+        }
+    }
+}
+
+#[test]
+fn a_crash_while_a_tree_is_removed_leaves_no_trash_behind() {
+    let e = env();
+    let (s, _) = history(&e);
+    let before = snapshot(&e.ws);
+    // Killed after the tree was moved to its trash name, before it was removed.
+    let o = revl(&e, &["delete", &s, "d"], Some("effect.mid-remove"));
+    assert_ne!(o.code, 0, "the delete was not killed");
+    let st = ok(&e, &["status", &s]);
+    assert_eq!(st["head"], 5, "the delete is rolled forward: {st}");
+    let mut want = before;
+    want.retain(|p, _| p != "d" && !p.starts_with("d/"));
+    assert_snap_eq(&want, &snapshot(&e.ws), "no trash left after the repair");
+}
