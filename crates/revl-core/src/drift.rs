@@ -39,14 +39,30 @@ type EventKey = (u64, u8, std::cmp::Reverse<u64>);
 impl Expected {
     /// Rebuild from the timeline.
     pub fn of(steps: &[Step]) -> Expected {
+        Self::until(steps, None)
+    }
+
+    /// What revl's witness says the workspace held right after step k ran (the file effects
+    /// up to k, and the undos run before step k+1), whatever was undone later.
+    pub fn at(steps: &[Step], k: crate::step::Pos) -> Expected {
+        Self::until(steps, Some(k))
+    }
+
+    fn until(steps: &[Step], k: Option<crate::step::Pos>) -> Expected {
         let mut events: Vec<(EventKey, &Step, bool)> = Vec::new();
         for s in steps {
             if s.kind != StepKind::Effect || !s.has_builtin_undo() {
                 continue;
             }
+            if k.is_some_and(|k| !k.covers(s.index)) {
+                continue;
+            }
             events.push(((s.index, 0, std::cmp::Reverse(0)), s, false));
             if let (true, Some(at)) = (s.undone, s.undone_at) {
-                events.push(((at, 1, std::cmp::Reverse(s.index)), s, true));
+                // An undo run while the head was `at` came after step `at`.
+                if k.is_none_or(|k| at < k.first_above().saturating_sub(1)) {
+                    events.push(((at, 1, std::cmp::Reverse(s.index)), s, true));
+                }
             }
         }
         events.sort_by_key(|e| e.0);
@@ -139,6 +155,25 @@ impl Expected {
             at = parent;
         }
         self.images.insert(img.path.clone(), img);
+    }
+
+    /// What revl's witness says is at `path`: its own image, or absent when an ancestor is
+    /// expected absent or not a directory; `None` when revl witnessed nothing there.
+    pub fn image_of(&self, path: &str) -> Option<Image> {
+        if let Some(i) = self.images.get(path) {
+            return Some(i.clone());
+        }
+        let mut at = path;
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if let Some(i) = self.images.get(parent) {
+                return match i.kind {
+                    Some(FileKind::Dir) | None => None,
+                    _ => Some(Image::absent(path)),
+                };
+            }
+            at = parent;
+        }
+        None
     }
 
     /// Every witnessed path, in path order.

@@ -32,6 +32,8 @@ pub enum Code {
     BadArgs,
     /// v2: `blob` of a digest the store does not hold.
     UnknownBlob,
+    /// v2: `read --at K` of a path that did not exist after step K.
+    Absent,
 }
 
 impl Code {
@@ -61,6 +63,7 @@ impl Code {
             Code::StoreInWorkspace => "store-in-workspace",
             Code::BadArgs => "bad-args",
             Code::UnknownBlob => "unknown-blob",
+            Code::Absent => "absent",
         }
     }
 

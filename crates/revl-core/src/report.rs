@@ -362,3 +362,17 @@ pub struct Preserved {
     pub mode: Option<String>,
     pub digest: String,
 }
+
+/// `read PATH --at K` (SPEC 13): the content PATH had right after step K ran.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadAt {
+    pub path: String,
+    pub at: Pos,
+    pub mode: Option<String>,
+    pub digest: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_base64: Option<String>,
+}

@@ -41,6 +41,17 @@ pub struct PathArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReadArgs {
+    /// Path relative to the workspace (paths leaving the workspace are refused).
+    pub path: String,
+    /// Read the file as it was right after this step ran (-1: before every step), even when
+    /// a later rewind undid that step. Absent: the file as it is now.
+    #[serde(default)]
+    pub at: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RenameArgs {
     /// The existing path, relative to the workspace.
     pub from: String,

@@ -385,13 +385,20 @@ impl RevlServer {
     }
 
     /// Read a file of the workspace: {path, mode, content} (or contentBase64 for bytes that
-    /// are not UTF-8). Records nothing.
+    /// are not UTF-8). With `at`: the file as it was right after step `at` ran (kept even when
+    /// a later rewind undid it); an error `absent` where it did not exist. Records nothing.
     #[tool(
         name = "revl_read",
         annotations(title = "Read file", read_only_hint = true, open_world_hint = false)
     )]
-    async fn revl_read(&self, Parameters(a): Parameters<PathArgs>) -> CallToolResult {
-        self.on_session(move |s| s.workspace().read(&a.path)).await
+    async fn revl_read(&self, Parameters(a): Parameters<ReadArgs>) -> CallToolResult {
+        self.on_session(move |s| match a.at {
+            Some(k) => s
+                .read_at(&a.path, k)
+                .map(|r| revl_core::report::to_json(&r)),
+            None => s.workspace().read(&a.path),
+        })
+        .await
     }
 
     /// List a directory of the workspace (the root by default): {path, entries: [{name,

@@ -72,8 +72,15 @@ enum Cmd {
         path: String,
         mode: String,
     },
-    /// Read a file (records nothing).
-    Read { session: String, path: String },
+    /// Read a file (records nothing): as it is now, or as it was right after step K ran.
+    Read {
+        session: String,
+        path: String,
+        /// The step after which to read PATH (-1: before every step); the content is kept
+        /// even when a later rewind undid step K.
+        #[arg(long, allow_hyphen_values = true)]
+        at: Option<String>,
+    },
     /// Write the bytes of a blob of the store (a preserved file, a preimage) to stdout or
     /// FILE; with --json, a document with the bytes in base64 (or where they went).
     Blob {
@@ -484,7 +491,25 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 },
             )
         }
-        Cmd::Read { session, path } => {
+        Cmd::Read {
+            session,
+            path,
+            at: Some(at),
+        } => {
+            let k = parse_k(at, "--at")?;
+            let s = attach(&store, session)?;
+            let r = s.read_at(path, k)?;
+            let text = match (&r.content, &r.content_base64) {
+                (Some(c), _) => c.clone(),
+                (None, b) => format!("(binary, base64) {}", b.as_deref().unwrap_or("")),
+            };
+            Ok(Outcome::ok(to_json(&r), text))
+        }
+        Cmd::Read {
+            session,
+            path,
+            at: None,
+        } => {
             let s = attach(&store, session)?;
             let doc = s.workspace().read(path)?;
             let text = match doc.get("content").and_then(Value::as_str) {

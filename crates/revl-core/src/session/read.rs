@@ -5,8 +5,9 @@ use super::{Session, GUARANTEE};
 use crate::classify::{self, partition};
 use crate::drift::Expected;
 use crate::error::{Code, Error, Result};
-use crate::report::{Inspect, Owed, Status, StepView, Timeline, Verify};
+use crate::report::{Inspect, Owed, ReadAt, Status, StepView, Timeline, Verify};
 use crate::step::{Pos, StepKind};
+use crate::undo::{FileKind, Image, RestoreEntry, TreeItem, Undo};
 use serde_json::Value;
 
 impl Session {
@@ -138,4 +139,168 @@ impl Session {
             note: "changes made to the workspace outside revl are not witnessed; a rewind does not restore them, and preserves what it would overwrite or remove",
         })
     }
+
+    /// `read PATH --at K` (SPEC 13): the content PATH had right after step K ran (K = -1:
+    /// before every step), even when a later rewind undid step K, in any state of the
+    /// session. What revl witnessed at K decides the image; a path revl had not touched by
+    /// then had what the first later step touching it found (its preimage), or, if revl never
+    /// touched it, what it has now. The bytes come from the blob store, an inline preimage,
+    /// or the workspace, whichever holds that digest. `absent` (exit 1) where it did not exist.
+    pub fn read_at(&self, path: &str, k: i64) -> Result<ReadAt> {
+        let k = self.check_range(k)?;
+        let rel = self.ws.confine(path, false)?;
+        let steps = &self.state.steps;
+        let witnessed = Expected::at(steps, k).image_of(&rel);
+        let (img, inline) = match witnessed {
+            Some(img) => (img, None),
+            None => match self.preimage_after(&rel, k)? {
+                Some(found) => found,
+                None => (self.ws.observe(&rel)?, None),
+            },
+        };
+        let absent = || {
+            Error::new(
+                Code::Absent,
+                format!("{rel} did not exist after step {k}"),
+                "the timeline shows which steps touched it",
+            )
+            .with_remedy(crate::error::Remedy::Timeline)
+        };
+        let digest = match (img.kind, &img.digest) {
+            (Some(FileKind::File), Some(d)) => d.clone(),
+            (Some(FileKind::Absent), _) => return Err(absent()),
+            (kind, _) => {
+                return Err(Error::bad_args(
+                    format!(
+                        "{rel} was a {} after step {k}, not a file",
+                        kind.map_or("path", FileKind::as_str)
+                    ),
+                    "read a file; list a directory",
+                ))
+            }
+        };
+        let bytes = match inline {
+            Some(b) => b,
+            None => self.bytes_by_digest(&digest, &rel)?,
+        };
+        let (content, content_base64) = match String::from_utf8(bytes) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(crate::workspace::b64(e.as_bytes()))),
+        };
+        Ok(ReadAt {
+            path: rel,
+            at: k,
+            mode: img.mode,
+            digest,
+            content,
+            content_base64,
+        })
+    }
+
+    /// The state `rel` had before the first step after `k` that touched it changed it (that
+    /// step's preimage), with its bytes when they sit in a directory listing.
+    fn preimage_after(&self, rel: &str, k: Pos) -> Result<Option<(Image, Option<Vec<u8>>)>> {
+        for s in self.state.steps.iter().skip(k.first_above() as usize) {
+            let Some(Undo::Restore { entries }) = s.undo().filter(|_| s.kind == StepKind::Effect)
+            else {
+                continue;
+            };
+            for e in entries {
+                let p = e.path();
+                if p == rel {
+                    return Ok(Some((e.image(), None)));
+                }
+                let Some(below) = rel.strip_prefix(&format!("{p}/")) else {
+                    continue;
+                };
+                match e {
+                    RestoreEntry::Dir { tree, .. } => {
+                        let items: Vec<TreeItem> =
+                            serde_json::from_slice(&self.blobs.get(tree, Some(s.index))?)
+                                .unwrap_or_default();
+                        let Some(it) = items.into_iter().find(|i| i.path == below) else {
+                            return Ok(Some((Image::absent(rel), None)));
+                        };
+                        let bytes = it
+                            .content
+                            .as_deref()
+                            .map(crate::workspace::unb64)
+                            .transpose()?;
+                        let img = Image {
+                            digest: it.digest,
+                            kind: Some(it.kind),
+                            mode: it.mode,
+                            path: rel.to_string(),
+                        };
+                        return Ok(Some((img, bytes)));
+                    }
+                    // A mode says nothing about what is below the path.
+                    RestoreEntry::Mode { .. } => continue,
+                    _ => return Ok(Some((Image::absent(rel), None))),
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// The bytes whose blake3 is `digest`: from the blob store, an inline preimage of any
+    /// step, or the workspace file `rel`.
+    fn bytes_by_digest(&self, digest: &str, rel: &str) -> Result<Vec<u8>> {
+        if let Ok(b) = self.blobs.get(digest, None) {
+            return Ok(b);
+        }
+        if let Some(b) = inline_preimage(&self.state.steps, digest)? {
+            return Ok(b);
+        }
+        // The sessions that share this workspace's history: a branch's first writes hold
+        // its parent's last contents as their preimages, and the other way round.
+        let mut related: Vec<String> = Vec::new();
+        related.extend(self.state.fork_frozen.as_ref().map(|f| f.branch.clone()));
+        related.extend(self.state.fork_begun.as_ref().map(|f| f.branch.clone()));
+        related.extend(self.state.origin.as_ref().map(|o| o.parent.clone()));
+        let mut seen: Vec<String> = vec![self.id.clone()];
+        while let Some(id) = related.pop() {
+            if seen.contains(&id) {
+                continue;
+            }
+            seen.push(id.clone());
+            let Ok((st, _)) = crate::state::State::read(&self.store.wal_path(&id)) else {
+                continue;
+            };
+            if let Some(b) = inline_preimage(&st.steps, digest)? {
+                return Ok(b);
+            }
+            related.extend(st.fork_frozen.as_ref().map(|f| f.branch.clone()));
+            related.extend(st.origin.as_ref().map(|o| o.parent.clone()));
+        }
+        if let Some(b) = self.ws.bytes_of(rel)? {
+            if crate::util::blake3_hex(&b) == digest {
+                return Ok(b);
+            }
+        }
+        Err(Error::new(
+            Code::MissingPreimage,
+            format!("the content of {rel} (digest {digest}) is kept nowhere"),
+            "it was written before revl kept replaced content; nothing else holds it",
+        ))
+    }
+}
+
+/// The bytes of an inline preimage with this digest, in any step of `steps`.
+fn inline_preimage(steps: &[crate::step::Step], digest: &str) -> Result<Option<Vec<u8>>> {
+    for s in steps {
+        for e in s.undo().map(Undo::entries).unwrap_or_default() {
+            if let RestoreEntry::File {
+                digest: d,
+                content: Some(c),
+                ..
+            } = e
+            {
+                if d == digest {
+                    return crate::workspace::unb64(c).map(Some);
+                }
+            }
+        }
+    }
+    Ok(None)
 }

@@ -434,3 +434,94 @@ fn a_crash_while_a_tree_is_removed_leaves_no_trash_behind() {
     want.retain(|p, _| p != "d" && !p.starts_with("d/"));
     assert_snap_eq(&want, &snapshot(&e.ws), "no trash left after the repair");
 }
+
+/// `read --at K` for every K and every path against the workspace recorded right after each
+/// step ran (an independent replay of the history), in a parent frozen by a fork and in its
+/// branch: rewound content stays readable.
+#[test]
+fn read_at_every_step_agrees_with_the_recorded_history() {
+    use crate::common::Kind;
+    use std::collections::BTreeMap;
+    let e = env();
+    std::fs::create_dir_all(&e.ws).unwrap();
+    put(&e.ws.join("seed.txt"), b"there before revl", 0o644);
+    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let big: String = (0..6000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    let from = e.root.join("big.in");
+    std::fs::write(&from, &big).unwrap();
+    // (K -> the tree right after step K ran), per session.
+    let mut parent: BTreeMap<i64, Snapshot> = BTreeMap::new();
+    parent.insert(-1, snapshot(&e.ws));
+    parent.insert(0, snapshot(&e.ws));
+    let step = |args: &[&str], at: &mut BTreeMap<i64, Snapshot>| {
+        let r = ok(&e, args);
+        at.insert(r["step"].as_i64().unwrap(), snapshot(&e.ws));
+    };
+    step(&["write", &s, "a.txt", "--content", "one"], &mut parent);
+    step(
+        &["write", &s, "d/b.txt", "--from", from.to_str().unwrap()],
+        &mut parent,
+    );
+    step(&["write", &s, "a.txt", "--content", "two"], &mut parent);
+    step(&["chmod", &s, "a.txt", "600"], &mut parent);
+    step(&["rename", &s, "d/b.txt", "d/c.txt"], &mut parent);
+    step(
+        &["write", &s, "seed.txt", "--content", "revl's seed"],
+        &mut parent,
+    );
+    step(&["delete", &s, "d"], &mut parent);
+    ok(&e, &["step-back", &s, "--to", "4"]); // steps 5-7 rewound
+    step(&["write", &s, "a.txt", "--content", "three"], &mut parent);
+    step(&["mkdir", &s, "m"], &mut parent);
+    step(&["write", &s, "m/n.txt", "--content", "in m"], &mut parent);
+    let f = ok(&e, &["fork", &s, "--at", "9"]);
+    let b = ok(
+        &e,
+        &["fork-confirm", &s, "--hash", f["hash"].as_str().unwrap()],
+    )["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut branch: BTreeMap<i64, Snapshot> = BTreeMap::new();
+    branch.insert(-1, snapshot(&e.ws));
+    branch.insert(0, snapshot(&e.ws));
+    step(&["write", &b, "a.txt", "--content", "branch"], &mut branch);
+    step(&["delete", &b, "m"], &mut branch);
+
+    for (sid, history) in [(&s, &parent), (&b, &branch)] {
+        let paths: std::collections::BTreeSet<&String> =
+            history.values().flat_map(|snap| snap.keys()).collect();
+        for (k, snap) in history {
+            for p in &paths {
+                let ctx = format!("read {p} --at {k} in {sid}");
+                let o = revl(&e, &["read", sid, p, "--at", &k.to_string()], None);
+                match snap.get(*p) {
+                    Some((Kind::File, mode, bytes)) => {
+                        assert_eq!(o.code, 0, "{ctx}: {}", o.json);
+                        let got = match o.json["content"].as_str() {
+                            Some(c) => c.as_bytes().to_vec(),
+                            None => revl_core::workspace::unb64(
+                                o.json["contentBase64"].as_str().unwrap(),
+                            )
+                            .unwrap(),
+                        };
+                        assert_eq!(&got, bytes, "{ctx}");
+                        assert_eq!(o.json["mode"], format!("{mode:04o}"), "{ctx}");
+                    }
+                    Some(_) => assert_eq!(o.code, 2, "{ctx}: a directory is not read"),
+                    None => assert_eq!(
+                        (o.code, o.json["error"]["code"].as_str()),
+                        (1, Some("absent")),
+                        "{ctx}: {}",
+                        o.json
+                    ),
+                }
+            }
+        }
+    }
+}
