@@ -17,6 +17,7 @@ pub mod classify;
 pub mod drift;
 pub mod error;
 pub mod failpoint;
+pub mod gc;
 pub mod lineage;
 pub mod proc;
 pub mod recover;

@@ -131,6 +131,8 @@ pub struct State {
     pub tickets_consumed: BTreeSet<String>,
     pub standing: BTreeSet<String>,
     pub model_decisions: Vec<Value>,
+    /// Digests of drifted content preserved before a rewind (`preserved` records).
+    pub preserved: Vec<String>,
     pub records: usize,
 }
 
@@ -448,7 +450,7 @@ impl State {
                     }
                 }
             }
-            Record::Preserved { .. } => {}
+            Record::Preserved { digest, .. } => self.preserved.push(digest.clone()),
             Record::ModelDecision { step, outcome, llm } => self
                 .model_decisions
                 .push(json!({"step": step, "outcome": outcome, "llm": llm})),

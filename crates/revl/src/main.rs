@@ -81,6 +81,13 @@ enum Cmd {
         #[arg(long, allow_hyphen_values = true)]
         at: Option<String>,
     },
+    /// Find the blobs no live or frozen session can reach any more; --apply removes them
+    /// (a dry run by default: it says what it would free).
+    Gc {
+        /// Remove them (takes the store lock and every live session's lock).
+        #[arg(long)]
+        apply: bool,
+    },
     /// Write the bytes of a blob of the store (a preserved file, a preimage) to stdout or
     /// FILE; with --json, a document with the bytes in base64 (or where they went).
     Blob {
@@ -412,6 +419,23 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let mut out = Outcome::ok(to_json(&r), render::verify(&r));
             out.exit = u8::from(!r.drift.is_empty());
             Ok(out)
+        }
+        Cmd::Gc { apply } => {
+            let r = store.gc(*apply)?;
+            let text = format!(
+                "{} blob(s); {} reachable from {} live or frozen session(s); {} unreachable ({} bytes){}",
+                r.blobs,
+                r.reachable,
+                r.sessions_kept,
+                r.unreachable,
+                r.unreachable_bytes,
+                if r.applied {
+                    ": removed"
+                } else {
+                    ": nothing removed (dry run; --apply removes them)"
+                }
+            );
+            Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::Blob { digest, out } => {
             let bytes = store.blobs().fetch(digest)?;

@@ -525,3 +525,73 @@ fn read_at_every_step_agrees_with_the_recorded_history() {
         }
     }
 }
+
+/// `revl gc`: a dry run removes nothing; `--apply` removes what no live or frozen session
+/// reaches (an aborted session's blobs, an orphan), and the live session still rewinds and
+/// reads every step's content.
+#[test]
+fn gc_frees_only_what_no_live_or_frozen_session_reaches() {
+    let e = env();
+    let blob_files = |e: &Env| -> usize {
+        let mut n = 0;
+        for d in std::fs::read_dir(e.store.join("blobs")).unwrap().flatten() {
+            if d.path().is_dir() {
+                n += std::fs::read_dir(d.path()).unwrap().count();
+            }
+        }
+        n
+    };
+    let big = |tag: char| -> String { std::iter::repeat_n(tag, 6000).collect() };
+    // A live session whose history needs blobs: large preimages, a tree, kept content.
+    let (s, _) = history(&e);
+    ok(&e, &["write", &s, "big.txt", "--content", &big('x')]);
+    ok(&e, &["write", &s, "big.txt", "--content", &big('y')]);
+    ok(&e, &["delete", &s, "d"]);
+    ok(&e, &["step-back", &s, "--to", "6"]); // the tree comes back
+    ok(&e, &["step-back", &s, "--to", "5"]); // big y is replaced: only its kept blob holds it
+                                             // An aborted session on another workspace, with blobs of its own.
+    let ws2 = e.root.join("ws2");
+    let a = ok(&e, &["new", "--workspace", ws2.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ok(&e, &["write", &a, "z.txt", "--content", &big('z')]);
+    ok(&e, &["write", &a, "z.txt", "--content", &big('w')]);
+    ok(&e, &["abort", &a]);
+    // An orphan: a blob nothing names (as a crash before its intent leaves).
+    let orphan = revl_core::util::blake3_hex(b"orphan");
+    put(
+        &e.store.join("blobs").join(&orphan[..2]).join(&orphan[2..]),
+        b"orphan",
+        0o644,
+    );
+    let n = blob_files(&e);
+    let dry = ok(&e, &["gc"]);
+    assert_eq!(dry["applied"], false);
+    assert!(dry["unreachable"].as_u64().unwrap() >= 2, "{dry}");
+    assert_eq!(blob_files(&e), n, "a dry run removed something");
+    let done = ok(&e, &["gc", "--apply"]);
+    assert_eq!(done["unreachable"], dry["unreachable"]);
+    assert_eq!(
+        blob_files(&e),
+        n - dry["unreachable"].as_u64().unwrap() as usize
+    );
+    let o = revl(&e, &["blob", &orphan], None);
+    assert_eq!(o.json["error"]["code"], "unknown-blob");
+    // Nothing the live session needs went: every step reads, and it rewinds to the start.
+    for k in 0..=7 {
+        for p in ["big.txt", "d/a.txt", "top.txt"] {
+            let o = revl(&e, &["read", &s, p, "--at", &k.to_string()], None);
+            assert!(
+                o.code == 0 || o.json["error"]["code"] == "absent",
+                "read {p} --at {k} after gc: {}",
+                o.json
+            );
+        }
+    }
+    let y = ok(&e, &["read", &s, "big.txt", "--at", "6"]);
+    assert_eq!(y["content"], big('y'), "a kept post-image was collected");
+    let sb = ok(&e, &["step-back", &s, "--to", "0"]);
+    assert_eq!(sb["failed"], serde_json::json!([]));
+    assert_eq!(ok(&e, &["gc"])["unreachable"], 0, "nothing new to collect");
+}

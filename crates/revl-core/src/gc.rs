@@ -1,0 +1,159 @@
+//! Blob store housekeeping (`revl gc`, SPEC 13): the blobs no live or frozen session can
+//! reach any more. A dry run by default: it says what it would free.
+//!
+//! Reachable from a session: its manifest copy; every preimage blob and directory tree (and
+//! the files a tree names) of its restore descriptors, the pending intent's included; the
+//! post-image digests of its file effects (what a rewind kept so `read --at` finds it); the
+//! digests it `preserved`. Committed and aborted sessions hold nothing: their blobs can be
+//! collected (`read --at` on them then finds only what the workspace or an inline preimage
+//! still holds). A WAL that cannot be read makes `--apply` refuse: nothing is guessed.
+//! `--apply` holds the store lock and the lock of every live session, so no operation that
+//! writes a blob before naming it is in flight.
+
+use crate::error::{Code, Error, Result};
+use crate::state::{Life, State};
+use crate::store::Store;
+use crate::undo::{RestoreEntry, TreeItem, Undo};
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// `gc`'s result.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcReport {
+    /// Sessions whose blobs count as reachable (live or frozen).
+    pub sessions_kept: usize,
+    /// Committed or aborted sessions, whose blobs may go.
+    pub sessions_closed: usize,
+    pub blobs: usize,
+    pub reachable: usize,
+    /// Blobs no live or frozen session reaches.
+    pub unreachable: usize,
+    /// Their bytes.
+    pub unreachable_bytes: u64,
+    /// True when they were removed (`--apply`).
+    pub applied: bool,
+}
+
+impl Store {
+    /// Find (and with `apply`, remove) the blobs no live or frozen session can reach.
+    pub fn gc(&self, apply: bool) -> Result<GcReport> {
+        let _store_lock = if apply {
+            Some(self.store_lock()?)
+        } else {
+            None
+        };
+        let blobs = self.blobs();
+        let mut reachable: BTreeSet<String> = BTreeSet::new();
+        let (mut kept, mut closed) = (0, 0);
+        let mut locks = Vec::new();
+        for id in self.session_ids()? {
+            let st = match State::read(&self.wal_path(&id)) {
+                Ok((st, _)) => st,
+                Err(e) if apply => {
+                    return Err(Error::new(
+                        Code::CorruptWal,
+                        format!(
+                            "session {id} cannot be read ({}): gc cannot tell what it reaches",
+                            e.message
+                        ),
+                        "repair or remove that session first; nothing was removed",
+                    ))
+                }
+                // A dry run counts what it can.
+                Err(_) => continue,
+            };
+            match st.life() {
+                Life::Committed | Life::Aborted => {
+                    closed += 1;
+                    continue;
+                }
+                Life::Live if apply => locks.push(self.lock(
+                    &self.session_dir(&id).join("lock"),
+                    &format!("session {id}"),
+                )?),
+                _ => {}
+            }
+            kept += 1;
+            reachable_from(&st, &blobs, &mut reachable);
+        }
+        let (mut total, mut gone, mut bytes) = (0usize, Vec::new(), 0u64);
+        for dir in
+            std::fs::read_dir(blobs.root()).map_err(|e| Error::io(blobs.root().display(), e))?
+        {
+            let dir = dir
+                .map_err(|e| Error::io(blobs.root().display(), e))?
+                .path();
+            let Some(prefix) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
+                continue;
+            };
+            if !dir.is_dir() {
+                continue;
+            }
+            for f in std::fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))? {
+                let f = f.map_err(|e| Error::io(dir.display(), e))?;
+                let name = f.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue; // a blob being written
+                }
+                total += 1;
+                let digest = format!("{prefix}{name}");
+                if !reachable.contains(&digest) {
+                    bytes += f.metadata().map_or(0, |m| m.len());
+                    gone.push(f.path());
+                }
+            }
+        }
+        if apply {
+            for p in &gone {
+                std::fs::remove_file(p).map_err(|e| Error::io(p.display(), e))?;
+            }
+        }
+        drop(locks);
+        Ok(GcReport {
+            sessions_kept: kept,
+            sessions_closed: closed,
+            blobs: total,
+            reachable: total - gone.len(),
+            unreachable: gone.len(),
+            unreachable_bytes: bytes,
+            applied: apply,
+        })
+    }
+}
+
+/// Every blob digest a session's WAL names.
+fn reachable_from(st: &State, blobs: &crate::blobs::BlobStore, out: &mut BTreeSet<String>) {
+    out.extend(st.manifest_digest.clone());
+    out.extend(st.preserved.iter().cloned());
+    let pending = st.intent.as_ref().and_then(|i| i.undo.as_ref());
+    let undos = st.steps.iter().filter_map(|s| s.undo()).chain(pending);
+    for u in undos {
+        for e in u.entries() {
+            match e {
+                RestoreEntry::File { digest, blob, .. } => {
+                    out.insert(digest.clone());
+                    out.extend(blob.clone());
+                }
+                RestoreEntry::Dir { tree, .. } => {
+                    out.insert(tree.clone());
+                    let items: Vec<TreeItem> = blobs
+                        .get(tree, None)
+                        .ok()
+                        .and_then(|b| serde_json::from_slice(&b).ok())
+                        .unwrap_or_default();
+                    out.extend(items.into_iter().filter_map(|i| i.digest));
+                }
+                _ => {}
+            }
+        }
+    }
+    // Post-images: what a rewind kept of a file revl wrote.
+    for s in &st.steps {
+        if let Some(Undo::Restore { .. }) = s.undo() {
+            if let Some(d) = s.detail()["after"]["digest"].as_str() {
+                out.insert(d.to_string());
+            }
+        }
+    }
+}
