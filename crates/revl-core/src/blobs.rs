@@ -56,6 +56,105 @@ impl BlobStore {
         Ok(digest)
     }
 
+    /// Store the content of the file at `path` durably, streamed (a chunk in memory at a
+    /// time, whatever its size), and return its digest. Idempotent like [`BlobStore::put`].
+    pub fn put_file(&self, path: &Path) -> Result<String> {
+        let res = (|| -> std::io::Result<String> {
+            self.fp.enospc()?;
+            fs::create_dir_all(&self.root)?;
+            let tmp = self.root.join(format!(
+                ".incoming.{}.{}.tmp",
+                std::process::id(),
+                crate::util::new_id()
+            ));
+            let copied = (|| -> std::io::Result<String> {
+                let mut src = File::open(path)?;
+                let mut dst = File::create(&tmp)?;
+                let mut h = blake3::Hasher::new();
+                let mut buf = vec![0u8; crate::util::STREAM_CHUNK];
+                loop {
+                    let k = match std::io::Read::read(&mut src, &mut buf) {
+                        Ok(0) => break,
+                        Ok(k) => k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    };
+                    h.update(&buf[..k]);
+                    dst.write_all(&buf[..k])?;
+                }
+                dst.sync_all()?;
+                Ok(h.finalize().to_hex().to_string())
+            })();
+            let digest = match copied {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            };
+            let dest = self.path_of(&digest);
+            if self.check(&digest, None).is_ok() {
+                let _ = fs::remove_file(&tmp);
+                return Ok(digest);
+            }
+            let dir = dest.parent().expect("blob path has a parent").to_path_buf();
+            fs::create_dir_all(&dir)?;
+            fs::rename(&tmp, &dest)?;
+            File::open(&dir)?.sync_all()?;
+            File::open(&self.root)?.sync_all()?;
+            Ok(digest)
+        })();
+        res.map_err(|e| Error::io(format!("cannot store {} as a blob", path.display()), e))
+    }
+
+    /// Copy a blob into a new file `dest` (which must not exist), streamed and verified
+    /// against its name; `dest` is removed if the blob turns out damaged.
+    pub fn copy_out(&self, digest: &str, dest: &Path, step: Option<u64>) -> Result<()> {
+        let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
+        let mut src = File::open(self.path_of(digest)).map_err(|e| {
+            Error::new(
+                Code::MissingPreimage,
+                format!("{who}preimage blob {digest} is missing ({e})"),
+                "restore the store's blobs/ directory from a backup; nothing was run",
+            )
+        })?;
+        let copied = (|| -> std::io::Result<String> {
+            let mut dst = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(dest)?;
+            let mut h = blake3::Hasher::new();
+            let mut buf = vec![0u8; crate::util::STREAM_CHUNK];
+            loop {
+                let k = match std::io::Read::read(&mut src, &mut buf) {
+                    Ok(0) => break,
+                    Ok(k) => k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                };
+                h.update(&buf[..k]);
+                dst.write_all(&buf[..k])?;
+            }
+            dst.sync_all()?;
+            Ok(h.finalize().to_hex().to_string())
+        })();
+        match copied {
+            Ok(d) if d == digest => Ok(()),
+            Ok(_) => {
+                let _ = fs::remove_file(dest);
+                Err(Error::new(
+                    Code::MissingPreimage,
+                    format!("{who}preimage blob {digest} is damaged (its content does not match its name)"),
+                    "restore the store's blobs/ directory from a backup",
+                ))
+            }
+            Err(e) => {
+                let _ = fs::remove_file(dest);
+                Err(Error::io(dest.display(), e))
+            }
+        }
+    }
+
     /// Read a blob and verify it. `step` names the step that needs it, for the error.
     pub fn get(&self, digest: &str, step: Option<u64>) -> Result<Vec<u8>> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
@@ -101,9 +200,26 @@ impl BlobStore {
         self.get(digest, None)
     }
 
-    /// Check a blob is present and intact without keeping its bytes.
+    /// Check a blob is present and intact without keeping its bytes (streamed).
     pub fn check(&self, digest: &str, step: Option<u64>) -> Result<()> {
-        self.get(digest, step).map(|_| ())
+        let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
+        let f = File::open(self.path_of(digest)).map_err(|e| {
+            Error::new(
+                Code::MissingPreimage,
+                format!("{who}preimage blob {digest} is missing ({e})"),
+                "restore the store's blobs/ directory from a backup; nothing was run",
+            )
+        })?;
+        match crate::util::blake3_reader(f) {
+            Ok((d, _)) if d == digest => Ok(()),
+            _ => Err(Error::new(
+                Code::MissingPreimage,
+                format!(
+                    "{who}preimage blob {digest} is damaged (its content does not match its name)"
+                ),
+                "restore the store's blobs/ directory from a backup; nothing was run",
+            )),
+        }
     }
 
     pub fn root(&self) -> &Path {

@@ -20,6 +20,29 @@ pub fn blake3_hex(bytes: &[u8]) -> String {
     blake3::hash(bytes).to_hex().to_string()
 }
 
+/// Bytes per read when a file is streamed (hashing, copying into or out of the blob store):
+/// the memory a large file costs, whatever its size.
+pub const STREAM_CHUNK: usize = 1 << 20;
+
+/// The blake3 hex of everything `r` yields, read a chunk at a time; and how many bytes.
+pub fn blake3_reader(mut r: impl std::io::Read) -> std::io::Result<(String, u64)> {
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; STREAM_CHUNK];
+    let mut n = 0u64;
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => {
+                h.update(&buf[..k]);
+                n += k as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((h.finalize().to_hex().to_string(), n))
+}
+
 /// A fresh 32-hex id (sessions, branches, tickets).
 pub fn new_id() -> String {
     let mut b = [0u8; 16];

@@ -128,6 +128,14 @@ fn kind_of(m: &fs::Metadata) -> FileKind {
     }
 }
 
+/// The blake3 of a file's content, streamed.
+fn hash_file(p: &Path) -> Result<String> {
+    let f = File::open(p).map_err(|e| io(p, e))?;
+    crate::util::blake3_reader(f)
+        .map(|(d, _)| d)
+        .map_err(|e| io(p, e))
+}
+
 fn fsync_dir(p: &Path) -> Result<()> {
     File::open(p)
         .and_then(|f| f.sync_all())
@@ -275,10 +283,7 @@ impl Workspace {
         let mode = Some(mode_str(m.permissions().mode()));
         let kind = kind_of(&m);
         let (digest, mode) = match kind {
-            FileKind::File => {
-                let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
-                (Some(blake3_hex(&bytes)), mode)
-            }
+            FileKind::File => (Some(hash_file(&abs)?), mode),
             FileKind::Dir => {
                 let listing = self.listing(&abs, false, None)?;
                 (Some(listing_digest(&listing)), mode)
@@ -343,7 +348,21 @@ impl Workspace {
         Ok(())
     }
 
-    /// The bytes of a file (its content) or a symlink (its target), to preserve them.
+    /// Keep what is at `rel` in the blob store (a file's content, streamed; a symlink's
+    /// target) and return its digest; `None` for anything else.
+    pub fn keep(&self, rel: &str, blobs: &BlobStore) -> Result<Option<String>> {
+        let abs = self.abs(rel);
+        match lstat(&abs)?.map(|m| kind_of(&m)) {
+            Some(FileKind::File) => blobs.put_file(&abs).map(Some),
+            Some(FileKind::Symlink) => {
+                let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
+                blobs.put(t.as_os_str().as_encoded_bytes()).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The bytes of a file (its content) or a symlink (its target).
     pub fn bytes_of(&self, rel: &str) -> Result<Option<Vec<u8>>> {
         let abs = self.abs(rel);
         match lstat(&abs)?.map(|m| kind_of(&m)) {
@@ -416,17 +435,21 @@ impl Workspace {
                     self.walk(&abs, &rel, capture, blobs, out)?;
                 }
                 FileKind::File => {
-                    let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
-                    let mut content = None;
-                    if capture {
-                        if bytes.len() <= INLINE_MAX {
-                            content = Some(b64(&bytes));
-                        } else if let Some(b) = blobs {
-                            b.put(&bytes)?;
+                    let (digest, content) = match (capture, blobs) {
+                        (true, Some(b)) if m.len() > INLINE_MAX as u64 => (b.put_file(&abs)?, None),
+                        (true, _) if m.len() <= INLINE_MAX as u64 => {
+                            let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
+                            (blake3_hex(&bytes), Some(b64(&bytes)))
                         }
-                    }
-                    let digest = Some(blake3_hex(&bytes));
-                    out.push(item(FileKind::File, Some(mode), digest, content, None));
+                        _ => (hash_file(&abs)?, None),
+                    };
+                    out.push(item(
+                        FileKind::File,
+                        Some(mode),
+                        Some(digest),
+                        content,
+                        None,
+                    ));
                 }
                 FileKind::Symlink => {
                     let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
@@ -454,16 +477,18 @@ impl Workspace {
         let mode = mode_str(m.permissions().mode());
         match kind_of(&m) {
             FileKind::File => {
-                let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
-                let (content, blob) = if bytes.len() <= INLINE_MAX {
-                    (Some(b64(&bytes)), None)
+                // Small preimages sit inline; large ones are streamed into the blob store.
+                let (digest, content, blob) = if m.len() <= INLINE_MAX as u64 {
+                    let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
+                    (blake3_hex(&bytes), Some(b64(&bytes)), None)
                 } else {
-                    (None, Some(blobs.put(&bytes)?))
+                    let d = blobs.put_file(&abs)?;
+                    (d.clone(), None, Some(d))
                 };
                 Ok(RestoreEntry::File {
                     path,
                     mode,
-                    digest: blake3_hex(&bytes),
+                    digest,
                     content,
                     blob,
                 })
@@ -1091,7 +1116,23 @@ impl Workspace {
                 let mode = parse_mode(mode)?;
                 let content = match (content, blob) {
                     (Some(c), _) => unb64(c)?,
-                    (None, Some(b)) => blobs.get(b, Some(step))?,
+                    (None, Some(b)) => {
+                        // Streamed from the blob store: a large preimage never sits in memory.
+                        fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
+                        let tmp = parent.join(format!(".revl-restore-{step}.tmp"));
+                        let _ = fs::remove_file(&tmp);
+                        blobs.copy_out(b, &tmp, Some(step))?;
+                        if lstat(&abs)?.is_some_and(|m| !m.is_file()) {
+                            remove_any(&abs)?;
+                        }
+                        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
+                            .and_then(|_| fs::rename(&tmp, &abs))
+                            .map_err(|e| {
+                                let _ = fs::remove_file(&tmp);
+                                io(&abs, e)
+                            })?;
+                        return fsync_dir(&parent);
+                    }
                     (None, None) => {
                         return Err(Error::new(
                             Code::MissingPreimage,
@@ -1146,7 +1187,11 @@ impl Workspace {
                             let content = match &it.content {
                                 Some(c) => unb64(c)?,
                                 None => {
-                                    blobs.get(it.digest.as_deref().unwrap_or(""), Some(step))?
+                                    let d = it.digest.as_deref().unwrap_or("");
+                                    blobs.copy_out(d, &p, Some(step))?;
+                                    fs::set_permissions(&p, fs::Permissions::from_mode(m))
+                                        .map_err(|e| io(&p, e))?;
+                                    continue;
                                 }
                             };
                             let mut f = OpenOptions::new()

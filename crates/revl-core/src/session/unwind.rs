@@ -129,10 +129,9 @@ impl Session {
                     if kept.iter().any(|k: &Preserved| k.path == node.path) {
                         continue;
                     }
-                    let Some(bytes) = self.ws.bytes_of(&node.path)? else {
+                    let Some(digest) = self.ws.keep(&node.path, &self.blobs)? else {
                         continue;
                     };
-                    let digest = self.blobs.put(&bytes)?;
                     let kind = node.kind.unwrap_or(crate::undo::FileKind::File);
                     records.push(Record::Preserved {
                         step: i,
@@ -158,9 +157,7 @@ impl Session {
                 if node.kind == Some(crate::undo::FileKind::File)
                     && !kept.iter().any(|k| k.path == node.path)
                 {
-                    if let Some(bytes) = self.ws.bytes_of(&node.path)? {
-                        self.blobs.put(&bytes)?;
-                    }
+                    self.ws.keep(&node.path, &self.blobs)?;
                 }
             }
         }
