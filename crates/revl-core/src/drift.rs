@@ -31,6 +31,9 @@ pub struct Expected {
     /// Directories revl created (the topmost absent ancestor of a write, a mkdir): every
     /// entry in them must be witnessed.
     created: BTreeSet<String>,
+    /// Directories that came with their content (moved in, or restored from a tree): revl
+    /// knew their whole tree by its digest, even after something below changed.
+    trees: BTreeSet<String>,
 }
 
 /// (head, 0 = step / 1 = undo, newest undo first)
@@ -143,6 +146,29 @@ impl Expected {
         for k in below {
             self.images.remove(&k);
         }
+        let gone: Vec<String> = self
+            .trees
+            .iter()
+            .filter(|t| **t == img.path || t.starts_with(&under))
+            .cloned()
+            .collect();
+        for t in gone {
+            self.trees.remove(&t);
+        }
+        // A directory that comes with a tree (moved in, restored), not one made empty.
+        let empty = crate::workspace::listing_digest(&[]);
+        if img.kind == Some(FileKind::Dir) && img.digest.as_ref().is_some_and(|d| *d != empty) {
+            let made: Vec<String> = self
+                .created
+                .iter()
+                .filter(|c| **c == img.path || c.starts_with(&under))
+                .cloned()
+                .collect();
+            for c in made {
+                self.created.remove(&c);
+            }
+            self.trees.insert(img.path.clone());
+        }
         let mut at = img.path.as_str();
         while let Some((parent, _)) = at.rsplit_once('/') {
             if let Some(e) = self.images.get_mut(parent) {
@@ -185,6 +211,12 @@ impl Expected {
     fn covered_by_tree(&self, path: &str) -> bool {
         let mut at = path;
         while let Some((parent, _)) = at.rsplit_once('/') {
+            if self.trees.contains(parent) {
+                return true;
+            }
+            if self.created.contains(parent) {
+                return false;
+            }
             if self.images.get(parent).is_some_and(|i| i.digest.is_some()) {
                 return true;
             }

@@ -376,3 +376,73 @@ pub struct ReadAt {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content_base64: Option<String>,
 }
+
+/// `call TOOL` (SPEC 4.1, 5): by the tool's class.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum CallResult {
+    /// A class (b) held send: enqueued, nothing ran.
+    #[serde(rename_all = "camelCase")]
+    Queued {
+        seq: u64,
+        queued: bool,
+        after_step: u64,
+        note: &'static str,
+    },
+    /// A class (c) call without a usable approval: nothing fired (exit 1 / `isError`).
+    #[serde(rename_all = "camelCase")]
+    ApprovalRequired {
+        approval_required: bool,
+        ticket: String,
+        tool: String,
+        args_digest: String,
+        hint: String,
+    },
+    /// A tool that ran and was recorded (effect, emission, opaque).
+    #[serde(rename_all = "camelCase")]
+    Ran {
+        step: u64,
+        seq: u64,
+        label: String,
+        /// An emission's idempotency key.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        exit_code: Option<i32>,
+        stdout: String,
+        stderr: String,
+        witness: Value,
+    },
+}
+
+/// `approve` (SPEC 5): the grant.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    pub approved: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_digest: Option<String>,
+    pub tool: String,
+    pub standing: bool,
+    pub session: String,
+}
+
+/// `resend --seq S`: the send fired once more, and how it ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resent {
+    pub resent: bool,
+    pub seq: u64,
+    pub flushed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+/// `note-model` (SPEC 8): what was recorded.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelNote {
+    pub recorded: bool,
+    pub step: u64,
+    pub outcome: String,
+    pub llm: Value,
+}

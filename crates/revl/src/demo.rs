@@ -3,12 +3,20 @@
 
 use crate::Outcome;
 use revl::sink::Sink;
-use revl_core::report::Stepped;
+use revl_core::report::{CallResult, Stepped};
 use revl_core::{Error, Failpoints, FileOp, Store};
 use serde_json::json;
 
 fn io(e: std::io::Error) -> Error {
     Error::io("demo", e)
+}
+
+/// The seq of a held send (`-` for any other call result).
+fn seq_of(r: &CallResult) -> String {
+    match r {
+        CallResult::Queued { seq, .. } => seq.to_string(),
+        _ => "-".into(),
+    }
 }
 
 fn step(r: &Stepped) -> String {
@@ -84,7 +92,11 @@ pub fn run(keep: bool) -> Result<Outcome, Error> {
         "send_email",
         json!({"to": "boss@example.com", "body": "draft"}),
     )?;
-    say(format!("  held send {} queued; {}", q["seq"], sent(&sink)));
+    say(format!(
+        "  held send {} queued; {}",
+        seq_of(&q),
+        sent(&sink)
+    ));
     let a = s0.abort()?;
     say(format!(
         "  abort: dropped {} held send(s), ran {} inverse(s); junk.txt exists: {}; {}",
@@ -129,14 +141,13 @@ pub fn run(keep: bool) -> Result<Outcome, Error> {
     )?;
     say(format!(
         "  held send {} queued (it fires only at a confirmed commit)",
-        q["seq"]
+        seq_of(&q)
     ));
-    let posted = s.call("post_status", json!({"text": "refund denied"}))?;
-    say(format!(
-        "  step {:>2}  {}",
-        posted["step"],
-        posted["label"].as_str().unwrap_or("")
-    ));
+    if let CallResult::Ran { step, label, .. } =
+        s.call("post_status", json!({"text": "refund denied"}))?
+    {
+        say(format!("  step {step:>2}  {label}"));
+    }
     say(format!("  {}", sent(&sink)));
 
     say(format!("\n4. \"What if I had answered differently?\" Enumerate a fork at step {k}: nothing changes yet.\n"));

@@ -592,8 +592,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 )
             })?;
             let mut s = attach(&store, session)?;
-            let doc = s.call(tool, args)?;
-            Ok(negative_aware(doc.clone(), render::call(&doc)))
+            let r = s.call(tool, args)?;
+            Ok(negative_aware(to_json(&r), render::call(&r)))
         }
         Cmd::Commit { session } => {
             let s = attach(&store, session)?;
@@ -612,7 +612,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Cmd::Resend { session, seq } => {
             let mut s = attach(&store, session)?;
-            let doc = s.resend(*seq)?;
+            let doc = to_json(&s.resend(*seq)?);
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
         }
         Cmd::Approve {
@@ -621,7 +621,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             tool,
         } => {
             let mut s = attach(&store, session)?;
-            let doc = s.approve(ticket.as_deref(), tool.as_deref())?;
+            let doc = to_json(&s.approve(ticket.as_deref(), tool.as_deref())?);
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
         }
         Cmd::NoteModel {
@@ -641,7 +641,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 "latencySeconds": latency_seconds, "attempts": attempts, "attemptCeiling": attempt_ceiling,
                 "outcome": outcome, "cost": cost, "currency": currency});
             let mut s = attach(&store, session)?;
-            let doc = s.note_model(&args)?;
+            let doc = to_json(&s.note_model(&args)?);
             Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
         }
         Cmd::Fork { session, at } => {

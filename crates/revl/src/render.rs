@@ -3,8 +3,8 @@
 use revl_core::drift::Drift;
 use revl_core::recover::RecoverReport;
 use revl_core::report::{
-    to_json, CommitPlan, ExecReport, ForkReport, Owed, Preserved, Residue, Status, StepBackReport,
-    Stepped, Timeline, Verify,
+    to_json, CallResult, CommitPlan, ExecReport, ForkReport, Owed, Preserved, Residue, Status,
+    StepBackReport, Stepped, Timeline, Verify,
 };
 use revl_core::state::Deferred;
 use revl_core::unwind::Failed;
@@ -303,28 +303,30 @@ pub fn step_back(v: &StepBackReport) -> String {
     out
 }
 
-pub fn call(v: &Value) -> String {
-    if v["approvalRequired"] == Value::Bool(true) {
-        return format!(
-            "APPROVAL REQUIRED for {} (ticket {})\n{}",
-            s(&v["tool"]),
-            s(&v["ticket"]),
-            s(&v["hint"])
-        );
-    }
-    if v["queued"] == Value::Bool(true) {
-        return format!(
-            "held send {} queued: it fires only at a confirmed commit",
-            s(&v["seq"])
-        );
-    }
-    let mut out = format!("step {}  {}", s(&v["step"]), s(&v["label"]));
-    for k in ["stdout", "stderr"] {
-        if let Some(t) = v[k].as_str().filter(|t| !t.is_empty()) {
-            let _ = write!(out, "\n--- {k} ---\n{}", t.trim_end());
+pub fn call(v: &CallResult) -> String {
+    match v {
+        CallResult::ApprovalRequired {
+            tool, ticket, hint, ..
+        } => format!("APPROVAL REQUIRED for {tool} (ticket {ticket})\n{hint}"),
+        CallResult::Queued { seq, .. } => {
+            format!("held send {seq} queued: it fires only at a confirmed commit")
+        }
+        CallResult::Ran {
+            step,
+            label,
+            stdout,
+            stderr,
+            ..
+        } => {
+            let mut out = format!("step {step}  {label}");
+            for (k, t) in [("stdout", stdout), ("stderr", stderr)] {
+                if !t.is_empty() {
+                    let _ = write!(out, "\n--- {k} ---\n{}", t.trim_end());
+                }
+            }
+            out
         }
     }
-    out
 }
 
 pub fn commit_plan(v: &CommitPlan) -> String {

@@ -3,6 +3,7 @@
 //! compensation) for the unwind executor.
 
 use crate::error::{Code, Error, Remedy, Result};
+use crate::report::CallResult;
 use crate::session::Session;
 use crate::step::{Step, StepKind};
 use crate::tools::{check_args, run_tool, Class, Manifest, Tool};
@@ -86,7 +87,7 @@ impl Session {
     }
 
     /// `call TOOL --args JSON`, by the tool's class (SPEC 4.1).
-    pub fn call(&mut self, name: &str, args: Value) -> Result<Value> {
+    pub fn call(&mut self, name: &str, args: Value) -> Result<CallResult> {
         self.require_live()?;
         let manifest = self.manifest()?;
         let tool = manifest
@@ -109,7 +110,7 @@ impl Session {
         }
     }
 
-    fn enqueue(&mut self, tool: &Tool, args: Value) -> Result<Value> {
+    fn enqueue(&mut self, tool: &Tool, args: Value) -> Result<CallResult> {
         let seq = self.take_seq()?;
         let after_step = self.state.head();
         self.append(
@@ -123,9 +124,12 @@ impl Session {
             },
             true,
         )?;
-        Ok(
-            json!({"seq": seq, "queued": true, "afterStep": after_step, "note": "held: it fires only at a confirmed commit"}),
-        )
+        Ok(CallResult::Queued {
+            seq,
+            queued: true,
+            after_step,
+            note: "held: it fires only at a confirmed commit",
+        })
     }
 
     fn intent(&mut self, step: u64, kind: &str, label: &str, site: &str) -> Result<()> {
@@ -143,7 +147,7 @@ impl Session {
         )
     }
 
-    fn call_effect(&mut self, tool: &Tool, manifest: &Manifest, args: Value) -> Result<Value> {
+    fn call_effect(&mut self, tool: &Tool, manifest: &Manifest, args: Value) -> Result<CallResult> {
         let undo_tool = manifest.tool(tool.undo.as_deref().unwrap_or("")).cloned();
         let step = self.state.next_index();
         let label = format!("{}.{}", tool.service, tool.method);
@@ -205,9 +209,16 @@ impl Session {
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
-        Ok(
-            json!({"step": step, "seq": seq, "label": label, "exitCode": run.exit_code, "stdout": run.stdout, "stderr": run.stderr, "witness": run.witness}),
-        )
+        Ok(CallResult::Ran {
+            step,
+            seq,
+            label,
+            key: None,
+            exit_code: run.exit_code,
+            stdout: run.stdout,
+            stderr: run.stderr,
+            witness: run.witness,
+        })
     }
 
     /// Find a usable approval for an emission, or `None`.
@@ -232,7 +243,12 @@ impl Session {
             })
     }
 
-    fn call_emission(&mut self, tool: &Tool, manifest: &Manifest, args: Value) -> Result<Value> {
+    fn call_emission(
+        &mut self,
+        tool: &Tool,
+        manifest: &Manifest,
+        args: Value,
+    ) -> Result<CallResult> {
         let digest = sha256_jcs(&args);
         if !tool.approval_none {
             match self.usable_approval(&tool.name, &digest) {
@@ -248,10 +264,13 @@ impl Session {
                         },
                         true,
                     )?;
-                    return Ok(
-                        json!({"approvalRequired": true, "ticket": ticket, "tool": tool.name, "argsDigest": digest,
-                        "hint": format!("a human approves with `revl approve {} --ticket {ticket}` (once) or `--tool {}` (standing); then call again", self.id, tool.name)}),
-                    );
+                    return Ok(CallResult::ApprovalRequired {
+                        approval_required: true,
+                        hint: format!("a human approves with `revl approve {} --ticket {ticket}` (once) or `--tool {}` (standing); then call again", self.id, tool.name),
+                        ticket,
+                        tool: tool.name.clone(),
+                        args_digest: digest,
+                    });
                 }
             }
         }
@@ -311,12 +330,19 @@ impl Session {
             )
             .with_step(step));
         }
-        Ok(
-            json!({"step": step, "seq": seq, "label": label, "key": key, "exitCode": run.exit_code, "stdout": run.stdout, "stderr": run.stderr, "witness": run.witness}),
-        )
+        Ok(CallResult::Ran {
+            step,
+            seq,
+            label,
+            key: Some(key),
+            exit_code: run.exit_code,
+            stdout: run.stdout,
+            stderr: run.stderr,
+            witness: run.witness,
+        })
     }
 
-    fn call_opaque(&mut self, tool: &Tool, args: Value) -> Result<Value> {
+    fn call_opaque(&mut self, tool: &Tool, args: Value) -> Result<CallResult> {
         let step = self.state.next_index();
         let label = format!("{}/opaque", tool.name);
         self.intent(step, "opaque", &label, &tool.name)?;
@@ -340,9 +366,16 @@ impl Session {
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
-        Ok(
-            json!({"step": step, "seq": seq, "label": label, "exitCode": run.exit_code, "stdout": run.stdout, "stderr": run.stderr, "witness": run.witness}),
-        )
+        Ok(CallResult::Ran {
+            step,
+            seq,
+            label,
+            key: None,
+            exit_code: run.exit_code,
+            stdout: run.stdout,
+            stderr: run.stderr,
+            witness: run.witness,
+        })
     }
 
     /// Run a manifest inverse: an effect's undo tool or a compensation.

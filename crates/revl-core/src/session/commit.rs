@@ -2,7 +2,9 @@
 
 use super::Session;
 use crate::error::{Code, Error, Remedy, Result};
-use crate::report::{CommitPlan, CommitResult, FlushFailure, Witnessed};
+use crate::report::{
+    Approval, CommitPlan, CommitResult, FlushFailure, ModelNote, Resent, Witnessed,
+};
 use crate::state::Life;
 use crate::tools::{run_tool, Class};
 use crate::util::sha256_jcs;
@@ -13,7 +15,7 @@ impl Session {
     // ---- approvals (SPEC 5) ----
 
     /// `approve --ticket T` (once) or `--tool NAME` (standing, this session only).
-    pub fn approve(&mut self, ticket: Option<&str>, tool: Option<&str>) -> Result<Value> {
+    pub fn approve(&mut self, ticket: Option<&str>, tool: Option<&str>) -> Result<Approval> {
         self.require_live()?;
         match (ticket, tool) {
             (Some(t), None) => {
@@ -36,9 +38,14 @@ impl Session {
                     },
                     true,
                 )?;
-                Ok(
-                    json!({"approved": true, "ticket": t, "tool": tool, "argsDigest": digest, "standing": false, "session": self.id}),
-                )
+                Ok(Approval {
+                    approved: true,
+                    ticket: Some(t.into()),
+                    args_digest: Some(digest),
+                    tool,
+                    standing: false,
+                    session: self.id.clone(),
+                })
             }
             (None, Some(name)) => {
                 let m = self.manifest()?;
@@ -65,7 +72,14 @@ impl Session {
                     },
                     true,
                 )?;
-                Ok(json!({"approved": true, "tool": name, "standing": true, "session": self.id}))
+                Ok(Approval {
+                    approved: true,
+                    ticket: None,
+                    args_digest: None,
+                    tool: name.into(),
+                    standing: true,
+                    session: self.id.clone(),
+                })
             }
             _ => Err(Error::new(
                 Code::Usage,
@@ -176,7 +190,7 @@ impl Session {
 
     /// `resend --seq S`: an operator fires one owed or failed held send of a committed
     /// session once more, explicitly.
-    pub fn resend(&mut self, seq: u64) -> Result<Value> {
+    pub fn resend(&mut self, seq: u64) -> Result<Resent> {
         if self.state.life() != Life::Committed {
             return Err(Error::new(Code::NotCommitted, format!("session {} is {}, not committed: resend is for a committed session's owed sends", self.id, self.state.life().as_str()), "commit first; held sends fire at commit"));
         }
@@ -211,7 +225,12 @@ impl Session {
         match run.error {
             None => {
                 self.append(Record::Flushed { seq }, true)?;
-                Ok(json!({"resent": true, "seq": seq, "flushed": true}))
+                Ok(Resent {
+                    resent: true,
+                    seq,
+                    flushed: true,
+                    error: None,
+                })
             }
             Some(error) => {
                 self.append(
@@ -221,14 +240,19 @@ impl Session {
                     },
                     true,
                 )?;
-                Ok(json!({"resent": true, "seq": seq, "flushed": false, "error": error}))
+                Ok(Resent {
+                    resent: true,
+                    seq,
+                    flushed: false,
+                    error: Some(error),
+                })
             }
         }
     }
 
     /// `note-model` (SPEC 8): which model answered step k and what it cost. Metadata only:
     /// no prompt or response text, and no digest of them, is ever written.
-    pub fn note_model(&mut self, args: &Value) -> Result<Value> {
+    pub fn note_model(&mut self, args: &Value) -> Result<ModelNote> {
         self.require_live()?;
         let bad = |f: &str, want: &str| {
             Error::bad_args(
@@ -308,6 +332,11 @@ impl Session {
             },
             true,
         )?;
-        Ok(json!({"recorded": true, "step": step, "outcome": outcome, "llm": llm}))
+        Ok(ModelNote {
+            recorded: true,
+            step,
+            outcome,
+            llm,
+        })
     }
 }

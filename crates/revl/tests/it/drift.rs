@@ -687,3 +687,33 @@ fn a_2_gib_file_is_rewound_in_under_64_mib() {
     let blob = kept.join(&digest[..2]).join(&digest[2..]);
     assert_eq!(std::fs::metadata(blob).unwrap().len(), BIG);
 }
+
+/// A directory revl made, then deleted, then restored with its tree by a step-back, is no
+/// drift for verify nor for a fork that rewinds through it (a regression: its restored
+/// entries once read as unwitnessed entries of a directory revl made).
+#[test]
+fn a_restored_tree_inside_a_made_directory_is_not_drift() {
+    let e = env();
+    std::fs::create_dir_all(&e.ws).unwrap();
+    let s = ok(&e, &["new", "--workspace", e.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let at_k = snapshot(&e.ws);
+    ok(&e, &["mkdir", &s, "d/e"]); // 1: makes d and d/e
+    ok(&e, &["write", &s, "d/e/f.txt", "--content", "f"]); // 2
+    ok(&e, &["write", &s, "top.txt", "--content", "t"]); // 3
+    ok(&e, &["rename", &s, "top.txt", "d/top.txt"]); // 4: changes d
+    ok(&e, &["delete", &s, "d"]); // 5
+    ok(&e, &["step-back", &s, "--to", "4"]); // d comes back from its tree
+    let v = revl(&e, &["verify", &s], None);
+    assert_eq!(v.code, 0, "{}", v.json);
+    let f = ok(&e, &["fork", &s, "--at", "0"]);
+    assert_eq!(f["drift"], serde_json::json!([]), "{f}");
+    let done = ok(
+        &e,
+        &["fork-confirm", &s, "--hash", f["hash"].as_str().unwrap()],
+    );
+    assert_eq!(done["preserved"], serde_json::json!([]), "{done}");
+    assert_snap_eq(&at_k, &snapshot(&e.ws), "after the fork");
+}
