@@ -446,3 +446,57 @@ pub struct ModelNote {
     pub outcome: String,
     pub llm: Value,
 }
+
+/// `read PATH` (SPEC 4.2): the file as it is now.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileRead {
+    pub path: String,
+    pub mode: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_base64: Option<String>,
+}
+
+/// One entry of `list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ListEntry {
+    pub name: String,
+    pub kind: crate::undo::FileKind,
+    pub mode: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// `list [PATH]` (SPEC 4.2).
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    pub path: String,
+    pub entries: Vec<ListEntry>,
+}
+
+/// One session of `sessions`: what its WAL says, or why it cannot be read.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum SessionEntry {
+    Known {
+        session: String,
+        state: &'static str,
+        workspace: String,
+        head: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent: Option<String>,
+    },
+    Unreadable {
+        session: String,
+        state: &'static str,
+        error: Value,
+    },
+}
+
+/// `sessions` (SPEC 4.2).
+#[derive(Debug, Clone, Serialize)]
+pub struct Sessions {
+    pub sessions: Vec<SessionEntry>,
+}

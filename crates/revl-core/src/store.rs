@@ -156,24 +156,26 @@ impl Store {
     /// `sessions` → `{sessions: [{session, state, workspace, head, parent?}]}`. A WAL that
     /// cannot be read is listed with `state: "unreadable"` and its error instead of hiding
     /// the others.
-    pub fn sessions(&self) -> Result<serde_json::Value> {
-        let mut list = Vec::new();
+    pub fn sessions(&self) -> Result<crate::report::Sessions> {
+        use crate::report::SessionEntry;
+        let mut sessions = Vec::new();
         for id in self.session_ids()? {
-            let v = match self.info(&id) {
-                Ok(info) => {
-                    let mut v = serde_json::json!({"session": info.id, "state": info.state.as_str(), "workspace": info.workspace, "head": info.head});
-                    if let Some(p) = info.parent {
-                        v["parent"] = p.into();
-                    }
-                    v
-                }
-                Err(e) => {
-                    serde_json::json!({"session": id, "state": "unreadable", "error": e.to_json()["error"]})
-                }
-            };
-            list.push(v);
+            sessions.push(match self.info(&id) {
+                Ok(info) => SessionEntry::Known {
+                    session: info.id,
+                    state: info.state.as_str(),
+                    workspace: info.workspace,
+                    head: info.head,
+                    parent: info.parent,
+                },
+                Err(e) => SessionEntry::Unreadable {
+                    session: id,
+                    state: "unreadable",
+                    error: e.to_json()["error"].clone(),
+                },
+            });
         }
-        Ok(serde_json::json!({"sessions": list}))
+        Ok(crate::report::Sessions { sessions })
     }
 
     /// Take an exclusive lock on `path`, waiting up to the store's lock wait.

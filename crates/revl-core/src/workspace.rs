@@ -17,7 +17,7 @@ use crate::failpoint::Failpoints;
 use crate::undo::{self, FileDetail, FileKind, Image, RestoreEntry, TreeItem, Undo};
 use crate::util::{blake3_hex, jcs};
 use base64::Engine as _;
-use serde_json::{json, Value};
+
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -1224,7 +1224,7 @@ impl Workspace {
     }
 
     /// `read PATH` → `{path, mode, content | contentBase64}`
-    pub fn read(&self, path: &str) -> Result<Value> {
+    pub fn read(&self, path: &str) -> Result<crate::report::FileRead> {
         let rel = self.confine(path, false)?;
         let abs = self.abs(&rel);
         let m = fs::metadata(&abs).map_err(|e| io(&abs, e))?;
@@ -1241,16 +1241,20 @@ impl Workspace {
             ));
         }
         let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
-        let mut v = json!({"path": rel, "mode": mode_str(m.permissions().mode())});
-        match String::from_utf8(bytes) {
-            Ok(s) => v["content"] = s.into(),
-            Err(e) => v["contentBase64"] = b64(e.as_bytes()).into(),
-        }
-        Ok(v)
+        let (content, content_base64) = match String::from_utf8(bytes) {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(b64(e.as_bytes()))),
+        };
+        Ok(crate::report::FileRead {
+            path: rel,
+            mode: mode_str(m.permissions().mode()),
+            content,
+            content_base64,
+        })
     }
 
     /// `list [PATH]` → `{path, entries: [{name, kind, mode, size?}]}`
-    pub fn list(&self, path: Option<&str>) -> Result<Value> {
+    pub fn list(&self, path: Option<&str>) -> Result<crate::report::Listing> {
         let rel = match path {
             Some(p) => self.confine(p, true)?,
             None => String::new(),
@@ -1261,14 +1265,15 @@ impl Workspace {
             let e = e.map_err(|e| io(&abs, e))?;
             let name = e.file_name().to_string_lossy().into_owned();
             let m = fs::symlink_metadata(e.path()).map_err(|err| io(&e.path(), err))?;
-            let mut v = json!({"name": name, "kind": kind_of(&m).as_str(), "mode": mode_str(m.permissions().mode())});
-            if m.is_file() {
-                v["size"] = m.len().into();
-            }
-            entries.push(v);
+            entries.push(crate::report::ListEntry {
+                name,
+                kind: kind_of(&m),
+                mode: mode_str(m.permissions().mode()),
+                size: m.is_file().then_some(m.len()),
+            });
         }
-        entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        Ok(json!({"path": rel, "entries": entries}))
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(crate::report::Listing { path: rel, entries })
     }
 }
 

@@ -396,7 +396,10 @@ impl RevlServer {
             Some(k) => s
                 .read_at(&a.path, k)
                 .map(|r| revl_core::report::to_json(&r)),
-            None => s.workspace().read(&a.path),
+            None => s
+                .workspace()
+                .read(&a.path)
+                .map(|r| revl_core::report::to_json(&r)),
         })
         .await
     }
@@ -533,7 +536,8 @@ impl RevlServer {
         annotations(title = "Sessions", read_only_hint = true, open_world_hint = false)
     )]
     async fn revl_sessions(&self) -> CallToolResult {
-        self.blocking(|store, _| store.sessions()).await
+        self.blocking(|store, _| store.sessions().map(|r| revl_core::report::to_json(&r)))
+            .await
     }
 
     /// Rewind the session to step `to`: undo the steps above it, newest first. Mode

@@ -403,9 +403,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(doc, text))
         }
         Cmd::Sessions => {
-            let doc = store.sessions()?;
-            let text = render::sessions(&doc);
-            Ok(Outcome::ok(doc, text))
+            let r = store.sessions()?;
+            Ok(Outcome::ok(to_json(&r), render::sessions(&r)))
         }
         Cmd::Status { session } => {
             let s = attach(&store, session)?;
@@ -535,20 +534,17 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             at: None,
         } => {
             let s = attach(&store, session)?;
-            let doc = s.workspace().read(path)?;
-            let text = match doc.get("content").and_then(Value::as_str) {
-                Some(c) => c.to_string(),
-                None => format!(
-                    "(binary, base64) {}",
-                    doc["contentBase64"].as_str().unwrap_or("")
-                ),
+            let r = s.workspace().read(path)?;
+            let text = match (&r.content, &r.content_base64) {
+                (Some(c), _) => c.clone(),
+                (None, b) => format!("(binary, base64) {}", b.as_deref().unwrap_or("")),
             };
-            Ok(Outcome::ok(doc, text))
+            Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::List { session, path } => {
             let s = attach(&store, session)?;
-            let doc = s.workspace().list(path.as_deref())?;
-            Ok(Outcome::ok(doc.clone(), render::list(&doc)))
+            let r = s.workspace().list(path.as_deref())?;
+            Ok(Outcome::ok(to_json(&r), render::list(&r)))
         }
         Cmd::Provide {
             session,

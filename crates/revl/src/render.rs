@@ -3,8 +3,8 @@
 use revl_core::drift::Drift;
 use revl_core::recover::RecoverReport;
 use revl_core::report::{
-    to_json, CallResult, CommitPlan, ExecReport, ForkReport, Owed, Preserved, Residue, Status,
-    StepBackReport, Stepped, Timeline, Verify,
+    to_json, CallResult, CommitPlan, ExecReport, ForkReport, Listing, Owed, Preserved, Residue,
+    SessionEntry, Sessions, Status, StepBackReport, Stepped, Timeline, Verify,
 };
 use revl_core::state::Deferred;
 use revl_core::unwind::Failed;
@@ -41,24 +41,37 @@ pub fn exec(v: &ExecReport) -> String {
     out
 }
 
-pub fn sessions(v: &Value) -> String {
-    let list = v["sessions"].as_array().cloned().unwrap_or_default();
-    if list.is_empty() {
+pub fn sessions(v: &Sessions) -> String {
+    if v.sessions.is_empty() {
         return "no sessions".into();
     }
     let mut out = String::new();
-    for x in list {
-        let _ = writeln!(
-            out,
-            "{}  {:<9} head {:<5} {}{}",
-            s(&x["session"]),
-            s(&x["state"]),
-            s(&x["head"]),
-            s(&x["workspace"]),
-            x.get("parent")
-                .map(|p| format!("  (branch of {})", s(p)))
-                .unwrap_or_default()
-        );
+    for x in &v.sessions {
+        let _ = match x {
+            SessionEntry::Known {
+                session,
+                state,
+                workspace,
+                head,
+                parent,
+            } => writeln!(
+                out,
+                "{session}  {state:<9} head {head:<5} {workspace}{}",
+                parent
+                    .as_ref()
+                    .map(|p| format!("  (branch of {p})"))
+                    .unwrap_or_default()
+            ),
+            SessionEntry::Unreadable {
+                session,
+                state,
+                error,
+            } => writeln!(
+                out,
+                "{session}  {state:<9} {}",
+                error["message"].as_str().unwrap_or("")
+            ),
+        };
     }
     out.trim_end().to_string()
 }
@@ -120,16 +133,16 @@ pub fn verify(v: &Verify) -> String {
     out.trim_start().to_string()
 }
 
-pub fn list(v: &Value) -> String {
+pub fn list(v: &Listing) -> String {
     let mut out = String::new();
-    for e in v["entries"].as_array().cloned().unwrap_or_default() {
+    for e in &v.entries {
         let _ = writeln!(
             out,
             "{:<8} {} {:>9}  {}",
-            s(&e["kind"]),
-            s(&e["mode"]),
-            e.get("size").map(s).unwrap_or_default(),
-            s(&e["name"])
+            e.kind.as_str(),
+            e.mode,
+            e.size.map(|n| n.to_string()).unwrap_or_default(),
+            e.name
         );
     }
     out.trim_end().to_string()
