@@ -11,11 +11,156 @@ use crate::report::Residue;
 use crate::state::State;
 use crate::step::{Pos, Step, StepKind};
 use crate::unwind::Failed;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 pub const SCHEMA_VERSION: &str = "1.0";
+
+/// `revl.branch-lineage` (SPEC 7.2): one WAL's place in its lineage.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lineage {
+    pub kind: &'static str,
+    pub schema_version: &'static str,
+    pub wal: String,
+    pub role: &'static str,
+    pub session: String,
+    pub state: &'static str,
+    pub steps: usize,
+    pub complete: bool,
+    pub torn: bool,
+    /// A branch: its parent, where it diverged, what it kept and inherited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diverged_at: Option<Pos>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_wal: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preserved: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_preserved: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inherited_residue: Option<Residue>,
+    /// A forked parent: its branch, where it froze (null while the fork is unfinished).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen_at: Option<Option<Pos>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fork_complete: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub residue: Option<Residue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mid_fork: Option<String>,
+}
+
+/// One side of a comparison.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Side {
+    pub wal: String,
+    pub session: String,
+    pub role: &'static str,
+    pub steps: usize,
+    pub emissions_crossed: Vec<u64>,
+    pub model_decisions: Vec<Value>,
+}
+
+/// What the two sides share and where they part (lineage positions).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Delta {
+    pub shared_prefix: Value,
+    pub first_difference: Option<Value>,
+    pub only_left: Vec<Value>,
+    pub only_right: Vec<Value>,
+    pub emissions: Value,
+    pub model_decisions: Value,
+    pub identical: bool,
+}
+
+/// `revl.branch-compare` (SPEC 7.3).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Compare {
+    pub kind: &'static str,
+    pub schema_version: &'static str,
+    pub relation: &'static str,
+    pub comparable: bool,
+    pub diverged_at: Option<i64>,
+    pub left: Side,
+    pub right: Side,
+    pub not_comparable: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<Delta>,
+}
+
+/// An edge of a topology: `branch` forked from `parent` at `at`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Edge {
+    pub parent: String,
+    pub branch: String,
+    pub at: Pos,
+}
+
+/// A branch whose parent WAL was not given, or a frozen parent whose branch WAL was not.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Unclosed {
+    pub wal: String,
+    pub parent: String,
+    pub branch: String,
+    pub at: Pos,
+    pub why: String,
+}
+
+/// A standalone WAL given to a topology.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Unidentified {
+    pub wal: String,
+    pub why: &'static str,
+}
+
+/// `revl.branch-topology` (SPEC 7.2).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Topology {
+    pub kind: &'static str,
+    pub schema_version: &'static str,
+    pub sessions: Vec<Lineage>,
+    pub edges: Vec<Edge>,
+    pub children: BTreeMap<String, Vec<String>>,
+    pub roots: Vec<String>,
+    pub orphans: Vec<Unclosed>,
+    pub dangling: Vec<Unclosed>,
+    pub unidentified: Vec<Unidentified>,
+}
+
+impl Compare {
+    /// Not comparable (exit 1, SPEC 7.3).
+    pub fn unclean(&self) -> bool {
+        !self.comparable
+    }
+}
+
+impl Topology {
+    /// Orphans or dangling edges: the topology is not closed (exit 1).
+    pub fn unclean(&self) -> bool {
+        !self.orphans.is_empty() || !self.dangling.is_empty()
+    }
+}
+
+impl Lineage {
+    /// Residue that is not clean (exit 1, SPEC 7.2).
+    pub fn unclean(&self) -> bool {
+        [&self.inherited_residue, &self.residue]
+            .iter()
+            .any(|r| r.as_ref().is_some_and(|r| !r.clean))
+    }
+}
 
 /// `revl.branch-partition` (SPEC 7.2).
 #[derive(Debug, serde::Serialize)]
@@ -40,23 +185,8 @@ pub struct PartitionDoc<'a> {
     pub reader_note: &'static str,
 }
 
-/// Does an offline document report something that is not clean (exit 1, SPEC 7.2, 7.3)?
-/// A lineage or partition with residue that is not clean, a topology with orphans or
-/// dangling edges, two WALs that cannot be compared.
-pub fn unclean(doc: &Value) -> bool {
-    let nonempty = |k: &str| doc[k].as_array().is_some_and(|a| !a.is_empty());
-    match doc["kind"].as_str() {
-        Some("revl.branch-topology") => nonempty("orphans") || nonempty("dangling"),
-        Some("revl.branch-compare") => doc["comparable"] != Value::Bool(true),
-        _ => ["inheritedResidue", "residue"].iter().any(|k| {
-            doc.get(*k)
-                .is_some_and(|r| r["clean"] == Value::Bool(false))
-        }),
-    }
-}
-
 impl PartitionDoc<'_> {
-    /// The same rule as [`unclean`], on the typed partition document.
+    /// Residue that is not clean (exit 1, SPEC 7.2).
     pub fn unclean(&self) -> bool {
         !self.residue.clean
     }
@@ -83,14 +213,14 @@ pub fn open(path: &Path) -> Result<OfflineWal> {
 
 /// The residue a fork left: the parent's crossed and would-cross indices, and its failed
 /// inverses.
-fn residue_of(indices: &[u64], failed: &[Failed], what: &str) -> Value {
-    crate::report::to_json(&Residue::new(indices.iter().copied(), failed, |out| {
+fn residue_of(indices: &[u64], failed: &[Failed], what: &str) -> Residue {
+    Residue::new(indices.iter().copied(), failed, |out| {
         if out.is_empty() {
             format!("{what}: no emission crossed, no inverse was left unfired and none failed")
         } else {
             format!("{what}: {} step(s) of the parent's history stay out in the world or unrestored (crossed emissions, inverses that would cross, failed inverses): {out:?}", out.len())
         }
-    }))
+    })
 }
 
 impl OfflineWal {
@@ -129,30 +259,39 @@ impl OfflineWal {
     }
 
     /// The lineage document (`revl.branch-lineage`).
-    pub fn lineage(&self) -> Value {
+    pub fn lineage(&self) -> Lineage {
         let st = &self.state;
-        let mut m = Map::new();
-        m.insert("kind".into(), "revl.branch-lineage".into());
-        m.insert("schemaVersion".into(), SCHEMA_VERSION.into());
-        m.insert("wal".into(), self.path.display().to_string().into());
-        m.insert("role".into(), self.role().into());
-        m.insert("session".into(), st.session.clone().into());
-        m.insert("state".into(), st.life().as_str().into());
-        m.insert("steps".into(), st.steps.len().into());
-        m.insert("complete".into(), st.activation_complete.into());
-        m.insert("torn".into(), self.torn.into());
+        let mut doc = Lineage {
+            kind: "revl.branch-lineage",
+            schema_version: SCHEMA_VERSION,
+            wal: self.path.display().to_string(),
+            role: self.role(),
+            session: st.session.clone(),
+            state: st.life().as_str(),
+            steps: st.steps.len(),
+            complete: st.activation_complete,
+            torn: self.torn,
+            parent: None,
+            diverged_at: None,
+            parent_wal: None,
+            preserved: None,
+            not_preserved: None,
+            inherited_residue: None,
+            child: None,
+            frozen_at: None,
+            fork_complete: None,
+            residue: None,
+            mid_fork: None,
+        };
         if let Some(o) = &st.origin {
             let mut idx: Vec<u64> = o.crossed.iter().chain(&o.would_cross).copied().collect();
             idx.sort_unstable();
-            m.insert("parent".into(), o.parent.clone().into());
-            m.insert("divergedAt".into(), o.at.into());
-            m.insert("parentWal".into(), o.parent_wal.clone().into());
-            m.insert("preserved".into(), o.preserved.clone());
-            m.insert("notPreserved".into(), o.not_preserved.clone());
-            m.insert(
-                "inheritedResidue".into(),
-                residue_of(&idx, &o.failed, "inherited at the fork"),
-            );
+            doc.parent = Some(o.parent.clone());
+            doc.diverged_at = Some(o.at);
+            doc.parent_wal = Some(o.parent_wal.clone());
+            doc.preserved = Some(o.preserved.clone());
+            doc.not_preserved = Some(o.not_preserved.clone());
+            doc.inherited_residue = Some(residue_of(&idx, &o.failed, "inherited at the fork"));
         }
         if let Some((child, at)) = self.child() {
             let begun = st.fork_begun.as_ref();
@@ -165,25 +304,15 @@ impl OfflineWal {
                 .as_ref()
                 .map(|f| f.failed.clone())
                 .unwrap_or_default();
-            m.insert("child".into(), child.into());
-            m.insert(
-                "frozenAt".into(),
-                if st.fork_frozen.is_some() {
-                    at.into()
-                } else {
-                    Value::Null
-                },
-            );
-            m.insert("forkComplete".into(), st.fork_complete.into());
-            m.insert(
-                "residue".into(),
-                residue_of(&idx, &failed, "left behind by the fork"),
-            );
+            doc.child = Some(child);
+            doc.frozen_at = Some(st.fork_frozen.is_some().then_some(at));
+            doc.fork_complete = Some(st.fork_complete);
+            doc.residue = Some(residue_of(&idx, &failed, "left behind by the fork"));
             if !st.fork_complete {
-                m.insert("midFork".into(), format!("the fork at step {at} began but neither completed nor was abandoned: the workspace may be half rewound; any revl command on this session repairs it").into());
+                doc.mid_fork = Some(format!("the fork at step {at} began but neither completed nor was abandoned: the workspace may be half rewound; any revl command on this session repairs it"));
             }
         }
-        Value::Object(m)
+        doc
     }
 
     /// The partition of the tail above k from the WAL alone (`revl.branch-partition`),
@@ -269,21 +398,26 @@ impl OfflineWal {
         partition(&self.state.steps, k)
     }
 
-    fn side(&self) -> Value {
-        let emissions: Vec<u64> = self
-            .state
-            .steps
-            .iter()
-            .filter(|s| s.kind == StepKind::Emission)
-            .map(|s| s.index)
-            .collect();
-        json!({"wal": self.path.display().to_string(), "session": self.state.session, "role": self.role(),
-               "steps": self.state.steps.len(), "emissionsCrossed": emissions, "modelDecisions": self.state.model_decisions})
+    fn side(&self) -> Side {
+        Side {
+            wal: self.path.display().to_string(),
+            session: self.state.session.clone(),
+            role: self.role(),
+            steps: self.state.steps.len(),
+            emissions_crossed: self
+                .state
+                .steps
+                .iter()
+                .filter(|s| s.kind == StepKind::Emission)
+                .map(|s| s.index)
+                .collect(),
+            model_decisions: self.state.model_decisions.clone(),
+        }
     }
 }
 
 /// The topology of several WALs (`revl.branch-topology`). The same WAL given twice counts once.
-pub fn topology(paths: &[PathBuf]) -> Result<Value> {
+pub fn topology(paths: &[PathBuf]) -> Result<Topology> {
     let mut seen = BTreeSet::new();
     let mut wals = Vec::new();
     for p in paths {
@@ -306,45 +440,62 @@ pub fn topology(paths: &[PathBuf]) -> Result<Value> {
         match w.parent() {
             Some((parent, at)) => {
                 if ids.contains(parent) {
-                    edges.push(json!({"parent": parent, "branch": w.session(), "at": at}));
+                    edges.push(Edge {
+                        parent: parent.to_string(),
+                        branch: w.session().to_string(),
+                        at,
+                    });
                     children
                         .entry(parent.to_string())
                         .or_default()
                         .push(w.session().to_string());
                 } else {
                     roots.push(w.session().to_string());
-                    orphans.push(json!({"wal": wal, "branch": w.session(), "parent": parent, "at": at, "why": format!("the parent's WAL ({parent}) was not given")}));
+                    orphans.push(Unclosed {
+                        wal: wal.clone(),
+                        parent: parent.to_string(),
+                        branch: w.session().to_string(),
+                        at,
+                        why: format!("the parent's WAL ({parent}) was not given"),
+                    });
                 }
             }
             None => roots.push(w.session().to_string()),
         }
         if let Some((child, at)) = w.child() {
             if !ids.contains(&child) {
-                dangling.push(json!({"wal": wal, "parent": w.session(), "branch": child, "at": at, "why": format!("the branch's WAL ({child}) was not given")}));
+                dangling.push(Unclosed {
+                    wal: wal.clone(),
+                    parent: w.session().to_string(),
+                    why: format!("the branch's WAL ({child}) was not given"),
+                    branch: child,
+                    at,
+                });
             }
         }
         if w.role() == "standalone" {
-            unidentified.push(json!({"wal": wal, "why": "a standalone session: it has no fork record, so it belongs to no lineage"}));
+            unidentified.push(Unidentified {
+                wal,
+                why: "a standalone session: it has no fork record, so it belongs to no lineage",
+            });
         }
     }
     for v in children.values_mut() {
         v.sort();
     }
     roots.sort();
-    edges.sort_by(|a, b| {
-        (a["parent"].as_str(), a["at"].as_i64()).cmp(&(b["parent"].as_str(), b["at"].as_i64()))
-    });
-    Ok(json!({
-        "kind": "revl.branch-topology",
-        "schemaVersion": SCHEMA_VERSION,
-        "sessions": wals.iter().map(OfflineWal::lineage).collect::<Vec<_>>(),
-        "edges": edges,
-        "children": children,
-        "roots": roots,
-        "orphans": orphans,
-        "dangling": dangling,
-        "unidentified": unidentified,
-    }))
+    edges.sort_by(|a, b| (&a.parent, a.at).cmp(&(&b.parent, b.at)));
+    Ok(Topology {
+        kind: "revl.branch-topology",
+        schema_version: SCHEMA_VERSION,
+        sessions: wals.iter().map(OfflineWal::lineage).collect(),
+        edges,
+        children,
+        roots,
+        orphans,
+        dangling,
+        unidentified,
+    })
 }
 
 /// A side's steps by lineage position: a branch's step i ≥ 1 sits at position at+i; a root's
@@ -373,7 +524,7 @@ fn brief(pos: i64, s: &Step) -> Value {
 }
 
 /// Compare two WALs (`revl.branch-compare`).
-pub fn compare(left: &Path, right: &Path) -> Result<Value> {
+pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
     let (l, r) = (open(left)?, open(right)?);
     let not_comparable = json!([
         {"axis": "decisionCause", "why": "revl records what each side did, not why the model decided it: no prompt or response is recorded, so a difference cannot be attributed to a cause"},
@@ -387,18 +538,20 @@ pub fn compare(left: &Path, right: &Path) -> Result<Value> {
         }
         _ => ("unrelated", None),
     };
-    let mut doc = json!({
-        "kind": "revl.branch-compare",
-        "schemaVersion": SCHEMA_VERSION,
-        "relation": relation,
-        "comparable": relation != "unrelated",
-        "divergedAt": diverged,
-        "left": l.side(),
-        "right": r.side(),
-        "notComparable": not_comparable,
-    });
+    let mut doc = Compare {
+        kind: "revl.branch-compare",
+        schema_version: SCHEMA_VERSION,
+        relation,
+        comparable: relation != "unrelated",
+        diverged_at: diverged,
+        left: l.side(),
+        right: r.side(),
+        not_comparable,
+        why: None,
+        delta: None,
+    };
     if relation == "unrelated" {
-        doc["why"] = "neither WAL names the other as its parent and they share no parent: there is no divergence point to compare from".into();
+        doc.why = Some("neither WAL names the other as its parent and they share no parent: there is no divergence point to compare from");
         return Ok(doc);
     }
     // Positions at or below the divergence point are shared; siblings forked at different
@@ -444,14 +597,14 @@ pub fn compare(left: &Path, right: &Path) -> Result<Value> {
             })
             .collect()
     };
-    doc["delta"] = json!({
-        "sharedPrefix": {"through": cut, "steps": shared},
-        "firstDifference": first_doc,
-        "onlyLeft": la.iter().skip(from).map(|(p, s)| brief(*p, s)).collect::<Vec<_>>(),
-        "onlyRight": ra.iter().skip(from).map(|(p, s)| brief(*p, s)).collect::<Vec<_>>(),
-        "emissions": {"left": emissions(&la), "right": emissions(&ra)},
-        "modelDecisions": {"left": l.state.model_decisions, "right": r.state.model_decisions},
-        "identical": first.is_none(),
+    doc.delta = Some(Delta {
+        shared_prefix: json!({"through": cut, "steps": shared}),
+        first_difference: first_doc,
+        only_left: la.iter().skip(from).map(|(p, s)| brief(*p, s)).collect(),
+        only_right: ra.iter().skip(from).map(|(p, s)| brief(*p, s)).collect(),
+        emissions: json!({"left": emissions(&la), "right": emissions(&ra)}),
+        model_decisions: json!({"left": l.state.model_decisions, "right": r.state.model_decisions}),
+        identical: first.is_none(),
     });
     Ok(doc)
 }

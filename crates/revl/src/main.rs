@@ -335,10 +335,11 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     match &cli.cmd {
         Cmd::Branch { wals, at } => return offline_branch(wals, at.as_deref(), cli.json),
         Cmd::Compare { left, right } => {
-            let doc = revl_core::lineage::compare(left, right)?;
+            let report = revl_core::lineage::compare(left, right)?;
+            let doc = to_json(&report);
             return Ok(Outcome {
-                text: render::compare(&doc),
-                exit: u8::from(revl_core::lineage::unclean(&doc)),
+                text: render::compare(&report),
+                exit: u8::from(report.unclean()),
                 doc,
                 printed: false,
             });
@@ -740,14 +741,14 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
             "revl branch --wal FILE --at K",
         )),
         ([one], None) => {
-            let doc = lineage::open(one)?.lineage();
-            let exit = u8::from(lineage::unclean(&doc));
-            Ok(done(doc.clone(), render::lineage(&doc), exit))
+            let report = lineage::open(one)?.lineage();
+            let exit = u8::from(report.unclean());
+            Ok(done(to_json(&report), render::lineage(&report), exit))
         }
         (many, None) => {
-            let doc = lineage::topology(many)?;
-            let exit = u8::from(lineage::unclean(&doc));
-            Ok(done(doc.clone(), render::topology(&doc), exit))
+            let report = lineage::topology(many)?;
+            let exit = u8::from(report.unclean());
+            Ok(done(to_json(&report), render::topology(&report), exit))
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Human renderings. Designed for people; `--json` is the machine format.
 
 use revl_core::drift::Drift;
+use revl_core::lineage::{Compare, Lineage, Topology};
 use revl_core::recover::RecoverReport;
 use revl_core::report::{
     to_json, CallResult, CommitPlan, ExecReport, ForkReport, Listing, Owed, Preserved, Residue,
@@ -477,34 +478,34 @@ pub fn fork(v: &ForkReport) -> String {
     out
 }
 
-pub fn lineage(v: &Value) -> String {
-    let mut out = format!("{} {}", s(&v["role"]).to_uppercase(), s(&v["session"]));
+pub fn lineage(v: &Lineage) -> String {
+    let mut out = format!("{} {}", v.role.to_uppercase(), v.session);
     let _ = write!(
         out,
         "\n  wal {}  steps {}  state {}{}",
-        s(&v["wal"]),
-        s(&v["steps"]),
-        s(&v["state"]),
-        if v["torn"] == Value::Bool(true) {
-            "  (torn tail)"
-        } else {
-            ""
-        }
+        v.wal,
+        v.steps,
+        v.state,
+        if v.torn { "  (torn tail)" } else { "" }
     );
-    if let Some(p) = v.get("parent") {
-        let _ = write!(out, "\nbranch of  {} at step {}", s(p), s(&v["divergedAt"]));
-        let r = &v["inheritedResidue"];
-        let _ = write!(
-            out,
-            "\n  inherited residue: {}  {}",
-            if r["clean"] == Value::Bool(true) {
-                "clean"
-            } else {
-                "NOT CLEAN"
-            },
-            s(&r["proof"])
-        );
-        for np in v["notPreserved"].as_array().cloned().unwrap_or_default() {
+    if let Some(p) = &v.parent {
+        let at = v.diverged_at.map_or("-".to_string(), |a| a.to_string());
+        let _ = write!(out, "\nbranch of  {p} at step {at}");
+        if let Some(r) = &v.inherited_residue {
+            let _ = write!(
+                out,
+                "\n  inherited residue: {}  {}",
+                residue_word(r),
+                r.proof
+            );
+        }
+        for np in v
+            .not_preserved
+            .as_ref()
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let _ = write!(
                 out,
                 "\n  not preserved: {}: {}",
@@ -513,64 +514,47 @@ pub fn lineage(v: &Value) -> String {
             );
         }
     }
-    if let Some(c) = v.get("child") {
+    if let Some(c) = &v.child {
+        let at = v
+            .frozen_at
+            .flatten()
+            .map_or("-".to_string(), |a| a.to_string());
         let _ = write!(
             out,
-            "\nforked into {} at step {}{}",
-            s(c),
-            s(&v["frozenAt"]),
-            if v["forkComplete"] == Value::Bool(true) {
+            "\nforked into {c} at step {at}{}",
+            if v.fork_complete == Some(true) {
                 ""
             } else {
                 " (fork not complete)"
             }
         );
-        let r = &v["residue"];
-        let _ = write!(
-            out,
-            "\n  residue: {}  {}",
-            if r["clean"] == Value::Bool(true) {
-                "clean"
-            } else {
-                "NOT CLEAN"
-            },
-            s(&r["proof"])
-        );
+        if let Some(r) = &v.residue {
+            let _ = write!(out, "\n  residue: {}  {}", residue_word(r), r.proof);
+        }
     }
-    if let Some(m) = v.get("midFork") {
-        let _ = write!(out, "\nMID-FORK: {}", s(m));
+    if let Some(m) = &v.mid_fork {
+        let _ = write!(out, "\nMID-FORK: {m}");
     }
     out
 }
 
-pub fn topology(v: &Value) -> String {
-    let mut out = format!(
-        "branch topology ({} WALs)",
-        v["sessions"].as_array().map_or(0, Vec::len)
-    );
-    for e in v["edges"].as_array().cloned().unwrap_or_default() {
+pub fn topology(v: &Topology) -> String {
+    let mut out = format!("branch topology ({} WALs)", v.sessions.len());
+    for e in &v.edges {
         let _ = write!(
             out,
             "\n  {} -> {} (forked at step {})",
-            s(&e["parent"]),
-            s(&e["branch"]),
-            s(&e["at"])
+            e.parent, e.branch, e.at
         );
     }
-    for o in v["orphans"].as_array().cloned().unwrap_or_default() {
-        let _ = write!(out, "\n  ORPHAN {}: {}", s(&o["branch"]), s(&o["why"]));
+    for o in &v.orphans {
+        let _ = write!(out, "\n  ORPHAN {}: {}", o.branch, o.why);
     }
-    for d in v["dangling"].as_array().cloned().unwrap_or_default() {
-        let _ = write!(
-            out,
-            "\n  DANGLING {} -> {}: {}",
-            s(&d["parent"]),
-            s(&d["branch"]),
-            s(&d["why"])
-        );
+    for d in &v.dangling {
+        let _ = write!(out, "\n  DANGLING {} -> {}: {}", d.parent, d.branch, d.why);
     }
-    for u in v["unidentified"].as_array().cloned().unwrap_or_default() {
-        let _ = write!(out, "\n  unidentified {}: {}", s(&u["wal"]), s(&u["why"]));
+    for u in &v.unidentified {
+        let _ = write!(out, "\n  unidentified {}: {}", u.wal, u.why);
     }
     out
 }
@@ -622,44 +606,38 @@ pub fn partition(v: &Value) -> String {
     out
 }
 
-pub fn compare(v: &Value) -> String {
-    let mut out = format!("relation: {}", s(&v["relation"]).to_uppercase());
+pub fn compare(v: &Compare) -> String {
+    let mut out = format!("relation: {}", v.relation.to_uppercase());
     let _ = write!(
         out,
         "\n  left  {} ({}, {} steps)\n  right {} ({}, {} steps)",
-        s(&v["left"]["session"]),
-        s(&v["left"]["role"]),
-        s(&v["left"]["steps"]),
-        s(&v["right"]["session"]),
-        s(&v["right"]["role"]),
-        s(&v["right"]["steps"])
+        v.left.session, v.left.role, v.left.steps, v.right.session, v.right.role, v.right.steps
     );
-    if v["comparable"] != Value::Bool(true) {
-        let _ = write!(out, "\nnot comparable: {}", s(&v["why"]));
+    let Some(d) = v.delta.as_ref().filter(|_| v.comparable) else {
+        let _ = write!(out, "\nnot comparable: {}", v.why.unwrap_or("-"));
         return out;
-    }
-    let d = &v["delta"];
+    };
     let _ = write!(
         out,
         "\ndiverged at: {}\nshared through position {}",
-        s(&v["divergedAt"]),
-        s(&d["sharedPrefix"]["through"])
+        v.diverged_at.map_or("-".to_string(), |a| a.to_string()),
+        s(&d.shared_prefix["through"])
     );
-    if d["identical"] == Value::Bool(true) {
-        out.push_str("\nidentical after the divergence point");
-    } else {
-        let f = &d["firstDifference"];
-        let _ = write!(
-            out,
-            "\nfirst difference at position {}: left {} / right {}",
-            s(&f["position"]),
-            f["left"].get("label").map(s).unwrap_or("(nothing)".into()),
-            f["right"].get("label").map(s).unwrap_or("(nothing)".into())
-        );
+    match &d.first_difference {
+        None => out.push_str("\nidentical after the divergence point"),
+        Some(f) => {
+            let _ = write!(
+                out,
+                "\nfirst difference at position {}: left {} / right {}",
+                s(&f["position"]),
+                f["left"].get("label").map(s).unwrap_or("(nothing)".into()),
+                f["right"].get("label").map(s).unwrap_or("(nothing)".into())
+            );
+        }
     }
-    entries(&mut out, "only left", &d["onlyLeft"]);
-    entries(&mut out, "only right", &d["onlyRight"]);
-    for nc in v["notComparable"].as_array().cloned().unwrap_or_default() {
+    entry_rows(&mut out, "only left", &d.only_left);
+    entry_rows(&mut out, "only right", &d.only_right);
+    for nc in v.not_comparable.as_array().into_iter().flatten() {
         let _ = write!(
             out,
             "\nnot comparable: {}: {}",
