@@ -68,15 +68,17 @@ pub struct Partition {
 impl Partition {
     /// Indices that make residue not clean, sorted ascending (`residue.outstanding`).
     pub fn outstanding(&self) -> Vec<u64> {
-        outstanding(
-            self.emissions_crossed
-                .iter()
-                .chain(&self.emissions_compensated)
-                .chain(&self.would_cross_on_rewind)
-                .chain(&self.unrestored)
-                .copied(),
-            &[],
-        )
+        let mut v: Vec<u64> = self
+            .emissions_crossed
+            .iter()
+            .chain(&self.emissions_compensated)
+            .chain(&self.would_cross_on_rewind)
+            .chain(&self.unrestored)
+            .copied()
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// The emissions of the tail that are out in the world (crossed or compensated), sorted
@@ -103,19 +105,6 @@ impl Partition {
             "unrestored": self.unrestored,
         })
     }
-}
-
-/// `residue.outstanding`: the given step indices and those of failed inverses, sorted, once.
-pub fn outstanding(indices: impl IntoIterator<Item = u64>, failed: &[Value]) -> Vec<u64> {
-    let mut out: Vec<u64> = indices.into_iter().collect();
-    out.extend(
-        failed
-            .iter()
-            .filter_map(|f| f.get("index").and_then(Value::as_u64)),
-    );
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
 /// Partition the tail above `at` (steps with index > at, newest first). `steps[i].index == i`.

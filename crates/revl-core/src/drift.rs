@@ -202,11 +202,6 @@ impl Expected {
         None
     }
 
-    /// Every witnessed path, in path order.
-    pub fn images(&self) -> impl Iterator<Item = &Image> {
-        self.images.values()
-    }
-
     /// Is `path` inside a directory revl expects with a digest of its whole tree?
     fn covered_by_tree(&self, path: &str) -> bool {
         let mut at = path;
