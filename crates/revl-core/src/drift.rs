@@ -120,9 +120,9 @@ impl Expected {
     }
 
     /// The expected image of `img.path` is now `img`: it replaces what was expected at that
-    /// path and, unless it only sets a mode, below it. A change below a directory makes any recorded digest of that
-    /// directory stale: its kind and mode are kept, its digest dropped; something exists
-    /// below it, so it is a directory.
+    /// path and, unless it only sets a mode, below it. A change below a directory makes any
+    /// recorded digest of that directory stale: its kind and mode are kept, its digest
+    /// dropped; something exists below it, so it is a directory.
     fn set(&mut self, img: Image) {
         // A mode-only image (a chmod, or its undo) changes the mode and nothing else: what is
         // below the path, and a directory's digest of its tree, stay as they were.

@@ -104,8 +104,9 @@ impl Session {
 
     /// Before step `i`'s file restore runs over `entries`: save every drifted file (and
     /// symlink target) under their paths to the blob store and record `preserved`, durably
-    /// (SPEC 13); and keep the witnessed files it replaces in the blob store too. A path already showing what the entry restores (a repair re-running an
-    /// inverse that had run) is not drift.
+    /// (SPEC 13); and keep the witnessed files it replaces in the blob store too. A path
+    /// already showing what the entry restores (a repair re-running an inverse that had run)
+    /// is not drift.
     fn preserve_drift(
         &mut self,
         i: u64,
