@@ -67,24 +67,7 @@ impl BlobStore {
                 std::process::id(),
                 crate::util::new_id()
             ));
-            let copied = (|| -> std::io::Result<String> {
-                let mut src = File::open(path)?;
-                let mut dst = File::create(&tmp)?;
-                let mut h = blake3::Hasher::new();
-                let mut buf = vec![0u8; crate::util::STREAM_CHUNK];
-                loop {
-                    let k = match std::io::Read::read(&mut src, &mut buf) {
-                        Ok(0) => break,
-                        Ok(k) => k,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(e),
-                    };
-                    h.update(&buf[..k]);
-                    dst.write_all(&buf[..k])?;
-                }
-                dst.sync_all()?;
-                Ok(h.finalize().to_hex().to_string())
-            })();
+            let copied = copy_hashing(&mut File::open(path)?, File::create(&tmp)?);
             let digest = match copied {
                 Ok(d) => d,
                 Err(e) => {
@@ -118,26 +101,11 @@ impl BlobStore {
                 "restore the store's blobs/ directory from a backup; nothing was run",
             )
         })?;
-        let copied = (|| -> std::io::Result<String> {
-            let mut dst = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(dest)?;
-            let mut h = blake3::Hasher::new();
-            let mut buf = vec![0u8; crate::util::STREAM_CHUNK];
-            loop {
-                let k = match std::io::Read::read(&mut src, &mut buf) {
-                    Ok(0) => break,
-                    Ok(k) => k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                };
-                h.update(&buf[..k]);
-                dst.write_all(&buf[..k])?;
-            }
-            dst.sync_all()?;
-            Ok(h.finalize().to_hex().to_string())
-        })();
+        let copied = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dest)
+            .and_then(|dst| copy_hashing(&mut src, dst));
         match copied {
             Ok(d) if d == digest => Ok(()),
             Ok(_) => {
@@ -225,4 +193,23 @@ impl BlobStore {
     pub fn root(&self) -> &Path {
         &self.root
     }
+}
+
+/// Copy `src` into `dst` a chunk at a time, fsync `dst`, and return the blake3 hex of what
+/// was copied.
+fn copy_hashing(src: &mut File, mut dst: File) -> std::io::Result<String> {
+    let mut h = blake3::Hasher::new();
+    let mut buf = vec![0u8; crate::util::STREAM_CHUNK];
+    loop {
+        let k = match std::io::Read::read(src, &mut buf) {
+            Ok(0) => break,
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        h.update(&buf[..k]);
+        dst.write_all(&buf[..k])?;
+    }
+    dst.sync_all()?;
+    Ok(h.finalize().to_hex().to_string())
 }
