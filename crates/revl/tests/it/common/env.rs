@@ -18,7 +18,15 @@ pub struct Env {
 }
 
 pub fn env() -> Env {
-    let world = common::World::new();
+    env_of(common::World::new())
+}
+
+/// An [`Env`] under `base`.
+pub fn env_in(base: &Path) -> Env {
+    env_of(common::World::new_in(base))
+}
+
+fn env_of(world: common::World) -> Env {
     Env {
         store: world.store.clone(),
         ws: world.path("ws"),

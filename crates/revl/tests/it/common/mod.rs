@@ -178,7 +178,16 @@ impl Default for World {
 
 impl World {
     pub fn new() -> World {
-        let dir = tempdir();
+        Self::new_in(&tmp_base())
+    }
+
+    /// A world under `base` (a test that writes gigabytes wants a disk, not the RAM-backed
+    /// default of [`tmp_base`]).
+    pub fn new_in(base: &Path) -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("revl-test-")
+            .tempdir_in(base)
+            .expect("create a temp dir");
         let store = dir.path().join("store");
         let home = dir.path().join("home");
         fs::create_dir_all(&home).unwrap();
