@@ -86,7 +86,7 @@ impl Expected {
 
     /// A file effect ran: its post-images are expected; the paths its preimage says were
     /// absent and that now exist are directories (or files) revl created.
-    fn done(&mut self, entries: &[RestoreEntry], after: Vec<Image>) {
+    pub(crate) fn done(&mut self, entries: &[RestoreEntry], after: Vec<Image>) {
         for e in entries {
             if let RestoreEntry::Absent { path } = e {
                 // A directory the effect made: the absent ancestor of what it wrote, or the

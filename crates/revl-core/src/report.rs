@@ -414,6 +414,28 @@ pub enum CallResult {
     },
 }
 
+impl CallResult {
+    /// A tool that ran and was recorded as step `step`.
+    pub fn ran(
+        step: u64,
+        seq: u64,
+        label: String,
+        key: Option<String>,
+        run: crate::tools::ToolRun,
+    ) -> Self {
+        CallResult::Ran {
+            step,
+            seq,
+            label,
+            key,
+            exit_code: run.exit_code,
+            stdout: run.stdout,
+            stderr: run.stderr,
+            witness: run.witness,
+        }
+    }
+}
+
 /// `approve` (SPEC 5): the grant.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]

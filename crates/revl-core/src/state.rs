@@ -43,12 +43,6 @@ pub struct Deferred {
     pub after_step: u64,
 }
 
-impl Deferred {
-    pub fn to_json(&self) -> Value {
-        crate::report::to_json(self)
-    }
-}
-
 /// An `intent` with neither `step` nor `intent-void` after it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingIntent {

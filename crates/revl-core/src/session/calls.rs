@@ -209,16 +209,7 @@ impl Session {
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
-        Ok(CallResult::Ran {
-            step,
-            seq,
-            label,
-            key: None,
-            exit_code: run.exit_code,
-            stdout: run.stdout,
-            stderr: run.stderr,
-            witness: run.witness,
-        })
+        Ok(CallResult::ran(step, seq, label, None, run))
     }
 
     /// Find a usable approval for an emission, or `None`.
@@ -330,16 +321,7 @@ impl Session {
             )
             .with_step(step));
         }
-        Ok(CallResult::Ran {
-            step,
-            seq,
-            label,
-            key: Some(key),
-            exit_code: run.exit_code,
-            stdout: run.stdout,
-            stderr: run.stderr,
-            witness: run.witness,
-        })
+        Ok(CallResult::ran(step, seq, label, Some(key), run))
     }
 
     fn call_opaque(&mut self, tool: &Tool, args: Value) -> Result<CallResult> {
@@ -366,16 +348,7 @@ impl Session {
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
         self.sync()?;
-        Ok(CallResult::Ran {
-            step,
-            seq,
-            label,
-            key: None,
-            exit_code: run.exit_code,
-            stdout: run.stdout,
-            stderr: run.stderr,
-            witness: run.witness,
-        })
+        Ok(CallResult::ran(step, seq, label, None, run))
     }
 
     /// Run a manifest inverse: an effect's undo tool or a compensation.

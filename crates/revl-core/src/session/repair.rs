@@ -3,6 +3,7 @@
 //! it lists `owed`.
 
 use super::Session;
+use crate::drift::Expected;
 use crate::error::Result;
 use crate::state::Life;
 use crate::undo::Undo;
@@ -50,6 +51,12 @@ impl Session {
                     )?;
                     self.append(Record::Step(rec), false)?;
                 } else {
+                    // Roll back, as an unwind does: what changed by hand since is preserved
+                    // first (against the state the change intended; its own preimage is not
+                    // drift).
+                    let mut exp = Expected::of(&self.state.steps);
+                    exp.done(entries, after.images.clone());
+                    self.preserve_drift(intent.step, entries, &exp)?;
                     self.ws.restore(entries, &self.blobs, intent.step)?;
                     self.append(Record::IntentVoid { step: intent.step, why: "interrupted before the change completed; preimage restored at repair".into() }, false)?;
                 }

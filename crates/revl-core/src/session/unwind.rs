@@ -107,7 +107,7 @@ impl Session {
     /// (SPEC 13); and keep the witnessed files it replaces in the blob store too. A path
     /// already showing what the entry restores (a repair re-running an inverse that had run)
     /// is not drift.
-    fn preserve_drift(
+    pub(super) fn preserve_drift(
         &mut self,
         i: u64,
         entries: &[crate::undo::RestoreEntry],

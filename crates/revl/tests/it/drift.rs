@@ -719,3 +719,27 @@ fn a_restored_tree_inside_a_made_directory_is_not_drift() {
     assert_eq!(done["preserved"], serde_json::json!([]), "{done}");
     assert_snap_eq(&at_k, &snapshot(&e.ws), "after the fork");
 }
+
+/// The repair that rolls back an interrupted write preserves a hand edit made meanwhile
+/// (it is an inverse like any other).
+#[test]
+fn rolling_back_an_interrupted_write_preserves_a_hand_edit() {
+    let e = env();
+    let (s, _) = history(&e);
+    let o = revl(
+        &e,
+        &["write", &s, "top.txt", "--content", "never"],
+        Some("effect.after-intent"),
+    );
+    assert_ne!(o.code, 0, "the write was not killed");
+    put(&e.ws.join("top.txt"), b"typed by hand meanwhile", 0o644);
+    let st = ok(&e, &["status", &s]);
+    assert_eq!(st["head"], 4, "the write is rolled back: {st}");
+    assert_eq!(std::fs::read(e.ws.join("top.txt")).unwrap(), b"T2");
+    let wal = e.store.join("sessions").join(&s).join("wal.jsonl");
+    let kept = preserved_records(&wal);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let out = e.root.join("blob.out");
+    ok(&e, &["blob", &kept[0].1, "--out", out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&out).unwrap(), b"typed by hand meanwhile");
+}
