@@ -84,20 +84,20 @@ impl Expected {
         exp
     }
 
-    /// A file effect ran: its post-images are expected; the paths its preimage says were
-    /// absent and that now exist are directories (or files) revl created.
+    /// A file effect ran: its post-images are expected; a path its preimage says was absent
+    /// and that is now a directory (the missing parent of what it wrote, a mkdir) is a
+    /// directory revl made.
     pub(crate) fn done(&mut self, entries: &[RestoreEntry], after: Vec<Image>) {
         for e in entries {
             if let RestoreEntry::Absent { path } = e {
                 // A directory the effect made: the absent ancestor of what it wrote, or the
                 // directory a mkdir made (a file it wrote is witnessed by its own image).
                 let below = format!("{path}/");
-                let empty = crate::workspace::listing_digest(&[]);
                 let made_dir = after.iter().any(|a| {
                     a.path.starts_with(&below)
                         || (&a.path == path
                             && a.kind == Some(FileKind::Dir)
-                            && a.digest.as_deref() == Some(empty.as_str()))
+                            && a.digest.as_deref() == Some(crate::workspace::empty_dir_digest()))
                 });
                 if made_dir {
                     self.created.insert(path.clone());
@@ -156,8 +156,8 @@ impl Expected {
             self.trees.remove(&t);
         }
         // A directory that comes with a tree (moved in, restored), not one made empty.
-        let empty = crate::workspace::listing_digest(&[]);
-        if img.kind == Some(FileKind::Dir) && img.digest.as_ref().is_some_and(|d| *d != empty) {
+        let empty = crate::workspace::empty_dir_digest();
+        if img.kind == Some(FileKind::Dir) && img.digest.as_deref().is_some_and(|d| d != empty) {
             let made: Vec<String> = self
                 .created
                 .iter()
@@ -338,7 +338,7 @@ impl Expected {
 }
 
 /// The post-images a file effect left, from its recorded detail.
-fn after_images(s: &Step) -> Vec<Image> {
+pub(crate) fn after_images(s: &Step) -> Vec<Image> {
     serde_json::from_value::<FileDetail>(s.detail().clone())
         .map(|d| d.images())
         .unwrap_or_default()

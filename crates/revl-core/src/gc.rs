@@ -13,7 +13,7 @@
 use crate::error::{Code, Error, Result};
 use crate::state::{Life, State};
 use crate::store::Store;
-use crate::undo::{RestoreEntry, TreeItem, Undo};
+use crate::undo::{RestoreEntry, TreeItem};
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -149,11 +149,11 @@ fn reachable_from(st: &State, blobs: &crate::blobs::BlobStore, out: &mut BTreeSe
         }
     }
     // Post-images: what a rewind kept of a file revl wrote.
-    for s in &st.steps {
-        if let Some(Undo::Restore { .. }) = s.undo() {
-            if let Some(d) = s.detail()["after"]["digest"].as_str() {
-                out.insert(d.to_string());
-            }
-        }
+    for s in st.steps.iter().filter(|s| s.has_builtin_undo()) {
+        out.extend(
+            crate::drift::after_images(s)
+                .into_iter()
+                .filter_map(|i| i.digest),
+        );
     }
 }

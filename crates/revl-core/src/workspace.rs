@@ -684,7 +684,7 @@ impl Workspace {
                     .topmost_absent_parent(&rel)?
                     .unwrap_or_else(|| rel.clone());
                 let after = Image {
-                    digest: Some(listing_digest(&[])),
+                    digest: Some(empty_dir_digest().to_string()),
                     kind: Some(FileKind::Dir),
                     mode: Some(mode_str(0o777 & !um)),
                     path: rel.clone(),
@@ -1323,6 +1323,12 @@ fn detail(path: &str, to: Option<&str>, after: &Image) -> FileDetail {
 }
 
 /// The digest of a directory: blake3 of the JCS of its plain listing.
+/// The digest of an empty directory (what a mkdir makes).
+pub(crate) fn empty_dir_digest() -> &'static str {
+    static EMPTY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(|| listing_digest(&[]))
+}
+
 pub(crate) fn listing_digest(listing: &[TreeItem]) -> String {
     blake3_hex(jcs(&undo::to_value(&listing)).as_bytes())
 }
