@@ -10,7 +10,7 @@
 
 use crate::error::Result;
 use crate::step::{Step, StepKind};
-use crate::undo::{FileDetail, FileKind, Image, RestoreEntry, Undo};
+use crate::undo::{EffectDetail, FileKind, Image, RestoreEntry, Undo};
 use crate::workspace::Workspace;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -339,7 +339,7 @@ impl Expected {
 
 /// The post-images a file effect left, from its recorded detail.
 pub(crate) fn after_images(s: &Step) -> Vec<Image> {
-    serde_json::from_value::<FileDetail>(s.detail().clone())
+    EffectDetail::parse(s.detail())
         .map(|d| d.images())
         .unwrap_or_default()
 }

@@ -34,6 +34,10 @@ pub enum Code {
     UnknownBlob,
     /// v2: `read --at K` of a path that did not exist after step K.
     Absent,
+    /// v2: `exec` of a program that cannot be started (nothing is recorded).
+    ExecFailed,
+    /// v2: the exec sandbox cannot be set up on this machine (nothing ran).
+    SandboxUnavailable,
 }
 
 impl Code {
@@ -64,6 +68,8 @@ impl Code {
             Code::BadArgs => "bad-args",
             Code::UnknownBlob => "unknown-blob",
             Code::Absent => "absent",
+            Code::ExecFailed => "exec-failed",
+            Code::SandboxUnavailable => "sandbox-unavailable",
         }
     }
 
@@ -106,6 +112,8 @@ pub enum Remedy {
     GiveManifest,
     /// Give a workspace directory.
     GiveWorkspace,
+    /// Run the command outside the sandbox (an opaque step).
+    Unconfined,
 }
 
 /// A core error: a stable code (SPEC 9), a one-line message that says what was wrong, a hint

@@ -10,10 +10,14 @@
 //! - [`undo`]: typed inverse descriptors, restore entries and file images.
 //! - [`workspace`]: path confinement and witnessed file effects with exact inverses.
 //! - [`session`]: attach/repair and the verbs; [`store`]: where sessions live.
-#![forbid(unsafe_code)]
+// Unsafe code is denied everywhere but in the exec sandbox, whose children make raw system
+// calls between fork and exec (see `sandbox`).
+#![deny(unsafe_code)]
 
 pub mod blobs;
+pub mod changeset;
 pub mod classify;
+pub mod doctor;
 pub mod drift;
 pub mod error;
 pub mod failpoint;
@@ -22,6 +26,9 @@ pub mod lineage;
 pub mod proc;
 pub mod recover;
 pub mod report;
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub mod sandbox;
 pub mod session;
 pub mod state;
 pub mod step;
@@ -36,7 +43,7 @@ pub mod workspace;
 
 pub use error::{Code, Error, Remedy, Result};
 pub use failpoint::Failpoints;
-pub use session::{Session, StepBackMode, GUARANTEE};
+pub use session::{ExecOptions, Session, StepBackMode, GUARANTEE};
 pub use store::Store;
 pub use workspace::FileOp;
 

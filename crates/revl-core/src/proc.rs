@@ -1,6 +1,8 @@
 //! Running a child process without a shell: argv only, outputs capped, optional timeout.
+//! The sandbox (`crate::sandbox`) hands its prepared [`Command`] to the same loop.
 
 use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,25 +14,31 @@ pub const OUTPUT_CAP: usize = 1024 * 1024;
 pub struct Ran {
     /// Exit code; `None` when killed by a signal or by the timeout.
     pub code: Option<i32>,
+    /// The signal that ended it, when one did (the timeout's SIGKILL included).
+    pub signal: Option<i32>,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
     pub timed_out: bool,
 }
 
-fn drain<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<Vec<u8>> {
+fn drain<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<(Vec<u8>, bool)> {
     std::thread::spawn(move || {
         let mut kept = Vec::new();
+        let mut cut = false;
         let mut buf = [0u8; 64 * 1024];
         loop {
             match r.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     let room = OUTPUT_CAP.saturating_sub(kept.len());
+                    cut |= n > room;
                     kept.extend_from_slice(&buf[..n.min(room)]);
                 }
             }
         }
-        kept
+        (kept, cut)
     })
 }
 
@@ -46,19 +54,35 @@ pub fn run(
         .split_first()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
     let mut cmd = Command::new(prog);
-    cmd.args(args)
-        .current_dir(cwd)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).current_dir(cwd);
     for (k, v) in env {
         cmd.env(k, v);
     }
+    run_command(cmd, stdin, timeout, &mut || Ok(()))
+}
+
+/// Spawn a prepared command with piped outputs, feed it `stdin` (else an empty one), wait
+/// for it (killing it at the timeout) and collect its capped outputs. `started` runs once
+/// the program is running; if it fails, the command is killed and its error returned.
+pub fn run_command(
+    mut cmd: Command,
+    stdin: Option<Vec<u8>>,
+    timeout: Option<Duration>,
+    started: &mut dyn FnMut() -> std::io::Result<()>,
+) -> std::io::Result<Ran> {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = cmd.spawn()?;
+    if let Err(e) = started() {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
     let out = drain(child.stdout.take().expect("piped stdout"));
     let err = drain(child.stderr.take().expect("piped stderr"));
     if let (Some(data), Some(mut w)) = (stdin, child.stdin.take()) {
@@ -69,6 +93,7 @@ pub fn run(
     }
     let start = Instant::now();
     let mut timed_out = false;
+    let mut nap = Duration::from_micros(200);
     let status = loop {
         if let Some(st) = child.try_wait()? {
             break st;
@@ -78,14 +103,18 @@ pub fn run(
             let _ = child.kill();
             break child.wait()?;
         }
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(5));
     };
-    let stdout = out.join().unwrap_or_default();
-    let stderr = err.join().unwrap_or_default();
+    let (stdout, stdout_truncated) = out.join().unwrap_or_default();
+    let (stderr, stderr_truncated) = err.join().unwrap_or_default();
     Ok(Ran {
         code: if timed_out { None } else { status.code() },
+        signal: status.signal(),
         stdout,
         stderr,
+        stdout_truncated,
+        stderr_truncated,
         timed_out,
     })
 }

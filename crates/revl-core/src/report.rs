@@ -195,6 +195,22 @@ pub struct ExecReport {
     pub exit_code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
+    /// What a sandboxed exec adds (SPEC 12); absent for `--unconfined` (v1's result).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub sandboxed: Option<Sandboxed>,
+}
+
+/// The fields of a sandboxed exec's result beyond v1's.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandboxed {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub changes: Vec<crate::undo::ExecChange>,
+    pub sandbox: bool,
 }
 
 /// `timeline` (SPEC 4.2).

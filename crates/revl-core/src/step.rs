@@ -170,6 +170,11 @@ pub fn fs_scope() -> Value {
     json!({"caps": ["fs"]})
 }
 
+/// The scope of a sandboxed exec step (SPEC 12): `fs`, confinement proven by the sandbox.
+pub fn sandbox_scope() -> Value {
+    json!({"caps": ["fs"], "sandbox": true})
+}
+
 /// A position on a timeline (SPEC 1): before every step, or after step k ran. On the wire
 /// (WAL records, reports, arguments) it is an integer: `-1` for [`Pos::Start`], else `k`.
 /// The variants are ordered as the timeline is: `Start < After(0) < After(1) …`.

@@ -301,11 +301,72 @@ impl FileDetail {
     }
 }
 
-/// A file effect intent's `after`: the intended post-images (repair rolls the change forward
-/// when the workspace shows all of them) and the detail its step will carry.
+/// One entry of an exec step's change set: `{path, change, after?, why?}` (SPEC 12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecChange {
+    /// The post-image (without its path); absent for `ignored`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<Image>,
+    /// `created`, `modified`, `deleted`, `mode`, `symlink`, `dir-created`, `dir-deleted`,
+    /// `ignored`.
+    pub change: String,
+    pub path: String,
+    /// Why an `ignored` entry was not applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// A sandboxed exec step's `detail`: `{argv, cwd, exitCode, signal?, timedOut, changes}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecDetail {
+    pub argv: Vec<String>,
+    pub changes: Vec<ExecChange>,
+    /// The working directory, relative to the workspace ("" = its root).
+    pub cwd: String,
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+}
+
+impl ExecDetail {
+    /// The post-images the change set left (ignored entries left none).
+    pub fn images(&self) -> Vec<Image> {
+        self.changes
+            .iter()
+            .filter_map(|c| c.after.as_ref().map(|a| a.at(c.path.clone())))
+            .collect()
+    }
+}
+
+/// The detail of a witnessed effect: a built-in file effect's, or a sandboxed exec's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EffectDetail {
+    Exec(ExecDetail),
+    File(FileDetail),
+}
+
+impl EffectDetail {
+    /// Read a step's detail; `None` when it is neither kind.
+    pub fn parse(v: &Value) -> Option<EffectDetail> {
+        serde_json::from_value(v.clone()).ok()
+    }
+
+    pub fn images(&self) -> Vec<Image> {
+        match self {
+            EffectDetail::Exec(d) => d.images(),
+            EffectDetail::File(d) => d.images(),
+        }
+    }
+}
+
+/// A witnessed effect intent's `after`: the intended post-images (repair rolls the change
+/// forward when the workspace shows all of them) and the detail its step will carry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentAfter {
-    pub detail: FileDetail,
+    pub detail: EffectDetail,
     pub images: Vec<Image>,
 }
 

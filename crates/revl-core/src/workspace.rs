@@ -273,6 +273,13 @@ impl Workspace {
         Ok(None)
     }
 
+    /// The kind, permission bits and link count of `rel`, not following a symlink; `None`
+    /// when absent.
+    pub(crate) fn lstat_rel(&self, rel: &str) -> Result<Option<(FileKind, u32, u64)>> {
+        Ok(lstat(&self.abs(rel))?
+            .map(|m| (kind_of(&m), m.permissions().mode() & 0o7777, m.nlink())))
+    }
+
     /// Observe one path: its kind, digest and mode (a directory's digest covers the whole
     /// tree, a symlink's its target).
     pub fn observe(&self, rel: &str) -> Result<Image> {
@@ -1064,12 +1071,13 @@ impl Workspace {
         Ok(())
     }
 
-    fn restore_entry(&self, e: &RestoreEntry, blobs: &BlobStore, step: u64) -> Result<()> {
-        let rel = e.path();
+    /// The absolute path of a recorded path, checked: well formed, and no component on the
+    /// way to it a symlink (something may have planted one since revl wrote there).
+    fn checked_abs(&self, rel: &str, step: u64) -> Result<PathBuf> {
         if rel.is_empty() || rel.split('/').any(|c| c == ".." || c.is_empty()) {
             return Err(Error::new(
                 Code::CorruptWal,
-                format!("step {step}: restore entry has a bad path {rel:?}"),
+                format!("step {step}: a recorded path is malformed ({rel:?})"),
                 "the WAL was edited outside revl",
             ));
         }
@@ -1082,14 +1090,68 @@ impl Workspace {
                 return Err(Error::new(
                     Code::PathOutside,
                     format!(
-                        "step {step}: {} became a symlink; refusing to restore through it",
+                        "step {step}: {} became a symlink; refusing to write through it",
                         cur.display()
                     ),
                     "remove the symlink outside revl, then run the command again",
                 ));
             }
         }
-        let abs = self.abs(rel);
+        Ok(self.abs(rel))
+    }
+
+    /// Put the file, symlink or directory tree at `src` (revl's own scratch) at `rel`,
+    /// replacing what is there: moved by a rename where `src` is on the workspace's
+    /// filesystem, else copied. The caller has made `src` durable; this fsyncs nothing.
+    pub(crate) fn move_in(&self, rel: &str, src: &Path, step: u64) -> Result<()> {
+        let abs = self.checked_abs(rel, step)?;
+        let src_dir = lstat(src)?.is_some_and(|m| m.is_dir());
+        if let Some(m) = lstat(&abs)? {
+            // A rename replaces a file or a link atomically, never a directory or by one.
+            if m.is_dir() || src_dir {
+                remove_any(&abs)?;
+            }
+        }
+        match fs::rename(src, &abs) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) => {
+                let tmp = abs.with_file_name(format!(".revl-{step}.tmp"));
+                remove_any(&tmp)?;
+                copy_any(src, &tmp)?;
+                fs::rename(&tmp, &abs).map_err(|e| io(&abs, e))
+            }
+            Err(e) => Err(io(&abs, e)),
+        }
+    }
+
+    /// Remove what is at `rel` (a file, a link, a whole tree).
+    pub(crate) fn remove_at(&self, rel: &str, step: u64) -> Result<()> {
+        remove_any(&self.checked_abs(rel, step)?)
+    }
+
+    /// Set the mode of what is at `rel` (never through a symlink).
+    pub(crate) fn chmod_at(&self, rel: &str, mode: u32, step: u64) -> Result<()> {
+        let abs = self.checked_abs(rel, step)?;
+        if lstat(&abs)?.is_some_and(|m| !m.file_type().is_symlink()) {
+            fs::set_permissions(&abs, fs::Permissions::from_mode(mode)).map_err(|e| io(&abs, e))?;
+        }
+        Ok(())
+    }
+
+    /// fsync the directory `rel_dir` (after entries in it were renamed or removed), if it
+    /// still exists.
+    pub(crate) fn sync_dir(&self, rel_dir: &str) -> Result<()> {
+        let abs = self.abs(rel_dir);
+        if abs.is_dir() {
+            fsync_dir(&abs)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn restore_entry(&self, e: &RestoreEntry, blobs: &BlobStore, step: u64) -> Result<()> {
+        let rel = e.path();
+        let abs = self.checked_abs(rel, step)?;
         let parent = abs.parent().unwrap_or(&self.root).to_path_buf();
         match e {
             RestoreEntry::Absent { .. } => {
@@ -1343,7 +1405,29 @@ fn unwitnessed(rel: &str, k: FileKind) -> Error {
     )
 }
 
-fn remove_any(p: &Path) -> Result<()> {
+/// Copy a file (content and mode), a symlink or a whole tree from `src` to `dst` (absent).
+fn copy_any(src: &Path, dst: &Path) -> Result<()> {
+    let m = fs::symlink_metadata(src).map_err(|e| io(src, e))?;
+    let t = m.file_type();
+    if t.is_symlink() {
+        let target = fs::read_link(src).map_err(|e| io(src, e))?;
+        std::os::unix::fs::symlink(target, dst).map_err(|e| io(dst, e))
+    } else if t.is_dir() {
+        fs::create_dir(dst).map_err(|e| io(dst, e))?;
+        for e in fs::read_dir(src).map_err(|e| io(src, e))? {
+            let e = e.map_err(|e| io(src, e))?;
+            copy_any(&e.path(), &dst.join(e.file_name()))?;
+        }
+        fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))
+    } else {
+        fs::copy(src, dst).map_err(|e| io(dst, e))?;
+        File::open(dst)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io(dst, e))
+    }
+}
+
+pub(crate) fn remove_any(p: &Path) -> Result<()> {
     match lstat(p)? {
         None => Ok(()),
         Some(m) if m.is_dir() => {

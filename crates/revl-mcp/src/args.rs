@@ -109,9 +109,21 @@ pub struct CallArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecArgs {
-    /// The command and its arguments, e.g. ["cargo", "test"]. Run in the workspace, never
-    /// through a shell.
+    /// The command and its arguments, e.g. ["cargo", "test"]. Run in a sandbox over the
+    /// workspace (no network, the host read-only), never through a shell; what it changed in
+    /// the workspace becomes one step that a fork or step-back rewinds byte for byte.
     pub argv: Vec<String>,
+    /// Seconds before the command and everything it started are killed (default 600); what
+    /// it changed until then is still recorded.
+    #[serde(default)]
+    pub timeout: Option<f64>,
+    /// The working directory, relative to the workspace root (default: the root).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Run it on the host, outside the sandbox: recorded as an opaque step that a fork
+    /// refuses to cross. Only where the sandbox is unavailable.
+    #[serde(default)]
+    pub unconfined: Option<bool>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -183,6 +183,7 @@ fn mcp_remedy(r: &Remedy) -> String {
         Remedy::GiveStore => "start the server with --store DIR or REVL_STORE".into(),
         Remedy::GiveManifest => "the manifest argument".into(),
         Remedy::GiveWorkspace => "the workspace argument".into(),
+        Remedy::Unconfined => "revl_exec with unconfined: true".into(),
     }
 }
 
@@ -270,7 +271,7 @@ impl RevlServer {
             title = "New session",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_new(&self, Parameters(a): Parameters<NewArgs>) -> CallToolResult {
@@ -293,7 +294,7 @@ impl RevlServer {
             title = "Write file",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_write(&self, Parameters(a): Parameters<WriteArgs>) -> CallToolResult {
@@ -325,7 +326,7 @@ impl RevlServer {
             title = "Delete path",
             read_only_hint = false,
             destructive_hint = true,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_delete(&self, Parameters(a): Parameters<PathArgs>) -> CallToolResult {
@@ -340,7 +341,7 @@ impl RevlServer {
             title = "Rename path",
             read_only_hint = false,
             destructive_hint = true,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_rename(&self, Parameters(a): Parameters<RenameArgs>) -> CallToolResult {
@@ -359,7 +360,7 @@ impl RevlServer {
             title = "Make directory",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_mkdir(&self, Parameters(a): Parameters<PathArgs>) -> CallToolResult {
@@ -373,7 +374,7 @@ impl RevlServer {
             title = "Change mode",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_chmod(&self, Parameters(a): Parameters<ChmodArgs>) -> CallToolResult {
@@ -411,7 +412,7 @@ impl RevlServer {
         annotations(
             title = "List directory",
             read_only_hint = true,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_list(&self, Parameters(a): Parameters<ListArgs>) -> CallToolResult {
@@ -427,7 +428,7 @@ impl RevlServer {
             title = "Provide key",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_provide(&self, Parameters(a): Parameters<ProvideArgs>) -> CallToolResult {
@@ -442,7 +443,7 @@ impl RevlServer {
             title = "Mark boundary",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_boundary(&self, Parameters(a): Parameters<BoundaryArgs>) -> CallToolResult {
@@ -469,20 +470,38 @@ impl RevlServer {
         self.on_session(move |s| s.call(&a.tool, args)).await
     }
 
-    /// Run a command in the workspace (never through a shell): {step, exitCode, stdout,
-    /// stderr}. Always recorded as an opaque step, because its reach is unknown: a fork
-    /// over it is refused, so prefer the file tools for changes you may want to rewind.
+    /// Run a command (never through a shell) in a sandbox: no network, the host read-only,
+    /// the workspace copy-on-write. What it changed in the workspace is applied as ONE step
+    /// that a fork or step-back rewinds byte for byte: {step, exitCode, signal?, timedOut,
+    /// stdout, stderr, stdoutTruncated, stderrTruncated, changes, sandbox}. With unconfined:
+    /// true it runs on the host and is recorded as an opaque step (a fork refuses to cross
+    /// it): {step, exitCode, stdout, stderr}.
     #[tool(
         name = "revl_exec",
         annotations(
-            title = "Run command",
+            title = "Run command (sandboxed, rewindable)",
             read_only_hint = false,
             destructive_hint = true,
             open_world_hint = true
         )
     )]
     async fn revl_exec(&self, Parameters(a): Parameters<ExecArgs>) -> CallToolResult {
-        self.on_session(move |s| s.exec(&a.argv)).await
+        let timeout = match a.timeout {
+            Some(t) if !(t.is_finite() && t > 0.0 && t <= 1e9) => {
+                return error_result(&Error::bad_args(
+                    format!("timeout {t} is not a positive number of seconds"),
+                    "give the seconds the command may run, e.g. 60",
+                ))
+            }
+            t => t.map(std::time::Duration::from_secs_f64),
+        };
+        let o = revl_core::ExecOptions {
+            argv: a.argv,
+            timeout,
+            cwd: a.cwd,
+            unconfined: a.unconfined.unwrap_or(false),
+        };
+        self.on_session(move |s| s.exec_with(&o)).await
     }
 
     /// The session's steps: {session, state, head, torn, steps[], accumulated, guarantee}.
@@ -522,7 +541,7 @@ impl RevlServer {
         annotations(
             title = "Verify workspace",
             read_only_hint = true,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_verify(&self) -> CallToolResult {
@@ -574,7 +593,7 @@ impl RevlServer {
             title = "Fork (enumerate)",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_fork(&self, Parameters(a): Parameters<AtArgs>) -> CallToolResult {
@@ -591,7 +610,7 @@ impl RevlServer {
             title = "Fork (confirm)",
             read_only_hint = false,
             destructive_hint = true,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_fork_confirm(&self, Parameters(a): Parameters<HashArgs>) -> CallToolResult {
@@ -612,11 +631,7 @@ impl RevlServer {
     /// steps it would keep, with the `hash` to confirm. Nothing fires.
     #[tool(
         name = "revl_commit",
-        annotations(
-            title = "Commit (plan)",
-            read_only_hint = true,
-            open_world_hint = false
-        )
+        annotations(title = "Commit (plan)", read_only_hint = true, open_world_hint = true)
     )]
     async fn revl_commit(&self) -> CallToolResult {
         self.on_session(|s| s.commit()).await
@@ -661,7 +676,7 @@ impl RevlServer {
             title = "Note model decision",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_note_model(&self, Parameters(a): Parameters<NoteModelArgs>) -> CallToolResult {

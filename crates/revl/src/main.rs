@@ -115,12 +115,27 @@ enum Cmd {
         #[arg(long, allow_hyphen_values = true)]
         label: Option<String>,
     },
-    /// Run a command in the workspace (never through a shell); always an opaque step.
+    /// Run a command (never through a shell) in a sandbox: no network, the host read-only,
+    /// the workspace copy-on-write; what it changed becomes ONE rewindable step.
     Exec {
         session: String,
+        /// Kill the command and everything it started after this many seconds (default 600);
+        /// what it changed until then is still applied.
+        #[arg(long, value_name = "SECS")]
+        timeout: Option<f64>,
+        /// Run it in this directory, relative to the workspace root (default: the root).
+        #[arg(long, value_name = "REL")]
+        cwd: Option<String>,
+        /// Run it on the host, outside the sandbox: recorded as an opaque step, which a fork
+        /// refuses to cross (for machines where the sandbox cannot be set up).
+        #[arg(long)]
+        unconfined: bool,
+        /// The program and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "ARGV")]
         argv: Vec<String>,
     },
+    /// Check what this machine allows: the exec sandbox, reflink clones.
+    Doctor,
     /// The session's steps.
     Timeline { session: String },
     /// What holds at step K.
@@ -561,10 +576,37 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let r = s.boundary(label.as_deref())?;
             Ok(Outcome::ok(to_json(&r), render::stepped(&r)))
         }
-        Cmd::Exec { session, argv } => {
+        Cmd::Exec {
+            session,
+            timeout,
+            cwd,
+            unconfined,
+            argv,
+        } => {
+            let timeout = match timeout {
+                Some(t) if !(t.is_finite() && *t > 0.0 && *t <= 1e9) => {
+                    return Err(Error::bad_args(
+                        format!("--timeout {t} is not a positive number of seconds"),
+                        "give the seconds the command may run, e.g. --timeout 60",
+                    ))
+                }
+                t => t.map(std::time::Duration::from_secs_f64),
+            };
             let mut s = attach(&store, session)?;
-            let r = s.exec(argv)?;
+            let r = s.exec_with(&revl_core::ExecOptions {
+                argv: argv.clone(),
+                timeout,
+                cwd: cwd.clone(),
+                unconfined: *unconfined,
+            })?;
             Ok(Outcome::ok(to_json(&r), render::exec(&r)))
+        }
+        Cmd::Doctor => {
+            let r = revl_core::doctor::check(store.root());
+            let mut out = Outcome::ok(to_json(&r), render::doctor(&r));
+            // A script can rely on `revl doctor && …`: exit 1 when exec cannot be sandboxed.
+            out.exit = u8::from(!r.sandbox.available);
+            Ok(out)
         }
         Cmd::Timeline { session } => {
             let s = attach(&store, session)?;
@@ -894,6 +936,7 @@ fn cli_remedy(r: &Remedy) -> String {
         Remedy::GiveStore => "--store DIR or REVL_STORE".into(),
         Remedy::GiveManifest => "--manifest FILE".into(),
         Remedy::GiveWorkspace => "--workspace DIR".into(),
+        Remedy::Unconfined => "`revl exec SESSION --unconfined -- ARGV`".into(),
     }
 }
 

@@ -29,17 +29,59 @@ pub fn stepped(v: &Stepped) -> String {
 }
 
 pub fn exec(v: &ExecReport) -> String {
-    let mut out = format!(
-        "step {}  exec/opaque  exit {}",
-        v.step,
-        v.exit_code.map_or("-".to_string(), |c| c.to_string())
-    );
-    for (k, t) in [("stdout", &v.stdout), ("stderr", &v.stderr)] {
+    let status = match (v.exit_code, &v.sandboxed) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) if s.timed_out => "timed out (killed)".to_string(),
+        (None, Some(s)) => format!("killed by signal {}", s.signal.unwrap_or(0)),
+        (None, None) => "killed by a signal".to_string(),
+    };
+    let mut out = match &v.sandboxed {
+        Some(s) => format!(
+            "step {}  exec (sandboxed)  {status}  {} change(s)",
+            v.step,
+            s.changes.iter().filter(|c| c.change != "ignored").count()
+        ),
+        None => format!("step {}  exec/opaque (unconfined)  {status}", v.step),
+    };
+    if let Some(s) = &v.sandboxed {
+        for c in &s.changes {
+            let _ = write!(out, "\n  {:<11} {}", c.change, c.path);
+            if let Some(why) = &c.why {
+                let _ = write!(out, "  ({why})");
+            }
+        }
+    }
+    let cut = v
+        .sandboxed
+        .as_ref()
+        .map_or((false, false), |s| (s.stdout_truncated, s.stderr_truncated));
+    for ((k, t), cut) in [("stdout", &v.stdout), ("stderr", &v.stderr)]
+        .into_iter()
+        .zip([cut.0, cut.1])
+    {
         if !t.is_empty() {
-            let _ = write!(out, "\n--- {k} ---\n{}", t.trim_end());
+            let more = if cut { " (cut at 1 MiB)" } else { "" };
+            let _ = write!(out, "\n--- {k}{more} ---\n{}", t.trim_end());
         }
     }
     out
+}
+
+pub fn doctor(v: &revl_core::doctor::Doctor) -> String {
+    let line = |name: &str, c: &revl_core::doctor::Check| match &c.why {
+        None => format!("{name:<8} yes"),
+        Some(why) => format!("{name:<8} no: {why}"),
+    };
+    format!(
+        "{}\n{}\nrunning as {}",
+        line("sandbox", &v.sandbox),
+        line("reflink", &v.reflink),
+        if v.root {
+            "root"
+        } else {
+            "a user (the sandbox makes a user namespace)"
+        }
+    )
 }
 
 pub fn sessions(v: &Sessions) -> String {

@@ -1,11 +1,11 @@
-//! Effects on a live session (SPEC 4.1): witnessed file effects, provisions, boundaries,
-//! exec. Each announces itself durably (`intent`) before it changes anything.
+//! Effects on a live session (SPEC 4.1): witnessed file effects, provisions, boundaries
+//! (exec is in `exec`). Each announces itself durably (`intent`) before it changes anything.
 
 use super::Session;
-use crate::error::{Code, Error, Result};
-use crate::report::{ExecReport, Stepped};
-use crate::step::fs_scope;
-use crate::undo::{to_value, FileDetail, Image, IntentAfter, Undo};
+use crate::error::{Error, Result};
+use crate::report::Stepped;
+use crate::step::{fs_scope, sandbox_scope};
+use crate::undo::{to_value, EffectDetail, Image, IntentAfter, Undo};
 use crate::wal::{Record, StepRecord};
 use crate::workspace::FileOp;
 use serde_json::json;
@@ -26,7 +26,7 @@ impl Session {
             undo: Some(planned.undo.clone()),
             preimage: None,
             after: Some(IntentAfter {
-                detail: planned.detail.clone(),
+                detail: EffectDetail::File(planned.detail.clone()),
                 images: planned.after.clone(),
             }),
         };
@@ -98,7 +98,7 @@ impl Session {
             step,
             &planned.label,
             &planned.site,
-            &planned.detail,
+            &EffectDetail::File(planned.detail.clone()),
             &planned.undo,
         )?;
         let seq = rec.seq;
@@ -111,18 +111,23 @@ impl Session {
         })
     }
 
-    /// The `step` record of a file effect (made, or rolled forward at repair): scope `fs`,
-    /// the restore descriptor without the inline bytes its intent holds, idempotent.
+    /// The `step` record of a witnessed effect (made, or rolled forward at repair): scope
+    /// `fs` (a sandboxed exec's says so: `sandbox: true`), the restore descriptor without the
+    /// inline bytes its intent holds, idempotent.
     pub(super) fn file_step_record(
         &mut self,
         step: u64,
         label: &str,
         site: &str,
-        detail: &FileDetail,
+        detail: &EffectDetail,
         undo: &Undo,
     ) -> Result<StepRecord> {
         let mut rec = self.step_record(step, "effect", label, site, to_value(detail))?;
-        rec.set_scope(Some(&fs_scope()))?;
+        let scope = match detail {
+            EffectDetail::File(_) => fs_scope(),
+            EffectDetail::Exec(_) => sandbox_scope(),
+        };
+        rec.set_scope(Some(&scope))?;
         rec.set_undo(Some(&undo.slim()))?;
         rec.undo_idempotent = Some(true);
         Ok(rec)
@@ -193,71 +198,5 @@ impl Session {
         self.append(Record::Step(rec), false)?;
         self.sync()?;
         Ok(Stepped { step, seq, label })
-    }
-
-    /// `exec -- ARGV`: run a command in the workspace (never through a shell); always an
-    /// opaque step, whatever its exit code.
-    pub fn exec(&mut self, argv: &[String]) -> Result<ExecReport> {
-        self.require_live()?;
-        if argv.is_empty() || argv[0].is_empty() {
-            return Err(Error::bad_args(
-                "exec needs a command",
-                "give the program to run and its arguments",
-            ));
-        }
-        let step = self.state.next_index();
-        self.append(
-            Record::Intent {
-                step,
-                kind: "opaque".into(),
-                label: "exec/opaque".into(),
-                site: "exec".into(),
-                undo: None,
-                preimage: None,
-                after: None,
-            },
-            true,
-        )?;
-        let env = vec![
-            ("REVL_SESSION".to_string(), self.id.clone()),
-            ("REVL_STEP".to_string(), step.to_string()),
-        ];
-        let ran = match crate::proc::run(argv, self.ws.root(), &env, None, None) {
-            Ok(r) => r,
-            Err(e) => {
-                self.append(
-                    Record::IntentVoid {
-                        step,
-                        why: format!("could not start {}: {e}", argv[0]),
-                    },
-                    true,
-                )?;
-                return Err(Error::new(
-                    Code::ToolFailed,
-                    format!("could not start {}: {e}", argv[0]),
-                    "check the program name and that it is executable",
-                ));
-            }
-        };
-        let status = match ran.code {
-            Some(c) => format!("exit {c}"),
-            None => "killed by a signal".to_string(),
-        };
-        let repr = format!("exec {} ({status})", crate::util::jcs(&json!(argv)));
-        let rec = self.step_record(
-            step,
-            "opaque",
-            "exec/opaque",
-            "exec",
-            json!({"repr": repr, "argv": argv, "exitCode": ran.code}),
-        )?;
-        self.append(Record::Step(rec), false)?;
-        self.sync()?;
-        Ok(ExecReport {
-            step,
-            exit_code: ran.code,
-            stdout: String::from_utf8_lossy(&ran.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&ran.stderr).into_owned(),
-        })
     }
 }

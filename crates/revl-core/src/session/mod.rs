@@ -4,7 +4,8 @@
 //! The session is split by responsibility; its fields are private to this module:
 //! - [`journal`](self): appending to the WAL through `State::apply`, and the life checks;
 //! - `repair`: attach-time repair of SPEC 6.4, in order;
-//! - `effects`: file effects, provisions, boundaries, exec;
+//! - `effects`: file effects, provisions, boundaries;
+//! - `exec`: a command in the sandbox, its change set applied as one step (or unconfined);
 //! - `read`: timeline, inspect, status, owed, verify;
 //! - `calls`: manifest tool calls by class, and manifest inverses;
 //! - `commit`: approvals, commit, resend, model decisions;
@@ -14,12 +15,14 @@
 mod calls;
 mod commit;
 mod effects;
+mod exec;
 mod fork;
 mod journal;
 mod read;
 mod repair;
 mod unwind;
 
+pub use exec::{ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::not_preserved;
 pub use unwind::StepBackMode;
 

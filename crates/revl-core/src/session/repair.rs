@@ -22,6 +22,8 @@ impl Session {
         if self.state.life() == Life::Live {
             let _ = std::fs::remove_file(self.ws.temp_for(self.state.next_index()));
         }
+        // What an interrupted exec left in the store's scratch (its sandbox is gone with it).
+        let _ = crate::workspace::remove_any(&self.exec_scratch());
         self.repair_fork()?;
         self.repair_parent_fork()?;
         if let Some(intent) = self.state.intent.clone() {
@@ -60,6 +62,10 @@ impl Session {
                     self.ws.restore(entries, &self.blobs, intent.step)?;
                     self.append(Record::IntentVoid { step: intent.step, why: "interrupted before the change completed; preimage restored at repair".into() }, false)?;
                 }
+            } else if intent.kind == "effect" && intent.site == "exec" {
+                // A sandboxed command was running: the real workspace never changed (its
+                // change set was not yet applied), so nothing happened.
+                self.append(Record::IntentVoid { step: intent.step, why: "the sandboxed command was interrupted before its change set was applied; the workspace is untouched".into() }, false)?;
             } else {
                 // A tool call or exec with unknown outcome: opaque, so a fork over it refuses.
                 let label = if intent.kind == "opaque" {

@@ -161,7 +161,7 @@ mod tests {
 mod doc_table {
     use super::*;
     use crate::step::Pos;
-    use crate::undo::{FileDetail, Image, IntentAfter, Undo};
+    use crate::undo::{EffectDetail, FileDetail, Image, IntentAfter, Undo};
     use crate::unwind::{Failed, Outcome, OwedStep};
     use serde_json::{json, Value};
     use std::collections::BTreeSet;
@@ -203,11 +203,11 @@ mod doc_table {
                 undo: Some(Undo::Restore { entries: vec![] }),
                 preimage: Some(json!({})),
                 after: Some(IntentAfter {
-                    detail: FileDetail {
+                    detail: EffectDetail::File(FileDetail {
                         after: Image::default(),
                         path: s(),
                         to: None,
-                    },
+                    }),
                     images: vec![],
                 }),
             },

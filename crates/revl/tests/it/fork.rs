@@ -160,7 +160,7 @@ fn opaque_tail_and_non_idempotent_span_are_refused() {
         .as_str()
         .unwrap()
         .contains("local_fx.call"));
-    ok(&e, &["exec", &s, "--", "true"]);
+    ok(&e, &["exec", &s, "--unconfined", "--", "true"]);
     let o = revl(&e, &["fork", &s, "--at", "0"], None);
     assert_eq!(
         (o.code, o.json["error"]["code"].as_str()),

@@ -749,10 +749,19 @@ fn provide_inspect_and_withdraw() {
 // ---------------------------------------------------------------- exec
 
 #[test]
-fn exec_records_an_opaque_step_and_never_uses_a_shell() {
+fn unconfined_exec_records_an_opaque_step_and_never_uses_a_shell() {
     let w = World::new();
     let (sid, ws) = w.session();
-    let out = w.json(&["exec", &sid, "--", "echo", "$HOME;ls", "*", "`id`"]);
+    let out = w.json(&[
+        "exec",
+        &sid,
+        "--unconfined",
+        "--",
+        "echo",
+        "$HOME;ls",
+        "*",
+        "`id`",
+    ]);
     let doc = out.ok();
     assert_eq!(doc["step"], 1);
     assert_eq!(doc["exitCode"], 0);
@@ -763,23 +772,40 @@ fn exec_records_an_opaque_step_and_never_uses_a_shell() {
     assert_eq!(doc["stderr"], "");
 
     // A failing command: revl still exits 0, and the status is in the result.
-    let doc = w.json(&["exec", &sid, "--", "false"]).ok().clone();
+    let doc = w
+        .json(&["exec", &sid, "--unconfined", "--", "false"])
+        .ok()
+        .clone();
     assert_eq!(doc["exitCode"], 1);
     assert_eq!(doc["step"], 2);
     let doc = w
-        .json(&["exec", &sid, "--", "sh", "-c", "echo err >&2; exit 7"])
+        .json(&[
+            "exec",
+            &sid,
+            "--unconfined",
+            "--",
+            "sh",
+            "-c",
+            "echo err >&2; exit 7",
+        ])
         .ok()
         .clone();
     assert_eq!(doc["exitCode"], 7);
     assert_eq!(doc["stderr"], "err\n");
     // It runs in the workspace.
-    let doc = w.json(&["exec", &sid, "--", "pwd"]).ok().clone();
+    let doc = w
+        .json(&["exec", &sid, "--unconfined", "--", "pwd"])
+        .ok()
+        .clone();
     assert_eq!(
         doc["stdout"].as_str().unwrap().trim_end(),
         ws.to_str().unwrap()
     );
     // Human output also exits 0 for a failing command.
-    assert_eq!(w.run(&["exec", &sid, "--", "false"]).code, Some(0));
+    assert_eq!(
+        w.run(&["exec", &sid, "--unconfined", "--", "false"]).code,
+        Some(0)
+    );
 
     let tl = w.timeline(&sid);
     let s = step(&tl, 1);
@@ -804,8 +830,8 @@ fn exec_records_an_opaque_step_and_never_uses_a_shell() {
 
     // A command that cannot start is an error, and no step.
     let head = w.head(&sid);
-    w.json(&["exec", &sid, "--", "/nonexistent/program"])
-        .err(1, "tool-failed");
+    w.json(&["exec", &sid, "--unconfined", "--", "/nonexistent/program"])
+        .err(1, "exec-failed");
     assert_eq!(w.head(&sid), head);
 
     // A rewind over it lists it as unrestored, with its repr.
@@ -1783,12 +1809,12 @@ fn a_crash_at_any_effect_point_is_repaired_consistently() {
 }
 
 #[test]
-fn an_interrupted_exec_becomes_an_opaque_step() {
+fn an_interrupted_unconfined_exec_becomes_an_opaque_step() {
     for fp in ["wal.torn-append:2", "wal.torn-append:1"] {
         let w = World::new();
         let (sid, ws) = w.session();
         let out = w.json_env(
-            &["exec", &sid, "--", "touch", "ran"],
+            &["exec", &sid, "--unconfined", "--", "touch", "ran"],
             &[("REVL_FAILPOINT", fp)],
         );
         assert!(out.died(), "{}", out.dump());

@@ -132,20 +132,55 @@ impl MSession {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Write { path: String, content: Vec<u8> },
-    Delete { path: String },
-    Rename { from: String, to: String },
-    Mkdir { path: String },
-    Chmod { path: String, mode: u32 },
-    Provide { key: String, value: String },
-    Boundary { label: Option<String> },
+    Write {
+        path: String,
+        content: Vec<u8>,
+    },
+    Delete {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Mkdir {
+        path: String,
+    },
+    Chmod {
+        path: String,
+        mode: u32,
+    },
+    Provide {
+        key: String,
+        value: String,
+    },
+    Boundary {
+        label: Option<String>,
+    },
     Exec,
-    Hold { token: String },
-    Emit { token: String },
-    Notify { token: String },
-    Put { token: String },
-    StepBack { to: i64 },
-    Fork { at: i64 },
+    /// A file written by a sandboxed `exec` (`sh -c`): its change set is one effect step.
+    Shell {
+        path: String,
+        content: Vec<u8>,
+    },
+    Hold {
+        token: String,
+    },
+    Emit {
+        token: String,
+    },
+    Notify {
+        token: String,
+    },
+    Put {
+        token: String,
+    },
+    StepBack {
+        to: i64,
+    },
+    Fork {
+        at: i64,
+    },
     Commit,
     Abort,
     Check,
@@ -161,7 +196,7 @@ impl Op {
             Op::Chmod { .. } => "chmod",
             Op::Provide { .. } => "provide",
             Op::Boundary { .. } => "boundary",
-            Op::Exec => "exec",
+            Op::Exec | Op::Shell { .. } => "exec",
             Op::Hold { .. } => "call-hold",
             Op::Emit { .. } => "call-emit",
             Op::Notify { .. } => "call-notify",
@@ -182,6 +217,7 @@ impl Op {
                 | Op::Rename { .. }
                 | Op::Mkdir { .. }
                 | Op::Chmod { .. }
+                | Op::Shell { .. }
         )
     }
 
@@ -209,6 +245,7 @@ impl Op {
                 format!("{}/boundary", label.as_deref().unwrap_or("turn")),
             ),
             Op::Exec => one("opaque", "exec/opaque".into()),
+            Op::Shell { .. } => one("effect", "exec sh".into()),
             Op::Emit { .. } => vec![
                 ("emission".into(), "tickets.create".into()),
                 ("compensation".into(), "compensate tickets.create".into()),
@@ -286,6 +323,12 @@ fn apply_fs(s: &Snapshot, op: &Op, um: u32) -> Snapshot {
         }
         Op::Chmod { path, mode } => {
             s.get_mut(path).expect("chmod of an existing path").1 = *mode;
+        }
+        Op::Shell { path, content } => {
+            // `mkdir -p` its directory, `rm -rf` it, `cat > it`: a fresh file.
+            mkparents(&mut s, path);
+            s.retain(|k, _| k != path && !under(path, k));
+            s.insert(path.clone(), (Kind::File, 0o666 & !um, content.clone()));
         }
         _ => {}
     }
@@ -983,6 +1026,7 @@ impl Soak {
             ("provide", 6),
             ("boundary", 5),
             ("exec", 1),
+            ("shell", 4),
             ("hold", 12),
             ("emit", 5),
             ("notify", 3),
@@ -1032,6 +1076,17 @@ impl Soak {
                     let path = self.rng.pick(&c).clone();
                     let content = self.content();
                     Op::Write { path, content }
+                }
+                "shell" => {
+                    let mut c: Vec<String> = FILES.iter().map(|s| s.to_string()).collect();
+                    c.extend(files.iter().cloned());
+                    c.retain(|p| self.writable(p));
+                    if c.is_empty() {
+                        continue;
+                    }
+                    let path = self.rng.pick(&c).clone();
+                    let content = self.content();
+                    Op::Shell { path, content }
                 }
                 "delete" if !existing.is_empty() => Op::Delete {
                     path: self.rng.pick(&existing).clone(),
@@ -1222,7 +1277,40 @@ impl Soak {
                 }
                 (a, SIMPLE_FPS)
             }
-            Op::Exec => (vec![s("exec"), id, s("--"), s("true")], SIMPLE_FPS),
+            Op::Exec => (
+                vec![s("exec"), id, s("--unconfined"), s("--"), s("true")],
+                SIMPLE_FPS,
+            ),
+            Op::Shell { path, content } => {
+                // A long enough run for kills to land while it runs, and while it applies.
+                const EXEC_FPS: &[&str] = &[
+                    "exec.after-run",
+                    "exec.mid-apply",
+                    "wal.torn-append",
+                    "wal.torn-append:2",
+                    "wal.torn-append:3",
+                    "io.enospc",
+                    "io.enospc:2",
+                ];
+                let f = self.scratch.join("shell-input.bin");
+                fs::write(&f, content).unwrap();
+                let script =
+                    r#"mkdir -p "$(dirname "$1")" && rm -rf "$1" && cat "$2" > "$1" && sleep 0.02"#;
+                (
+                    vec![
+                        s("exec"),
+                        id,
+                        s("--"),
+                        s("sh"),
+                        s("-c"),
+                        s(script),
+                        s("sh"),
+                        path.clone(),
+                        f.display().to_string(),
+                    ],
+                    EXEC_FPS,
+                )
+            }
             Op::Hold { token } | Op::Emit { token } | Op::Notify { token } | Op::Put { token } => {
                 let tool = match op {
                     Op::Hold { .. } => "hold",

@@ -1,0 +1,379 @@
+//! A sandboxed exec's change set (SPEC 12): read from the overlay's upper layer (what the
+//! command wrote, and nothing else), compared with the real workspace when it is applied
+//! (which is when the preimages are read), then applied as one step.
+//!
+//! The upper layer holds exactly the paths the command wrote: files it created or modified
+//! (copied up whole: `metacopy=off`), symlinks, directories it made, directories it replaced
+//! (marked opaque), and a whiteout (a 0/0 character device) for each path it deleted.
+//! Directories it only entered were copied up with their mode. Directory renames are not
+//! redirected (`redirect_dir=off`): a command that renames a directory copies it, so the
+//! upper layer shows a new tree and a whiteout. Reading it costs what the command changed,
+//! not the size of the workspace.
+
+use crate::blobs::BlobStore;
+use crate::error::Result;
+use crate::undo::{ExecChange, FileKind, Image, RestoreEntry};
+use crate::workspace::{mode_str, unb64, Workspace};
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Preimages inline in the intent up to this many bytes in all; beyond, in the blob store
+/// (a command that rewrites ten thousand small files must not write a 50 MB WAL record).
+const INLINE_BUDGET: usize = 1 << 20;
+
+/// How one change is applied.
+#[derive(Debug, Clone)]
+pub enum How {
+    /// Move what the upper layer holds at this path into the workspace.
+    Move(PathBuf),
+    /// Remove the path.
+    Remove,
+    /// Set the mode (a file or directory whose content did not change).
+    Chmod(u32),
+}
+
+/// One change: its entry in the step's detail, its preimage, and how it is applied.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub path: String,
+    pub change: &'static str,
+    pub pre: RestoreEntry,
+    /// The post-image, with its path.
+    pub after: Image,
+    pub how: How,
+}
+
+/// The change set, paths sorted.
+#[derive(Debug, Default)]
+pub struct Planned {
+    pub items: Vec<Item>,
+    pub ignored: Vec<ExecChange>,
+}
+
+impl Planned {
+    /// The `changes` of the step's detail: applied and ignored entries, sorted by path.
+    pub fn changes(&self) -> Vec<ExecChange> {
+        let mut out: Vec<ExecChange> = self
+            .items
+            .iter()
+            .map(|i| ExecChange {
+                after: Some(Image {
+                    path: String::new(),
+                    ..i.after.clone()
+                }),
+                change: i.change.to_string(),
+                path: i.path.clone(),
+                why: None,
+            })
+            .collect();
+        out.extend(self.ignored.iter().cloned());
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
+    }
+
+    /// The files the apply will move in, whose data must be durable first.
+    pub fn files_to_sync(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for i in &self.items {
+            if let How::Move(src) = &i.how {
+                collect_files(src, &mut out);
+            }
+        }
+        out
+    }
+}
+
+fn collect_files(p: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(m) = fs::symlink_metadata(p) else {
+        return;
+    };
+    if m.is_file() {
+        out.push(p.to_path_buf());
+    } else if m.is_dir() {
+        out.push(p.to_path_buf());
+        for e in fs::read_dir(p).into_iter().flatten().flatten() {
+            collect_files(&e.path(), out);
+        }
+    }
+}
+
+fn io(p: &Path, e: std::io::Error) -> crate::Error {
+    crate::Error::io(p.display(), e)
+}
+
+fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() {
+        name.to_string()
+    } else {
+        format!("{prefix}/{name}")
+    }
+}
+
+fn ignored(path: String, why: impl Into<String>) -> ExecChange {
+    ExecChange {
+        after: None,
+        change: "ignored".into(),
+        path,
+        why: Some(why.into()),
+    }
+}
+
+/// Why a special file is not applied.
+fn special_why(t: &fs::FileType) -> &'static str {
+    if t.is_fifo() {
+        "a FIFO is not applied to the workspace (revl witnesses files, directories and symlinks)"
+    } else if t.is_socket() {
+        "a socket is not applied to the workspace (revl witnesses files, directories and symlinks)"
+    } else {
+        "a device node is not applied to the workspace (revl witnesses files, directories and symlinks)"
+    }
+}
+
+/// A whiteout: the overlay's mark of a deleted path.
+fn is_whiteout(m: &fs::Metadata) -> bool {
+    m.file_type().is_char_device() && m.rdev() == 0
+}
+
+/// Read the change set from `upper` and compare it with the workspace; capture every
+/// preimage (large ones durably in the blob store). Nothing in the workspace changes; the
+/// upper layer is tidied (overlay attributes stripped, special files removed from new trees,
+/// hard links split) so that what is moved in is exactly what is recorded.
+pub fn plan(upper: &Path, prefix: &str, ws: &Workspace, blobs: &BlobStore) -> Result<Planned> {
+    let up = Workspace::new(upper.to_path_buf(), crate::Failpoints::none());
+    let mut out = Planned::default();
+    let mut budget = INLINE_BUDGET;
+    walk(upper, "", prefix, &up, ws, blobs, &mut out, &mut budget)?;
+    out.items.sort_by(|a, b| a.path.cmp(&b.path));
+    out.ignored.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn sorted_entries(dir: &Path) -> Result<Vec<OsString>> {
+    let mut names: Vec<OsString> = fs::read_dir(dir)
+        .map_err(|e| io(dir, e))?
+        .map(|e| e.map(|e| e.file_name()).map_err(|e| io(dir, e)))
+        .collect::<Result<_>>()?;
+    names.sort();
+    Ok(names)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk(
+    dir: &Path,
+    rel_dir: &str,
+    prefix: &str,
+    up: &Workspace,
+    ws: &Workspace,
+    blobs: &BlobStore,
+    out: &mut Planned,
+    budget: &mut usize,
+) -> Result<()> {
+    for name in sorted_entries(dir)? {
+        let abs = dir.join(&name);
+        let Some(name) = name.to_str() else {
+            out.ignored.push(ignored(
+                join(rel_dir, &name.to_string_lossy()),
+                "its name is not UTF-8 (revl records paths as UTF-8 text)",
+            ));
+            continue;
+        };
+        let rel = join(rel_dir, name);
+        let m = fs::symlink_metadata(&abs).map_err(|e| io(&abs, e))?;
+        let t = m.file_type();
+        let real = ws.lstat_rel(&rel)?;
+        let real_kind = real.as_ref().map_or(FileKind::Absent, |(k, _, _)| *k);
+        let mut add = |change: &'static str, after: Image, how: How, budget: &mut usize| {
+            let pre = capture(ws, &rel, blobs, budget)?;
+            out.items.push(Item {
+                path: rel.clone(),
+                change,
+                pre,
+                after,
+                how,
+            });
+            Ok::<(), crate::Error>(())
+        };
+        if is_whiteout(&m) {
+            match real_kind {
+                FileKind::Absent => {}
+                FileKind::Dir => add("dir-deleted", Image::absent(&rel), How::Remove, budget)?,
+                _ => add("deleted", Image::absent(&rel), How::Remove, budget)?,
+            }
+        } else if t.is_dir() {
+            let opaque = rustix::fs::lgetxattr(
+                &abs,
+                format!("{prefix}overlay.opaque").as_str(),
+                &mut [0u8; 4][..],
+            )
+            .is_ok();
+            strip_overlay_attrs(&abs, prefix);
+            if real_kind == FileKind::Dir && !opaque {
+                // A directory the command entered: its own mode, then what it wrote inside.
+                let (_, real_mode, _) = real.expect("a directory");
+                let mode = m.permissions().mode() & 0o7777;
+                if mode != real_mode {
+                    let after = Image {
+                        kind: Some(FileKind::Dir),
+                        mode: Some(mode_str(mode)),
+                        path: rel.clone(),
+                        ..Image::default()
+                    };
+                    out.items.push(Item {
+                        path: rel.clone(),
+                        change: "mode",
+                        pre: RestoreEntry::Mode {
+                            path: rel.clone(),
+                            mode: mode_str(real_mode),
+                        },
+                        after,
+                        how: How::Chmod(mode),
+                    });
+                }
+                walk(&abs, &rel, prefix, up, ws, blobs, out, budget)?;
+            } else {
+                // A new tree (or one that replaced what was there): applied whole.
+                tidy_tree(&abs, &rel, prefix, &mut out.ignored)?;
+                let after = up.observe(&rel)?;
+                if ws.observe(&rel)? != after {
+                    add("dir-created", after, How::Move(abs.clone()), budget)?;
+                }
+            }
+        } else if t.is_file() || t.is_symlink() {
+            if t.is_file() {
+                strip_overlay_attrs(&abs, prefix);
+                if m.nlink() > 1 {
+                    split_link(&abs)?;
+                }
+            }
+            let after = up.observe(&rel)?;
+            let now = ws.observe(&rel)?;
+            if now == after {
+                continue;
+            }
+            let same_bytes = now.kind == after.kind && now.digest == after.digest;
+            let single = real.as_ref().is_some_and(|(_, _, nlink)| *nlink == 1);
+            if t.is_file() && same_bytes && single {
+                // Only the mode changed: set it (the file's inode stays, with no other name).
+                let mode = m.permissions().mode() & 0o7777;
+                let after = Image {
+                    digest: None,
+                    ..after
+                };
+                let (_, real_mode, _) = real.expect("a file");
+                out.items.push(Item {
+                    path: rel.clone(),
+                    change: "mode",
+                    pre: RestoreEntry::Mode {
+                        path: rel.clone(),
+                        mode: mode_str(real_mode),
+                    },
+                    after,
+                    how: How::Chmod(mode),
+                });
+            } else {
+                let change = match (t.is_symlink(), real_kind, same_bytes) {
+                    (true, _, _) => "symlink",
+                    (false, _, true) => "mode",
+                    (false, FileKind::File, _) => "modified",
+                    _ => "created",
+                };
+                add(change, after, How::Move(abs.clone()), budget)?;
+            }
+        } else {
+            out.ignored.push(ignored(rel, special_why(&t)));
+        }
+    }
+    Ok(())
+}
+
+/// The preimage of `rel`, small files inline while the budget lasts, else in the blob store.
+fn capture(
+    ws: &Workspace,
+    rel: &str,
+    blobs: &BlobStore,
+    budget: &mut usize,
+) -> Result<RestoreEntry> {
+    let mut e = ws.capture(rel, blobs)?;
+    if let RestoreEntry::File { content, blob, .. } = &mut e {
+        if let Some(c) = content.as_ref() {
+            if c.len() > *budget {
+                let bytes = unb64(c)?;
+                *blob = Some(blobs.put(&bytes)?);
+                *content = None;
+            } else {
+                *budget -= c.len();
+            }
+        }
+    }
+    Ok(e)
+}
+
+/// Remove the overlay's own extended attributes (`…overlay.opaque`, `…overlay.origin`,
+/// `…overlay.impure`): they mean nothing in the workspace.
+fn strip_overlay_attrs(p: &Path, prefix: &str) {
+    let mut buf = vec![0u8; 4096];
+    let Ok(n) = rustix::fs::llistxattr(p, &mut buf[..]) else {
+        return;
+    };
+    let want = format!("{prefix}overlay.");
+    for name in buf[..n].split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        if name.starts_with(want.as_bytes()) {
+            if let Ok(s) = std::str::from_utf8(name) {
+                let _ = rustix::fs::lremovexattr(p, s);
+            }
+        }
+    }
+}
+
+/// Give a hard-linked file a separate inode (a copy renamed over it): hard links are
+/// captured as separate files (SPEC 12).
+fn split_link(p: &Path) -> Result<()> {
+    let tmp = p.with_file_name(".revl-link.tmp");
+    fs::copy(p, &tmp).map_err(|e| io(p, e))?;
+    fs::rename(&tmp, p).map_err(|e| io(p, e))
+}
+
+/// Make a new tree of the upper layer hold only what is applied: special files and
+/// non-UTF-8 names removed (and listed as ignored), whiteouts dropped (nothing below a new
+/// tree is deleted), hard links split, overlay attributes stripped.
+fn tidy_tree(
+    dir: &Path,
+    rel_dir: &str,
+    prefix: &str,
+    ignored_out: &mut Vec<ExecChange>,
+) -> Result<()> {
+    for name in sorted_entries(dir)? {
+        let abs = dir.join(&name);
+        let m = fs::symlink_metadata(&abs).map_err(|e| io(&abs, e))?;
+        let t = m.file_type();
+        let shown = join(rel_dir, &name.to_string_lossy());
+        let Some(name) = name.to_str() else {
+            fs::remove_dir_all(&abs)
+                .or_else(|_| fs::remove_file(&abs))
+                .map_err(|e| io(&abs, e))?;
+            ignored_out.push(ignored(
+                shown,
+                "its name is not UTF-8 (revl records paths as UTF-8 text)",
+            ));
+            continue;
+        };
+        let rel = join(rel_dir, name);
+        if is_whiteout(&m) {
+            fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
+        } else if t.is_dir() {
+            strip_overlay_attrs(&abs, prefix);
+            tidy_tree(&abs, &rel, prefix, ignored_out)?;
+        } else if t.is_file() {
+            strip_overlay_attrs(&abs, prefix);
+            if m.nlink() > 1 {
+                split_link(&abs)?;
+            }
+        } else if !t.is_symlink() {
+            fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
+            ignored_out.push(ignored(rel, special_why(&t)));
+        }
+    }
+    Ok(())
+}

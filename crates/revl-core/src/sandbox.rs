@@ -1,0 +1,623 @@
+//! The exec sandbox (SPEC 12): a command runs in fresh mount, network, IPC, PID and UTS
+//! namespaces (plus a user namespace when revl is not root), sees the host read-only and the
+//! workspace through an overlay whose upper layer is revl's scratch directory, and is killed
+//! with everything it started when its main process ends or times out. The real workspace
+//! does not change while it runs: revl reads the change set from the upper layer afterwards.
+//!
+//! How it is built. `std::process::Command` forks; in the child (before exec) revl makes
+//! the namespaces, then forks once more so that the command is the first process (PID 1) of
+//! its PID namespace: when it exits the kernel kills every process left in the namespace.
+//! The middle process waits for it and mirrors its exit status (code or signal) to revl; both
+//! die with their parent (`PR_SET_PDEATHSIG`). The mounts: the tree is made private; the
+//! overlay is mounted and cloned (detached) while the host is still visible; every mount is
+//! made read-only at once (`mount_setattr(AT_RECURSIVE)`); private tmpfs on `/tmp`,
+//! `/dev/shm` and `/run`; a tmpfs `/dev` with bind mounts of six host nodes; the overlay moved
+//! to the workspace's own path; a fresh `/proc`; the loopback interface up. Last, every
+//! capability is dropped from the bounding and ambient sets and `no_new_privs` is set, so
+//! nothing the command runs can remount, unmount or regain privileges.
+//!
+//! Everything the child does between fork and exec is a raw system call (through `libc`) on
+//! data prepared before the fork: no allocation, no lock, as `pre_exec` requires. Which step
+//! failed is written to a shared page, so a refusal can say which part of the sandbox this
+//! machine does not allow (`sandbox-unavailable`).
+
+use crate::proc::{run_command, Ran};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+/// What to run, and where.
+#[derive(Debug, Clone)]
+pub struct Spec<'a> {
+    pub argv: &'a [String],
+    /// The workspace, canonical: the overlay's lower layer, and the path the command sees it at.
+    pub workspace: &'a Path,
+    /// The working directory: the workspace or a directory inside it (absolute).
+    pub cwd: &'a Path,
+    /// Extra environment (the caller's is inherited).
+    pub env: &'a [(String, String)],
+    pub timeout: Option<Duration>,
+    /// An empty directory of revl's on a filesystem that can hold an overlay upper layer,
+    /// outside the workspace: `upper/`, `work/` and `merged/` are made in it.
+    pub scratch: &'a Path,
+}
+
+/// A command that ran: its outcome, and the upper layer holding what it wrote.
+#[derive(Debug)]
+pub struct Outcome {
+    pub ran: Ran,
+    pub upper: PathBuf,
+    /// The prefix of the overlay's own extended attributes in `upper` (`trusted.` as root,
+    /// `user.` in a user namespace).
+    pub xattr_prefix: &'static str,
+}
+
+/// Why nothing ran.
+#[derive(Debug)]
+pub enum Failure {
+    /// The sandbox could not be set up: which part failed, and the system's reason.
+    Unavailable(String),
+    /// The sandbox was ready but the program could not be started (not found, not
+    /// executable).
+    NotStarted(std::io::Error),
+    /// It was running when the caller's `started` failed (it was killed), or waiting for it
+    /// failed.
+    Started(std::io::Error),
+}
+
+/// The steps of the set-up, in order; the shared page holds the index of the one under way.
+const STAGES: &[&str] = &[
+    "prepare the sandbox",
+    "set the parent-death signal",
+    "create the namespaces",
+    "map the user and group ids into the user namespace",
+    "start the namespace's first process",
+    "make the mount tree private",
+    "mount the overlay over the workspace",
+    "clone the overlay mount",
+    "clone the device nodes",
+    "make the host read-only",
+    "mount a private /tmp",
+    "mount a private /run",
+    "mount the minimal /dev",
+    "bind the device nodes into /dev",
+    "mount a private /dev/shm",
+    "place the workspace at its own path",
+    "mount /proc",
+    "bring up the loopback interface",
+    "enter the working directory",
+    "drop capabilities",
+];
+const STAGE_EXEC: i32 = STAGES.len() as i32;
+
+/// The device nodes the sandbox's `/dev` holds.
+const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+
+/// A page shared with the children (it survives their fork): the stage under way.
+struct Shared {
+    ptr: *mut AtomicI32,
+}
+
+impl Shared {
+    fn new() -> std::io::Result<Shared> {
+        // SAFETY: an anonymous shared mapping of one page; checked for failure below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Shared {
+            ptr: p.cast::<AtomicI32>(),
+        })
+    }
+
+    fn stage(&self) -> i32 {
+        // SAFETY: the page lives as long as `self`; an AtomicI32 is valid for any bits.
+        unsafe { (*self.ptr).load(Ordering::SeqCst) }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the page mapped in `new`; no reference to it outlives `self`.
+        unsafe {
+            libc::munmap(self.ptr.cast(), 4096);
+        }
+    }
+}
+
+/// Everything the children need, made before the fork.
+struct Prepared {
+    /// Address of the shared stage word (a usize so the closure is Send).
+    stage: usize,
+    unshare: libc::c_int,
+    /// `uid_map`, `gid_map` contents when a user namespace is made.
+    maps: Option<(CString, CString)>,
+    merged: CString,
+    overlay_opts: CString,
+    dev_host: Vec<CString>,
+    dev_target: Vec<CString>,
+    run_exists: bool,
+    /// The workspace and each of its ancestors, shortest first (made where missing, in the
+    /// private /tmp for instance).
+    ws_chain: Vec<CString>,
+    workspace: CString,
+    cwd: CString,
+}
+
+fn cstr(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a path holds NUL"))
+}
+
+/// Escape a path for the overlay's option string (`,` separates options, `:` lower layers).
+fn overlay_path(p: &Path) -> String {
+    let mut out = String::new();
+    for c in p.to_string_lossy().chars() {
+        if matches!(c, '\\' | ',' | ':') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Is revl running as root (then no user namespace is needed, and none is made)?
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The prefix of the overlay's extended attributes for the current user.
+pub fn xattr_prefix() -> &'static str {
+    if is_root() {
+        "trusted."
+    } else {
+        "user."
+    }
+}
+
+fn prepare(spec: &Spec, stage: usize) -> std::io::Result<(Prepared, PathBuf)> {
+    let root = is_root();
+    let upper = spec.scratch.join("upper");
+    let work = spec.scratch.join("work");
+    let merged = spec.scratch.join("merged");
+    for d in [&upper, &work, &merged] {
+        std::fs::create_dir_all(d)?;
+    }
+    let mut opts = format!(
+        "lowerdir={},upperdir={},workdir={},redirect_dir=off,metacopy=off,index=off,xino=off",
+        overlay_path(spec.workspace),
+        overlay_path(&upper),
+        overlay_path(&work)
+    );
+    if !root {
+        opts.push_str(",userxattr");
+    }
+    let mut unshare = libc::CLONE_NEWNS
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWUTS;
+    let maps = if root {
+        None
+    } else {
+        unshare |= libc::CLONE_NEWUSER;
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        Some((
+            CString::new(format!("{uid} {uid} 1\n")).expect("digits"),
+            CString::new(format!("{gid} {gid} 1\n")).expect("digits"),
+        ))
+    };
+    let mut ws_chain = Vec::new();
+    let mut at = PathBuf::from("/");
+    for c in spec.workspace.components().skip(1) {
+        at.push(c);
+        ws_chain.push(cstr(&at)?);
+    }
+    let mut dev_host = Vec::new();
+    let mut dev_target = Vec::new();
+    for n in DEV_NODES {
+        let p = Path::new("/dev").join(n);
+        if p.exists() {
+            dev_target.push(cstr(&p)?);
+            dev_host.push(cstr(&p)?);
+        }
+    }
+    Ok((
+        Prepared {
+            stage,
+            unshare,
+            maps,
+            merged: cstr(&merged)?,
+            overlay_opts: CString::new(opts).map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "a path holds NUL")
+            })?,
+            dev_host,
+            dev_target,
+            run_exists: Path::new("/run").is_dir(),
+            ws_chain,
+            workspace: cstr(spec.workspace)?,
+            cwd: cstr(spec.cwd)?,
+        },
+        upper,
+    ))
+}
+
+/// Run the command in the sandbox. The caller's scratch directory must be empty. `started`
+/// runs once the command is running (revl records its intent there); its error kills the
+/// command and is returned as [`Failure::Started`].
+pub fn run(
+    spec: &Spec,
+    started: &mut dyn FnMut() -> std::io::Result<()>,
+) -> Result<Outcome, Failure> {
+    let shared = Shared::new().map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
+    let (prepared, upper) = prepare(spec, shared.ptr as usize)
+        .map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
+    let Some((prog, args)) = spec.argv.split_first() else {
+        return Err(Failure::NotStarted(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "empty argv",
+        )));
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(args);
+    for (k, v) in spec.env {
+        cmd.env(k, v);
+    }
+    // SAFETY: `enter` makes only raw system calls on memory prepared before the fork (see
+    // the module documentation); it never allocates or takes a lock.
+    unsafe {
+        cmd.pre_exec(move || enter(&prepared));
+    }
+    let mut said = false;
+    let mut started = || {
+        said = true;
+        started()
+    };
+    match run_command(cmd, None, spec.timeout, &mut started) {
+        Ok(ran) => Ok(Outcome {
+            ran,
+            upper,
+            xattr_prefix: xattr_prefix(),
+        }),
+        Err(e) if said => Err(Failure::Started(e)),
+        Err(e) => {
+            let st = shared.stage();
+            if st >= STAGE_EXEC {
+                Err(Failure::NotStarted(e))
+            } else {
+                let what = STAGES.get(st.max(0) as usize).copied().unwrap_or("set up");
+                Err(Failure::Unavailable(format!("{what}: {e}")))
+            }
+        }
+    }
+}
+
+/// Does the sandbox work here? Runs `true` (or `/bin/sh -c :`) in it over an empty
+/// workspace under `dir`; `Err(why)` when it cannot be set up.
+pub fn probe(dir: &Path) -> Result<(), String> {
+    let ws = dir.join("workspace");
+    let scratch = dir.join("scratch");
+    std::fs::create_dir_all(&ws).map_err(|e| format!("cannot make {}: {e}", ws.display()))?;
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| format!("cannot make {}: {e}", scratch.display()))?;
+    let ws = ws
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", ws.display()))?;
+    let argv = ["/bin/sh".to_string(), "-c".to_string(), ":".to_string()];
+    let spec = Spec {
+        argv: &argv,
+        workspace: &ws,
+        cwd: &ws,
+        env: &[],
+        timeout: Some(Duration::from_secs(30)),
+        scratch: &scratch,
+    };
+    match run(&spec, &mut || Ok(())) {
+        Ok(o) if o.ran.code == Some(0) => Ok(()),
+        Ok(o) => Err(format!(
+            "a probe command in the sandbox failed ({}): {}",
+            o.ran.code.map_or_else(
+                || format!("signal {:?}", o.ran.signal),
+                |c| format!("exit {c}")
+            ),
+            String::from_utf8_lossy(&o.ran.stderr).trim()
+        )),
+        Err(Failure::Unavailable(why)) => Err(why),
+        Err(Failure::NotStarted(e)) => Err(format!("cannot start /bin/sh in the sandbox: {e}")),
+        Err(Failure::Started(e)) => Err(format!("waiting for the probe failed: {e}")),
+    }
+}
+
+// ---- the children: raw system calls only ----
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
+const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+#[repr(C)]
+struct IfReq {
+    name: [u8; 16],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+fn fail() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// Check a raw call's result.
+fn ok(r: libc::c_long) -> std::io::Result<libc::c_long> {
+    if r < 0 {
+        Err(fail())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Write `data` to a file of /proc (the id maps).
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
+    let fd = ok(libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) as libc::c_long)?
+        as libc::c_int;
+    let n = libc::write(fd, data.as_ptr().cast(), data.len());
+    libc::close(fd);
+    if n < 0 {
+        return Err(fail());
+    }
+    Ok(())
+}
+
+/// Runs in the child `Command` forked, before exec: namespaces, then the second fork; the
+/// middle process never returns.
+///
+/// # Safety
+/// Called between fork and exec: raw system calls only, on `p` prepared before the fork.
+unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
+    let stage = &*(p.stage as *const AtomicI32);
+    let at = |i: i32| stage.store(i, Ordering::SeqCst);
+    at(1);
+    ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
+    at(2);
+    ok(libc::unshare(p.unshare) as libc::c_long)?;
+    if let Some((uid_map, gid_map)) = &p.maps {
+        at(3);
+        write_proc(c"/proc/self/setgroups", b"deny")?;
+        write_proc(c"/proc/self/uid_map", uid_map.as_bytes())?;
+        write_proc(c"/proc/self/gid_map", gid_map.as_bytes())?;
+    }
+    at(4);
+    // A raw clone (not glibc's fork): no fork handlers, which might take locks another thread
+    // of revl held when `Command` forked.
+    let pid = ok(libc::syscall(
+        libc::SYS_clone,
+        libc::SIGCHLD as libc::c_long,
+        0 as libc::c_long,
+        0 as libc::c_long,
+        0 as libc::c_long,
+        0 as libc::c_long,
+    ))? as libc::pid_t;
+    if pid > 0 {
+        mirror(pid);
+    }
+    ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
+    setup(p, &at)?;
+    at(STAGE_EXEC);
+    Ok(())
+}
+
+/// The middle process: wait for the namespace's first process and exit as it did.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn mirror(pid: libc::pid_t) -> ! {
+    // Hold nothing open: not the command's output pipes, not `Command`'s exec-error pipe.
+    libc::syscall(
+        libc::SYS_close_range,
+        0 as libc::c_uint,
+        !0 as libc::c_uint,
+        0,
+    );
+    let mut status: libc::c_int = 0;
+    loop {
+        let r = libc::waitpid(pid, &mut status, 0);
+        if r == pid {
+            break;
+        }
+        if r < 0 && *libc::__errno_location() != libc::EINTR {
+            libc::_exit(127);
+        }
+    }
+    if libc::WIFEXITED(status) {
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+    let sig = libc::WTERMSIG(status);
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+    libc::signal(sig, libc::SIG_DFL);
+    libc::kill(libc::getpid(), sig);
+    libc::_exit(128 + sig);
+}
+
+/// The mounts, the network, the working directory and the capabilities of PID 1.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
+    let null = std::ptr::null::<libc::c_char>();
+    at(5);
+    ok(libc::mount(
+        null,
+        c"/".as_ptr(),
+        null,
+        libc::MS_REC | libc::MS_PRIVATE,
+        std::ptr::null(),
+    ) as libc::c_long)?;
+    at(6);
+    ok(libc::mount(
+        c"overlay".as_ptr(),
+        p.merged.as_ptr(),
+        c"overlay".as_ptr(),
+        0,
+        p.overlay_opts.as_ptr().cast(),
+    ) as libc::c_long)?;
+    at(7);
+    let clone_flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+    let overlay = ok(libc::syscall(
+        libc::SYS_open_tree,
+        libc::AT_FDCWD,
+        p.merged.as_ptr(),
+        clone_flags,
+    ))? as libc::c_int;
+    at(8);
+    // Up to six nodes; a fixed array, no allocation.
+    let mut dev_fds = [-1 as libc::c_int; DEV_NODES.len()];
+    for (i, host) in p.dev_host.iter().enumerate() {
+        dev_fds[i] = ok(libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            host.as_ptr(),
+            clone_flags,
+        ))? as libc::c_int;
+    }
+    at(9);
+    let ro = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    ok(libc::syscall(
+        libc::SYS_mount_setattr,
+        libc::AT_FDCWD,
+        c"/".as_ptr(),
+        AT_RECURSIVE,
+        &ro as *const MountAttr,
+        std::mem::size_of::<MountAttr>(),
+    ))?;
+    let tmpfs = |target: &std::ffi::CStr, opts: &std::ffi::CStr, flags: libc::c_ulong| {
+        ok(libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            flags,
+            opts.as_ptr().cast(),
+        ) as libc::c_long)
+    };
+    at(10);
+    tmpfs(c"/tmp", c"mode=1777", libc::MS_NOSUID | libc::MS_NODEV)?;
+    if p.run_exists {
+        at(11);
+        tmpfs(c"/run", c"mode=755", libc::MS_NOSUID | libc::MS_NODEV)?;
+    }
+    at(12);
+    tmpfs(c"/dev", c"mode=755", libc::MS_NOSUID | libc::MS_NOEXEC)?;
+    at(13);
+    for (i, target) in p.dev_target.iter().enumerate() {
+        let fd = ok(libc::open(
+            target.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+            0o666,
+        ) as libc::c_long)? as libc::c_int;
+        libc::close(fd);
+        ok(libc::syscall(
+            libc::SYS_move_mount,
+            dev_fds[i],
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        ))?;
+        libc::close(dev_fds[i]);
+    }
+    at(14);
+    ok(libc::mkdir(c"/dev/shm".as_ptr(), 0o755) as libc::c_long)?;
+    tmpfs(c"/dev/shm", c"mode=1777", libc::MS_NOSUID | libc::MS_NODEV)?;
+    at(15);
+    for dir in &p.ws_chain {
+        if libc::mkdir(dir.as_ptr(), 0o755) < 0 && *libc::__errno_location() != libc::EEXIST {
+            return Err(fail());
+        }
+    }
+    ok(libc::syscall(
+        libc::SYS_move_mount,
+        overlay,
+        c"".as_ptr(),
+        libc::AT_FDCWD,
+        p.workspace.as_ptr(),
+        MOVE_MOUNT_F_EMPTY_PATH,
+    ))?;
+    libc::close(overlay);
+    at(16);
+    ok(libc::mount(
+        c"proc".as_ptr(),
+        c"/proc".as_ptr(),
+        c"proc".as_ptr(),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        std::ptr::null(),
+    ) as libc::c_long)?;
+    at(17);
+    let sock =
+        ok(libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) as libc::c_long)?
+            as libc::c_int;
+    let mut ifr = IfReq {
+        name: [0; 16],
+        flags: 0,
+        _pad: [0; 22],
+    };
+    ifr.name[..2].copy_from_slice(b"lo");
+    ok(libc::ioctl(sock, SIOCGIFFLAGS, &mut ifr as *mut IfReq) as libc::c_long)?;
+    ifr.flags |= libc::IFF_UP as libc::c_short;
+    ok(libc::ioctl(sock, SIOCSIFFLAGS, &mut ifr as *mut IfReq) as libc::c_long)?;
+    libc::close(sock);
+    at(18);
+    ok(libc::chdir(p.cwd.as_ptr()) as libc::c_long)?;
+    at(19);
+    ok(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
+    for cap in 0..64 {
+        // EINVAL past the last capability this kernel knows.
+        if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0
+            && *libc::__errno_location() != libc::EINVAL
+        {
+            return Err(fail());
+        }
+    }
+    ok(libc::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL,
+        0,
+        0,
+        0,
+    ) as libc::c_long)?;
+    Ok(())
+}

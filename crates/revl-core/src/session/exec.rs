@@ -1,0 +1,387 @@
+//! `exec` (SPEC 12): a command in the sandbox, its change set applied as ONE witnessed step
+//! through the intent protocol; or, `--unconfined`, on the host as an opaque step (v1).
+//!
+//! Records, in order: `intent {kind: "effect", site: "exec"}` once the command is running
+//! (no undo: the real workspace does not change while it runs; a crash now is repaired by
+//! `intent-void`); after it ends and its change set is read, a second `intent` for the same
+//! step with every preimage (durable first) and the intended post-images; the changes; the
+//! `step`. A crash between the second intent and the step is repaired all forward (every
+//! post-image shows) or all back (every preimage restored), never half.
+
+use super::Session;
+use crate::changeset::{self, How};
+use crate::error::{Code, Error, Remedy, Result};
+use crate::report::ExecReport;
+use crate::undo::{EffectDetail, ExecDetail, IntentAfter, Undo};
+use crate::wal::Record;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The default timeout of a sandboxed command (SPEC 12).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Above this many files to make durable, one `syncfs` of the scratch filesystem is cheaper
+/// than an `fsync` each.
+const SYNCFS_OVER: usize = 64;
+
+/// What `exec` runs, and how.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOptions {
+    pub argv: Vec<String>,
+    /// Default [`DEFAULT_TIMEOUT`]; the whole process tree is killed when it expires.
+    pub timeout: Option<Duration>,
+    /// The working directory, relative to the workspace.
+    pub cwd: Option<String>,
+    /// Run on the host, recorded as an opaque step (a fork refuses to cross it).
+    pub unconfined: bool,
+}
+
+impl ExecOptions {
+    pub fn new(argv: &[String]) -> ExecOptions {
+        ExecOptions {
+            argv: argv.to_vec(),
+            ..ExecOptions::default()
+        }
+    }
+}
+
+fn unavailable(why: impl std::fmt::Display) -> Error {
+    Error::new(
+        Code::SandboxUnavailable,
+        format!("the exec sandbox cannot be set up here: {why}"),
+        "run the command unconfined (recorded as an opaque step that a fork cannot cross); `revl doctor` says what this machine lacks",
+    )
+    .with_remedy(Remedy::Unconfined)
+}
+
+impl Session {
+    /// The scratch directory of this session's exec: in the store, never in the workspace.
+    pub(super) fn exec_scratch(&self) -> PathBuf {
+        self.store.root().join("scratch").join(&self.id)
+    }
+
+    /// `exec -- ARGV` with the defaults (sandboxed, workspace root, 600 s).
+    pub fn exec(&mut self, argv: &[String]) -> Result<ExecReport> {
+        self.exec_with(&ExecOptions::new(argv))
+    }
+
+    /// `exec [--timeout S] [--cwd REL] [--unconfined] -- ARGV`.
+    pub fn exec_with(&mut self, o: &ExecOptions) -> Result<ExecReport> {
+        self.require_live()?;
+        if o.argv.is_empty() || o.argv[0].is_empty() {
+            return Err(Error::bad_args(
+                "exec needs a command",
+                "give the program to run and its arguments",
+            ));
+        }
+        let cwd_rel = match o.cwd.as_deref() {
+            None | Some("") | Some(".") => String::new(),
+            Some(c) => self.ws.confine(c, true)?,
+        };
+        let cwd = self.ws.abs(&cwd_rel);
+        if !cwd.is_dir() {
+            return Err(Error::bad_args(
+                format!("--cwd {cwd_rel} is not a directory in the workspace"),
+                "give a directory inside the workspace, relative to its root",
+            )
+            .with_remedy(Remedy::ListPath));
+        }
+        if o.unconfined {
+            return self.exec_unconfined(&o.argv, &cwd, o.timeout);
+        }
+        #[cfg(target_os = "linux")]
+        {
+            self.exec_sandboxed(o, &cwd_rel, &cwd)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Err(unavailable(
+                "the sandbox needs Linux namespaces and overlayfs",
+            ))
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn exec_sandboxed(&mut self, o: &ExecOptions, cwd_rel: &str, cwd: &Path) -> Result<ExecReport> {
+        use crate::sandbox::{self, Failure};
+        let step = self.state.next_index();
+        let scratch = self.exec_scratch();
+        let root = self.ws.root().to_path_buf();
+        if scratch.starts_with(&root) || root.starts_with(&scratch) {
+            return Err(unavailable(format!(
+                "the store's scratch directory {} and the workspace {} overlap (an overlay layer cannot lie inside another)",
+                scratch.display(),
+                root.display()
+            )));
+        }
+        let _ = crate::workspace::remove_any(&scratch);
+        std::fs::create_dir_all(&scratch)
+            .map_err(|e| Error::io(format!("cannot make {}", scratch.display()), e))?;
+        let argv0 = Path::new(&o.argv[0])
+            .file_name()
+            .map_or_else(|| o.argv[0].clone(), |n| n.to_string_lossy().into_owned());
+        let label = format!("exec {argv0}");
+        let env = [
+            ("REVL_SESSION".to_string(), self.id.clone()),
+            ("REVL_STEP".to_string(), step.to_string()),
+        ];
+        let spec = sandbox::Spec {
+            argv: &o.argv,
+            workspace: &root,
+            cwd,
+            env: &env,
+            timeout: Some(o.timeout.unwrap_or(DEFAULT_TIMEOUT)),
+            scratch: &scratch,
+        };
+        let intent = Record::Intent {
+            step,
+            kind: "effect".into(),
+            label: label.clone(),
+            site: "exec".into(),
+            undo: None,
+            preimage: None,
+            after: None,
+        };
+        let mut wal_error = None;
+        let outcome = sandbox::run(&spec, &mut || {
+            self.append(intent.clone(), true).map_err(|e| {
+                let io = std::io::Error::other(e.message.clone());
+                wal_error = Some(e);
+                io
+            })
+        });
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(f) => {
+                let _ = crate::workspace::remove_any(&scratch);
+                return Err(match f {
+                    Failure::Unavailable(why) => unavailable(why),
+                    Failure::NotStarted(e) => Error::new(
+                        Code::ExecFailed,
+                        format!("could not start {}: {e}", o.argv[0]),
+                        "check the program name and that it is executable (the sandbox shows the host's files read-only; PATH is yours)",
+                    ),
+                    Failure::Started(e) => match wal_error.take() {
+                        Some(w) => w,
+                        None => {
+                            self.void(step, &format!("waiting for the command failed: {e}"))?;
+                            Error::io("waiting for the sandboxed command", e)
+                        }
+                    },
+                });
+            }
+        };
+        self.fp.point("exec.after-run");
+        let result = self.apply_changes(step, &label, o, cwd_rel, &outcome);
+        let _ = crate::workspace::remove_any(&scratch);
+        let changes = result?;
+        let ran = outcome.ran;
+        Ok(ExecReport {
+            step,
+            exit_code: ran.code,
+            stdout: String::from_utf8_lossy(&ran.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&ran.stderr).into_owned(),
+            sandboxed: Some(crate::report::Sandboxed {
+                signal: ran.signal,
+                timed_out: ran.timed_out,
+                stdout_truncated: ran.stdout_truncated,
+                stderr_truncated: ran.stderr_truncated,
+                changes,
+                sandbox: true,
+            }),
+        })
+    }
+
+    fn void(&mut self, step: u64, why: &str) -> Result<()> {
+        self.append(
+            Record::IntentVoid {
+                step,
+                why: why.to_string(),
+            },
+            true,
+        )
+    }
+
+    /// Read the change set, make it durable, apply it, record the step.
+    #[cfg(target_os = "linux")]
+    fn apply_changes(
+        &mut self,
+        step: u64,
+        label: &str,
+        o: &ExecOptions,
+        cwd_rel: &str,
+        out: &crate::sandbox::Outcome,
+    ) -> Result<Vec<crate::undo::ExecChange>> {
+        let planned = match changeset::plan(&out.upper, out.xattr_prefix, &self.ws, &self.blobs) {
+            Ok(p) => p,
+            Err(e) => {
+                self.void(
+                    step,
+                    &format!("the change set could not be read: {}", e.message),
+                )?;
+                return Err(e);
+            }
+        };
+        let detail = ExecDetail {
+            argv: o.argv.clone(),
+            changes: planned.changes(),
+            cwd: cwd_rel.to_string(),
+            exit_code: out.ran.code,
+            signal: out.ran.signal,
+            timed_out: out.ran.timed_out,
+        };
+        let undo = Undo::Restore {
+            entries: planned.items.iter().map(|i| i.pre.clone()).collect(),
+        };
+        let detail = EffectDetail::Exec(detail);
+        if !planned.items.is_empty() {
+            // What moves in is durable before the intent names it.
+            if let Err(e) = make_durable(&planned.files_to_sync(), &out.upper) {
+                self.void(
+                    step,
+                    &format!("the change set could not be made durable: {e}"),
+                )?;
+                return Err(Error::io("making the change set durable", e));
+            }
+            self.append(
+                Record::Intent {
+                    step,
+                    kind: "effect".into(),
+                    label: label.to_string(),
+                    site: "exec".into(),
+                    undo: Some(undo.clone()),
+                    preimage: None,
+                    after: Some(IntentAfter {
+                        detail: detail.clone(),
+                        images: planned.items.iter().map(|i| i.after.clone()).collect(),
+                    }),
+                },
+                true,
+            )?;
+            if let Err(e) = self.apply_items(&planned.items, step) {
+                // Put every preimage back and void the intent; if even that fails, the
+                // intent stays open and the next attach repairs it.
+                if self.ws.restore(undo.entries(), &self.blobs, step).is_ok() {
+                    let images: Vec<_> = planned.items.iter().map(|i| i.after.clone()).collect();
+                    self.clean_temps(&images, step);
+                    let _ = self.void(step, &e.message);
+                }
+                return Err(e);
+            }
+        }
+        let changes = match &detail {
+            EffectDetail::Exec(d) => d.changes.clone(),
+            EffectDetail::File(_) => Vec::new(),
+        };
+        let rec = self.file_step_record(step, label, "exec", &detail, &undo)?;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(changes)
+    }
+
+    /// Apply the items in path order (a directory's mode last, deepest first, so that a
+    /// directory made read-only does not stop what goes inside it), then fsync every
+    /// directory that changed.
+    fn apply_items(&self, items: &[changeset::Item], step: u64) -> Result<()> {
+        let mut dir_modes = Vec::new();
+        for (n, it) in items.iter().enumerate() {
+            match &it.how {
+                How::Move(src) => self.ws.move_in(&it.path, src, step)?,
+                How::Remove => self.ws.remove_at(&it.path, step)?,
+                How::Chmod(mode) if it.after.kind == Some(crate::undo::FileKind::Dir) => {
+                    dir_modes.push((it.path.as_str(), *mode));
+                }
+                How::Chmod(mode) => self.ws.chmod_at(&it.path, *mode, step)?,
+            }
+            if n == 0 {
+                self.fp.point("exec.mid-apply");
+            }
+        }
+        for (path, mode) in dir_modes.iter().rev() {
+            self.ws.chmod_at(path, *mode, step)?;
+        }
+        let mut parents: Vec<&str> = items
+            .iter()
+            .map(|i| i.path.rsplit_once('/').map_or("", |x| x.0))
+            .collect();
+        parents.sort_unstable();
+        parents.dedup();
+        for p in parents {
+            self.ws.sync_dir(p)?;
+        }
+        Ok(())
+    }
+
+    /// v1's exec: on the host, an opaque step whatever its exit code.
+    fn exec_unconfined(
+        &mut self,
+        argv: &[String],
+        cwd: &Path,
+        timeout: Option<Duration>,
+    ) -> Result<ExecReport> {
+        let step = self.state.next_index();
+        self.append(
+            Record::Intent {
+                step,
+                kind: "opaque".into(),
+                label: "exec/opaque".into(),
+                site: "exec".into(),
+                undo: None,
+                preimage: None,
+                after: None,
+            },
+            true,
+        )?;
+        let env = vec![
+            ("REVL_SESSION".to_string(), self.id.clone()),
+            ("REVL_STEP".to_string(), step.to_string()),
+        ];
+        let ran = match crate::proc::run(argv, cwd, &env, None, timeout) {
+            Ok(r) => r,
+            Err(e) => {
+                let why = format!("could not start {}: {e}", argv[0]);
+                self.void(step, &why)?;
+                return Err(Error::new(
+                    Code::ExecFailed,
+                    why,
+                    "check the program name and that it is executable",
+                ));
+            }
+        };
+        let status = match ran.code {
+            Some(c) => format!("exit {c}"),
+            None => "killed by a signal".to_string(),
+        };
+        let repr = format!("exec {} ({status})", crate::util::jcs(&json!(argv)));
+        let rec = self.step_record(
+            step,
+            "opaque",
+            "exec/opaque",
+            "exec",
+            json!({"repr": repr, "argv": argv, "exitCode": ran.code}),
+        )?;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(ExecReport {
+            step,
+            exit_code: ran.code,
+            stdout: String::from_utf8_lossy(&ran.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&ran.stderr).into_owned(),
+            sandboxed: None,
+        })
+    }
+}
+
+/// fsync every file and directory that will move in; above [`SYNCFS_OVER`] of them, one
+/// `syncfs` of the filesystem that holds them.
+fn make_durable(paths: &[PathBuf], upper: &Path) -> std::io::Result<()> {
+    if paths.len() > SYNCFS_OVER {
+        let f = std::fs::File::open(upper)?;
+        return rustix::fs::syncfs(&f).map_err(Into::into);
+    }
+    for p in paths {
+        std::fs::File::open(p)?.sync_all()?;
+    }
+    Ok(())
+}
