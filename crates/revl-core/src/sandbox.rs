@@ -4,11 +4,13 @@
 //! with everything it started when its main process ends or times out. The real workspace
 //! does not change while it runs: revl reads the change set from the upper layer afterwards.
 //!
-//! How it is built. `std::process::Command` forks; in the child (before exec) revl makes
-//! the namespaces, then forks once more so that the command is the first process (PID 1) of
-//! its PID namespace: when it exits the kernel kills every process left in the namespace.
-//! The middle process waits for it and mirrors its exit status (code or signal) to revl; both
-//! die with their parent (`PR_SET_PDEATHSIG`). The mounts: the tree is made private; the
+//! How it is built. `std::process::Command` forks; in that child (before exec) revl makes
+//! the namespaces and forks the namespace's first process (PID 1), which sets up the mounts
+//! and forks the command (PID 2) as an ordinary process (signals to itself work). PID 1 is a
+//! minimal init: it reaps orphans, and when the command exits it writes the command's wait
+//! status to a page shared with revl and exits, whereupon the kernel kills every process
+//! left in the namespace. Each of the three dies with its parent (`PR_SET_PDEATHSIG`), so a
+//! timeout (revl kills the first) or revl's own death takes the whole tree. The mounts: the tree is made private; the
 //! overlay is mounted and cloned (detached) while the host is still visible; every mount is
 //! made read-only at once (`mount_setattr(AT_RECURSIVE)`); private tmpfs on `/tmp`,
 //! `/dev/shm` and `/run`; a tmpfs `/dev` with bind mounts of six host nodes; the overlay moved
@@ -97,9 +99,19 @@ const STAGE_EXEC: i32 = STAGES.len() as i32;
 /// The device nodes the sandbox's `/dev` holds.
 const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
-/// A page shared with the children (it survives their fork): the stage under way.
+/// What the children tell revl through the shared page.
+#[repr(C)]
+struct Board {
+    /// The set-up stage under way (an index of [`STAGES`]).
+    stage: AtomicI32,
+    /// 1 once `status` holds the command's wait status.
+    done: AtomicI32,
+    status: AtomicI32,
+}
+
+/// A page shared with the children (it survives their fork).
 struct Shared {
-    ptr: *mut AtomicI32,
+    ptr: *mut Board,
 }
 
 impl Shared {
@@ -119,13 +131,14 @@ impl Shared {
             return Err(std::io::Error::last_os_error());
         }
         Ok(Shared {
-            ptr: p.cast::<AtomicI32>(),
+            ptr: p.cast::<Board>(),
         })
     }
 
-    fn stage(&self) -> i32 {
-        // SAFETY: the page lives as long as `self`; an AtomicI32 is valid for any bits.
-        unsafe { (*self.ptr).load(Ordering::SeqCst) }
+    fn board(&self) -> &Board {
+        // SAFETY: the page lives as long as `self` and is zeroed at mapping; atomics are
+        // valid for any bits.
+        unsafe { &*self.ptr }
     }
 }
 
@@ -140,8 +153,8 @@ impl Drop for Shared {
 
 /// Everything the children need, made before the fork.
 struct Prepared {
-    /// Address of the shared stage word (a usize so the closure is Send).
-    stage: usize,
+    /// Address of the shared [`Board`] (a usize so the closure is Send).
+    board: usize,
     unshare: libc::c_int,
     /// `uid_map`, `gid_map` contents when a user namespace is made.
     maps: Option<(CString, CString)>,
@@ -189,7 +202,7 @@ pub fn xattr_prefix() -> &'static str {
     }
 }
 
-fn prepare(spec: &Spec, stage: usize) -> std::io::Result<(Prepared, PathBuf)> {
+fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
     let root = is_root();
     let upper = spec.scratch.join("upper");
     let work = spec.scratch.join("work");
@@ -239,7 +252,7 @@ fn prepare(spec: &Spec, stage: usize) -> std::io::Result<(Prepared, PathBuf)> {
     }
     Ok((
         Prepared {
-            stage,
+            board,
             unshare,
             maps,
             merged: cstr(&merged)?,
@@ -289,14 +302,27 @@ pub fn run(
         started()
     };
     match run_command(cmd, None, spec.timeout, &mut started) {
-        Ok(ran) => Ok(Outcome {
-            ran,
-            upper,
-            xattr_prefix: xattr_prefix(),
-        }),
+        Ok(mut ran) => {
+            let b = shared.board();
+            if !ran.timed_out && b.done.load(Ordering::SeqCst) == 1 {
+                // The command's own status (what revl waited for was the namespace's set-up
+                // process).
+                let st = b.status.load(Ordering::SeqCst);
+                (ran.code, ran.signal) = if libc::WIFEXITED(st) {
+                    (Some(libc::WEXITSTATUS(st)), None)
+                } else {
+                    (None, Some(libc::WTERMSIG(st)))
+                };
+            }
+            Ok(Outcome {
+                ran,
+                upper,
+                xattr_prefix: xattr_prefix(),
+            })
+        }
         Err(e) if said => Err(Failure::Started(e)),
         Err(e) => {
-            let st = shared.stage();
+            let st = shared.board().stage.load(Ordering::SeqCst);
             if st >= STAGE_EXEC {
                 Err(Failure::NotStarted(e))
             } else {
@@ -395,14 +421,31 @@ unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> 
     Ok(())
 }
 
-/// Runs in the child `Command` forked, before exec: namespaces, then the second fork; the
-/// middle process never returns.
+/// A raw fork (not glibc's: no fork handlers, which might take locks another thread of
+/// revl held when `Command` forked). Returns the child's pid, or 0 in the child.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn raw_fork() -> std::io::Result<libc::pid_t> {
+    ok(libc::syscall(
+        libc::SYS_clone,
+        libc::SIGCHLD as libc::c_long,
+        0 as libc::c_long,
+        0 as libc::c_long,
+        0 as libc::c_long,
+        0 as libc::c_long,
+    ))
+    .map(|p| p as libc::pid_t)
+}
+
+/// Runs in the child `Command` forked, before exec: the namespaces, PID 1 and its set-up,
+/// then the command's own process, which returns to exec. The other two never return.
 ///
 /// # Safety
 /// Called between fork and exec: raw system calls only, on `p` prepared before the fork.
 unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
-    let stage = &*(p.stage as *const AtomicI32);
-    let at = |i: i32| stage.store(i, Ordering::SeqCst);
+    let board = &*(p.board as *const Board);
+    let at = |i: i32| board.stage.store(i, Ordering::SeqCst);
     at(1);
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
     at(2);
@@ -414,59 +457,59 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
         write_proc(c"/proc/self/gid_map", gid_map.as_bytes())?;
     }
     at(4);
-    // A raw clone (not glibc's fork): no fork handlers, which might take locks another thread
-    // of revl held when `Command` forked.
-    let pid = ok(libc::syscall(
-        libc::SYS_clone,
-        libc::SIGCHLD as libc::c_long,
-        0 as libc::c_long,
-        0 as libc::c_long,
-        0 as libc::c_long,
-        0 as libc::c_long,
-    ))? as libc::pid_t;
-    if pid > 0 {
-        mirror(pid);
+    let init = raw_fork()?;
+    if init > 0 {
+        // Outside the namespace: wait for its PID 1, then go.
+        close_all();
+        reap_until(init);
+        libc::_exit(0);
     }
+    // PID 1.
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
     setup(p, &at)?;
+    let cmd = raw_fork()?;
+    if cmd > 0 {
+        close_all();
+        let status = reap_until(cmd);
+        board.status.store(status, Ordering::SeqCst);
+        board.done.store(1, Ordering::SeqCst);
+        // PID 1 exits: the kernel kills whatever the command left running.
+        libc::_exit(0);
+    }
+    // The command's process: exec follows.
+    ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
     at(STAGE_EXEC);
     Ok(())
 }
 
-/// The middle process: wait for the namespace's first process and exit as it did.
+/// Hold nothing open: not the command's output pipes, not `Command`'s exec-error pipe.
 ///
 /// # Safety
 /// Raw system calls only.
-unsafe fn mirror(pid: libc::pid_t) -> ! {
-    // Hold nothing open: not the command's output pipes, not `Command`'s exec-error pipe.
+unsafe fn close_all() {
     libc::syscall(
         libc::SYS_close_range,
         0 as libc::c_uint,
         !0 as libc::c_uint,
         0,
     );
-    let mut status: libc::c_int = 0;
+}
+
+/// Reap every child (orphans included) until `pid` exits; its wait status.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn reap_until(pid: libc::pid_t) -> libc::c_int {
     loop {
-        let r = libc::waitpid(pid, &mut status, 0);
+        let mut status: libc::c_int = 0;
+        let r = libc::waitpid(-1, &mut status, 0);
         if r == pid {
-            break;
+            return status;
         }
         if r < 0 && *libc::__errno_location() != libc::EINTR {
-            libc::_exit(127);
+            return 0;
         }
     }
-    if libc::WIFEXITED(status) {
-        libc::_exit(libc::WEXITSTATUS(status));
-    }
-    let sig = libc::WTERMSIG(status);
-    let no_core = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    libc::setrlimit(libc::RLIMIT_CORE, &no_core);
-    libc::signal(sig, libc::SIG_DFL);
-    libc::kill(libc::getpid(), sig);
-    libc::_exit(128 + sig);
 }
 
 /// The mounts, the network, the working directory and the capabilities of PID 1.

@@ -8,6 +8,7 @@ mod common;
 mod concurrency;
 mod demo;
 mod drift;
+mod exec;
 mod fork;
 mod foundation;
 mod fuzz;

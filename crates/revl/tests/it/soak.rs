@@ -1292,10 +1292,10 @@ impl Soak {
                     "io.enospc",
                     "io.enospc:2",
                 ];
-                let f = self.scratch.join("shell-input.bin");
-                fs::write(&f, content).unwrap();
-                let script =
-                    r#"mkdir -p "$(dirname "$1")" && rm -rf "$1" && cat "$2" > "$1" && sleep 0.02"#;
+                // The bytes go in the arguments, octal-escaped for printf: the sandbox has
+                // its own /tmp and /dev/shm, so a file of ours there would be out of sight.
+                let escaped: String = content.iter().map(|b| format!("\\{b:03o}")).collect();
+                let script = r#"mkdir -p "$(dirname "$1")" && rm -rf "$1" && printf "$2" > "$1" && sleep 0.02"#;
                 (
                     vec![
                         s("exec"),
@@ -1306,7 +1306,7 @@ impl Soak {
                         s(script),
                         s("sh"),
                         path.clone(),
-                        f.display().to_string(),
+                        escaped,
                     ],
                     EXEC_FPS,
                 )
