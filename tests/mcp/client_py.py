@@ -193,6 +193,16 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
             await ok(s, "revl_write", {"path": "a.txt", "content": "alpha v2\n"})
             await ok(s, "revl_write", {"path": "notes/c.txt", "content": "draft\n"})
             await ok(s, "revl_rename", {"from": "bin/b.dat", "to": "bin/renamed.dat"})
+            # A command in the sandbox: its change set becomes one rewindable step.
+            ex = await ok(s, "revl_exec", {"argv": ["sh", "-c", "echo built > out.txt; mkdir -p gen && echo g > gen/g"],
+                                           "timeout": 30})
+            check(ex.get("sandbox") is True and [(c["path"], c["change"]) for c in ex["changes"]]
+                  == [("gen", "dir-created"), ("out.txt", "created")], "revl_exec reports its change set", ex)
+            check(on_disk(ws, "out.txt") == b"built\n", "the change set is applied to the workspace")
+            await ok(s, "revl_exec", {"argv": ["sh", "-c", "pwd > here"], "cwd": "gen"})
+            check(on_disk(ws, "gen/here") == (str(ws.resolve()) + "/gen\n").encode(), "revl_exec runs in cwd")
+            bad = await refused(s, "revl_exec", {"argv": ["true"], "cwd": "../.."})
+            check(bad["error"]["code"] == "path-outside", "a cwd outside the workspace is refused", bad)
             held = await ok(s, "revl_call", {"tool": "send_email", "args": {"to": "ops@example.test", "subject": "parent"}})
             check(held.get("queued") is True, "a deferred call is held", held)
             check(sink.count() == 0, "a held send has not arrived", sink.requests)
@@ -237,6 +247,7 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
             check(on_disk(ws, "a.txt") == b"alpha v1\n", "a.txt is back at its step-k bytes on disk")
             check(on_disk(ws, "bin/b.dat") == b"\x00\xff\x01", "b.dat is back at its step-k bytes on disk")
             check(on_disk(ws, "bin/renamed.dat") is None, "the rename is undone on disk")
+            check(on_disk(ws, "out.txt") is None and not (ws / "gen").exists(), "the fork rewound the commands")
             check(on_disk(ws, "notes/c.txt") is None and not (ws / "notes").exists(),
                   "the file and directory created after k are gone")
             check(sink.count() == before, "the rewind sent nothing", sink.requests)

@@ -6,7 +6,7 @@
 //! (copied up whole: `metacopy=off`), symlinks, directories it made, directories it replaced
 //! (marked opaque), and a whiteout (a 0/0 character device) for each path it deleted.
 //! Directories it only entered were copied up with their mode. Directory renames are not
-//! redirected (`redirect_dir=off`): a command that renames a directory copies it, so the
+//! redirected (`redirect_dir=nofollow`): a command that renames a directory copies it, so the
 //! upper layer shows a new tree and a whiteout. Reading it costs what the command changed,
 //! not the size of the workspace.
 

@@ -492,3 +492,92 @@ fn special_files_left_in_the_workspace_do_not_break_the_sandbox() {
         .file_type()
         .is_fifo());
 }
+
+/// Run the binary as an unprivileged user: `nobody` through `setpriv` when the suite runs
+/// as root (as CI does), else as the current user.
+fn as_user(dir: &Path, args: &[&str]) -> (Value, String) {
+    let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let mut cmd = if root {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()]);
+        c
+    } else {
+        Command::new(bin())
+    };
+    let out = cmd
+        .arg("--store")
+        .arg(dir.join("store"))
+        .arg("--json")
+        .args(args)
+        .env("HOME", dir)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let doc = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{args:?}: {doc} {err}");
+    (doc, err)
+}
+
+#[test]
+fn the_sandbox_works_for_an_unprivileged_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("revl-unpriv-")
+        .tempdir_in(tmp_base())
+        .unwrap();
+    let d = dir.path();
+    fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(d.join("ws")).unwrap();
+    fs::write(d.join("ws/a"), "a\n").unwrap();
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "[ \"$(id -u)\" != 0 ] || chown -R 65534:65534 {0}/ws && mkdir -p {0}/store && ([ \"$(id -u)\" != 0 ] || chown 65534:65534 {0}/store)",
+            d.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let before = snapshot(&d.join("ws"));
+    let (doc, _) = as_user(d, &["doctor"]);
+    assert_eq!(doc["sandbox"]["available"], true, "{doc}");
+    assert_eq!(doc["root"], false, "{doc}");
+    let (doc, _) = as_user(d, &["new", "--workspace", d.join("ws").to_str().unwrap()]);
+    let sid = doc["session"].as_str().unwrap().to_string();
+    let (doc, _) = as_user(
+        d,
+        &[
+            "exec",
+            &sid,
+            "--",
+            "sh",
+            "-c",
+            "id -u; echo b > a; mkdir -p x/y; echo z > x/y/z; echo no > /etc/revl-probe",
+        ],
+    );
+    let uid = doc["stdout"].as_str().unwrap().trim().to_string();
+    assert!(
+        uid != "0" && uid.parse::<u32>().is_ok(),
+        "the command ran as {uid:?}: {doc}"
+    );
+    assert_eq!(
+        changes(&doc),
+        vec![
+            ("a".into(), "modified".into()),
+            ("x".into(), "dir-created".into())
+        ]
+    );
+    assert!(
+        doc["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("Read-only file system"),
+        "{doc}"
+    );
+    assert!(!Path::new("/etc/revl-probe").exists());
+    let (doc, _) = as_user(d, &["fork", &sid, "--at", "0"]);
+    let hash = doc["hash"].as_str().unwrap().to_string();
+    as_user(d, &["fork-confirm", &sid, "--hash", &hash]);
+    assert_snap_eq(&before, &snapshot(&d.join("ws")), "after a fork, as a user");
+}
