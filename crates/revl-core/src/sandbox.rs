@@ -211,7 +211,7 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
         std::fs::create_dir_all(d)?;
     }
     let mut opts = format!(
-        "lowerdir={},upperdir={},workdir={},redirect_dir=nofollow,metacopy=off,index=off,xino=off",
+        "lowerdir={},upperdir={},workdir={},redirect_dir=nofollow,metacopy=off,index=off,xino=off,volatile",
         overlay_path(spec.workspace),
         overlay_path(&upper),
         overlay_path(&work)

@@ -1138,17 +1138,6 @@ impl Workspace {
         Ok(())
     }
 
-    /// fsync the directory `rel_dir` (after entries in it were renamed or removed), if it
-    /// still exists.
-    pub(crate) fn sync_dir(&self, rel_dir: &str) -> Result<()> {
-        let abs = self.abs(rel_dir);
-        if abs.is_dir() {
-            fsync_dir(&abs)
-        } else {
-            Ok(())
-        }
-    }
-
     fn restore_entry(&self, e: &RestoreEntry, blobs: &BlobStore, step: u64) -> Result<()> {
         let rel = e.path();
         let abs = self.checked_abs(rel, step)?;

@@ -4,13 +4,14 @@
 //!   cargo bench -p revl --bench revl                # every section
 //!   cargo bench -p revl --bench revl -- write attach # some sections
 //!
-//! Sections: write, attach, partition, offline, topology, fork, restore, enqueue, commit.
+//! Sections: write, attach, partition, offline, topology, fork, restore, enqueue, commit,
+//! exec.
 //! Timings are medians of repeated runs (wall clock, release build). A benchmark never fails a
 //! test: the goals are checked by reading the table.
 
 use revl::sink::Sink;
 use revl_core::wal::{create_wal, encode_line, Record, StepRecord};
-use revl_core::{Failpoints, FileOp, StepBackMode, Store};
+use revl_core::{ExecOptions, Failpoints, FileOp, StepBackMode, Store};
 use serde_json::json;
 use std::io::Write;
 use std::path::Path;
@@ -495,6 +496,167 @@ fn bench_enqueue_commit(do_enqueue: bool, do_commit: bool) {
     }
 }
 
+/// `sh -c SCRIPT` as argv.
+fn sh_c(script: &str) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), script.into()]
+}
+
+fn bench_exec() {
+    println!("\nexec: a command in the sandbox, its change set captured and applied as one step");
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let st = store(tmp.path());
+    let mut s = st.new_session(&ws, None).unwrap();
+    let n = 31;
+    let plain = time(n, || {
+        let ok = std::process::Command::new("true")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    });
+    let scratch = tmp.path().join("scratch");
+    let canon = ws.canonicalize().unwrap();
+    let argv = vec!["true".to_string()];
+    let full = time(n, || {
+        let r = s.exec_with(&ExecOptions::new(&argv)).unwrap();
+        assert_eq!(r.exit_code, Some(0));
+    });
+    let sandbox_only = time(n, || {
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).unwrap();
+        let spec = revl_core::sandbox::Spec {
+            argv: &argv,
+            workspace: &canon,
+            cwd: &canon,
+            env: &[],
+            timeout: None,
+            scratch: &scratch,
+        };
+        let o = revl_core::sandbox::run(&spec, &mut || Ok(())).unwrap();
+        assert_eq!(o.ran.code, Some(0));
+    });
+    row("plain spawn of `true`", fmt(plain));
+    row(
+        "`true` in the sandbox (namespaces, overlay, mounts)",
+        fmt(sandbox_only),
+    );
+    row(
+        "revl exec -- true (sandbox + empty change set + step)",
+        fmt(full),
+    );
+    row(
+        "fixed overhead over a plain spawn (goal: at most 15 ms)",
+        fmt(full.saturating_sub(plain)),
+    );
+    drop(s);
+
+    for (files, changed) in [(100_000usize, 10usize), (100_000, 1_000)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        make_tree(&ws, files);
+        let twin = tmp.path().join("twin");
+        copy_tree(&ws, &twin);
+        let gitws = tmp.path().join("git");
+        copy_tree(&ws, &gitws);
+        sh(&gitws, &["git", "init", "-q"]);
+        sh(
+            &gitws,
+            &[
+                "git",
+                "-c",
+                "user.name=b",
+                "-c",
+                "user.email=b@b",
+                "add",
+                "-A",
+            ],
+        );
+        sh(
+            &gitws,
+            &[
+                "git",
+                "-c",
+                "user.name=b",
+                "-c",
+                "user.email=b@b",
+                "commit",
+                "-qm",
+                "base",
+            ],
+        );
+        // Append a line to `changed` files spread over the tree.
+        let script = format!(
+            "i=0; while [ $i -lt {changed} ]; do f=$(( i * {files} / {changed} )); echo more >> d$(( f / 1000 ))/f$f.txt; i=$(( i + 1 )); done"
+        );
+        let argv = sh_c(&script);
+        let runs = 7;
+        let plain = time(runs, || {
+            let ok = std::process::Command::new("sh")
+                .args(["-c", &script])
+                .current_dir(&twin)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        });
+        let git = time(runs, || {
+            sh(&gitws, &["sh", "-c", &script]);
+            sh(
+                &gitws,
+                &[
+                    "git",
+                    "-c",
+                    "user.name=b",
+                    "-c",
+                    "user.email=b@b",
+                    "add",
+                    "-A",
+                ],
+            );
+            sh(
+                &gitws,
+                &[
+                    "git",
+                    "-c",
+                    "user.name=b",
+                    "-c",
+                    "user.email=b@b",
+                    "commit",
+                    "-qm",
+                    "step",
+                ],
+            );
+        });
+        let st = store(tmp.path());
+        let mut s = st.new_session(&ws, None).unwrap();
+        let revl = time(runs, || {
+            let r = s.exec_with(&ExecOptions::new(&argv)).unwrap();
+            let applied = r.sandboxed.as_ref().unwrap().changes.len();
+            assert_eq!(applied, changed);
+        });
+        let label = format!("{changed} files changed in a {files}-file workspace");
+        row(&format!("{label}: the command run plainly"), fmt(plain));
+        row(
+            &format!("{label}: revl exec (sandbox + capture + apply)"),
+            fmt(revl),
+        );
+        row(
+            &format!("{label}: command + shadow-git checkpoint"),
+            fmt(git),
+        );
+        row(
+            &format!("{label}: revl above plain (goal at 10: at most 50 ms)"),
+            fmt(revl.saturating_sub(plain)),
+        );
+        row(
+            &format!("{label}: checkpoint / revl (goal at 10: at least 100x)"),
+            format!("{:.0}x", git.as_secs_f64() / revl.as_secs_f64()),
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -530,6 +692,9 @@ fn main() {
     }
     if want("enqueue") || want("commit") {
         bench_enqueue_commit(want("enqueue"), want("commit"));
+    }
+    if want("exec") {
+        bench_exec();
     }
     let _ = encode_line;
 }
