@@ -508,22 +508,17 @@ fn bench_exec() {
     std::fs::create_dir_all(&ws).unwrap();
     let st = store(tmp.path());
     let mut s = st.new_session(&ws, None).unwrap();
-    let n = 31;
-    let plain = time(n, || {
-        let ok = std::process::Command::new("true")
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-    });
+    let n = 41;
     let scratch = tmp.path().join("scratch");
     let canon = ws.canonicalize().unwrap();
     let argv = vec!["true".to_string()];
-    let full = time(n, || {
-        let r = s.exec_with(&ExecOptions::new(&argv)).unwrap();
-        assert_eq!(r.exit_code, Some(0));
-    });
-    let sandbox_only = time(n, || {
+    // Interleaved, so that the three see the same machine (its speed drifts by minutes).
+    let (mut plain, mut sandbox_only, mut full) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        let ok = std::process::Command::new("true").status().unwrap().success();
+        plain.push(t.elapsed());
+        assert!(ok);
         let _ = std::fs::remove_dir_all(&scratch);
         std::fs::create_dir_all(&scratch).unwrap();
         let spec = revl_core::sandbox::Spec {
@@ -534,9 +529,16 @@ fn bench_exec() {
             timeout: None,
             scratch: &scratch,
         };
+        let t = Instant::now();
         let o = revl_core::sandbox::run(&spec, &mut || Ok(())).unwrap();
+        sandbox_only.push(t.elapsed());
         assert_eq!(o.ran.code, Some(0));
-    });
+        let t = Instant::now();
+        let r = s.exec_with(&ExecOptions::new(&argv)).unwrap();
+        full.push(t.elapsed());
+        assert_eq!(r.exit_code, Some(0));
+    }
+    let (plain, sandbox_only, full) = (median(plain), median(sandbox_only), median(full));
     row("plain spawn of `true`", fmt(plain));
     row(
         "`true` in the sandbox (namespaces, overlay, mounts)",
