@@ -516,7 +516,10 @@ fn bench_exec() {
     let (mut plain, mut sandbox_only, mut full) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..n {
         let t = Instant::now();
-        let ok = std::process::Command::new("true").status().unwrap().success();
+        let ok = std::process::Command::new("true")
+            .status()
+            .unwrap()
+            .success();
         plain.push(t.elapsed());
         assert!(ok);
         let _ = std::fs::remove_dir_all(&scratch);

@@ -369,7 +369,7 @@ fn the_sandbox_confines_what_the_command_reaches() {
         "python3 -c 'import socket; s=socket.socket(); s.settimeout(2); s.connect((\"127.0.0.1\", {port}))' 2>/dev/null && echo CONNECTED; \
          cat {outside} | grep -q host && echo READ-OUTSIDE; \
          echo x > {outside} 2>/dev/null && echo WROTE-OUTSIDE; \
-         echo x > {host_tmp} 2>/dev/null; \
+         echo x > {host_tmp} 2>/dev/null && [ -s {host_tmp} ] && echo TMP-PRIVATE-WRITABLE; \
          echo x > out/outside.txt 2>/dev/null && echo WROTE-THROUGH-LINK; \
          mount -o remount,rw / 2>/dev/null && echo REMOUNTED; \
          umount {ws} 2>/dev/null && echo UNMOUNTED; \
@@ -389,6 +389,10 @@ fn the_sandbox_confines_what_the_command_reaches() {
     assert!(
         stdout.contains("READ-OUTSIDE"),
         "reads are not hidden: {doc}"
+    );
+    assert!(
+        stdout.contains("TMP-PRIVATE-WRITABLE"),
+        "/tmp is the command's own, writable and discarded: {doc}"
     );
     for bad in [
         "CONNECTED",
