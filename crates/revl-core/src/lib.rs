@@ -17,6 +17,7 @@
 pub mod blobs;
 pub mod changeset;
 pub mod classify;
+pub mod clone;
 pub mod doctor;
 pub mod drift;
 pub mod error;

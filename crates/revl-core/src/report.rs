@@ -149,6 +149,27 @@ pub struct ForkReport {
     pub lineage: Option<ForkLineage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<Vec<Failed>>,
+    /// A parallel fork's own fields (SPEC 14).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<Parallel>,
+}
+
+/// `{mode: "parallel", into, parentKeeps: {queue}, clone, bytesCopied}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Parallel {
+    pub mode: &'static str,
+    pub into: String,
+    pub parent_keeps: ParentKeeps,
+    /// `"snapshot"` (a btrfs subvolume snapshot), `"reflink"` or `"copy"`.
+    pub clone: &'static str,
+    pub bytes_copied: u64,
+}
+
+/// What stays with the parent of a parallel fork: its held sends (seqs), FIFO.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ParentKeeps {
+    pub queue: Vec<u64>,
 }
 
 /// The owed entries of `status` (SPEC 6.4): crossing inverses a repair did not run, and

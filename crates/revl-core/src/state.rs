@@ -79,6 +79,8 @@ pub struct ForkFrozen {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForkBegun {
     pub branch: String,
+    /// A parallel fork's new workspace (and whether revl made that directory).
+    pub into: Option<(String, bool)>,
     pub at: Pos,
     pub crossed: Vec<u64>,
     pub would_cross: Vec<u64>,
@@ -387,10 +389,13 @@ impl State {
                 at,
                 crossed,
                 would_cross,
+                into,
+                into_created,
                 ..
             } => {
                 self.fork_begun = Some(ForkBegun {
                     branch: branch.clone(),
+                    into: into.clone().map(|d| (d, *into_created)),
                     at: *at,
                     crossed: crossed.clone(),
                     would_cross: would_cross.clone(),
@@ -398,7 +403,12 @@ impl State {
                     head: self.head(),
                 });
                 self.fork_pending = None;
-                self.step_over(*at);
+                self.fork_complete = false;
+                self.fork_abandoned = false;
+                // A parallel fork rewinds the branch's new workspace, never the parent.
+                if into.is_none() {
+                    self.step_over(*at);
+                }
             }
             Record::ForkFrozen {
                 branch, at, failed, ..

@@ -142,6 +142,19 @@ impl Store {
     }
 
     /// Read-only summary of one session (no lock, no repair).
+    /// `(id, workspace)` of every live session. A WAL that cannot be read is reported by the
+    /// commands that use it; it holds no workspace.
+    pub fn live_workspaces(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for id in self.session_ids()? {
+            let Ok(info) = self.info(&id) else { continue };
+            if info.state == crate::state::Life::Live {
+                out.push((id, info.workspace));
+            }
+        }
+        Ok(out)
+    }
+
     pub fn info(&self, id: &str) -> Result<SessionInfo> {
         let (st, _) = State::read(&self.wal_path(id))?;
         Ok(SessionInfo {

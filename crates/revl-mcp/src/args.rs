@@ -167,6 +167,19 @@ pub struct HashArgs {
     pub hash: String,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkConfirmArgs {
+    /// The `hash` of the fork report you read (64 hex characters).
+    pub hash: String,
+    /// A parallel fork: a new (or empty) directory that becomes the branch's workspace, at
+    /// step k's content; this session stays live with its own workspace and held sends, and
+    /// the server keeps serving it. Without `into`, the fork is serial: this session is
+    /// frozen and the server continues on the branch.
+    #[serde(default)]
+    pub into: Option<String>,
+}
+
 /// Whether the model's answer was accepted.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

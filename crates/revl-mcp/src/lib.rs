@@ -603,7 +603,10 @@ impl RevlServer {
     /// Perform the fork enumerated by revl_fork: rewind the host-confined state to step k
     /// (no inverse that could leave the machine runs), drop every held send, freeze this
     /// session and continue on the new branch: the server's later calls act on the branch.
-    /// A stale hash is refused (enumerate again).
+    /// With `into` (a new or empty directory), the fork is parallel: the branch gets that
+    /// directory at step k's content, this session stays live and untouched, and the server
+    /// keeps serving it (the report names the branch). A stale hash is refused (enumerate
+    /// again).
     #[tool(
         name = "revl_fork_confirm",
         annotations(
@@ -613,9 +616,16 @@ impl RevlServer {
             open_world_hint = true
         )
     )]
-    async fn revl_fork_confirm(&self, Parameters(a): Parameters<HashArgs>) -> CallToolResult {
+    async fn revl_fork_confirm(
+        &self,
+        Parameters(a): Parameters<ForkConfirmArgs>,
+    ) -> CallToolResult {
         self.blocking(move |store, cur| {
             let mut s = store.attach(cur)?;
+            if let Some(into) = &a.into {
+                let doc = s.fork_confirm_into(&a.hash, Path::new(into))?;
+                return Ok(revl_core::report::to_json(&doc));
+            }
             let doc = s.fork_confirm(&a.hash)?;
             drop(s);
             if let (true, Some(branch)) = (doc.forked, &doc.branch) {

@@ -200,8 +200,13 @@ enum Cmd {
     /// Perform the enumerated fork: rewind, freeze the parent, start the branch.
     ForkConfirm {
         session: String,
+        /// The full hash the `fork` report printed.
         #[arg(long)]
         hash: String,
+        /// A parallel fork: this new (or empty) directory becomes the branch's workspace at
+        /// step k's content; the session stays live, its workspace and held sends untouched.
+        #[arg(long, value_name = "DIR")]
+        into: Option<PathBuf>,
     },
     /// Record which model answered step K and what it cost (metadata only, never text).
     NoteModel {
@@ -689,9 +694,16 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let report = s.fork(k)?;
             Ok(Outcome::ok(to_json(&report), render::fork(&report)))
         }
-        Cmd::ForkConfirm { session, hash } => {
+        Cmd::ForkConfirm {
+            session,
+            hash,
+            into,
+        } => {
             let mut s = attach(&store, session)?;
-            let report = s.fork_confirm(hash)?;
+            let report = match into {
+                Some(dir) => s.fork_confirm_into(hash, dir)?,
+                None => s.fork_confirm(hash)?,
+            };
             Ok(negative_aware(to_json(&report), render::fork(&report)))
         }
         Cmd::Recover {

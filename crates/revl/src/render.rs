@@ -442,7 +442,19 @@ pub fn recover(v: &RecoverReport) -> String {
 }
 
 pub fn fork(v: &ForkReport) -> String {
-    let mut out = if v.forked {
+    let mut out = if let (true, Some(par)) = (v.forked, &v.parallel) {
+        format!(
+            "FORKED IN PARALLEL at step {} ({})\n  parent {} stays live, its workspace and {} held send(s) untouched\n  branch {} is live in {} ({}, {} bytes copied)",
+            v.at,
+            v.at_label,
+            v.parent,
+            par.parent_keeps.queue.len(),
+            v.branch.as_deref().unwrap_or("-"),
+            par.into,
+            par.clone,
+            par.bytes_copied
+        )
+    } else if v.forked {
         format!(
             "FORKED at step {} ({})\n  parent {} is now frozen\n  branch {} is live: continue there",
             v.at,

@@ -13,6 +13,23 @@ use crate::unwind::{Context, Failed};
 use crate::util::{new_id, now_rfc3339, sha256_jcs};
 use crate::wal::{create_wal, read_wal, Record};
 use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// A confirm that may go ahead (the partition, the drift, k), or the refusal of a stale hash.
+type Confirmable = std::result::Result<(Partition, Vec<Drift>, Pos), Box<ForkReport>>;
+
+/// Remove what a parallel fork made at DIR: DIR itself if revl made it, else its content.
+fn remove_made(dir: &Path, existed: bool) {
+    if existed {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let _ = crate::workspace::remove_any(&e.path());
+            }
+        }
+    } else {
+        let _ = crate::workspace::remove_any(dir);
+    }
+}
 
 /// The three axes a branch does not preserve, in this order (SPEC 6.2).
 pub fn not_preserved() -> Value {
@@ -190,6 +207,7 @@ impl Session {
             branch: None,
             lineage: None,
             failed: None,
+            parallel: None,
         }
     }
 
@@ -211,8 +229,13 @@ impl Session {
         Ok(report)
     }
 
-    /// `fork-confirm --hash H` (SPEC 6.2).
-    pub fn fork_confirm(&mut self, hash: &str) -> Result<ForkReport> {
+    /// The confirm's checks (SPEC 6.2): a pending fork, the checks of 6.1 again, and a hash
+    /// that is both the pending one and a fresh enumeration's. `Err(report)` is the refusal
+    /// of a stale hash (the pending fork is cleared).
+    fn confirm_checks(
+        &mut self,
+        hash: &str,
+    ) -> Result<Confirmable> {
         let pending = match &self.state.fork_pending {
             Some((at, Some(h))) => Some((*at, h.clone())),
             _ => None,
@@ -239,8 +262,17 @@ impl Session {
             report.refused = Some(true);
             report.reason = Some("stale hash: the session changed since `fork` enumerated (or the hash is wrong); nothing was rewound; call `revl fork` again and read the new report".into());
             self.append(Record::ForkPending { at: k, hash: None }, true)?;
-            return Ok(report);
+            return Ok(Err(Box::new(report)));
         }
+        Ok(Ok((p, drift, k)))
+    }
+
+    /// `fork-confirm --hash H` (SPEC 6.2).
+    pub fn fork_confirm(&mut self, hash: &str) -> Result<ForkReport> {
+        let (p, drift, k) = match self.confirm_checks(hash)? {
+            Ok(x) => x,
+            Err(refused) => return Ok(*refused),
+        };
         let branch = new_id();
         let crossed = p.crossed();
         let mut would_cross = p.would_cross_on_rewind.clone();
@@ -255,6 +287,8 @@ impl Session {
                 at: k,
                 crossed: crossed.clone(),
                 would_cross: would_cross.clone(),
+                into: None,
+                into_created: false,
             },
             true,
         )?;
@@ -275,8 +309,10 @@ impl Session {
             "capabilities": self.manifest()?.capabilities(),
             "walPosition": wal_position,
         });
+        let workspace = self.state.workspace.clone();
         self.write_branch_wal(
             &branch,
+            &workspace,
             k,
             preserved.clone(),
             crossed,
@@ -315,10 +351,175 @@ impl Session {
         Ok(report)
     }
 
+    /// `fork-confirm --hash H --into DIR` (SPEC 14): the branch gets DIR, a copy of the
+    /// parent's workspace rewound to step k there; the parent stays live, its workspace,
+    /// queue, approvals and head untouched.
+    pub fn fork_confirm_into(&mut self, hash: &str, into: &Path) -> Result<ForkReport> {
+        self.require_live()?;
+        let (dir, existed) = self.check_into(into)?;
+        let (p, drift, k) = match self.confirm_checks(hash)? {
+            Ok(x) => x,
+            Err(refused) => return Ok(*refused),
+        };
+        let branch = new_id();
+        let crossed = p.crossed();
+        let mut would_cross = p.would_cross_on_rewind.clone();
+        would_cross.sort_unstable();
+        let wal_position = self.record_count();
+        let provisions = self.state.provisions_at(k);
+        let into_str = dir.display().to_string();
+        // 1. fork-begin names DIR, durable, before anything is made there.
+        self.append(
+            Record::ForkBegin {
+                parent: self.id.clone(),
+                branch: branch.clone(),
+                at: k,
+                crossed: crossed.clone(),
+                would_cross: would_cross.clone(),
+                into: Some(into_str.clone()),
+                into_created: !existed,
+            },
+            true,
+        )?;
+        self.fp.point("fork.after-begin");
+        // 2. DIR: the parent's workspace as it is, by the cheapest correct clone.
+        let made = (|| {
+            let cloned = crate::clone::clone_tree(self.ws.root(), &dir, &self.fp)?;
+            let dir = std::fs::canonicalize(&dir).map_err(|e| Error::io(dir.display(), e))?;
+            // 3. the scoped rewind, run in DIR (nothing is journaled in the parent: its
+            // steps are not undone; a crash before the branch exists removes DIR's content).
+            let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
+            let done = self.unwind_in(target, |s| {
+                s.fork_rewind(k, Context::Live, "fork.mid-rewind")
+            })?;
+            Ok::<_, Error>((cloned, dir, done))
+        })();
+        let (cloned, dir, done) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                // Nothing of the branch exists: undo what was made, abandon the fork.
+                remove_made(&dir, existed);
+                self.append(
+                    Record::ForkAbandoned {
+                        at: k,
+                        why: format!(
+                            "the parallel fork failed while its workspace was made: {}",
+                            e.message
+                        ),
+                    },
+                    true,
+                )?;
+                return Err(e);
+            }
+        };
+        self.fp.point("fork.after-rewind");
+        let into_str = dir.display().to_string();
+        // 4. the branch's WAL, complete or absent: workspace DIR, the provisions at k, an
+        // empty queue, no approvals.
+        let preserved = json!({
+            "at": k,
+            "workspace": into_str,
+            "manifestDigest": self.state.manifest_digest,
+            "capabilities": self.manifest()?.capabilities(),
+            "walPosition": wal_position,
+        });
+        self.write_branch_wal(
+            &branch,
+            &into_str,
+            k,
+            preserved.clone(),
+            crossed,
+            would_cross,
+            done.failed.clone(),
+            &provisions,
+        )?;
+        self.fp.point("fork.after-branch");
+        // 5. the parent is not frozen.
+        self.append(
+            Record::ForkComplete {
+                branch: branch.clone(),
+            },
+            true,
+        )?;
+        let mut report = self.fork_report(&p, Some(&done.ran), &done.failed, drift);
+        report.preserved = Some(done.preserved);
+        report.forked = true;
+        report.dropped_deferred = Vec::new();
+        report.branch = Some(branch);
+        report.lineage = Some(ForkLineage {
+            preserved,
+            not_preserved: not_preserved(),
+        });
+        report.failed = Some(done.failed);
+        report.parallel = Some(crate::report::Parallel {
+            mode: "parallel",
+            into: into_str,
+            parent_keeps: crate::report::ParentKeeps {
+                queue: self.state.queue.clone(),
+            },
+            clone: cloned.how,
+            bytes_copied: cloned.bytes_copied,
+        });
+        Ok(report)
+    }
+
+    /// SPEC 14's checks of DIR: absent or an empty directory, not inside or around the store
+    /// or any live workspace (this session's included). Returns DIR resolved, and whether it
+    /// existed.
+    fn check_into(&self, into: &Path) -> Result<(PathBuf, bool)> {
+        let dir = crate::store::resolve_future(into)?;
+        let outside = |why: String| {
+            Error::new(
+                Code::PathOutside,
+                why,
+                "give a new directory, or an empty one, outside the store and every live workspace",
+            )
+        };
+        let existed = match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {
+                let empty = std::fs::read_dir(&dir)
+                    .map_err(|e| Error::io(dir.display(), e))?
+                    .next()
+                    .is_none();
+                if !empty {
+                    return Err(outside(format!("{} is not empty", dir.display())));
+                }
+                true
+            }
+            Ok(_) => {
+                return Err(outside(format!(
+                    "{} exists and is not a directory",
+                    dir.display()
+                )))
+            }
+            Err(_) => false,
+        };
+        let store = self.store.root();
+        if store.starts_with(&dir) || dir.starts_with(store) {
+            return Err(outside(format!(
+                "{} and the store {} overlap",
+                dir.display(),
+                store.display()
+            )));
+        }
+        for (id, ws) in self.store.live_workspaces()? {
+            let ws = Path::new(&ws);
+            if ws.starts_with(&dir) || dir.starts_with(ws) {
+                return Err(outside(format!(
+                    "{} and the workspace {} of live session {id} overlap",
+                    dir.display(),
+                    ws.display()
+                )));
+            }
+        }
+        Ok((dir, existed))
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn write_branch_wal(
         &self,
         branch: &str,
+        workspace: &str,
         k: Pos,
         preserved: Value,
         crossed: Vec<u64>,
@@ -334,7 +535,7 @@ impl Session {
                 wal_version: crate::wal::WAL_VERSION,
                 seq: 0,
                 session: branch.into(),
-                workspace: self.state.workspace.clone(),
+                workspace: workspace.into(),
                 manifest_digest: self.state.manifest_digest.clone(),
                 created_by: format!(
                     "revl {} (fork of {} at step {k})",
@@ -371,6 +572,9 @@ impl Session {
         };
         if self.state.fork_complete {
             return Ok(());
+        }
+        if let Some((into, created)) = &begun.into {
+            return self.repair_parallel_fork(&begun.branch, begun.at, Path::new(into), *created);
         }
         if self.state.fork_frozen.is_some() {
             return self.append(
@@ -425,6 +629,41 @@ impl Session {
             format!("the fork died before its branch existed; its rewind was completed at repair, except {} inverse(s) whose outcome is unknown", failed.len())
         };
         self.append(Record::ForkAbandoned { at: begun.at, why }, true)
+    }
+
+    /// Repair an interrupted parallel fork: the branch's WAL exists → `fork-complete`; else
+    /// what revl made in DIR is removed and the fork abandoned. The parent was never rewound:
+    /// its workspace, queue and head are as they were.
+    fn repair_parallel_fork(
+        &mut self,
+        branch: &str,
+        at: Pos,
+        into: &Path,
+        created: bool,
+    ) -> Result<()> {
+        let exists = read_wal(&self.store.wal_path(branch)).is_ok_and(|r| {
+            r.records
+                .iter()
+                .any(|x| matches!(x, Record::ForkBranch { .. }))
+        });
+        if exists {
+            return self.append(
+                Record::ForkComplete {
+                    branch: branch.into(),
+                },
+                true,
+            );
+        }
+        let _ = std::fs::remove_file(self.store.session_dir(branch).join(".wal.jsonl.tmp"));
+        let _ = std::fs::remove_dir(self.store.session_dir(branch));
+        remove_made(into, !created);
+        self.append(
+            Record::ForkAbandoned {
+                at,
+                why: format!("the parallel fork died before its branch existed; what it made in {} was removed; the parent was never rewound", into.display()),
+            },
+            true,
+        )
     }
 
     /// Before attaching to a branch, repair its parent's fork (either side repairs a fork).

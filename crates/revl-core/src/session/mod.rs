@@ -29,7 +29,7 @@ pub use unwind::StepBackMode;
 use crate::blobs::BlobStore;
 use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
-use crate::state::{Life, State};
+use crate::state::State;
 use crate::step::{Step, StepKind};
 use crate::store::Store;
 use crate::util::now_rfc3339;
@@ -55,6 +55,9 @@ pub struct Session {
     ws: Workspace,
     blobs: BlobStore,
     fp: Failpoints,
+    /// Set while the executor rewinds a parallel branch's new workspace (`unwind_in`):
+    /// `ws` is that directory, and nothing is journaled in this session's WAL.
+    detached: bool,
     _lock: File,
 }
 
@@ -84,12 +87,9 @@ impl Store {
         crate::store::check_overlap(self.root(), &ws)?;
         let manifest_digest = self.import_manifest(manifest, &ws)?;
         let _store_lock = self.store_lock()?;
-        for id in self.session_ids()? {
-            // A WAL that cannot be read is reported by the commands that use it; it does not
-            // hold a workspace.
-            let Ok(info) = self.info(&id) else { continue };
-            let other = Path::new(&info.workspace);
-            if info.state == Life::Live && (other.starts_with(&ws) || ws.starts_with(other)) {
+        for (id, other) in self.live_workspaces()? {
+            let other = Path::new(&other);
+            if other.starts_with(&ws) || ws.starts_with(other) {
                 return Err(Error::new(
                     Code::WorkspaceBusy,
                     format!(
@@ -150,6 +150,7 @@ impl Store {
             ws,
             blobs: self.blobs(),
             fp: self.fp.clone(),
+            detached: false,
             _lock: lock,
         };
         s.repair()?;

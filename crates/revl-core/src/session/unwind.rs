@@ -75,7 +75,7 @@ impl Session {
                         Some(Undo::Restore { entries }) => Some(entries.clone()),
                         _ => None,
                     };
-                    if let Some(entries) = &restore {
+                    if let (Some(entries), false) = (&restore, self.detached) {
                         let exp = match &mut expected {
                             Some(e) => e,
                             None => expected.insert(Expected::of(&self.state.steps)),
@@ -176,7 +176,7 @@ impl Session {
         crash_point: &str,
     ) -> Result<std::result::Result<(), Failed>> {
         let s = self.state.steps[i as usize].clone();
-        if unwind::needs_fence(&s) {
+        if unwind::needs_fence(&s) && !self.detached {
             self.append(Record::ReplayFence { step: i }, true)?;
         }
         let outcome: Result<()> = match (&s.kind, s.undo()) {
@@ -188,6 +188,7 @@ impl Session {
         };
         self.fp.point(crash_point);
         match outcome {
+            Ok(()) if self.detached => Ok(Ok(())),
             Ok(()) => {
                 self.append(
                     Record::Undone {
@@ -472,6 +473,23 @@ impl Session {
     }
 
     /// The rewind of a fork over the tail above `k` (live, or finished at repair).
+    /// Run `f` (a rewind through the one executor) against `target` instead of this
+    /// session's workspace, journaling nothing here: a parallel fork rewinds the branch's new
+    /// workspace while the parent's steps stay as they are. Drift is not preserved: the
+    /// parent's workspace keeps it.
+    pub(crate) fn unwind_in<T>(
+        &mut self,
+        target: Workspace,
+        f: impl FnOnce(&mut Self) -> Result<T>,
+    ) -> Result<T> {
+        let own = std::mem::replace(&mut self.ws, target);
+        self.detached = true;
+        let out = f(self);
+        self.detached = false;
+        self.ws = own;
+        out
+    }
+
     pub(crate) fn fork_rewind(&mut self, k: Pos, ctx: Context, crash: &str) -> Result<Unwound> {
         let plan = unwind::plan(&self.state.steps, self.tail_above(k), Mode::Scoped, ctx);
         self.execute_unwind(&plan, crate::step::BY_FORK, crash)

@@ -283,6 +283,8 @@ mod doc_table {
                 at: Pos::from_i64(1).unwrap(),
                 crossed: vec![],
                 would_cross: vec![],
+                into: Some(s()),
+                into_created: true,
             },
             Record::ForkFrozen {
                 parent: s(),

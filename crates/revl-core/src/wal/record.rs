@@ -138,6 +138,12 @@ pub enum Record {
         at: Pos,
         crossed: Vec<u64>,
         would_cross: Vec<u64>,
+        /// v2 (SPEC 14): a parallel fork's new workspace; the parent is not rewound.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        into: Option<String>,
+        /// v2: revl made that directory (else it was an empty directory already).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        into_created: bool,
     },
     ForkFrozen {
         parent: String,
