@@ -232,10 +232,7 @@ impl Session {
     /// The confirm's checks (SPEC 6.2): a pending fork, the checks of 6.1 again, and a hash
     /// that is both the pending one and a fresh enumeration's. `Err(report)` is the refusal
     /// of a stale hash (the pending fork is cleared).
-    fn confirm_checks(
-        &mut self,
-        hash: &str,
-    ) -> Result<Confirmable> {
+    fn confirm_checks(&mut self, hash: &str) -> Result<Confirmable> {
         let pending = match &self.state.fork_pending {
             Some((at, Some(h))) => Some((*at, h.clone())),
             _ => None,

@@ -15,6 +15,7 @@ mod fuzz;
 mod lineage;
 mod mcp_clients;
 mod outbound;
+mod parallel;
 mod prop_stepback;
 mod resource;
 mod security;

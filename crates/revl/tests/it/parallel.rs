@@ -1,0 +1,421 @@
+//! Parallel branches (SPEC 14) through the binary: siblings from one step, each in its own
+//! workspace; the parent untouched and live; held sends committed per session, counted by a
+//! loopback sink; concurrent writers; crashes at every fork failpoint in parallel mode;
+//! refusals of DIR.
+
+use crate::common::env as support;
+use crate::common::manifest::{self, tool};
+use crate::common::{assert_snap_eq, snapshot, Snapshot};
+use revl::sink::Sink;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use support::*;
+
+fn manifest(e: &Env, sink: &Sink) -> PathBuf {
+    manifest::write(
+        &e.root,
+        &[tool("send_email", "deferred")
+            .service("mail")
+            .method("send")
+            .scope(&["mail"])
+            .post(&sink.url("/send"))],
+    )
+}
+
+/// A parent with history: steps 1-3 at k = 3, then more (files, an exec, a held send).
+fn parent(e: &Env, sink: &Sink) -> (String, Snapshot) {
+    let s = new_session_with(e, &manifest(e, sink));
+    ok(e, &["write", &s, "a.txt", "--content", "a1"]);
+    ok(e, &["write", &s, "dir/b.txt", "--content", "b1"]);
+    ok(e, &["boundary", &s, "--label", "k"]);
+    let at_k = snapshot(&e.ws);
+    ok(e, &["write", &s, "a.txt", "--content", "a2"]);
+    ok(e, &["delete", &s, "dir"]);
+    ok(
+        e,
+        &[
+            "exec",
+            &s,
+            "--",
+            "sh",
+            "-c",
+            "echo built > out.txt; mkdir -p gen; echo g > gen/g",
+        ],
+    );
+    let r = ok(
+        e,
+        &["call", &s, "send_email", "--args", r#"{"who":"parent"}"#],
+    );
+    assert_eq!(r["queued"], true);
+    (s, at_k)
+}
+
+fn fork_into(e: &Env, s: &str, at: &str, dir: &Path) -> Value {
+    let h = ok(e, &["fork", s, "--at", at])["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ok(
+        e,
+        &[
+            "fork-confirm",
+            s,
+            "--hash",
+            &h,
+            "--into",
+            dir.to_str().unwrap(),
+        ],
+    )
+}
+
+fn commit(e: &Env, s: &str) {
+    let plan = ok(e, &["commit", s]);
+    let r = ok(
+        e,
+        &[
+            "commit-confirm",
+            s,
+            "--hash",
+            plan["hash"].as_str().unwrap(),
+        ],
+    );
+    assert_eq!(r["committed"], true, "{r}");
+}
+
+fn sent_by(sink: &Sink, who: &str) -> usize {
+    sink.received()
+        .iter()
+        .filter(|r| serde_json::from_str::<Value>(&r.body).unwrap()["who"] == who)
+        .count()
+}
+
+#[test]
+fn siblings_from_one_step_each_get_the_step_k_workspace_and_their_own_sends() {
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, at_k) = parent(&e, &sink);
+    let parent_before = snapshot(&e.ws);
+    let head = ok(&e, &["timeline", &s])["head"].clone();
+    let mut branches = Vec::new();
+    for n in 0..3 {
+        let dir = e.root.join(format!("sibling{n}"));
+        let r = fork_into(&e, &s, "3", &dir);
+        assert_eq!(r["forked"], true, "{r}");
+        assert_eq!(r["mode"], "parallel");
+        assert_eq!(r["into"], dir.to_str().unwrap());
+        assert_eq!(r["droppedDeferred"], serde_json::json!([]));
+        assert_eq!(
+            r["parentKeeps"]["queue"].as_array().unwrap().len(),
+            1,
+            "{r}"
+        );
+        assert!(r["clone"] == "copy" || r["clone"] == "reflink", "{r}");
+        assert!(r["bytesCopied"].as_u64().is_some());
+        assert_eq!(
+            r["lineage"]["preserved"]["workspace"],
+            dir.to_str().unwrap()
+        );
+        // The branch's workspace: the parent's at k, byte for byte.
+        assert_snap_eq(&at_k, &snapshot(&dir), &format!("sibling {n} at k"));
+        // The parent: untouched and live, at its head, its queue kept.
+        assert_snap_eq(&parent_before, &snapshot(&e.ws), "the parent's workspace");
+        let st = ok(&e, &["status", &s]);
+        assert_eq!(st["state"], "live");
+        assert_eq!(st["queue"].as_array().unwrap().len(), 1);
+        assert_eq!(ok(&e, &["timeline", &s])["head"], head);
+        branches.push((r["branch"].as_str().unwrap().to_string(), dir));
+    }
+    // Each session continues on its own, and each commits only its own held sends.
+    for (i, (b, dir)) in branches.iter().enumerate() {
+        let st = ok(&e, &["status", b]);
+        assert_eq!(
+            st["queue"],
+            serde_json::json!([]),
+            "a branch carries no held send"
+        );
+        ok(
+            &e,
+            &["write", b, "mine.txt", "--content", &format!("branch {i}")],
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("mine.txt")).unwrap(),
+            format!("branch {i}")
+        );
+        ok(
+            &e,
+            &[
+                "call",
+                b,
+                "send_email",
+                "--args",
+                &format!(r#"{{"who":"b{i}"}}"#),
+            ],
+        );
+    }
+    assert!(
+        !e.ws.join("mine.txt").exists(),
+        "no cross-talk into the parent's workspace"
+    );
+    assert_eq!(sink.count(), 0, "nothing is sent before a commit");
+    commit(&e, &branches[1].0);
+    assert_eq!((sent_by(&sink, "b1"), sink.count()), (1, 1));
+    commit(&e, &s);
+    assert_eq!((sent_by(&sink, "parent"), sink.count()), (1, 2));
+    commit(&e, &branches[0].0);
+    commit(&e, &branches[2].0);
+    assert_eq!(
+        (
+            sent_by(&sink, "parent"),
+            sent_by(&sink, "b0"),
+            sent_by(&sink, "b1"),
+            sent_by(&sink, "b2")
+        ),
+        (1, 1, 1, 1)
+    );
+    // Siblings: the lineage of each names the same parent and k.
+    for (b, _) in &branches {
+        let st = ok(&e, &["status", b]);
+        assert_eq!(
+            (st["parent"].as_str(), st["forkedAt"].as_u64()),
+            (Some(s.as_str()), Some(3)),
+            "{st}"
+        );
+    }
+}
+
+#[test]
+fn the_parent_and_three_branches_write_at_once() {
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, _) = parent(&e, &sink);
+    let mut sessions = vec![(s.clone(), e.ws.clone())];
+    for n in 0..3 {
+        let dir = e.root.join(format!("b{n}"));
+        let r = fork_into(&e, &s, "3", &dir);
+        sessions.push((r["branch"].as_str().unwrap().to_string(), dir));
+    }
+    let heads: Vec<u64> = sessions
+        .iter()
+        .map(|(id, _)| ok(&e, &["timeline", id])["head"].as_u64().unwrap())
+        .collect();
+    let per = 12;
+    std::thread::scope(|sc| {
+        for (i, (id, _)) in sessions.iter().enumerate() {
+            let e = &e;
+            sc.spawn(move || {
+                for j in 0..per {
+                    let r = ok(
+                        e,
+                        &[
+                            "write",
+                            id,
+                            &format!("w/{i}-{j}.txt"),
+                            "--content",
+                            &format!("{i}:{j}"),
+                        ],
+                    );
+                    assert!(r["step"].as_u64().is_some(), "{r}");
+                }
+            });
+        }
+    });
+    for (i, ((id, dir), h)) in sessions.iter().zip(heads).enumerate() {
+        let tl = ok(&e, &["timeline", id]);
+        assert_eq!(
+            tl["head"].as_u64().unwrap(),
+            h + per,
+            "no lost step in session {i}"
+        );
+        let names: Vec<String> = std::fs::read_dir(dir.join("w"))
+            .unwrap()
+            .map(|d| d.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), per as usize, "{names:?}");
+        assert!(
+            names.iter().all(|n| n.starts_with(&format!("{i}-"))),
+            "cross-talk: {names:?}"
+        );
+        ok(&e, &["verify", id]);
+    }
+}
+
+#[test]
+fn a_crash_at_any_fork_failpoint_in_parallel_mode_leaves_the_parent_whole() {
+    for fp in [
+        "fork.after-begin",
+        "fork.mid-clone",
+        "fork.mid-rewind",
+        "fork.after-rewind",
+        "fork.after-branch",
+        "wal.torn-append:1",
+        "wal.torn-append:2",
+    ] {
+        let (e, sink) = (env(), Sink::start().unwrap());
+        let (s, at_k) = parent(&e, &sink);
+        let parent_before = snapshot(&e.ws);
+        let head = ok(&e, &["timeline", &s])["head"].clone();
+        let dir = e.root.join("branch");
+        let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let o = revl(
+            &e,
+            &[
+                "fork-confirm",
+                &s,
+                "--hash",
+                &h,
+                "--into",
+                dir.to_str().unwrap(),
+            ],
+            Some(fp),
+        );
+        assert_eq!(
+            o.code, -1,
+            "{fp}: the process dies at the failpoint: {}",
+            o.stderr
+        );
+        // The next command on the parent repairs.
+        let st = ok(&e, &["status", &s]);
+        assert_eq!(st["state"], "live", "{fp}");
+        assert_eq!(
+            st["queue"].as_array().unwrap().len(),
+            1,
+            "{fp}: the parent's queue"
+        );
+        assert_eq!(ok(&e, &["timeline", &s])["head"], head, "{fp}");
+        assert_snap_eq(
+            &parent_before,
+            &snapshot(&e.ws),
+            &format!("{fp}: the parent's workspace"),
+        );
+        let sessions = ok(&e, &["sessions"]);
+        let branches: Vec<&Value> = sessions["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["session"] != s.as_str())
+            .collect();
+        // After the branch's WAL exists (the failpoint after it, or the torn `fork-complete`,
+        // the parent's second append), the fork is completed at repair.
+        if fp == "fork.after-branch" || fp == "wal.torn-append:2" {
+            // The branch existed: the fork is completed, the branch is live at k in DIR.
+            assert_eq!(branches.len(), 1, "{fp}: {sessions}");
+            assert_eq!(branches[0]["state"], "live");
+            assert_snap_eq(
+                &at_k,
+                &snapshot(&dir),
+                &format!("{fp}: the branch's workspace"),
+            );
+        } else {
+            assert!(
+                branches.is_empty(),
+                "{fp}: no live branch may be left: {sessions}"
+            );
+            assert!(!dir.exists(), "{fp}: what revl made in DIR is removed");
+        }
+        // The parent can fork again, in parallel.
+        let r = fork_into(&e, &s, "3", &e.root.join("again"));
+        assert_eq!(r["forked"], true, "{fp}");
+        assert_eq!(sink.count(), 0, "{fp}: nothing was sent");
+    }
+}
+
+#[test]
+fn a_crash_into_an_existing_empty_directory_keeps_the_directory() {
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, _) = parent(&e, &sink);
+    let dir = e.root.join("empty");
+    std::fs::create_dir(&dir).unwrap();
+    let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = revl(
+        &e,
+        &[
+            "fork-confirm",
+            &s,
+            "--hash",
+            &h,
+            "--into",
+            dir.to_str().unwrap(),
+        ],
+        Some("fork.mid-rewind"),
+    );
+    assert_eq!(o.code, -1);
+    ok(&e, &["status", &s]);
+    assert!(dir.is_dir(), "the user's empty directory stays");
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "and is empty again"
+    );
+}
+
+#[test]
+fn into_must_be_new_or_empty_and_outside_the_store_and_live_workspaces() {
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, _) = parent(&e, &sink);
+    let full = e.root.join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), "x").unwrap();
+    let file = e.root.join("file");
+    std::fs::write(&file, "x").unwrap();
+    for dir in [
+        full.clone(),
+        file.clone(),
+        e.ws.join("inside"),
+        e.root.clone(),
+        e.store.join("sub"),
+    ] {
+        let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let o = revl(
+            &e,
+            &[
+                "fork-confirm",
+                &s,
+                "--hash",
+                &h,
+                "--into",
+                dir.to_str().unwrap(),
+            ],
+            None,
+        );
+        assert_eq!(o.code, 2, "{}: {}", dir.display(), o.stderr);
+        assert_eq!(o.json["error"]["code"], "path-outside", "{}", dir.display());
+        assert_eq!(ok(&e, &["status", &s])["state"], "live");
+    }
+    assert!(!e.ws.join("inside").exists());
+    assert_eq!(std::fs::read_dir(&full).unwrap().count(), 1);
+    // A branch's workspace is live too: a second fork may not nest in it.
+    let b1 = e.root.join("b1");
+    fork_into(&e, &s, "3", &b1);
+    let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = revl(
+        &e,
+        &[
+            "fork-confirm",
+            &s,
+            "--hash",
+            &h,
+            "--into",
+            b1.join("nested").to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(o.json["error"]["code"], "path-outside");
+    // Without --into, fork-confirm is the serial fork, unchanged: the parent freezes.
+    let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = ok(&e, &["fork-confirm", &s, "--hash", &h]);
+    assert!(r.get("mode").is_none(), "{r}");
+    assert_eq!(ok(&e, &["status", &s])["state"], "frozen");
+}
