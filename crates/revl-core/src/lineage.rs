@@ -54,6 +54,10 @@ pub struct Lineage {
     pub residue: Option<Residue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mid_fork: Option<String>,
+    /// v2 (SPEC 14): the branches of this session's parallel forks, each in its own
+    /// workspace (`frozenAt` appears only if a serial fork froze it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<crate::state::ParallelChild>,
 }
 
 /// One side of a comparison.
@@ -72,7 +76,8 @@ pub struct Side {
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Delta {
-    pub shared_prefix: Value,
+    /// How many positions, from 1, both sides hold with the same kind, label and content.
+    pub shared_prefix: usize,
     pub first_difference: Option<Value>,
     pub only_left: Vec<Value>,
     pub only_right: Vec<Value>,
@@ -230,7 +235,9 @@ impl OfflineWal {
 
     pub fn role(&self) -> &'static str {
         let is_branch = self.state.origin.is_some();
-        let is_parent = self.state.fork_frozen.is_some() || self.state.fork_begun.is_some();
+        let is_parent = self.state.fork_frozen.is_some()
+            || self.state.fork_begun.is_some()
+            || !self.state.parallel_children.is_empty();
         match (is_branch, is_parent) {
             (true, true) => "forked-branch",
             (true, false) => "branch",
@@ -247,7 +254,7 @@ impl OfflineWal {
             .map(|o| (o.parent.as_str(), o.at))
     }
 
-    /// The child this WAL forked into, and where.
+    /// The child of this WAL's serial fork, and where.
     pub fn child(&self) -> Option<(String, Pos)> {
         if let Some(f) = &self.state.fork_frozen {
             return Some((f.branch.clone(), f.at));
@@ -255,6 +262,7 @@ impl OfflineWal {
         self.state
             .fork_begun
             .as_ref()
+            .filter(|f| f.into.is_none())
             .map(|f| (f.branch.clone(), f.at))
     }
 
@@ -282,6 +290,12 @@ impl OfflineWal {
             fork_complete: None,
             residue: None,
             mid_fork: None,
+            children: st
+                .parallel_children
+                .iter()
+                .filter(|c| c.complete)
+                .cloned()
+                .collect(),
         };
         if let Some(o) = &st.origin {
             let mut idx: Vec<u64> = o.crossed.iter().chain(&o.would_cross).copied().collect();
@@ -462,6 +476,17 @@ pub fn topology(paths: &[PathBuf]) -> Result<Topology> {
             }
             None => roots.push(w.session().to_string()),
         }
+        for c in w.state.parallel_children.iter().filter(|c| c.complete) {
+            if !ids.contains(&c.branch) {
+                dangling.push(Unclosed {
+                    wal: wal.clone(),
+                    parent: w.session().to_string(),
+                    why: format!("the parallel branch's WAL ({}) was not given", c.branch),
+                    branch: c.branch.clone(),
+                    at: c.at,
+                });
+            }
+        }
         if let Some((child, at)) = w.child() {
             if !ids.contains(&child) {
                 dangling.push(Unclosed {
@@ -498,25 +523,60 @@ pub fn topology(paths: &[PathBuf]) -> Result<Topology> {
     })
 }
 
-/// A side's steps by lineage position: a branch's step i ≥ 1 sits at position at+i; a root's
-/// step i at position i. Hinges are skipped.
-fn positioned(w: &OfflineWal) -> Vec<(i64, &Step)> {
-    let base = w.parent().map(|(_, at)| at.to_i64()).unwrap_or(0);
-    w.state
-        .steps
-        .iter()
-        .filter(|s| s.kind != StepKind::Hinge)
-        .map(|s| {
-            (
-                if w.parent().is_some() {
-                    base + s.index as i64
-                } else {
-                    s.index as i64
-                },
-                s,
-            )
-        })
-        .collect()
+/// A side's history by lineage position, hinges skipped: a root's step i sits at position
+/// i; a branch's step i ≥ 1 at `at + i`, after its parent's history up to `at` (read from
+/// the parent's WAL when it can be opened, recursively: siblings forked at different steps
+/// then compare the parent's steps between them too).
+fn history(w: &OfflineWal) -> Vec<(i64, Step)> {
+    history_depth(w, 0)
+}
+
+fn history_depth(w: &OfflineWal, depth: usize) -> Vec<(i64, Step)> {
+    let own = |base: i64| {
+        w.state
+            .steps
+            .iter()
+            .filter(|s| s.kind != StepKind::Hinge)
+            .map(move |s| (base + s.index as i64, s.clone()))
+    };
+    let Some((_, at)) = w.parent() else {
+        return own(0).collect();
+    };
+    let at = at.to_i64();
+    let mut out: Vec<(i64, Step)> = match (depth < 64)
+        .then_some(w.state.origin.as_ref())
+        .flatten()
+        .and_then(|o| open(Path::new(&o.parent_wal)).ok())
+    {
+        Some(parent) => history_depth(&parent, depth + 1)
+            .into_iter()
+            .filter(|(p, _)| *p <= at)
+            .collect(),
+        None => Vec::new(),
+    };
+    out.extend(own(at));
+    out
+}
+
+/// What a step did, for comparison (SPEC 15): file and exec effects by their post-images,
+/// tool calls by their arguments, provisions by their value.
+fn content(s: &Step) -> Value {
+    let d = s.detail();
+    let pick = |keys: &[&str]| {
+        let mut m = serde_json::Map::new();
+        for k in keys {
+            if let Some(v) = d.get(*k) {
+                m.insert((*k).to_string(), v.clone());
+            }
+        }
+        Value::Object(m)
+    };
+    match s.kind {
+        StepKind::Effect => pick(&["path", "to", "after", "changes", "args"]),
+        StepKind::Emission | StepKind::Compensation => pick(&["args"]),
+        StepKind::Provision => pick(&["key", "value"]),
+        _ => Value::Null,
+    }
 }
 
 fn brief(pos: i64, s: &Step) -> Value {
@@ -531,6 +591,7 @@ pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
         {"axis": "counterfactual", "why": "each side ran once in its own world (clock, seeds, provider state): the comparison says what differed, not what the other side would have done"},
     ]);
     let (relation, diverged): (&str, Option<i64>) = match (l.parent(), r.parent()) {
+        _ if l.session() == r.session() => ("same", None),
         (Some((p, at)), _) if p == r.session() => ("parent-branch", Some(at.to_i64())),
         (_, Some((p, at))) if p == l.session() => ("parent-branch", Some(at.to_i64())),
         (Some((pl, al)), Some((pr, ar))) if pl == pr => {
@@ -554,40 +615,28 @@ pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
         doc.why = Some("neither WAL names the other as its parent and they share no parent: there is no divergence point to compare from");
         return Ok(doc);
     }
-    // Positions at or below the divergence point are shared; siblings forked at different
-    // steps share the parent's history up to the earlier one.
-    let cut = match diverged {
-        Some(k) => k,
-        None => l
-            .parent()
-            .map(|p| p.1.to_i64())
-            .unwrap_or(0)
-            .min(r.parent().map(|p| p.1.to_i64()).unwrap_or(0)),
-    };
-    let (lp, rp) = (positioned(&l), positioned(&r));
-    let shared = lp
-        .iter()
-        .filter(|(p, _)| *p <= cut)
-        .count()
-        .max(rp.iter().filter(|(p, _)| *p <= cut).count());
-    let la: Vec<&(i64, &Step)> = lp.iter().filter(|(p, _)| *p > cut).collect();
-    let ra: Vec<&(i64, &Step)> = rp.iter().filter(|(p, _)| *p > cut).collect();
-    let mut first = None;
-    let n = la.len().max(ra.len());
-    for i in 0..n {
-        let (a, b) = (la.get(i), ra.get(i));
-        let same = matches!((a, b), (Some((_, x)), Some((_, y))) if x.kind == y.kind && x.label() == y.label());
-        if !same {
-            first = Some(i);
-            break;
+    // Both histories from position 1, step by step: the same kind, label and content, or
+    // the first difference. What precedes the fork point is one history, read once per side.
+    let (lh, rh) = (history(&l), history(&r));
+    let n = lh.len().max(rh.len());
+    let same = |a: Option<&(i64, Step)>, b: Option<&(i64, Step)>| match (a, b) {
+        (Some((pa, x)), Some((pb, y))) => {
+            pa == pb && x.kind == y.kind && x.label() == y.label() && content(x) == content(y)
         }
-    }
+        _ => false,
+    };
+    let first = (0..n).find(|&i| !same(lh.get(i), rh.get(i)));
+    let shared = first.unwrap_or(n);
     let first_doc = first.map(|i| {
-        let pos = la.get(i).map(|(p, _)| *p).or(ra.get(i).map(|(p, _)| *p)).unwrap_or(cut + 1);
-        json!({"position": pos, "left": la.get(i).map(|(p, s)| brief(*p, s)), "right": ra.get(i).map(|(p, s)| brief(*p, s))})
+        json!({
+            "position": shared as i64 + 1,
+            "left": lh.get(i).map(|(p, s)| brief(*p, s)),
+            "right": rh.get(i).map(|(p, s)| brief(*p, s)),
+        })
     });
-    let from = first.unwrap_or(n);
-    let emissions = |xs: &[&(i64, &Step)]| -> Vec<Value> {
+    let la: Vec<&(i64, Step)> = lh.iter().skip(shared).collect();
+    let ra: Vec<&(i64, Step)> = rh.iter().skip(shared).collect();
+    let emissions = |xs: &[&(i64, Step)]| -> Vec<Value> {
         xs.iter()
             .filter(|(_, s)| s.kind == StepKind::Emission)
             .map(|(p, s)| {
@@ -598,10 +647,10 @@ pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
             .collect()
     };
     doc.delta = Some(Delta {
-        shared_prefix: json!({"through": cut, "steps": shared}),
+        shared_prefix: shared,
         first_difference: first_doc,
-        only_left: la.iter().skip(from).map(|(p, s)| brief(*p, s)).collect(),
-        only_right: ra.iter().skip(from).map(|(p, s)| brief(*p, s)).collect(),
+        only_left: la.iter().map(|(p, s)| brief(*p, s)).collect(),
+        only_right: ra.iter().map(|(p, s)| brief(*p, s)).collect(),
         emissions: json!({"left": emissions(&la), "right": emissions(&ra)}),
         model_decisions: json!({"left": l.state.model_decisions, "right": r.state.model_decisions}),
         identical: first.is_none(),

@@ -54,6 +54,16 @@ pub struct PendingIntent {
     pub after: Option<IntentAfter>,
 }
 
+/// A parallel fork of this session: `{branch, at, into}`; `complete` once `fork-complete`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ParallelChild {
+    pub branch: String,
+    pub at: Pos,
+    pub into: String,
+    #[serde(skip)]
+    pub complete: bool,
+}
+
 /// What the `fork-branch` record says about where a branch came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BranchOrigin {
@@ -120,6 +130,8 @@ pub struct State {
     pub fork_frozen: Option<ForkFrozen>,
     pub fork_complete: bool,
     pub fork_abandoned: bool,
+    /// Parallel forks (SPEC 14), in order: branches that live in their own workspaces.
+    pub parallel_children: Vec<ParallelChild>,
     pub origin: Option<BranchOrigin>,
     /// Approvals: ticket → (tool, argsDigest) requested; granted tickets; standing tools.
     pub tickets_requested: BTreeMap<String, (String, String)>,
@@ -405,6 +417,14 @@ impl State {
                 self.fork_pending = None;
                 self.fork_complete = false;
                 self.fork_abandoned = false;
+                if let Some(dir) = into {
+                    self.parallel_children.push(ParallelChild {
+                        branch: branch.clone(),
+                        at: *at,
+                        into: dir.clone(),
+                        complete: false,
+                    });
+                }
                 // A parallel fork rewinds the branch's new workspace, never the parent.
                 if into.is_none() {
                     self.step_over(*at);
@@ -419,9 +439,22 @@ impl State {
                     failed: failed.clone(),
                 })
             }
-            Record::ForkComplete { .. } => self.fork_complete = true,
+            Record::ForkComplete { branch } => {
+                self.fork_complete = true;
+                if let Some(c) = self
+                    .parallel_children
+                    .iter_mut()
+                    .find(|c| &c.branch == branch)
+                {
+                    c.complete = true;
+                }
+            }
             Record::ForkAbandoned { .. } => {
                 self.fork_abandoned = true;
+                if let Some(b) = &self.fork_begun {
+                    let b = b.branch.clone();
+                    self.parallel_children.retain(|c| c.branch != b);
+                }
                 self.fork_begun = None;
             }
             Record::ForkBranch {

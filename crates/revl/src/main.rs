@@ -235,13 +235,19 @@ enum Cmd {
     },
     /// Offline: the lineage of one WAL, the topology of several, or (--at) a partition.
     Branch {
-        #[arg(long = "wal", value_name = "FILE", required = true)]
+        /// A WAL file, or a session id of the store (its WAL); repeat for a topology.
+        #[arg(long = "wal", value_name = "FILE|SESSION", required = true)]
         wals: Vec<PathBuf>,
         #[arg(long, allow_hyphen_values = true)]
         at: Option<String>,
     },
-    /// Offline: compare two branches' WALs.
-    Compare { left: PathBuf, right: PathBuf },
+    /// Offline: compare two branches (WAL files or session ids) step by step, by content.
+    Compare {
+        /// A WAL file, or a session id of the store.
+        left: PathBuf,
+        /// A WAL file, or a session id of the store.
+        right: PathBuf,
+    },
     /// Operator: the verdict on a dead session, and its repair.
     Recover {
         session: Option<String>,
@@ -353,9 +359,15 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         return demo::run(*keep);
     }
     match &cli.cmd {
-        Cmd::Branch { wals, at } => return offline_branch(wals, at.as_deref(), cli.json),
+        Cmd::Branch { wals, at } => {
+            let wals = wals
+                .iter()
+                .map(|w| wal_of(cli, w))
+                .collect::<Result<Vec<_>, _>>()?;
+            return offline_branch(&wals, at.as_deref(), cli.json);
+        }
         Cmd::Compare { left, right } => {
-            let report = revl_core::lineage::compare(left, right)?;
+            let report = revl_core::lineage::compare(&wal_of(cli, left)?, &wal_of(cli, right)?)?;
             let doc = to_json(&report);
             return Ok(Outcome {
                 text: render::compare(&report),
@@ -753,6 +765,30 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
 }
 
 /// `branch`: reads WALs only (no store, no lock, no repair).
+/// A WAL argument of the offline readers: a file as given, else a session id (or unique
+/// prefix) of the store, read without a lock.
+fn wal_of(cli: &Cli, given: &Path) -> Result<PathBuf, Error> {
+    // A path (a file, or anything with a slash: the reader reports it) is taken as given.
+    if given.is_file() || given.to_str().is_none_or(|g| g.contains('/')) {
+        return Ok(given.to_path_buf());
+    }
+    let root = match &cli.store {
+        Some(s) => s.clone(),
+        None => default_store()?,
+    };
+    match given.to_str() {
+        Some(id) if root.join("sessions").is_dir() => {
+            let store = Store::open(&root, revl_core::Failpoints::none())?;
+            let id = store.resolve(id)?;
+            Ok(store.wal_path(&id))
+        }
+        _ => Err(Error::bad_args(
+            format!("{} is neither a WAL file nor a session id of the store", given.display()),
+            "give the path of a session's wal.jsonl, or a session id (`--store DIR` picks the store)",
+        )),
+    }
+}
+
 fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outcome, Error> {
     use revl_core::lineage;
     let done = |doc: Value, text: String, exit: u8| Outcome {

@@ -673,19 +673,26 @@ pub fn compare(v: &Compare) -> String {
     };
     let _ = write!(
         out,
-        "\ndiverged at: {}\nshared through position {}",
+        "\ndiverged at: {}\nshared: positions 1..{} (same kind, label and content)",
         v.diverged_at.map_or("-".to_string(), |a| a.to_string()),
-        s(&d.shared_prefix["through"])
+        d.shared_prefix
     );
     match &d.first_difference {
-        None => out.push_str("\nidentical after the divergence point"),
+        None => out.push_str("\nidentical: the same steps with the same content"),
         Some(f) => {
+            let (l, r) = (
+                f["left"].get("label").map(s).unwrap_or("(nothing)".into()),
+                f["right"].get("label").map(s).unwrap_or("(nothing)".into()),
+            );
+            let note = if l == r {
+                " (same label, different content)"
+            } else {
+                ""
+            };
             let _ = write!(
                 out,
-                "\nfirst difference at position {}: left {} / right {}",
+                "\nfirst difference at position {}: left {l} / right {r}{note}",
                 s(&f["position"]),
-                f["left"].get("label").map(s).unwrap_or("(nothing)".into()),
-                f["right"].get("label").map(s).unwrap_or("(nothing)".into())
             );
         }
     }
