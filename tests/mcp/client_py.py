@@ -32,9 +32,9 @@ EXPECTED_TOOLS = {
     "revl_read", "revl_list", "revl_provide", "revl_boundary", "revl_call", "revl_exec",
     "revl_timeline", "revl_inspect_step", "revl_status", "revl_verify", "revl_sessions",
     "revl_step_back", "revl_fork", "revl_fork_confirm", "revl_commit",
-    "revl_commit_confirm", "revl_abort", "revl_note_model",
+    "revl_commit_confirm", "revl_abort", "revl_note_model", "revl_diff",
 }
-READ_ONLY = {"revl_read", "revl_list", "revl_timeline", "revl_inspect_step", "revl_status",
+READ_ONLY = {"revl_read", "revl_list", "revl_timeline", "revl_inspect_step", "revl_status", "revl_diff",
              "revl_verify", "revl_sessions", "revl_commit"}
 DESTRUCTIVE = {"revl_delete", "revl_rename", "revl_step_back", "revl_fork_confirm",
                "revl_abort", "revl_commit_confirm"}
@@ -290,6 +290,19 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
 
             # Work in the branch, then commit: exactly the branch's sends arrive.
             await ok(s, "revl_write", {"path": "a.txt", "content": "alpha branch\n"})
+            # A parallel sibling from the branch's start, in its own directory: the server
+            # keeps serving the branch; revl_diff shows what differs.
+            pf = await ok(s, "revl_fork", {"at": 0})
+            sib_dir = tmp / "sibling"
+            par = await ok(s, "revl_fork_confirm", {"hash": pf["hash"], "into": str(sib_dir)})
+            check(par.get("mode") == "parallel" and par.get("into") == str(sib_dir.resolve()), "a parallel fork", par)
+            check(on_disk(sib_dir, "a.txt") == b"alpha v1\n" and on_disk(ws, "a.txt") == b"alpha branch\n",
+                  "the sibling is at step 0's content; the branch's workspace is untouched")
+            st = await ok(s, "revl_status")
+            check(st["session"] == branch and st["state"] == "live", "the server still serves the live branch", st)
+            d = await ok(s, "revl_diff", {"right": par["branch"]})
+            check([p["path"] for p in d["paths"]] == ["a.txt"] and "+alpha v1" in d["paths"][0].get("diff", ""),
+                  "revl_diff lists the one differing file with a unified diff", d)
             await ok(s, "revl_call", {"tool": "send_email", "args": {"to": "a@example.test", "subject": "branch 1"}})
             await ok(s, "revl_call", {"tool": "send_email", "args": {"to": "b@example.test", "subject": "branch 2"}})
             check(sink.count("/send") == 0, "held sends have not arrived before commit")

@@ -180,6 +180,20 @@ pub struct ForkConfirmArgs {
     pub into: Option<String>,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DiffArgs {
+    /// A session id (or unique prefix), optionally `@K` for its workspace right after step K
+    /// (default: now). Default: the session this server serves.
+    #[serde(default)]
+    pub left: Option<String>,
+    /// The other side, the same way (e.g. a sibling branch's id).
+    pub right: String,
+    /// Only this path and what is below it.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
 /// Whether the model's answer was accepted.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -600,6 +600,60 @@ impl RevlServer {
         self.on_session(move |s| s.fork(a.at)).await
     }
 
+    /// The paths whose content differs between two sessions' workspaces (e.g. sibling
+    /// branches of a parallel fork), each side now or right after a step (`ID@K`):
+    /// {left, right, paths: [{path, left, right, diff?}]} with unified diffs for text files.
+    #[tool(
+        name = "revl_diff",
+        annotations(
+            title = "Diff two sessions",
+            read_only_hint = true,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_diff(&self, Parameters(a): Parameters<DiffArgs>) -> CallToolResult {
+        self.blocking(move |store, cur| {
+            let split = |g: &str| -> Result<(String, Option<i64>), Error> {
+                match g.rsplit_once('@') {
+                    Some((id, k)) => k
+                        .trim()
+                        .parse::<i64>()
+                        .map(|k| (id.to_string(), Some(k)))
+                        .map_err(|_| {
+                            Error::bad_args(
+                                format!("{g:?}: {k:?} is not a step index"),
+                                "give ID or ID@K, K a step index from revl_timeline",
+                            )
+                        }),
+                    None => Ok((g.to_string(), None)),
+                }
+            };
+            let (l, lk) = split(a.left.as_deref().unwrap_or(cur.as_str()))?;
+            let (r, rk) = split(&a.right)?;
+            let (l, r) = (store.resolve(&l)?, store.resolve(&r)?);
+            let ls = store.attach(&l)?;
+            let rs = if r == l {
+                None
+            } else {
+                Some(store.attach(&r)?)
+            };
+            let report = revl_core::session::diff::diff(
+                revl_core::session::diff::Point {
+                    session: &ls,
+                    at: lk,
+                },
+                revl_core::session::diff::Point {
+                    session: rs.as_ref().unwrap_or(&ls),
+                    at: rk,
+                },
+                a.path.as_deref(),
+            )?;
+            Ok(revl_core::report::to_json(&report))
+        })
+        .await
+    }
+
     /// Perform the fork enumerated by revl_fork: rewind the host-confined state to step k
     /// (no inverse that could leave the machine runs), drop every held send, freeze this
     /// session and continue on the new branch: the server's later calls act on the branch.

@@ -708,3 +708,32 @@ pub fn compare(v: &Compare) -> String {
     }
     out
 }
+
+pub fn diff(v: &revl_core::session::diff::DiffReport) -> String {
+    let show = |i: &Option<revl_core::undo::Image>| match i {
+        None => "absent".to_string(),
+        Some(i) => format!(
+            "{} {}",
+            i.kind.map_or("?", |k| k.as_str()),
+            i.mode.as_deref().unwrap_or("")
+        )
+        .trim_end()
+        .to_string(),
+    };
+    if v.paths.is_empty() {
+        return format!("no difference between {} and {}", v.left, v.right);
+    }
+    let mut out = format!(
+        "{} path(s) differ between {} and {}",
+        v.paths.len(),
+        v.left,
+        v.right
+    );
+    for p in &v.paths {
+        let _ = write!(out, "\n{}: {} | {}", p.path, show(&p.left), show(&p.right));
+        if let Some(d) = &p.diff {
+            let _ = write!(out, "\n{}", d.trim_end());
+        }
+    }
+    out
+}

@@ -14,6 +14,7 @@
 
 mod calls;
 mod commit;
+pub mod diff;
 mod effects;
 mod exec;
 mod fork;

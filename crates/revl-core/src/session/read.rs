@@ -149,15 +149,7 @@ impl Session {
     pub fn read_at(&self, path: &str, k: i64) -> Result<ReadAt> {
         let k = self.check_range(k)?;
         let rel = self.ws.confine(path, false)?;
-        let steps = &self.state.steps;
-        let witnessed = Expected::at(steps, k).image_of(&rel);
-        let (img, inline) = match witnessed {
-            Some(img) => (img, None),
-            None => match self.preimage_after(&rel, k)? {
-                Some(found) => found,
-                None => (self.ws.observe(&rel)?, None),
-            },
-        };
+        let (img, inline) = self.image_at(&rel, k)?;
         let absent = || {
             Error::new(
                 Code::Absent,
@@ -194,6 +186,19 @@ impl Session {
             digest,
             content,
             content_base64,
+        })
+    }
+
+    /// The image `rel` had right after step `k` ran (see [`Session::read_at`]), with its
+    /// bytes when they sit in a directory listing.
+    pub(crate) fn image_at(&self, rel: &str, k: Pos) -> Result<(Image, Option<Vec<u8>>)> {
+        let witnessed = Expected::at(&self.state.steps, k).image_of(rel);
+        Ok(match witnessed {
+            Some(img) => (img, None),
+            None => match self.preimage_after(rel, k)? {
+                Some(found) => found,
+                None => (self.ws.observe(rel)?, None),
+            },
         })
     }
 
@@ -245,7 +250,7 @@ impl Session {
 
     /// The bytes whose blake3 is `digest`: from the blob store, an inline preimage of any
     /// step, or the workspace file `rel`.
-    fn bytes_by_digest(&self, digest: &str, rel: &str) -> Result<Vec<u8>> {
+    pub(crate) fn bytes_by_digest(&self, digest: &str, rel: &str) -> Result<Vec<u8>> {
         if let Ok(b) = self.blobs.get(digest, None) {
             return Ok(b);
         }
@@ -258,6 +263,12 @@ impl Session {
         related.extend(self.state.fork_frozen.as_ref().map(|f| f.branch.clone()));
         related.extend(self.state.fork_begun.as_ref().map(|f| f.branch.clone()));
         related.extend(self.state.origin.as_ref().map(|o| o.parent.clone()));
+        related.extend(
+            self.state
+                .parallel_children
+                .iter()
+                .map(|c| c.branch.clone()),
+        );
         let mut seen: Vec<String> = vec![self.id.clone()];
         while let Some(id) = related.pop() {
             if seen.contains(&id) {
@@ -272,6 +283,7 @@ impl Session {
             }
             related.extend(st.fork_frozen.as_ref().map(|f| f.branch.clone()));
             related.extend(st.origin.as_ref().map(|o| o.parent.clone()));
+            related.extend(st.parallel_children.iter().map(|c| c.branch.clone()));
         }
         if let Some(b) = self.ws.bytes_of(rel)? {
             if crate::util::blake3_hex(&b) == digest {

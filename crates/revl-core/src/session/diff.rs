@@ -1,0 +1,189 @@
+//! `diff LEFT[@K] RIGHT[@K] [PATH]` (SPEC 15): the paths whose content differs between two
+//! sessions' workspaces at two points, with unified diffs for text. The paths compared are
+//! those either side's history witnessed (its lineage included); their content comes from
+//! the blob store and the WAL (as `read --at` finds it), or from the live files at a live
+//! session's head.
+
+use super::Session;
+use crate::error::Result;
+use crate::state::{Life, State};
+use crate::step::{Pos, StepKind};
+use crate::undo::{FileKind, Image, Undo};
+use serde::Serialize;
+use std::collections::BTreeSet;
+
+/// Text files up to this size get a unified diff.
+const DIFF_MAX: usize = 1 << 20;
+
+/// One side of a diff: a session, at a step or (None) now.
+#[derive(Clone, Copy)]
+pub struct Point<'a> {
+    pub session: &'a Session,
+    pub at: Option<i64>,
+}
+
+/// `{path, left, right, diff?}`; a side is null where the path did not exist.
+#[derive(Debug, Clone, Serialize)]
+pub struct PathDiff {
+    pub path: String,
+    pub left: Option<Image>,
+    pub right: Option<Image>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+}
+
+/// `{left, right, paths}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffReport {
+    pub left: String,
+    pub right: String,
+    pub paths: Vec<PathDiff>,
+}
+
+/// Every path `steps` witnessed up to `upto` (a file effect's paths, an exec's changes).
+fn witnessed_in(st: &State, upto: Option<Pos>, out: &mut BTreeSet<String>) {
+    for s in &st.steps {
+        if s.kind != StepKind::Effect || upto.is_some_and(|k| !k.covers(s.index)) {
+            continue;
+        }
+        if let Some(Undo::Restore { entries }) = s.undo() {
+            out.extend(entries.iter().map(|e| e.path().to_string()));
+        }
+        out.extend(crate::drift::after_images(s).into_iter().map(|i| i.path));
+    }
+}
+
+impl Session {
+    /// The label of a point: `SESSION@K` or `SESSION` (now).
+    fn point_label(&self, at: Option<i64>) -> String {
+        match at {
+            Some(k) => format!("{}@{k}", self.id),
+            None => self.id.clone(),
+        }
+    }
+
+    /// Every path this session's history witnessed, its ancestors' up to each fork point
+    /// included (a branch's workspace started as its parent's at k).
+    fn witnessed_paths(&self, at: Option<Pos>) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        witnessed_in(&self.state, at, &mut out);
+        let mut origin = self.state.origin.clone();
+        let mut hops = 0;
+        while let Some(o) = origin.take().filter(|_| hops < 64) {
+            hops += 1;
+            let Ok((st, _)) = State::read(&self.store.wal_path(&o.parent)) else {
+                break;
+            };
+            witnessed_in(&st, Some(o.at), &mut out);
+            origin = st.origin.clone();
+        }
+        out
+    }
+
+    /// The image of `rel` at a point, and its bytes when it is a file.
+    fn image_with_bytes(&self, rel: &str, at: Option<i64>) -> Result<(Image, Option<Vec<u8>>)> {
+        let live_now = at.is_none() && self.state.life() == Life::Live;
+        let (img, inline) = if live_now {
+            (self.ws.observe(rel)?, None)
+        } else {
+            let k = self.check_range(at.unwrap_or(self.state.head() as i64))?;
+            self.image_at(rel, k)?
+        };
+        let bytes = match (img.kind, &img.digest, inline) {
+            (_, _, Some(b)) => Some(b),
+            (Some(FileKind::File), _, None) if live_now => self.ws.bytes_of(rel)?,
+            (Some(FileKind::File), Some(d), None) => self.bytes_by_digest(d, rel).ok(),
+            _ => None,
+        };
+        Ok((img, bytes))
+    }
+}
+
+/// Under `prefix` (the path itself, or below it).
+fn under(path: &str, prefix: &str) -> bool {
+    prefix.is_empty() || path == prefix || path.starts_with(&format!("{prefix}/"))
+}
+
+fn side(img: Image) -> Option<Image> {
+    (img.kind != Some(FileKind::Absent)).then_some(Image {
+        path: String::new(),
+        ..img
+    })
+}
+
+/// The diff of two points, restricted to `path` (and below) when given.
+pub fn diff(left: Point, right: Point, path: Option<&str>) -> Result<DiffReport> {
+    let prefix = match path {
+        Some(p) => left.session.ws.confine(p, true)?,
+        None => String::new(),
+    };
+    let pos = |p: &Point| {
+        p.at.and_then(|k| p.session.state.pos(k))
+            .or(Some(p.session.state.head_pos()))
+    };
+    let mut paths = left.session.witnessed_paths(pos(&left));
+    paths.extend(right.session.witnessed_paths(pos(&right)));
+    // A directory that is live on either side now: its files, one by one.
+    for p in [&left, &right] {
+        if p.at.is_none() && p.session.state.life() == Life::Live {
+            let dirs: Vec<String> = paths.iter().cloned().collect();
+            for d in dirs {
+                if p.session
+                    .ws
+                    .lstat_rel(&d)?
+                    .is_some_and(|(k, _, _)| k == FileKind::Dir)
+                {
+                    for img in p.session.ws.observe_tree(&d, &|_| false)? {
+                        paths.insert(img.path);
+                    }
+                }
+            }
+        }
+    }
+    let mut out: Vec<PathDiff> = Vec::new();
+    for rel in paths.iter().filter(|p| under(p, &prefix)) {
+        let (li, lb) = left.session.image_with_bytes(rel, left.at)?;
+        let (ri, rb) = right.session.image_with_bytes(rel, right.at)?;
+        let (l, r) = (side(li), side(ri));
+        let same = match (&l, &r) {
+            (Some(a), Some(b))
+                if a.kind == Some(FileKind::Dir) && b.kind == Some(FileKind::Dir) =>
+            {
+                a.mode == b.mode
+            }
+            (a, b) => a == b,
+        };
+        if same {
+            continue;
+        }
+        let text = |b: &Option<Vec<u8>>, img: &Option<Image>| match (b, img) {
+            (_, None) => Some(String::new()),
+            (Some(b), Some(_)) if b.len() <= DIFF_MAX => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        };
+        let is_file = |i: &Option<Image>| i.as_ref().is_none_or(|i| i.kind == Some(FileKind::File));
+        let unified = match (is_file(&l) && is_file(&r), text(&lb, &l), text(&rb, &r)) {
+            (true, Some(a), Some(b)) if a != b => Some(
+                similar::TextDiff::from_lines(&a, &b)
+                    .unified_diff()
+                    .header(
+                        &format!("{}/{rel}", left.session.point_label(left.at)),
+                        &format!("{}/{rel}", right.session.point_label(right.at)),
+                    )
+                    .to_string(),
+            ),
+            _ => None,
+        };
+        out.push(PathDiff {
+            path: rel.clone(),
+            left: l,
+            right: r,
+            diff: unified,
+        });
+    }
+    Ok(DiffReport {
+        left: left.session.point_label(left.at),
+        right: right.session.point_label(right.at),
+        paths: out,
+    })
+}
