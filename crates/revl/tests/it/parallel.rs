@@ -419,3 +419,256 @@ fn into_must_be_new_or_empty_and_outside_the_store_and_live_workspaces() {
     assert!(r.get("mode").is_none(), "{r}");
     assert_eq!(ok(&e, &["status", &s])["state"], "frozen");
 }
+
+/// The files under `root` (not directories) with their bytes and modes.
+fn files(root: &Path) -> std::collections::BTreeMap<String, (u32, Vec<u8>)> {
+    snapshot(root)
+        .into_iter()
+        .filter(|(_, (k, _, _))| *k != crate::common::Kind::Dir)
+        .map(|(p, (_, m, b))| (p, (m, b)))
+        .collect()
+}
+
+#[test]
+fn compare_and_diff_agree_with_an_independent_computation() {
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, _) = parent(&e, &sink);
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let r = fork_into(&e, &s, "3", &e.root.join(format!("s{n}")));
+        ids.push(r["branch"].as_str().unwrap().to_string());
+    }
+    // s0 and s1 write the same label with different bytes; s2 repeats s0 exactly, then more.
+    ok(&e, &["write", &ids[0], "x.txt", "--content", "one\ntwo\n"]);
+    ok(&e, &["write", &ids[1], "x.txt", "--content", "one\nTWO\n"]);
+    ok(&e, &["write", &ids[2], "x.txt", "--content", "one\ntwo\n"]);
+    ok(
+        &e,
+        &[
+            "exec",
+            &ids[2],
+            "--",
+            "sh",
+            "-c",
+            "mkdir -p gen && echo g > gen/g && rm a.txt",
+        ],
+    );
+    // The independent computation: positions 1..=3 are the parent's; then each branch's
+    // steps by (kind, label, what its detail says it left), from `timeline`.
+    let steps = |id: &str| -> Vec<(String, String, Value)> {
+        ok(&e, &["timeline", id])["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["kind"] != "hinge")
+            .map(|s| {
+                let d = &s["detail"];
+                let content = serde_json::json!([d.get("after"), d.get("changes"), d.get("path")]);
+                (
+                    s["kind"].as_str().unwrap().into(),
+                    s["label"].as_str().unwrap().into(),
+                    content,
+                )
+            })
+            .collect()
+    };
+    for (a, b) in [(0usize, 1usize), (0, 2), (1, 2)] {
+        let (sa, sb) = (steps(&ids[a]), steps(&ids[b]));
+        let common = sa.iter().zip(&sb).take_while(|(x, y)| x == y).count();
+        let identical = sa == sb;
+        let r = ok(&e, &["compare", &ids[a], &ids[b]]);
+        assert_eq!(r["relation"], "siblings", "{r}");
+        let d = &r["delta"];
+        assert_eq!(d["sharedPrefix"], 3 + common as u64, "{a} vs {b}: {d}");
+        assert_eq!(d["identical"], identical);
+        if !identical {
+            assert_eq!(d["firstDifference"]["position"], 4 + common as u64, "{d}");
+        }
+        // diff: exactly the files whose bytes or modes differ between the two workspaces.
+        let (fa, fb) = (
+            files(&e.root.join(format!("s{a}"))),
+            files(&e.root.join(format!("s{b}"))),
+        );
+        let mut want: Vec<String> = fa
+            .keys()
+            .chain(fb.keys())
+            .filter(|p| fa.get(*p) != fb.get(*p))
+            .cloned()
+            .collect();
+        want.sort();
+        want.dedup();
+        let o = revl(&e, &["diff", &ids[a], &ids[b]], None);
+        let got: Vec<String> = o.json["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["left"]["kind"] != "dir" && p["right"]["kind"] != "dir")
+            .map(|p| p["path"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(got, want, "{a} vs {b}: {}", o.json);
+        assert_eq!(o.code, i32::from(!want.is_empty()));
+    }
+    // The unified diff of the one text difference between s0 and s1.
+    let o = revl(&e, &["diff", &ids[0], &ids[1], "x.txt"], None);
+    let d = o.json["paths"][0]["diff"].as_str().unwrap();
+    assert!(d.contains("-two\n+TWO\n"), "{d}");
+    // A side at a step: s2 right after its first write is s0 now.
+    let o = revl(&e, &["diff", &ids[0], &format!("{}@1", ids[2])], None);
+    assert_eq!(
+        (o.code, o.json["paths"].clone()),
+        (0, serde_json::json!([])),
+        "{}",
+        o.json
+    );
+    // The same session twice is SAME, identical.
+    let r = ok(&e, &["compare", &ids[0], &ids[0]]);
+    assert_eq!(
+        (r["relation"].as_str(), r["delta"]["identical"].as_bool()),
+        (Some("same"), Some(true))
+    );
+}
+
+/// A filesystem image on a loop device, mounted for one test, unmounted and deleted after.
+struct LoopFs {
+    _dir: tempfile::TempDir,
+    mnt: PathBuf,
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.mnt)
+            .status();
+    }
+}
+
+/// Make and mount a `kind` (xfs, btrfs) filesystem, or say why it cannot be done here
+/// (CI installs xfsprogs and btrfs-progs and runs as root: there, failing to is a failure).
+fn loop_fs(kind: &str) -> Option<LoopFs> {
+    let have = |c: &str| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("command -v {c}"))
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !root || !have(&format!("mkfs.{kind}")) {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to make a {kind} image (root, mkfs.{kind})"
+        );
+        eprintln!("skipped: making a {kind} image needs root and mkfs.{kind}");
+        return None;
+    }
+    // On the build disk, not in RAM: the image is sparse, 512 MiB at most.
+    let dir = tempfile::Builder::new()
+        .prefix("revl-loop-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let img = dir.path().join("fs.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(512 << 20)
+        .unwrap();
+    let mkfs: Vec<&str> = match kind {
+        "xfs" => vec!["mkfs.xfs", "-q", "-m", "reflink=1"],
+        _ => vec!["mkfs.btrfs", "-q"],
+    };
+    let ok = |args: &[&str]| {
+        let o = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    let mut a = mkfs.clone();
+    a.push(img.to_str().unwrap());
+    ok(&a);
+    ok(&[
+        "mount",
+        "-o",
+        "loop",
+        img.to_str().unwrap(),
+        mnt.to_str().unwrap(),
+    ]);
+    Some(LoopFs { _dir: dir, mnt })
+}
+
+/// A parent on `ws` with a 5 MB file, k = 3; forks into `dirs` in parallel; every branch
+/// equals the step-k tree; returns the clone kinds.
+fn fork_each(e: &Env, sink: &Sink, dirs: &[PathBuf]) -> Vec<String> {
+    let (s, at_k) = parent(e, sink);
+    // A 5 MB file after k: every clone carries it (shared by reflink or snapshot, copied
+    // otherwise), then the rewind in DIR removes it.
+    ok(
+        e,
+        &[
+            "exec",
+            &s,
+            "--",
+            "sh",
+            "-c",
+            "head -c 5000000 /dev/zero | tr '\\0' z > big.bin",
+        ],
+    );
+    let mut kinds = Vec::new();
+    let mut trees = Vec::new();
+    for d in dirs {
+        let r = fork_into(e, &s, "3", d);
+        kinds.push(r["clone"].as_str().unwrap().to_string());
+        if r["clone"] != "copy" {
+            assert_eq!(r["bytesCopied"], 0, "{r}");
+        }
+        trees.push(snapshot(d));
+    }
+    for t in &trees {
+        assert_snap_eq(&at_k, t, "a clone, rewound to k");
+    }
+    for t in &trees[1..] {
+        assert_snap_eq(&trees[0], t, "a clone against the copy path");
+    }
+    kinds
+}
+
+#[test]
+fn reflink_and_snapshot_clones_equal_the_copy_path() {
+    if let Some(fs) = loop_fs("xfs") {
+        let (mut e, sink) = (env(), Sink::start().unwrap());
+        e.ws = fs.mnt.join("ws");
+        let kinds = fork_each(&e, &sink, &[e.root.join("copy"), fs.mnt.join("reflinked")]);
+        assert_eq!(kinds, ["copy", "reflink"]);
+    }
+    if let Some(fs) = loop_fs("btrfs") {
+        let (mut e, sink) = (env(), Sink::start().unwrap());
+        // The workspace is a subvolume: one snapshot; a plain directory: reflinks.
+        let sub = fs.mnt.join("ws");
+        let o = std::process::Command::new("btrfs")
+            .args(["subvolume", "create"])
+            .arg(&sub)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        e.ws = sub;
+        let kinds = fork_each(&e, &sink, &[e.root.join("copy"), fs.mnt.join("snap")]);
+        assert_eq!(kinds, ["copy", "snapshot"]);
+        let (mut e2, sink2) = (env(), Sink::start().unwrap());
+        e2.ws = fs.mnt.join("plain");
+        let kinds = fork_each(
+            &e2,
+            &sink2,
+            &[e2.root.join("copy"), fs.mnt.join("reflinked")],
+        );
+        assert_eq!(kinds, ["copy", "reflink"]);
+    }
+}
