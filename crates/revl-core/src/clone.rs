@@ -40,6 +40,7 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints) -> Result<Cloned> {
         });
     }
     let mut st = Walk {
+        reflink_works: None,
         reflinked: 0,
         copied: 0,
         bytes_copied: 0,
@@ -62,6 +63,8 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints) -> Result<Cloned> {
 }
 
 struct Walk<'a> {
+    /// Whether FICLONE works between these two trees (unknown until the first file).
+    reflink_works: Option<bool>,
     reflinked: u64,
     copied: u64,
     bytes_copied: u64,
@@ -96,19 +99,25 @@ impl Walk<'_> {
     }
 
     fn file(&mut self, from: &Path, to: &Path, m: &fs::Metadata) -> Result<()> {
-        let src = fs::File::open(from).map_err(|e| io(from, e))?;
-        let dst = fs::File::create(to).map_err(|e| io(to, e))?;
-        if m.len() == 0 {
-            // Nothing to share or copy.
-        } else if rustix::fs::ioctl_ficlone(&dst, &src).is_ok() {
+        let cloned = self.reflink_works != Some(false) && m.len() > 0 && {
+            let src = fs::File::open(from).map_err(|e| io(from, e))?;
+            let dst = fs::File::create(to).map_err(|e| io(to, e))?;
+            let ok = rustix::fs::ioctl_ficlone(&dst, &src).is_ok();
+            // The first file decides for the rest (one filesystem on each side).
+            self.reflink_works.get_or_insert(ok);
+            ok
+        };
+        if cloned {
             self.reflinked += 1;
+            fs::set_permissions(to, m.permissions()).map_err(|e| io(to, e))?;
         } else {
-            drop(dst);
+            // copy_file_range, and the mode.
             let n = fs::copy(from, to).map_err(|e| io(to, e))?;
-            self.copied += 1;
-            self.bytes_copied += n;
+            if n > 0 {
+                self.copied += 1;
+                self.bytes_copied += n;
+            }
         }
-        fs::set_permissions(to, m.permissions()).map_err(|e| io(to, e))?;
         self.files += 1;
         if self.files == 1 {
             self.fp.point("fork.mid-clone");

@@ -5,7 +5,7 @@
 //!   cargo bench -p revl --bench revl -- write attach # some sections
 //!
 //! Sections: write, attach, partition, offline, topology, fork, restore, enqueue, commit,
-//! exec.
+//! exec, parallel (parallel fork on ext4, and on XFS and btrfs images when run as root).
 //! Timings are medians of repeated runs (wall clock, release build). A benchmark never fails a
 //! test: the goals are checked by reading the table.
 
@@ -662,6 +662,114 @@ fn bench_exec() {
     }
 }
 
+/// A loop-mounted filesystem image for the parallel-fork bench (root only).
+struct Loop {
+    _dir: tempfile::TempDir,
+    mnt: std::path::PathBuf,
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.mnt)
+            .status();
+    }
+}
+
+fn loop_mount(kind: &str) -> Option<Loop> {
+    let dir = tempfile::tempdir_in("/var/tmp").ok()?;
+    let img = dir.path().join("fs.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).ok()?;
+    std::fs::File::create(&img).ok()?.set_len(4 << 30).ok()?;
+    let mkfs = match kind {
+        "xfs" => vec!["mkfs.xfs", "-q", "-m", "reflink=1"],
+        _ => vec!["mkfs.btrfs", "-q"],
+    };
+    let run = |a: &[&str]| {
+        std::process::Command::new(a[0])
+            .args(&a[1..])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let mut a = mkfs;
+    a.push(img.to_str()?);
+    (run(&a) && run(&["mount", "-o", "loop", img.to_str()?, mnt.to_str()?]))
+        .then_some(Loop { _dir: dir, mnt })
+}
+
+fn bench_parallel() {
+    println!(
+        "\nparallel fork (fork-confirm --into DIR) of a workspace vs cp -a and git worktree add"
+    );
+    let git = |dir: &Path, args: &[&str]| {
+        let mut a = vec!["git", "-c", "user.name=b", "-c", "user.email=b@b"];
+        a.extend_from_slice(args);
+        sh(dir, &a);
+    };
+    let mut places: Vec<(String, std::path::PathBuf, Option<Loop>)> = Vec::new();
+    let ext4 = tempfile::tempdir_in("/var/tmp").unwrap();
+    places.push(("ext4".into(), ext4.path().to_path_buf(), None));
+    for kind in ["xfs", "btrfs"] {
+        match loop_mount(kind) {
+            Some(l) => places.push((kind.into(), l.mnt.clone(), Some(l))),
+            None => println!("  {kind}: skipped (needs root and mkfs.{kind})"),
+        }
+    }
+    for (fs, base, _keep) in &places {
+        for files in [10_000usize, 100_000] {
+            let case = base.join(format!("case-{files}"));
+            std::fs::create_dir_all(&case).unwrap();
+            let ws = case.join("ws");
+            if fs == "btrfs" {
+                sh(&case, &["btrfs", "subvolume", "create", "ws"]);
+            }
+            make_tree(&ws, files);
+            // The tree is on disk before anything is timed (revl made its files durable when
+            // it wrote them; a fork's own syncfs then flushes only what the fork made).
+            sh(&case, &["sync"]);
+            let st = Store::open(&case.join("store"), Failpoints::none()).unwrap();
+            let mut s = st.new_session(&ws, None).unwrap();
+            s.boundary(Some("k")).unwrap();
+            let h = s.fork(1).unwrap().hash.unwrap();
+            let t = Instant::now();
+            let r = s.fork_confirm_into(&h, &case.join("branch")).unwrap();
+            let revl = t.elapsed();
+            let how = r.parallel.as_ref().map_or("-", |p| p.clone);
+            drop(s);
+            let reflink = if fs == "ext4" {
+                "--reflink=auto"
+            } else {
+                "--reflink=always"
+            };
+            let t = Instant::now();
+            sh(&case, &["cp", "-a", reflink, "ws", "cp-copy"]);
+            let cp = t.elapsed();
+            let t = Instant::now();
+            sh(&case, &["cp", "-a", reflink, "ws", "cp-durable"]);
+            sh(&case, &["sync", "-f", "cp-durable"]);
+            let cp_sync = t.elapsed();
+            git(&ws, &["init", "-q"]);
+            git(&ws, &["add", "-A"]);
+            git(&ws, &["commit", "-qm", "base"]);
+            let t = Instant::now();
+            git(&ws, &["worktree", "add", "-q", "../wt"]);
+            let wt = t.elapsed();
+            row(
+                &format!("{fs}, {files} files: revl parallel fork ({how})"),
+                fmt(revl),
+            );
+            row(&format!("{fs}, {files} files: cp -a {reflink}"), fmt(cp));
+            row(
+                &format!("{fs}, {files} files: cp -a {reflink} + sync -f (durable)"),
+                fmt(cp_sync),
+            );
+            row(&format!("{fs}, {files} files: git worktree add"), fmt(wt));
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -700,6 +808,9 @@ fn main() {
     }
     if want("exec") {
         bench_exec();
+    }
+    if want("parallel") {
+        bench_parallel();
     }
     let _ = encode_line;
 }
