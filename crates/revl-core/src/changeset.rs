@@ -214,22 +214,8 @@ fn walk(
                 let (_, real_mode, _) = real.expect("a directory");
                 let mode = m.permissions().mode() & 0o7777;
                 if mode != real_mode {
-                    let after = Image {
-                        kind: Some(FileKind::Dir),
-                        mode: Some(mode_str(mode)),
-                        path: rel.clone(),
-                        ..Image::default()
-                    };
-                    out.items.push(Item {
-                        path: rel.clone(),
-                        change: "mode",
-                        pre: RestoreEntry::Mode {
-                            path: rel.clone(),
-                            mode: mode_str(real_mode),
-                        },
-                        after,
-                        how: How::Chmod(mode),
-                    });
+                    out.items
+                        .push(mode_item(&rel, FileKind::Dir, real_mode, mode));
                 }
                 walk(&abs, &rel, prefix, up, ws, blobs, out, budget)?;
             } else {
@@ -256,22 +242,10 @@ fn walk(
             let single = real.as_ref().is_some_and(|(_, _, nlink)| *nlink == 1);
             if t.is_file() && same_bytes && single {
                 // Only the mode changed: set it (the file's inode stays, with no other name).
-                let mode = m.permissions().mode() & 0o7777;
-                let after = Image {
-                    digest: None,
-                    ..after
-                };
                 let (_, real_mode, _) = real.expect("a file");
-                out.items.push(Item {
-                    path: rel.clone(),
-                    change: "mode",
-                    pre: RestoreEntry::Mode {
-                        path: rel.clone(),
-                        mode: mode_str(real_mode),
-                    },
-                    after,
-                    how: How::Chmod(mode),
-                });
+                let mode = m.permissions().mode() & 0o7777;
+                out.items
+                    .push(mode_item(&rel, FileKind::File, real_mode, mode));
             } else {
                 let change = match (t.is_symlink(), real_kind, same_bytes) {
                     (true, _, _) => "symlink",
@@ -286,6 +260,25 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// A mode change of what stays otherwise as it is: applied by chmod, undone by the old mode.
+fn mode_item(rel: &str, kind: FileKind, old: u32, new: u32) -> Item {
+    Item {
+        path: rel.to_string(),
+        change: "mode",
+        pre: RestoreEntry::Mode {
+            path: rel.to_string(),
+            mode: mode_str(old),
+        },
+        after: Image {
+            kind: Some(kind),
+            mode: Some(mode_str(new)),
+            path: rel.to_string(),
+            ..Image::default()
+        },
+        how: How::Chmod(new),
+    }
 }
 
 /// The preimage of `rel`, small files inline while the budget lasts, else in the blob store.

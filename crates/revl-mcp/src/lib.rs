@@ -614,41 +614,9 @@ impl RevlServer {
     )]
     async fn revl_diff(&self, Parameters(a): Parameters<DiffArgs>) -> CallToolResult {
         self.blocking(move |store, cur| {
-            let split = |g: &str| -> Result<(String, Option<i64>), Error> {
-                match g.rsplit_once('@') {
-                    Some((id, k)) => k
-                        .trim()
-                        .parse::<i64>()
-                        .map(|k| (id.to_string(), Some(k)))
-                        .map_err(|_| {
-                            Error::bad_args(
-                                format!("{g:?}: {k:?} is not a step index"),
-                                "give ID or ID@K, K a step index from revl_timeline",
-                            )
-                        }),
-                    None => Ok((g.to_string(), None)),
-                }
-            };
-            let (l, lk) = split(a.left.as_deref().unwrap_or(cur.as_str()))?;
-            let (r, rk) = split(&a.right)?;
-            let (l, r) = (store.resolve(&l)?, store.resolve(&r)?);
-            let ls = store.attach(&l)?;
-            let rs = if r == l {
-                None
-            } else {
-                Some(store.attach(&r)?)
-            };
-            let report = revl_core::session::diff::diff(
-                revl_core::session::diff::Point {
-                    session: &ls,
-                    at: lk,
-                },
-                revl_core::session::diff::Point {
-                    session: rs.as_ref().unwrap_or(&ls),
-                    at: rk,
-                },
-                a.path.as_deref(),
-            )?;
+            let left = a.left.clone().unwrap_or_else(|| cur.clone());
+            let report =
+                revl_core::session::diff::diff_in(store, &left, &a.right, a.path.as_deref())?;
             Ok(revl_core::report::to_json(&report))
         })
         .await

@@ -629,26 +629,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(to_json(&r), render::exec(&r)))
         }
         Cmd::Diff { left, right, path } => {
-            let (l, lk) = split_point(left)?;
-            let (r, rk) = split_point(right)?;
-            let (l, r) = (store.resolve(&l)?, store.resolve(&r)?);
-            let ls = attach(&store, &l)?;
-            let rs = if r == l {
-                None
-            } else {
-                Some(attach(&store, &r)?)
-            };
-            let report = revl_core::session::diff::diff(
-                revl_core::session::diff::Point {
-                    session: &ls,
-                    at: lk,
-                },
-                revl_core::session::diff::Point {
-                    session: rs.as_ref().unwrap_or(&ls),
-                    at: rk,
-                },
-                path.as_deref(),
-            )?;
+            let report = revl_core::session::diff::diff_in(&store, left, right, path.as_deref())?;
             let mut out = Outcome::ok(to_json(&report), render::diff(&report));
             out.exit = u8::from(!report.paths.is_empty());
             Ok(out)
@@ -800,14 +781,6 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
 }
 
 /// `branch`: reads WALs only (no store, no lock, no repair).
-/// `SESSION[@K]`.
-fn split_point(given: &str) -> Result<(String, Option<i64>), Error> {
-    match given.rsplit_once('@') {
-        Some((id, k)) => Ok((id.to_string(), Some(parse_k(k, "@K")?))),
-        None => Ok((given.to_string(), None)),
-    }
-}
-
 /// A WAL argument of the offline readers: a file as given, else a session id (or unique
 /// prefix) of the store, read without a lock.
 fn wal_of(cli: &Cli, given: &Path) -> Result<PathBuf, Error> {

@@ -5,7 +5,7 @@
 //! session's head.
 
 use super::Session;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::state::{Life, State};
 use crate::step::{Pos, StepKind};
 use crate::undo::{FileKind, Image, Undo};
@@ -186,4 +186,46 @@ pub fn diff(left: Point, right: Point, path: Option<&str>) -> Result<DiffReport>
         right: right.session.point_label(right.at),
         paths: out,
     })
+}
+
+/// `ID` or `ID@K`.
+fn split_point(given: &str) -> Result<(&str, Option<i64>)> {
+    match given.rsplit_once('@') {
+        Some((id, k)) => k.trim().parse::<i64>().map(|k| (id, Some(k))).map_err(|_| {
+            Error::bad_args(
+                format!("{given:?}: {k:?} is not a step index"),
+                "give SESSION or SESSION@K, K a step index from the timeline (-1: before every step)",
+            )
+        }),
+        None => Ok((given, None)),
+    }
+}
+
+/// `diff LEFT RIGHT [PATH]` on a store: each side `ID[@K]` (an id or a unique prefix),
+/// attached for the time of the diff (one session given twice is attached once).
+pub fn diff_in(
+    store: &crate::store::Store,
+    left: &str,
+    right: &str,
+    path: Option<&str>,
+) -> Result<DiffReport> {
+    let ((l, lk), (r, rk)) = (split_point(left)?, split_point(right)?);
+    let (l, r) = (store.resolve(l)?, store.resolve(r)?);
+    let ls = store.attach(&l)?;
+    let rs = if r == l {
+        None
+    } else {
+        Some(store.attach(&r)?)
+    };
+    diff(
+        Point {
+            session: &ls,
+            at: lk,
+        },
+        Point {
+            session: rs.as_ref().unwrap_or(&ls),
+            at: rk,
+        },
+        path,
+    )
 }

@@ -15,6 +15,16 @@ use crate::wal::{create_wal, read_wal, Record};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
+/// What `begin_fork` settled: the branch id, the residue indices, where the parent's WAL
+/// stood, the provisions at k.
+struct Begun {
+    branch: String,
+    crossed: Vec<u64>,
+    would_cross: Vec<u64>,
+    wal_position: usize,
+    provisions: std::collections::BTreeMap<String, String>,
+}
+
 /// A confirm that may go ahead (the partition, the drift, k), or the refusal of a stale hash.
 type Confirmable = std::result::Result<(Partition, Vec<Drift>, Pos), Box<ForkReport>>;
 
@@ -270,26 +280,14 @@ impl Session {
             Ok(x) => x,
             Err(refused) => return Ok(*refused),
         };
-        let branch = new_id();
-        let crossed = p.crossed();
-        let mut would_cross = p.would_cross_on_rewind.clone();
-        would_cross.sort_unstable();
-        let wal_position = self.record_count();
-        let provisions = self.state.provisions_at(k);
         // 1. fork-begin, durable, before the rewind touches anything.
-        self.append(
-            Record::ForkBegin {
-                parent: self.id.clone(),
-                branch: branch.clone(),
-                at: k,
-                crossed: crossed.clone(),
-                would_cross: would_cross.clone(),
-                into: None,
-                into_created: false,
-            },
-            true,
-        )?;
-        self.fp.point("fork.after-begin");
+        let Begun {
+            branch,
+            crossed,
+            would_cross,
+            wal_position,
+            provisions,
+        } = self.begin_fork(k, &p, None)?;
         // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first.
         let done = self.fork_rewind(k, Context::Live, "fork.mid-rewind")?;
         let (ran, failed, kept) = (done.ran, done.failed, done.preserved);
@@ -358,27 +356,15 @@ impl Session {
             Ok(x) => x,
             Err(refused) => return Ok(*refused),
         };
-        let branch = new_id();
-        let crossed = p.crossed();
-        let mut would_cross = p.would_cross_on_rewind.clone();
-        would_cross.sort_unstable();
-        let wal_position = self.record_count();
-        let provisions = self.state.provisions_at(k);
-        let into_str = dir.display().to_string();
         // 1. fork-begin names DIR, durable, before anything is made there.
-        self.append(
-            Record::ForkBegin {
-                parent: self.id.clone(),
-                branch: branch.clone(),
-                at: k,
-                crossed: crossed.clone(),
-                would_cross: would_cross.clone(),
-                into: Some(into_str.clone()),
-                into_created: !existed,
-            },
-            true,
-        )?;
-        self.fp.point("fork.after-begin");
+        let into = (dir.display().to_string(), !existed);
+        let Begun {
+            branch,
+            crossed,
+            would_cross,
+            wal_position,
+            provisions,
+        } = self.begin_fork(k, &p, Some(into))?;
         // 2. DIR: the parent's workspace as it is, by the cheapest correct clone.
         let made = (|| {
             let cloned = crate::clone::clone_tree(self.ws.root(), &dir, &self.fp)?;
@@ -510,6 +496,40 @@ impl Session {
             }
         }
         Ok((dir, existed))
+    }
+
+    /// Mint the branch id and write `fork-begin` (with DIR for a parallel fork), durably.
+    fn begin_fork(&mut self, k: Pos, p: &Partition, into: Option<(String, bool)>) -> Result<Begun> {
+        let branch = new_id();
+        let crossed = p.crossed();
+        let mut would_cross = p.would_cross_on_rewind.clone();
+        would_cross.sort_unstable();
+        let wal_position = self.record_count();
+        let provisions = self.state.provisions_at(k);
+        let (into, into_created) = match into {
+            Some((d, made)) => (Some(d), made),
+            None => (None, false),
+        };
+        self.append(
+            Record::ForkBegin {
+                parent: self.id.clone(),
+                branch: branch.clone(),
+                at: k,
+                crossed: crossed.clone(),
+                would_cross: would_cross.clone(),
+                into,
+                into_created,
+            },
+            true,
+        )?;
+        self.fp.point("fork.after-begin");
+        Ok(Begun {
+            branch,
+            crossed,
+            would_cross,
+            wal_position,
+            provisions,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]

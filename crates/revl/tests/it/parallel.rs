@@ -50,11 +50,26 @@ fn parent(e: &Env, sink: &Sink) -> (String, Snapshot) {
     (s, at_k)
 }
 
-fn fork_into(e: &Env, s: &str, at: &str, dir: &Path) -> Value {
-    let h = ok(e, &["fork", s, "--at", at])["hash"]
+/// Enumerate a fork at `at`: its hash.
+fn fork_hash(e: &Env, s: &str, at: &str) -> String {
+    ok(e, &["fork", s, "--at", at])["hash"]
         .as_str()
         .unwrap()
-        .to_string();
+        .to_string()
+}
+
+/// `fork-confirm --into DIR` of a fresh fork at 3, maybe with a failpoint armed.
+fn confirm_into(e: &Env, s: &str, dir: &str, failpoint: Option<&str>) -> Out {
+    let h = fork_hash(e, s, "3");
+    revl(
+        e,
+        &["fork-confirm", s, "--hash", &h, "--into", dir],
+        failpoint,
+    )
+}
+
+fn fork_into(e: &Env, s: &str, at: &str, dir: &Path) -> Value {
+    let h = fork_hash(e, s, at);
     ok(
         e,
         &[
@@ -253,22 +268,7 @@ fn a_crash_at_any_fork_failpoint_in_parallel_mode_leaves_the_parent_whole() {
         let parent_before = snapshot(&e.ws);
         let head = ok(&e, &["timeline", &s])["head"].clone();
         let dir = e.root.join("branch");
-        let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let o = revl(
-            &e,
-            &[
-                "fork-confirm",
-                &s,
-                "--hash",
-                &h,
-                "--into",
-                dir.to_str().unwrap(),
-            ],
-            Some(fp),
-        );
+        let o = confirm_into(&e, &s, dir.to_str().unwrap(), Some(fp));
         assert_eq!(
             o.code, -1,
             "{fp}: the process dies at the failpoint: {}",
@@ -326,22 +326,7 @@ fn a_crash_into_an_existing_empty_directory_keeps_the_directory() {
     let (s, _) = parent(&e, &sink);
     let dir = e.root.join("empty");
     std::fs::create_dir(&dir).unwrap();
-    let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let o = revl(
-        &e,
-        &[
-            "fork-confirm",
-            &s,
-            "--hash",
-            &h,
-            "--into",
-            dir.to_str().unwrap(),
-        ],
-        Some("fork.mid-rewind"),
-    );
+    let o = confirm_into(&e, &s, dir.to_str().unwrap(), Some("fork.mid-rewind"));
     assert_eq!(o.code, -1);
     ok(&e, &["status", &s]);
     assert!(dir.is_dir(), "the user's empty directory stays");
@@ -368,22 +353,7 @@ fn into_must_be_new_or_empty_and_outside_the_store_and_live_workspaces() {
         e.root.clone(),
         e.store.join("sub"),
     ] {
-        let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let o = revl(
-            &e,
-            &[
-                "fork-confirm",
-                &s,
-                "--hash",
-                &h,
-                "--into",
-                dir.to_str().unwrap(),
-            ],
-            None,
-        );
+        let o = confirm_into(&e, &s, dir.to_str().unwrap(), None);
         assert_eq!(o.code, 2, "{}: {}", dir.display(), o.stderr);
         assert_eq!(o.json["error"]["code"], "path-outside", "{}", dir.display());
         assert_eq!(ok(&e, &["status", &s])["state"], "live");
@@ -393,28 +363,10 @@ fn into_must_be_new_or_empty_and_outside_the_store_and_live_workspaces() {
     // A branch's workspace is live too: a second fork may not nest in it.
     let b1 = e.root.join("b1");
     fork_into(&e, &s, "3", &b1);
-    let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let o = revl(
-        &e,
-        &[
-            "fork-confirm",
-            &s,
-            "--hash",
-            &h,
-            "--into",
-            b1.join("nested").to_str().unwrap(),
-        ],
-        None,
-    );
+    let o = confirm_into(&e, &s, b1.join("nested").to_str().unwrap(), None);
     assert_eq!(o.json["error"]["code"], "path-outside");
     // Without --into, fork-confirm is the serial fork, unchanged: the parent freezes.
-    let h = ok(&e, &["fork", &s, "--at", "3"])["hash"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let h = fork_hash(&e, &s, "3");
     let r = ok(&e, &["fork-confirm", &s, "--hash", &h]);
     assert!(r.get("mode").is_none(), "{r}");
     assert_eq!(ok(&e, &["status", &s])["state"], "frozen");

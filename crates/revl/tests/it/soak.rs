@@ -1066,7 +1066,8 @@ impl Soak {
                 )
                 .collect();
             let op = match which {
-                "write" => {
+                "write" | "shell" => {
+                    // A file name of the pool, or an existing file, where a file may go.
                     let mut c: Vec<String> = FILES.iter().map(|s| s.to_string()).collect();
                     c.extend(files.iter().cloned());
                     c.retain(|p| self.writable(p));
@@ -1075,18 +1076,11 @@ impl Soak {
                     }
                     let path = self.rng.pick(&c).clone();
                     let content = self.content();
-                    Op::Write { path, content }
-                }
-                "shell" => {
-                    let mut c: Vec<String> = FILES.iter().map(|s| s.to_string()).collect();
-                    c.extend(files.iter().cloned());
-                    c.retain(|p| self.writable(p));
-                    if c.is_empty() {
-                        continue;
+                    if which == "write" {
+                        Op::Write { path, content }
+                    } else {
+                        Op::Shell { path, content }
                     }
-                    let path = self.rng.pick(&c).clone();
-                    let content = self.content();
-                    Op::Shell { path, content }
                 }
                 "delete" if !existing.is_empty() => Op::Delete {
                     path: self.rng.pick(&existing).clone(),
