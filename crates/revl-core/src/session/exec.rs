@@ -81,11 +81,22 @@ impl Session {
         };
         let cwd = self.ws.abs(&cwd_rel);
         if !cwd.is_dir() {
-            return Err(Error::bad_args(
-                format!("--cwd {cwd_rel} is not a directory in the workspace"),
-                "give a directory inside the workspace, relative to its root",
-            )
-            .with_remedy(Remedy::ListPath));
+            return Err(if cwd_rel.is_empty() {
+                Error::new(
+                    Code::Io,
+                    format!(
+                        "the workspace {} is not a directory (was it removed?)",
+                        cwd.display()
+                    ),
+                    "restore the workspace directory, or abort the session",
+                )
+            } else {
+                Error::bad_args(
+                    format!("the working directory {cwd_rel} is not a directory in the workspace"),
+                    "give a directory inside the workspace, relative to its root",
+                )
+                .with_remedy(Remedy::ListPath)
+            });
         }
         if o.unconfined {
             return self.exec_unconfined(&o.argv, &cwd, o.timeout);
