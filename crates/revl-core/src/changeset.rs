@@ -202,12 +202,10 @@ fn walk(
                 _ => add("deleted", Image::absent(&rel), How::Remove, budget)?,
             }
         } else if t.is_dir() {
-            let opaque = rustix::fs::lgetxattr(
-                &abs,
-                format!("{prefix}overlay.opaque").as_str(),
-                &mut [0u8; 4][..],
-            )
-            .is_ok();
+            let mut v = [0u8; 4];
+            let opaque =
+                rustix::fs::lgetxattr(&abs, format!("{prefix}overlay.opaque").as_str(), &mut v[..])
+                    .is_ok_and(|n| v[..n] == *b"y");
             strip_overlay_attrs(&abs, prefix);
             if real_kind == FileKind::Dir && !opaque {
                 // A directory the command entered: its own mode, then what it wrote inside.
@@ -306,7 +304,10 @@ fn capture(
 /// Remove the overlay's own extended attributes (`…overlay.opaque`, `…overlay.origin`,
 /// `…overlay.impure`): they mean nothing in the workspace.
 fn strip_overlay_attrs(p: &Path, prefix: &str) {
-    let mut buf = vec![0u8; 4096];
+    let Ok(size) = rustix::fs::llistxattr_query(p) else {
+        return;
+    };
+    let mut buf = vec![0u8; size];
     let Ok(n) = rustix::fs::llistxattr(p, &mut buf[..]) else {
         return;
     };
@@ -323,7 +324,15 @@ fn strip_overlay_attrs(p: &Path, prefix: &str) {
 /// Give a hard-linked file a separate inode (a copy renamed over it): hard links are
 /// captured as separate files (SPEC 12).
 fn split_link(p: &Path) -> Result<()> {
-    let tmp = p.with_file_name(".revl-link.tmp");
+    // A name the command did not make (the upper layer is revl's own from here on).
+    let mut n = 0u32;
+    let tmp = loop {
+        let t = p.with_file_name(format!(".revl-link-{n}.tmp"));
+        if fs::symlink_metadata(&t).is_err() {
+            break t;
+        }
+        n += 1;
+    };
     fs::copy(p, &tmp).map_err(|e| io(p, e))?;
     fs::rename(&tmp, p).map_err(|e| io(p, e))
 }

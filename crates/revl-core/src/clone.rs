@@ -27,10 +27,18 @@ fn io(p: &Path, e: std::io::Error) -> Error {
     Error::io(p.display(), e)
 }
 
-/// Clone the tree at `src` into `dst` (absent, or an empty directory).
-pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints) -> Result<Cloned> {
+/// Clone the tree at `src` into `dst` (absent, or an empty directory). An empty file named
+/// `marker` is made in `dst` first (a snapshot: right after), so that a repair can tell
+/// `dst` is revl's to remove; the caller removes it when the branch exists.
+pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: &str) -> Result<Cloned> {
+    let mark = |d: &Path| {
+        fs::File::create(d.join(marker))
+            .map(drop)
+            .map_err(|e| io(d, e))
+    };
     #[cfg(target_os = "linux")]
     if btrfs::snapshot(src, dst) {
+        mark(dst)?;
         fp.point("fork.mid-clone");
         let f = fs::File::open(dst).map_err(|e| io(dst, e))?;
         rustix::fs::syncfs(&f).map_err(|e| io(dst, e.into()))?;
@@ -50,6 +58,7 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints) -> Result<Cloned> {
     if !dst.exists() {
         fs::create_dir(dst).map_err(|e| io(dst, e))?;
     }
+    mark(dst)?;
     st.dir(src, dst)?;
     let m = fs::metadata(src).map_err(|e| io(src, e))?;
     fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))?;

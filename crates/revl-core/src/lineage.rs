@@ -542,7 +542,8 @@ fn history_depth(w: &OfflineWal, depth: usize) -> Vec<(i64, Step)> {
     let Some((_, at)) = w.parent() else {
         return own(0).collect();
     };
-    let at = at.to_i64();
+    // A branch forked before every step (-1) shares nothing: its step 1 is position 1.
+    let at = at.to_i64().max(0);
     let mut out: Vec<(i64, Step)> = match (depth < 64)
         .then_some(w.state.origin.as_ref())
         .flatten()
@@ -628,8 +629,16 @@ pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
     let first = (0..n).find(|&i| !same(lh.get(i), rh.get(i)));
     let shared = first.unwrap_or(n);
     let first_doc = first.map(|i| {
+        // The differing entry's own position (the same as `sharedPrefix + 1` when both
+        // histories are whole from position 1).
+        let pos = [lh.get(i), rh.get(i)]
+            .into_iter()
+            .flatten()
+            .map(|(p, _)| *p)
+            .min()
+            .unwrap_or(shared as i64 + 1);
         json!({
-            "position": shared as i64 + 1,
+            "position": pos,
             "left": lh.get(i).map(|(p, s)| brief(*p, s)),
             "right": rh.get(i).map(|(p, s)| brief(*p, s)),
         })

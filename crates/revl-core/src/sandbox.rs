@@ -155,6 +155,8 @@ impl Drop for Shared {
 struct Prepared {
     /// Address of the shared [`Board`] (a usize so the closure is Send).
     board: usize,
+    /// revl's pid (the parent of the first child).
+    parent: libc::pid_t,
     unshare: libc::c_int,
     /// `uid_map`, `gid_map` contents when a user namespace is made.
     maps: Option<(CString, CString)>,
@@ -253,6 +255,8 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
     Ok((
         Prepared {
             board,
+            // SAFETY: getpid cannot fail.
+            parent: unsafe { libc::getpid() },
             unshare,
             maps,
             merged: cstr(&merged)?,
@@ -304,7 +308,15 @@ pub fn run(
     match run_command(cmd, None, spec.timeout, &mut started) {
         Ok(mut ran) => {
             let b = shared.board();
-            if !ran.timed_out && b.done.load(Ordering::SeqCst) == 1 {
+            if !ran.timed_out && b.done.load(Ordering::SeqCst) == 0 {
+                // PID 1 died before it could report (killed from outside, out of memory):
+                // the command was killed with it.
+                let sig = ran
+                    .code
+                    .filter(|c| *c > 128)
+                    .map_or(libc::SIGKILL, |c| c - 128);
+                (ran.code, ran.signal) = (None, Some(sig));
+            } else if !ran.timed_out {
                 // The command's own status (what revl waited for was the namespace's set-up
                 // process).
                 let st = b.status.load(Ordering::SeqCst);
@@ -448,6 +460,10 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     let at = |i: i32| board.stage.store(i, Ordering::SeqCst);
     at(1);
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
+    // revl may have died before the death signal was armed: then nothing may run.
+    if libc::getppid() != p.parent {
+        libc::_exit(125);
+    }
     at(2);
     ok(libc::unshare(p.unshare) as libc::c_long)?;
     if let Some((uid_map, gid_map)) = &p.maps {
@@ -459,10 +475,15 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     at(4);
     let init = raw_fork()?;
     if init > 0 {
-        // Outside the namespace: wait for its PID 1, then go.
+        // Outside the namespace: wait for its PID 1, then exit as it did (0 after it
+        // reported the command's status; else what killed it).
         close_all();
-        reap_until(init);
-        libc::_exit(0);
+        let st = reap_until(init);
+        libc::_exit(if libc::WIFEXITED(st) {
+            libc::WEXITSTATUS(st)
+        } else {
+            128 + libc::WTERMSIG(st)
+        });
     }
     // PID 1.
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
@@ -487,12 +508,27 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
 /// # Safety
 /// Raw system calls only.
 unsafe fn close_all() {
-    libc::syscall(
+    let closed = libc::syscall(
         libc::SYS_close_range,
         0 as libc::c_uint,
         !0 as libc::c_uint,
         0,
     );
+    if closed != 0 {
+        // No close_range (an old kernel, a filter): every descriptor up to the limit.
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in 0..max {
+            libc::close(fd);
+        }
+    }
 }
 
 /// Reap every child (orphans included) until `pid` exits; its wait status.

@@ -110,7 +110,13 @@ fn io(what: &Path, e: std::io::Error) -> Error {
 fn lstat(p: &Path) -> Result<Option<fs::Metadata>> {
     match fs::symlink_metadata(p) {
         Ok(m) => Ok(Some(m)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        // A component on the way is not a directory: nothing can be there.
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) =>
+        {
+            Ok(None)
+        }
         Err(e) => Err(io(p, e)),
     }
 }
@@ -1407,6 +1413,7 @@ fn copy_any(src: &Path, dst: &Path) -> Result<()> {
             let e = e.map_err(|e| io(src, e))?;
             copy_any(&e.path(), &dst.join(e.file_name()))?;
         }
+        fsync_dir(dst)?;
         fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))
     } else {
         fs::copy(src, dst).map_err(|e| io(dst, e))?;

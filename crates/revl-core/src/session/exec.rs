@@ -242,9 +242,26 @@ impl Session {
             signal: out.ran.signal,
             timed_out: out.ran.timed_out,
         };
-        let undo = Undo::Restore {
-            entries: planned.items.iter().map(|i| i.pre.clone()).collect(),
+        // The undo restores directory modes last, deepest first (a directory made
+        // read-only again after what is inside it was put back).
+        let dir_mode = |i: &changeset::Item| {
+            matches!(i.how, How::Chmod(_)) && i.after.kind == Some(crate::undo::FileKind::Dir)
         };
+        let mut entries: Vec<_> = planned
+            .items
+            .iter()
+            .filter(|i| !dir_mode(i))
+            .map(|i| i.pre.clone())
+            .collect();
+        entries.extend(
+            planned
+                .items
+                .iter()
+                .rev()
+                .filter(|i| dir_mode(i))
+                .map(|i| i.pre.clone()),
+        );
+        let undo = Undo::Restore { entries };
         let detail = EffectDetail::Exec(detail);
         if !planned.items.is_empty() {
             // What moves in is durable before the intent names it.
@@ -295,14 +312,28 @@ impl Session {
     /// directory made read-only does not stop what goes inside it), then fsync every
     /// directory that changed.
     fn apply_items(&self, items: &[changeset::Item], step: u64) -> Result<()> {
+        let dir = |it: &changeset::Item| it.after.kind == Some(crate::undo::FileKind::Dir);
+        // A directory the command made writable (it was not) is opened first, so that what
+        // goes inside it can; every other directory mode is set last, deepest first.
+        let opens = |it: &changeset::Item| match (&it.how, &it.pre) {
+            (How::Chmod(new), crate::undo::RestoreEntry::Mode { mode, .. }) => {
+                let old = crate::workspace::parse_mode(mode).unwrap_or(0o777);
+                new & 0o200 != 0 && old & 0o200 == 0
+            }
+            _ => false,
+        };
         let mut dir_modes = Vec::new();
+        for it in items.iter().filter(|i| dir(i) && opens(i)) {
+            if let How::Chmod(mode) = it.how {
+                self.ws.chmod_at(&it.path, mode, step)?;
+            }
+        }
         for (n, it) in items.iter().enumerate() {
             match &it.how {
                 How::Move(src) => self.ws.move_in(&it.path, src, step)?,
                 How::Remove => self.ws.remove_at(&it.path, step)?,
-                How::Chmod(mode) if it.after.kind == Some(crate::undo::FileKind::Dir) => {
-                    dir_modes.push((it.path.as_str(), *mode));
-                }
+                How::Chmod(_) if dir(it) && opens(it) => {}
+                How::Chmod(mode) if dir(it) => dir_modes.push((it.path.as_str(), *mode)),
                 How::Chmod(mode) => self.ws.chmod_at(&it.path, *mode, step)?,
             }
             if n == 0 {
@@ -318,11 +349,18 @@ impl Session {
             .collect();
         parents.sort_unstable();
         parents.dedup();
-        let dirs: Vec<PathBuf> = parents
+        let mut dirs: Vec<PathBuf> = parents
             .into_iter()
             .map(|p| self.ws.abs(p))
             .filter(|p| p.is_dir())
             .collect();
+        // A chmod changes the inode itself: it is made durable too.
+        dirs.extend(
+            items
+                .iter()
+                .filter(|i| matches!(i.how, How::Chmod(_)))
+                .map(|i| self.ws.abs(&i.path)),
+        );
         make_durable(&dirs, self.ws.root())
             .map_err(|e| Error::io("making the applied changes durable", e))
     }

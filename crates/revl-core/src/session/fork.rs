@@ -28,8 +28,26 @@ struct Begun {
 /// A confirm that may go ahead (the partition, the drift, k), or the refusal of a stale hash.
 type Confirmable = std::result::Result<(Partition, Vec<Drift>, Pos), Box<ForkReport>>;
 
-/// Remove what a parallel fork made at DIR: DIR itself if revl made it, else its content.
-fn remove_made(dir: &Path, existed: bool) {
+/// The file that marks DIR as being made by the parallel fork to `branch`.
+fn marker_name(branch: &str) -> String {
+    format!(".revl-fork-{branch}.making")
+}
+
+/// What `begin_fork` settled that the branch's WAL needs.
+struct Made {
+    crossed: Vec<u64>,
+    would_cross: Vec<u64>,
+    wal_position: usize,
+    provisions: std::collections::BTreeMap<String, String>,
+}
+
+/// Remove what a parallel fork to `branch` made at DIR (DIR itself if revl made it, else its
+/// content), only where DIR still holds the fork's marker: a directory that is not the
+/// fork's (made later by someone else, or never made) is left alone.
+fn remove_made(dir: &Path, existed: bool, branch: &str) {
+    if !dir.join(marker_name(branch)).exists() {
+        return;
+    }
     if existed {
         if let Ok(rd) = std::fs::read_dir(dir) {
             for e in rd.flatten() {
@@ -365,28 +383,28 @@ impl Session {
             wal_position,
             provisions,
         } = self.begin_fork(k, &p, Some(into))?;
-        // 2. DIR: the parent's workspace as it is, by the cheapest correct clone.
-        let made = (|| {
-            let cloned = crate::clone::clone_tree(self.ws.root(), &dir, &self.fp)?;
-            let dir = std::fs::canonicalize(&dir).map_err(|e| Error::io(dir.display(), e))?;
-            // 3. the scoped rewind, run in DIR (nothing is journaled in the parent: its
-            // steps are not undone; a crash before the branch exists removes DIR's content).
-            let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
-            let done = self.unwind_in(target, |s| {
-                s.fork_rewind(k, Context::Live, "fork.mid-rewind")
-            })?;
-            Ok::<_, Error>((cloned, dir, done))
-        })();
-        let (cloned, dir, done) = match made {
+        // 2-4. DIR, then the branch. Anything failing on the way: what revl made in DIR is
+        // removed and the fork abandoned (the parent was never touched).
+        let made = self.make_parallel_branch(
+            &dir,
+            &branch,
+            k,
+            Made {
+                crossed,
+                would_cross,
+                wal_position,
+                provisions,
+            },
+        );
+        let (cloned, into_str, preserved, done) = match made {
             Ok(x) => x,
             Err(e) => {
-                // Nothing of the branch exists: undo what was made, abandon the fork.
-                remove_made(&dir, existed);
+                remove_made(&dir, existed, &branch);
                 self.append(
                     Record::ForkAbandoned {
                         at: k,
                         why: format!(
-                            "the parallel fork failed while its workspace was made: {}",
+                            "the parallel fork failed while its branch was made: {}",
                             e.message
                         ),
                     },
@@ -395,27 +413,7 @@ impl Session {
                 return Err(e);
             }
         };
-        self.fp.point("fork.after-rewind");
-        let into_str = dir.display().to_string();
-        // 4. the branch's WAL, complete or absent: workspace DIR, the provisions at k, an
-        // empty queue, no approvals.
-        let preserved = json!({
-            "at": k,
-            "workspace": into_str,
-            "manifestDigest": self.state.manifest_digest,
-            "capabilities": self.manifest()?.capabilities(),
-            "walPosition": wal_position,
-        });
-        self.write_branch_wal(
-            &branch,
-            &into_str,
-            k,
-            preserved.clone(),
-            crossed,
-            would_cross,
-            done.failed.clone(),
-            &provisions,
-        )?;
+        let _ = std::fs::remove_file(dir.join(marker_name(&branch)));
         self.fp.point("fork.after-branch");
         // 5. the parent is not frozen.
         self.append(
@@ -444,6 +442,50 @@ impl Session {
             bytes_copied: cloned.bytes_copied,
         });
         Ok(report)
+    }
+
+    /// A parallel fork's DIR and branch: the marker that says revl is making DIR (repair
+    /// removes DIR's content only where it finds it), the clone, THE executor's rewind run
+    /// in DIR (nothing journaled here: the parent's steps are not undone), the branch's WAL.
+    fn make_parallel_branch(
+        &mut self,
+        dir: &Path,
+        branch: &str,
+        k: Pos,
+        m: Made,
+    ) -> Result<(
+        crate::clone::Cloned,
+        String,
+        Value,
+        crate::session::unwind::Unwound,
+    )> {
+        let snapshot =
+            crate::clone::clone_tree(self.ws.root(), dir, &self.fp, &marker_name(branch))?;
+        let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
+        let done = self.unwind_in(target, |s| {
+            s.fork_rewind(k, Context::Live, "fork.mid-rewind")
+        })?;
+        self.fp.point("fork.after-rewind");
+        let into_str = dir.display().to_string();
+        let preserved = json!({
+            "at": k,
+            "workspace": into_str,
+            "manifestDigest": self.state.manifest_digest,
+            "capabilities": self.manifest()?.capabilities(),
+            "walPosition": m.wal_position,
+        });
+        self.write_branch_wal(
+            branch,
+            &into_str,
+            k,
+            preserved.clone(),
+            m.crossed,
+            m.would_cross,
+            done.failed.clone(),
+            &m.provisions,
+        )?;
+        Ok((snapshot, into_str, preserved, done))
     }
 
     /// SPEC 14's checks of DIR: absent or an empty directory, not inside or around the store
@@ -664,6 +706,7 @@ impl Session {
                 .any(|x| matches!(x, Record::ForkBranch { .. }))
         });
         if exists {
+            let _ = std::fs::remove_file(into.join(marker_name(branch)));
             return self.append(
                 Record::ForkComplete {
                     branch: branch.into(),
@@ -673,7 +716,7 @@ impl Session {
         }
         let _ = std::fs::remove_file(self.store.session_dir(branch).join(".wal.jsonl.tmp"));
         let _ = std::fs::remove_dir(self.store.session_dir(branch));
-        remove_made(into, !created);
+        remove_made(into, !created, branch);
         self.append(
             Record::ForkAbandoned {
                 at,

@@ -194,6 +194,21 @@ impl Session {
     pub(crate) fn image_at(&self, rel: &str, k: Pos) -> Result<(Image, Option<Vec<u8>>)> {
         let witnessed = Expected::at(&self.state.steps, k).image_of(rel);
         Ok(match witnessed {
+            // Only its mode was witnessed (a chmod of a file revl had not written): its
+            // content is what it was before the next change, or what it is now.
+            Some(img) if img.kind == Some(FileKind::File) && img.digest.is_none() => {
+                let (found, bytes) = match self.preimage_after(rel, k)? {
+                    Some(found) => found,
+                    None => (self.ws.observe(rel)?, None),
+                };
+                (
+                    Image {
+                        digest: found.digest,
+                        ..img
+                    },
+                    bytes,
+                )
+            }
             Some(img) => (img, None),
             None => match self.preimage_after(rel, k)? {
                 Some(found) => found,

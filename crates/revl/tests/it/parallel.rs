@@ -624,3 +624,22 @@ fn reflink_and_snapshot_clones_equal_the_copy_path() {
         assert_eq!(kinds, ["copy", "reflink"]);
     }
 }
+
+#[test]
+fn repair_never_removes_a_directory_the_fork_did_not_make() {
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, _) = parent(&e, &sink);
+    let dir = e.root.join("contested");
+    // Killed right after fork-begin: DIR was never made.
+    let o = confirm_into(&e, &s, dir.to_str().unwrap(), Some("fork.after-begin"));
+    assert_eq!(o.code, -1);
+    // Someone else makes DIR and puts work in it before the next revl command.
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("precious.txt"), "not revl's").unwrap();
+    ok(&e, &["status", &s]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("precious.txt")).unwrap(),
+        "not revl's",
+        "repair removed a directory the fork never made"
+    );
+}
