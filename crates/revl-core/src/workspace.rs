@@ -1057,17 +1057,6 @@ impl Workspace {
     }
 
     /// Replace `dest` by `content` (temp file, fsync, rename, directory fsync).
-    fn write_file_atomic(&self, tmp: &Path, dest: &Path, content: &[u8], mode: u32) -> Result<()> {
-        self.write_temp(tmp, dest, content, mode)?;
-        if let Some(m) = lstat(dest)? {
-            if m.is_dir() {
-                fs::remove_dir_all(dest).map_err(|e| io(dest, e))?;
-            }
-        }
-        fs::rename(tmp, dest).map_err(|e| io(dest, e))?;
-        fsync_dir(dest.parent().unwrap_or(&self.root))
-    }
-
     /// Run a file restore: put every listed path back to its recorded state, in order.
     /// Idempotent. Intermediate components must still be real directories.
     pub fn restore(&self, entries: &[RestoreEntry], blobs: &BlobStore, step: u64) -> Result<()> {
@@ -1075,6 +1064,49 @@ impl Workspace {
             self.restore_entry(e, blobs, step)?;
         }
         Ok(())
+    }
+
+    /// Move `tmp` (a file or symlink revl staged at the workspace root) to `rel`, replacing
+    /// what is there (a directory is removed first), through directory handles; the
+    /// directory is fsynced. Across a mount point inside the workspace, by path.
+    fn place_beneath(&self, tmp: &Path, rel: &str, step: u64) -> Result<()> {
+        use rustix::fs::{fsync, renameat, statat, AtFlags, FileType};
+        let (prel, name) = split_rel(rel);
+        let tmp_name = tmp.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let placed = (|| {
+            let dir = self.dir_beneath(prel, true)?;
+            if let Ok(st) = statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                    self.remove_beneath(&dir, name, step)?;
+                }
+            }
+            let root = self.dir_beneath("", false)?;
+            match renameat(&root, tmp_name, &dir, name) {
+                Ok(()) => fsync(&dir).map_err(|e| io(&self.abs(rel), e.into())),
+                Err(rustix::io::Errno::XDEV) => {
+                    let abs = self.abs(rel);
+                    let staged = abs.with_file_name(format!(".revl-restore-{step}.tmp"));
+                    copy_any(tmp, &staged)?;
+                    let _ = fs::remove_file(tmp);
+                    renameat(
+                        &dir,
+                        staged
+                            .file_name()
+                            .and_then(|n| n.to_str())
+                            .unwrap_or_default(),
+                        &dir,
+                        name,
+                    )
+                    .map_err(|e| io(&abs, e.into()))?;
+                    fsync(&dir).map_err(|e| io(&abs, e.into()))
+                }
+                Err(e) => Err(io(&self.abs(rel), e.into())),
+            }
+        })();
+        if placed.is_err() {
+            let _ = fs::remove_file(tmp);
+        }
+        placed
     }
 
     /// The absolute path of a recorded path, checked: well formed, and no component on the
@@ -1149,18 +1181,30 @@ impl Workspace {
         let abs = self.checked_abs(rel, step)?;
         let parent = abs.parent().unwrap_or(&self.root).to_path_buf();
         match e {
+            // The final change to each path goes through directory handles opened from the
+            // root with O_NOFOLLOW: a component swapped for a symlink since the check above
+            // fails the restore (path-outside) instead of letting it write outside.
             RestoreEntry::Absent { .. } => {
-                remove_any(&abs)?;
-                if parent.exists() {
-                    fsync_dir(&parent)?;
+                let (prel, name) = split_rel(rel);
+                match self.dir_beneath(prel, false) {
+                    Ok(dir) => {
+                        self.remove_beneath(&dir, name, step)?;
+                        rustix::fs::fsync(&dir).map_err(|e| io(&parent, e.into()))?;
+                    }
+                    // No parent: nothing to remove.
+                    Err(_) if lstat(&parent)?.is_none() => {}
+                    Err(e) => return Err(e),
                 }
             }
             RestoreEntry::Mode { mode, .. } => {
+                use rustix::fs::{chmodat, statat, AtFlags, FileType, Mode};
                 let mode = parse_mode(mode)?;
-                if let Some(m) = lstat(&abs)? {
-                    if !m.file_type().is_symlink() {
-                        fs::set_permissions(&abs, fs::Permissions::from_mode(mode))
-                            .map_err(|e| io(&abs, e))?;
+                let (prel, name) = split_rel(rel);
+                let dir = self.dir_beneath(prel, false)?;
+                if let Ok(st) = statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
+                        chmodat(&dir, name, Mode::from_raw_mode(mode), AtFlags::empty())
+                            .map_err(|e| io(&abs, e.into()))?;
                     }
                 }
             }
@@ -1171,24 +1215,16 @@ impl Workspace {
                 ..
             } => {
                 let mode = parse_mode(mode)?;
-                let content = match (content, blob) {
-                    (Some(c), _) => unb64(c)?,
+                // Staged at the root (no component to swap), then renamed into place.
+                let tmp = self.root.join(format!(".revl-restore-{step}.tmp"));
+                let _ = fs::remove_file(&tmp);
+                match (content, blob) {
+                    (Some(c), _) => self.write_temp(&tmp, &abs, &unb64(c)?, mode)?,
+                    // Streamed from the blob store: a large preimage never sits in memory.
                     (None, Some(b)) => {
-                        // Streamed from the blob store: a large preimage never sits in memory.
-                        fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
-                        let tmp = parent.join(format!(".revl-restore-{step}.tmp"));
-                        let _ = fs::remove_file(&tmp);
                         blobs.copy_out(b, &tmp, Some(step))?;
-                        if lstat(&abs)?.is_some_and(|m| !m.is_file()) {
-                            remove_any(&abs)?;
-                        }
                         fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
-                            .and_then(|_| fs::rename(&tmp, &abs))
-                            .map_err(|e| {
-                                let _ = fs::remove_file(&tmp);
-                                io(&abs, e)
-                            })?;
-                        return fsync_dir(&parent);
+                            .map_err(|e| io(&abs, e))?;
                     }
                     (None, None) => {
                         return Err(Error::new(
@@ -1199,19 +1235,14 @@ impl Workspace {
                             "the WAL was edited outside revl; restore it from a backup",
                         ))
                     }
-                };
-                fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
-                let tmp = parent.join(format!(".revl-restore-{step}.tmp"));
-                if lstat(&abs)?.is_some_and(|m| !m.is_dir() && !m.is_file()) {
-                    remove_any(&abs)?;
                 }
-                self.write_file_atomic(&tmp, &abs, &content, mode)?;
+                self.place_beneath(&tmp, rel, step)?;
             }
             RestoreEntry::Symlink { target, .. } => {
-                fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
-                remove_any(&abs)?;
-                std::os::unix::fs::symlink(target, &abs).map_err(|e| io(&abs, e))?;
-                fsync_dir(&parent)?;
+                let tmp = self.root.join(format!(".revl-restore-{step}.tmp"));
+                let _ = fs::remove_file(&tmp);
+                std::os::unix::fs::symlink(target, &tmp).map_err(|e| io(&abs, e))?;
+                self.place_beneath(&tmp, rel, step)?;
             }
             RestoreEntry::Dir { mode, tree, .. } => {
                 let mode = parse_mode(mode)?;

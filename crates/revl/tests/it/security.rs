@@ -23,8 +23,73 @@ fn outside_state(dir: &Path) -> common::Snapshot {
     snapshot(dir)
 }
 
-#[test]
+/// Flip `ws/d` between the real directory and a symlink to `outside` until `stop`.
+fn flipper(ws: &Path, outside: &Path, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let (ws, outside, stop) = (ws.to_path_buf(), outside.to_path_buf(), stop.clone());
+    std::thread::spawn(move || {
+        let (d, real) = (ws.join("d"), ws.join("d.real"));
+        let mut flips = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let hold = std::time::Duration::from_micros(200 + (flips % 7) * 150);
+            if std::fs::rename(&d, &real).is_ok() {
+                let _ = std::os::unix::fs::symlink(&outside, &d);
+                std::thread::sleep(hold);
+                let _ = std::fs::remove_file(&d);
+                let _ = std::fs::rename(&real, &d);
+                flips += 1;
+            }
+            std::thread::sleep(hold);
+        }
+        flips
+    })
+}
 
+#[test]
+fn a_symlink_swapped_in_during_rewinds_never_lets_a_restore_out() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    let outside = w.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("f0"), "outside, untouched").unwrap();
+    std::fs::create_dir_all(ws.join("d")).unwrap();
+    let before = outside_state(&outside);
+    // Files under d with history, so that each step-back restores preimages there.
+    w.json(&["write", &sid, "d/f0", "--content", "v0"]).ok();
+    w.json(&["write", &sid, "d/f1", "--content", "v0"]).ok();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flips = flipper(&ws, &outside, &stop);
+    for i in 0..80 {
+        // A rewind interrupted by the swap (path-outside) is finished by the next attach,
+        // which may meet the symlink too: ask until the directory is real again.
+        let head = loop {
+            let t = w.json(&["timeline", &sid]);
+            if t.code == Some(0) {
+                break t.doc()["head"].as_u64().unwrap();
+            }
+            assert_eq!(t.code, Some(2), "{}", t.dump());
+        };
+        let wrote = w.json(&[
+            "write",
+            &sid,
+            &format!("d/f{}", i % 2),
+            "--content",
+            &format!("v{i}"),
+        ]);
+        if wrote.code == Some(0) {
+            let out = w.json(&["step-back", &sid, "--to", &head.to_string()]);
+            assert!(matches!(out.code, Some(0..=2)), "{}", out.dump());
+        }
+        assert_eq!(
+            outside_state(&outside),
+            before,
+            "rewind {i} reached outside the workspace"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(flips.join().unwrap() > 0);
+}
+
+#[test]
 fn a_symlink_swapped_in_during_writes_never_lets_a_write_out() {
     let w = World::new();
     let (sid, ws) = w.session();
