@@ -216,10 +216,22 @@ pub fn timeline(v: &Timeline) -> String {
             .as_ref()
             .map(|x| x.to_string())
             .unwrap_or_else(|| "(no scope)".into());
+        // A label is one line: control characters are shown escaped. An opaque exec says
+        // which command it was.
+        let mut label: String = st.label.escape_debug().collect();
+        if st.kind == "opaque" && st.site == "exec" {
+            if let Some(argv) = st.detail.get("argv").and_then(|a| a.as_array()) {
+                let cmd: Vec<String> = argv
+                    .iter()
+                    .map(|a| a.as_str().unwrap_or("?").escape_debug().collect())
+                    .collect();
+                let _ = write!(label, " ({})", cmd.join(" "));
+            }
+        }
         let _ = writeln!(
             out,
             "{:>5}  {:<12} {:<40} {}{}",
-            st.index, st.kind, st.label, scope, note
+            st.index, st.kind, label, scope, note
         );
     }
     out.trim_end().to_string()

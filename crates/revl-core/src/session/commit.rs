@@ -310,6 +310,28 @@ impl Session {
             }
             llm.insert(k.into(), host(v.clone()));
         }
+        let num = |k: &str| llm.get(k).and_then(|v| v["value"].as_u64()).unwrap_or(0);
+        if num("attempts") > num("attemptCeiling") {
+            return Err(Error::bad_args(
+                format!(
+                    "note-model: attempts {} is above the attempt ceiling {}",
+                    num("attempts"),
+                    num("attemptCeiling")
+                ),
+                "give the attempts actually made, at most the ceiling",
+            ));
+        }
+        if self
+            .state
+            .model_decisions
+            .iter()
+            .any(|d| d["step"].as_u64() == Some(step))
+        {
+            return Err(Error::bad_args(
+                format!("note-model: step {step} already has its model decision"),
+                "record one decision per step (the first one stands)",
+            ));
+        }
         if let Some(c) = args.get("cost").filter(|c| !c.is_null()) {
             if !c.as_f64().is_some_and(|f| f >= 0.0) {
                 return Err(bad("cost", "a non-negative number"));

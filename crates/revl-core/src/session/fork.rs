@@ -68,16 +68,26 @@ pub fn not_preserved() -> Value {
     ])
 }
 
-/// `warning_emissions` for a partition.
+/// `warning_emissions` for a partition: every crossing of the tail, not only emissions (an
+/// effect whose undo would cross stays done out in the world too).
 fn warning_emissions(p: &Partition) -> String {
     let crossed = p.emissions_crossed.len() + p.emissions_compensated.len();
-    if crossed == 0 {
-        "no emission crossed: nothing from this tail is out in the world".to_string()
-    } else {
-        format!(
-            "{crossed} emission(s) are still out in the world and stay there after the fork: {:?}",
+    let mut would: Vec<u64> = p.would_cross_on_rewind.clone();
+    would.sort_unstable();
+    let stays = would.len();
+    match (crossed, stays) {
+        (0, 0) => "no emission crossed and no effect that crossed stays done: nothing from this tail is out in the world".to_string(),
+        (c, 0) => format!(
+            "{c} emission(s) are still out in the world and stay there after the fork: {:?}",
             p.crossed()
-        )
+        ),
+        (0, s) => format!(
+            "no emission crossed, but {s} step(s) that crossed stay done out in the world (their inverses would cross, so they are not fired): {would:?}"
+        ),
+        (c, s) => format!(
+            "{c} emission(s) are still out in the world and stay there after the fork: {:?}; and {s} step(s) that crossed stay done (their inverses would cross): {would:?}",
+            p.crossed()
+        ),
     }
 }
 

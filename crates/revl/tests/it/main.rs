@@ -18,5 +18,6 @@ mod outbound;
 mod parallel;
 mod prop_stepback;
 mod resource;
+mod rough_edges;
 mod security;
 mod soak;
