@@ -1056,7 +1056,6 @@ impl Workspace {
         Ok(())
     }
 
-    /// Replace `dest` by `content` (temp file, fsync, rename, directory fsync).
     /// Run a file restore: put every listed path back to its recorded state, in order.
     /// Idempotent. Intermediate components must still be real directories.
     pub fn restore(&self, entries: &[RestoreEntry], blobs: &BlobStore, step: u64) -> Result<()> {
