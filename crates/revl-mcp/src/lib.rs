@@ -486,14 +486,9 @@ impl RevlServer {
         )
     )]
     async fn revl_exec(&self, Parameters(a): Parameters<ExecArgs>) -> CallToolResult {
-        let timeout = match a.timeout {
-            Some(t) if !(t.is_finite() && t > 0.0 && t <= 1e9) => {
-                return error_result(&Error::bad_args(
-                    format!("timeout {t} is not a positive number of seconds"),
-                    "give the seconds the command may run, e.g. 60",
-                ))
-            }
-            t => t.map(std::time::Duration::from_secs_f64),
+        let timeout = match revl_core::ExecOptions::timeout_secs(a.timeout) {
+            Ok(t) => t,
+            Err(e) => return error_result(&e),
         };
         let o = revl_core::ExecOptions {
             argv: a.argv,

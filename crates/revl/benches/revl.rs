@@ -318,6 +318,13 @@ fn sh(dir: &Path, args: &[&str]) {
     );
 }
 
+/// `git ARGS` in `dir` with a throwaway identity, which must succeed.
+fn git(dir: &Path, args: &[&str]) {
+    let mut a = vec!["git", "-c", "user.name=b", "-c", "user.email=b@b"];
+    a.extend_from_slice(args);
+    sh(dir, &a);
+}
+
 fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap().flatten() {
@@ -339,32 +346,9 @@ fn bench_restore() {
         // Baselines' checkpoints at k (not timed: the going-back is).
         let snap = tmp.path().join("snap");
         copy_tree(&ws, &snap);
-        sh(&ws, &["git", "init", "-q"]);
-        sh(
-            &ws,
-            &[
-                "git",
-                "-c",
-                "user.email=b@b",
-                "-c",
-                "user.name=b",
-                "add",
-                "-A",
-            ],
-        );
-        sh(
-            &ws,
-            &[
-                "git",
-                "-c",
-                "user.email=b@b",
-                "-c",
-                "user.name=b",
-                "commit",
-                "-qm",
-                "k",
-            ],
-        );
+        git(&ws, &["init", "-q"]);
+        git(&ws, &["add", "-A"]);
+        git(&ws, &["commit", "-qm", "k"]);
         let st = store(tmp.path());
         let mut s = st.new_session(&ws, None).unwrap();
         let k = s.boundary(Some("k")).unwrap().step as i64;
@@ -565,74 +549,20 @@ fn bench_exec() {
         copy_tree(&ws, &twin);
         let gitws = tmp.path().join("git");
         copy_tree(&ws, &gitws);
-        sh(&gitws, &["git", "init", "-q"]);
-        sh(
-            &gitws,
-            &[
-                "git",
-                "-c",
-                "user.name=b",
-                "-c",
-                "user.email=b@b",
-                "add",
-                "-A",
-            ],
-        );
-        sh(
-            &gitws,
-            &[
-                "git",
-                "-c",
-                "user.name=b",
-                "-c",
-                "user.email=b@b",
-                "commit",
-                "-qm",
-                "base",
-            ],
-        );
+        git(&gitws, &["init", "-q"]);
+        git(&gitws, &["add", "-A"]);
+        git(&gitws, &["commit", "-qm", "base"]);
         // Append a line to `changed` files spread over the tree.
         let script = format!(
             "i=0; while [ $i -lt {changed} ]; do f=$(( i * {files} / {changed} )); echo more >> d$(( f / 1000 ))/f$f.txt; i=$(( i + 1 )); done"
         );
         let argv = sh_c(&script);
         let runs = 7;
-        let plain = time(runs, || {
-            let ok = std::process::Command::new("sh")
-                .args(["-c", &script])
-                .current_dir(&twin)
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok);
-        });
+        let plain = time(runs, || sh(&twin, &["sh", "-c", &script]));
         let git = time(runs, || {
             sh(&gitws, &["sh", "-c", &script]);
-            sh(
-                &gitws,
-                &[
-                    "git",
-                    "-c",
-                    "user.name=b",
-                    "-c",
-                    "user.email=b@b",
-                    "add",
-                    "-A",
-                ],
-            );
-            sh(
-                &gitws,
-                &[
-                    "git",
-                    "-c",
-                    "user.name=b",
-                    "-c",
-                    "user.email=b@b",
-                    "commit",
-                    "-qm",
-                    "step",
-                ],
-            );
+            git(&gitws, &["add", "-A"]);
+            git(&gitws, &["commit", "-qm", "step"]);
         });
         let st = store(tmp.path());
         let mut s = st.new_session(&ws, None).unwrap();
@@ -703,11 +633,6 @@ fn bench_parallel() {
     println!(
         "\nparallel fork (fork-confirm --into DIR) of a workspace vs cp -a and git worktree add"
     );
-    let git = |dir: &Path, args: &[&str]| {
-        let mut a = vec!["git", "-c", "user.name=b", "-c", "user.email=b@b"];
-        a.extend_from_slice(args);
-        sh(dir, &a);
-    };
     let mut places: Vec<(String, std::path::PathBuf, Option<Loop>)> = Vec::new();
     let ext4 = tempfile::tempdir_in("/var/tmp").unwrap();
     places.push(("ext4".into(), ext4.path().to_path_buf(), None));

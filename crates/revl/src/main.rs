@@ -610,15 +610,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             unconfined,
             argv,
         } => {
-            let timeout = match timeout {
-                Some(t) if !(t.is_finite() && *t > 0.0 && *t <= 1e9) => {
-                    return Err(Error::bad_args(
-                        format!("--timeout {t} is not a positive number of seconds"),
-                        "give the seconds the command may run, e.g. --timeout 60",
-                    ))
-                }
-                t => t.map(std::time::Duration::from_secs_f64),
-            };
+            let timeout = revl_core::ExecOptions::timeout_secs(*timeout)?;
             let mut s = attach(&store, session)?;
             let r = s.exec_with(&revl_core::ExecOptions {
                 argv: argv.clone(),

@@ -38,6 +38,17 @@ pub struct ExecOptions {
 }
 
 impl ExecOptions {
+    /// A timeout given in seconds (CLI `--timeout`, MCP `timeout`): positive and finite.
+    pub fn timeout_secs(secs: Option<f64>) -> Result<Option<Duration>> {
+        match secs {
+            Some(t) if !(t.is_finite() && t > 0.0 && t <= 1e9) => Err(Error::bad_args(
+                format!("timeout {t} is not a positive number of seconds"),
+                "give the seconds the command may run, e.g. 60",
+            )),
+            t => Ok(t.map(Duration::from_secs_f64)),
+        }
+    }
+
     pub fn new(argv: &[String]) -> ExecOptions {
         ExecOptions {
             argv: argv.to_vec(),

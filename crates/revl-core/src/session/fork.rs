@@ -33,14 +33,6 @@ fn marker_name(branch: &str) -> String {
     format!(".revl-fork-{branch}.making")
 }
 
-/// What `begin_fork` settled that the branch's WAL needs.
-struct Made {
-    crossed: Vec<u64>,
-    would_cross: Vec<u64>,
-    wal_position: usize,
-    provisions: std::collections::BTreeMap<String, String>,
-}
-
 /// Remove what a parallel fork to `branch` made at DIR (DIR itself if revl made it, else its
 /// content), only where DIR still holds the fork's marker: a directory that is not the
 /// fork's (made later by someone else, or never made) is left alone.
@@ -386,26 +378,11 @@ impl Session {
         };
         // 1. fork-begin names DIR, durable, before anything is made there.
         let into = (dir.display().to_string(), !existed);
-        let Begun {
-            branch,
-            crossed,
-            would_cross,
-            wal_position,
-            provisions,
-        } = self.begin_fork(k, &p, Some(into))?;
+        let begun = self.begin_fork(k, &p, Some(into))?;
+        let branch = begun.branch.clone();
         // 2-4. DIR, then the branch. Anything failing on the way: what revl made in DIR is
         // removed and the fork abandoned (the parent was never touched).
-        let made = self.make_parallel_branch(
-            &dir,
-            &branch,
-            k,
-            Made {
-                crossed,
-                would_cross,
-                wal_position,
-                provisions,
-            },
-        );
+        let made = self.make_parallel_branch(&dir, k, begun);
         let (cloned, into_str, preserved, done) = match made {
             Ok(x) => x,
             Err(e) => {
@@ -460,9 +437,8 @@ impl Session {
     fn make_parallel_branch(
         &mut self,
         dir: &Path,
-        branch: &str,
         k: Pos,
-        m: Made,
+        m: Begun,
     ) -> Result<(
         crate::clone::Cloned,
         String,
@@ -470,7 +446,7 @@ impl Session {
         crate::session::unwind::Unwound,
     )> {
         let snapshot =
-            crate::clone::clone_tree(self.ws.root(), dir, &self.fp, &marker_name(branch))?;
+            crate::clone::clone_tree(self.ws.root(), dir, &self.fp, &marker_name(&m.branch))?;
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
         let done = self.unwind_in(target, |s| {
@@ -486,7 +462,7 @@ impl Session {
             "walPosition": m.wal_position,
         });
         self.write_branch_wal(
-            branch,
+            &m.branch,
             &into_str,
             k,
             preserved.clone(),

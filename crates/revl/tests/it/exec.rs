@@ -143,6 +143,13 @@ fn drop_unapplied(dir: &Path) {
     }
 }
 
+/// `exec SESSION -- sh -c SCRIPT`, which must succeed: its result.
+fn sh_exec(w: &World, sid: &str, script: &str) -> Value {
+    w.json(&["exec", sid, "--", "sh", "-c", script])
+        .ok()
+        .clone()
+}
+
 fn changes(doc: &Value) -> Vec<(String, String)> {
     doc["changes"]
         .as_array()
@@ -288,32 +295,12 @@ fn exec_options_and_refusals() {
     assert_eq!(w.head(&sid), 0);
     assert!(!ws.join("x").exists());
     // The environment: the caller's, plus REVL_SESSION and REVL_STEP; stdin is empty.
-    let doc = w
-        .json(&[
-            "exec",
-            &sid,
-            "--",
-            "sh",
-            "-c",
-            "echo $REVL_SESSION $REVL_STEP; cat",
-        ])
-        .ok()
-        .clone();
+    let doc = sh_exec(&w, &sid, "echo $REVL_SESSION $REVL_STEP; cat");
     assert_eq!(doc["stdout"], format!("{sid} 1\n"));
     assert_eq!(doc["exitCode"], 0);
     assert_eq!(doc["timedOut"], false);
     // Outputs are capped at 1 MiB, and say so.
-    let doc = w
-        .json(&[
-            "exec",
-            &sid,
-            "--",
-            "sh",
-            "-c",
-            "head -c 2000000 /dev/zero | tr '\\0' a",
-        ])
-        .ok()
-        .clone();
+    let doc = sh_exec(&w, &sid, "head -c 2000000 /dev/zero | tr '\\0' a");
     assert_eq!(doc["stdoutTruncated"], true);
     assert_eq!(doc["stdout"].as_str().unwrap().len(), 1 << 20);
     // A signal: reported, not an exit code.
@@ -414,15 +401,18 @@ fn the_sandbox_confines_what_the_command_reaches() {
     );
     assert_eq!(fs::read_to_string(&outside).unwrap(), "host");
     assert!(!host_tmp.exists(), "the command wrote the host's /tmp");
-    // The background child is gone: no process runs this test's unique `sleep 37.125`.
-    let alive = Command::new("pgrep")
-        .args(["-f", "sleep 37.125"])
-        .output()
-        .unwrap();
-    let pids = String::from_utf8_lossy(&alive.stdout).to_string();
+    // The background child is gone: no process runs this test's unique `sleep 37.125`
+    // (every process's command line, read from /proc).
+    let alive: Vec<String> = fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains("sleep 37.125"))
+        .collect();
     assert!(
-        pids.trim().is_empty(),
-        "a background process survived exec: {pids}"
+        alive.is_empty(),
+        "a background process survived exec: {alive:?}"
     );
     assert!(!ws.join("late.txt").exists());
 }

@@ -106,27 +106,7 @@ fn a_symlink_swapped_in_during_writes_never_lets_a_write_out() {
 
     // The attacker flips ws/d between a real directory and a symlink to the outside.
     let stop = Arc::new(AtomicBool::new(false));
-    let flipper = {
-        let (ws, outside, stop) = (ws.clone(), outside.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let (d, real) = (ws.join("d"), ws.join("d.real"));
-            let mut flips = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                // Half the time a symlink, half the time the real directory, so a check and
-                // the use that follows it often see different things.
-                let hold = std::time::Duration::from_micros(200 + (flips % 7) * 150);
-                if std::fs::rename(&d, &real).is_ok() {
-                    let _ = std::os::unix::fs::symlink(&outside, &d);
-                    std::thread::sleep(hold);
-                    let _ = std::fs::remove_file(&d);
-                    let _ = std::fs::rename(&real, &d);
-                    flips += 1;
-                }
-                std::thread::sleep(hold);
-            }
-            flips
-        })
-    };
+    let flipper = flipper(&ws, &outside, &stop);
     let mut outcomes = std::collections::BTreeMap::new();
     for i in 0..150 {
         let out = w.json(&[
