@@ -32,9 +32,9 @@ EXPECTED_TOOLS = {
     "revl_read", "revl_list", "revl_provide", "revl_boundary", "revl_call", "revl_exec",
     "revl_timeline", "revl_inspect_step", "revl_status", "revl_verify", "revl_sessions",
     "revl_step_back", "revl_fork", "revl_fork_confirm", "revl_commit",
-    "revl_commit_confirm", "revl_abort", "revl_note_model", "revl_diff",
+    "revl_commit_confirm", "revl_abort", "revl_note_model", "revl_diff", "revl_log",
 }
-READ_ONLY = {"revl_read", "revl_list", "revl_timeline", "revl_inspect_step", "revl_status", "revl_diff",
+READ_ONLY = {"revl_read", "revl_list", "revl_timeline", "revl_inspect_step", "revl_status", "revl_diff", "revl_log",
              "revl_verify", "revl_sessions", "revl_commit"}
 DESTRUCTIVE = {"revl_delete", "revl_rename", "revl_step_back", "revl_fork_confirm",
                "revl_abort", "revl_commit_confirm"}
@@ -303,6 +303,14 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
             d = await ok(s, "revl_diff", {"right": par["branch"]})
             check([p["path"] for p in d["paths"]] == ["a.txt"] and "+alpha v1" in d["paths"][0].get("diff", ""),
                   "revl_diff lists the one differing file with a unified diff", d)
+            lg = await ok(s, "revl_log")
+            modes = {(e["parent"], e["branch"]): (e["at"], e["mode"]) for e in lg["edges"]}
+            check(modes.get((branch, par["branch"])) == (0, "parallel")
+                  and any(m == "serial" for (_, m) in modes.values()),
+                  "revl_log shows the serial fork and the parallel sibling, with their steps", lg)
+            me = [x for x in lg["sessions"] if x["session"] == branch]
+            check(len(me) == 1 and me[0]["state"] == "live" and me[0]["mode"] == "serial",
+                  "revl_log lists this branch as live, made by a serial fork", lg)
             await ok(s, "revl_call", {"tool": "send_email", "args": {"to": "a@example.test", "subject": "branch 1"}})
             await ok(s, "revl_call", {"tool": "send_email", "args": {"to": "b@example.test", "subject": "branch 2"}})
             check(sink.count("/send") == 0, "held sends have not arrived before commit")

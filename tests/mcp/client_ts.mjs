@@ -106,7 +106,7 @@ const started = Date.now();
 try {
   const c = await connect(["--workspace", ws, "--manifest", manifest]);
   const names = (await c.listTools()).tools.map((t) => t.name).sort();
-  check(names.length === 25 && names.includes("revl_diff") && names.includes("revl_fork_confirm") && names.includes("revl_note_model"), "the tool set", names);
+  check(names.length === 26 && names.includes("revl_log") && names.includes("revl_diff") && names.includes("revl_fork_confirm") && names.includes("revl_note_model"), "the tool set", names);
   check(!names.some((n) => /approve|resend|recover/.test(n)), "no operator tool", names);
   check((c.getInstructions() ?? "").includes("approv"), "server instructions");
 

@@ -125,7 +125,7 @@ impl Store {
 /// Every blob digest a session's WAL names.
 fn reachable_from(st: &State, blobs: &crate::blobs::BlobStore, out: &mut BTreeSet<String>) {
     out.extend(st.manifest_digest.clone());
-    out.extend(st.preserved.iter().cloned());
+    out.extend(st.preserved.iter().map(|p| p.digest.clone()));
     let pending = st.intent.as_ref().and_then(|i| i.undo.as_ref());
     let undos = st.steps.iter().filter_map(|s| s.undo()).chain(pending);
     for u in undos {

@@ -24,6 +24,7 @@ pub mod error;
 pub mod failpoint;
 pub mod gc;
 pub mod lineage;
+pub mod log;
 pub mod proc;
 pub mod recover;
 pub mod report;

@@ -244,6 +244,9 @@ pub struct Timeline {
     pub steps: Vec<StepView>,
     pub accumulated: Vec<u64>,
     pub guarantee: &'static str,
+    /// Read while another revl command held the session (the WAL as it was then).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 /// `inspect --at K` (SPEC 4.2).
@@ -281,6 +284,13 @@ pub struct Status {
     pub branch: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frozen_at: Option<Pos>,
+    /// Forks a crash interrupted and repair abandoned: no branch exists for them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub abandoned_forks: Vec<crate::state::ForkSeen>,
+    /// Read while another revl command held the session (the WAL as it was then; an
+    /// operation it runs is not finished yet).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 /// `verify` (SPEC 4.2).

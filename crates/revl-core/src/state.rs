@@ -85,6 +85,29 @@ pub struct ForkFrozen {
     pub failed: Vec<Failed>,
 }
 
+/// A `preserved` record: drifted content saved before an inverse ran over it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PreservedSeen {
+    pub step: u64,
+    pub path: String,
+    pub digest: String,
+}
+
+/// A fork this WAL began: where, with which confirmed hash, into which directory (a
+/// parallel fork), and its outcome: `begun` (unfinished), `complete`, `abandoned`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ForkSeen {
+    pub branch: String,
+    pub at: Pos,
+    pub hash: Option<String>,
+    pub mode: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub into: Option<String>,
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
 /// A `fork-begin` seen in this (parent) WAL.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ForkBegun {
@@ -135,12 +158,20 @@ pub struct State {
     pub origin: Option<BranchOrigin>,
     /// Approvals: ticket → (tool, argsDigest) requested; granted tickets; standing tools.
     pub tickets_requested: BTreeMap<String, (String, String)>,
+    /// The args each ticket was requested for (v2 WALs record them), and the step after
+    /// which it was requested.
+    pub ticket_args: BTreeMap<String, (Option<Value>, u64)>,
     pub tickets_granted: BTreeMap<String, (String, Option<String>)>,
     pub tickets_consumed: BTreeSet<String>,
     pub standing: BTreeSet<String>,
     pub model_decisions: Vec<Value>,
-    /// Digests of drifted content preserved before a rewind (`preserved` records).
-    pub preserved: Vec<String>,
+    /// Drifted content preserved before a rewind (`preserved` records).
+    pub preserved: Vec<PreservedSeen>,
+    /// Every fork this WAL began, in order, with the hash that confirmed it and how it
+    /// ended (for `log` and `view`; an abandoned one is reported by `status`).
+    pub forks: Vec<ForkSeen>,
+    /// Held sends dropped by an unwind: seq → the verb that dropped it.
+    pub dropped: BTreeMap<u64, String>,
     pub records: usize,
 }
 
@@ -351,14 +382,22 @@ impl State {
                 );
                 self.queue.push(*seq);
             }
-            Record::DeferredDropped { seqs, .. } => self.queue.retain(|q| !seqs.contains(q)),
+            Record::DeferredDropped { seqs, by } => {
+                self.queue.retain(|q| !seqs.contains(q));
+                for q in seqs {
+                    self.dropped.insert(*q, by.clone());
+                }
+            }
             Record::ApprovalRequested {
                 ticket,
                 tool,
                 args_digest,
+                args,
             } => {
                 self.tickets_requested
                     .insert(ticket.clone(), (tool.clone(), args_digest.clone()));
+                self.ticket_args
+                    .insert(ticket.clone(), (args.clone(), self.head()));
             }
             Record::ApprovalGranted {
                 ticket,
@@ -414,6 +453,15 @@ impl State {
                     wal_position: self.records - 1,
                     head: self.head(),
                 });
+                self.forks.push(ForkSeen {
+                    branch: branch.clone(),
+                    at: *at,
+                    hash: self.fork_pending.as_ref().and_then(|(_, h)| h.clone()),
+                    mode: if into.is_some() { "parallel" } else { "serial" },
+                    into: into.clone(),
+                    outcome: "begun",
+                    why: None,
+                });
                 self.fork_pending = None;
                 self.fork_complete = false;
                 self.fork_abandoned = false;
@@ -441,6 +489,9 @@ impl State {
             }
             Record::ForkComplete { branch } => {
                 self.fork_complete = true;
+                if let Some(f) = self.forks.iter_mut().rev().find(|f| &f.branch == branch) {
+                    f.outcome = "complete";
+                }
                 if let Some(c) = self
                     .parallel_children
                     .iter_mut()
@@ -449,8 +500,12 @@ impl State {
                     c.complete = true;
                 }
             }
-            Record::ForkAbandoned { .. } => {
+            Record::ForkAbandoned { why, .. } => {
                 self.fork_abandoned = true;
+                if let Some(f) = self.forks.last_mut().filter(|f| f.outcome == "begun") {
+                    f.outcome = "abandoned";
+                    f.why = Some(why.clone());
+                }
                 if let Some(b) = &self.fork_begun {
                     let b = b.branch.clone();
                     self.parallel_children.retain(|c| c.branch != b);
@@ -487,7 +542,13 @@ impl State {
                     }
                 }
             }
-            Record::Preserved { digest, .. } => self.preserved.push(digest.clone()),
+            Record::Preserved {
+                step, path, digest, ..
+            } => self.preserved.push(PreservedSeen {
+                step: *step,
+                path: path.clone(),
+                digest: digest.clone(),
+            }),
             Record::ModelDecision { step, outcome, llm } => self
                 .model_decisions
                 .push(json!({"step": step, "outcome": outcome, "llm": llm})),

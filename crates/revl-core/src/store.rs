@@ -191,8 +191,7 @@ impl Store {
         Ok(crate::report::Sessions { sessions })
     }
 
-    /// Take an exclusive lock on `path`, waiting up to the store's lock wait.
-    pub(crate) fn lock(&self, path: &Path, what: &str) -> Result<File> {
+    fn lock_file(path: &Path) -> Result<File> {
         let f = File::options()
             .create(true)
             .truncate(false)
@@ -200,6 +199,22 @@ impl Store {
             .open(path)
             .map_err(|e| Error::io(path.display(), e))?;
         let _ = f.set_permissions(fs::Permissions::from_mode(0o600));
+        Ok(f)
+    }
+
+    /// Take an exclusive lock on `path` if it is free now; `None` if another holds it.
+    pub(crate) fn try_lock(&self, path: &Path) -> Result<Option<File>> {
+        let f = Self::lock_file(path)?;
+        match f.try_lock() {
+            Ok(()) => Ok(Some(f)),
+            Err(fs::TryLockError::WouldBlock) => Ok(None),
+            Err(fs::TryLockError::Error(e)) => Err(Error::io(path.display(), e)),
+        }
+    }
+
+    /// Take an exclusive lock on `path`, waiting up to the store's lock wait.
+    pub(crate) fn lock(&self, path: &Path, what: &str) -> Result<File> {
+        let f = Self::lock_file(path)?;
         let start = Instant::now();
         loop {
             match f.try_lock() {

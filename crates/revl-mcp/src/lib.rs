@@ -617,6 +617,27 @@ impl RevlServer {
         .await
     }
 
+    /// The lineage tree of this session's family (its root and every branch below it),
+    /// read from the WALs without waiting for any lock: {sessions: [{session, state, head,
+    /// workspace, parent?, at?, mode?, residueClean?, queued, pendingApprovals}], edges:
+    /// [{parent, branch, at, mode}]}.
+    #[tool(
+        name = "revl_log",
+        annotations(
+            title = "Lineage log",
+            read_only_hint = true,
+            destructive_hint = false,
+            open_world_hint = false
+        )
+    )]
+    async fn revl_log(&self) -> CallToolResult {
+        self.blocking(move |store, cur| {
+            let report = revl_core::log::log(store, Some(cur.as_str()))?;
+            Ok(revl_core::report::to_json(&report))
+        })
+        .await
+    }
+
     /// Perform the fork enumerated by revl_fork: rewind the host-confined state to step k
     /// (no inverse that could leave the machine runs), drop every held send, freeze this
     /// session and continue on the new branch: the server's later calls act on the branch.

@@ -2,6 +2,7 @@
 
 mod demo;
 mod render;
+mod view;
 
 use clap::{Parser, Subcommand};
 use revl_core::report::to_json;
@@ -148,6 +149,26 @@ enum Cmd {
     },
     /// The session's steps.
     Timeline { session: String },
+    /// The lineage tree of the store (or of SESSION's family): states, heads, workspaces,
+    /// forks with their step and residue, held sends and pending approvals counted.
+    Log {
+        /// Only this session's family (its root and every branch below it).
+        session: Option<String>,
+    },
+    /// Write one self-contained HTML file that shows the lineage tree and every session's
+    /// timeline (open it in any browser; it loads nothing from the network).
+    View {
+        /// Only this session's family.
+        session: Option<String>,
+        /// Where to write the page (default: revl-view.html in the current directory).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// The pending approval tickets: the tool and the exact args that would be sent.
+    Approvals {
+        /// Only this session's tickets.
+        session: Option<String>,
+    },
     /// What holds at step K.
     Inspect {
         session: String,
@@ -364,6 +385,12 @@ fn attach(store: &Store, given: &str) -> Result<Session, Error> {
     store.attach(&id)
 }
 
+/// For the verbs that only read: never waits for another command's lock.
+fn attach_read(store: &Store, given: &str) -> Result<Session, Error> {
+    let id = store.resolve(given)?;
+    store.attach_read(&id)
+}
+
 fn run(cli: &Cli) -> Result<Outcome, Error> {
     if let Cmd::Demo { keep } = &cli.cmd {
         return demo::run(*keep);
@@ -450,7 +477,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(to_json(&r), render::sessions(&r)))
         }
         Cmd::Status { session } => {
-            let s = attach(&store, session)?;
+            let s = attach_read(&store, session)?;
             let r = s.status();
             Ok(Outcome::ok(to_json(&r), render::status(&r)))
         }
@@ -563,7 +590,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             at: Some(at),
         } => {
             let k = parse_k(at, "--at")?;
-            let s = attach(&store, session)?;
+            let s = attach_read(&store, session)?;
             let r = s.read_at(path, k)?;
             let text = match (&r.content, &r.content_base64) {
                 (Some(c), _) => c.clone(),
@@ -576,7 +603,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             path,
             at: None,
         } => {
-            let s = attach(&store, session)?;
+            let s = attach_read(&store, session)?;
             let r = s.workspace().read(path)?;
             let text = match (&r.content, &r.content_base64) {
                 (Some(c), _) => c.clone(),
@@ -585,7 +612,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::List { session, path } => {
-            let s = attach(&store, session)?;
+            let s = attach_read(&store, session)?;
             let r = s.workspace().list(path.as_deref())?;
             Ok(Outcome::ok(to_json(&r), render::list(&r)))
         }
@@ -633,16 +660,35 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             out.exit = u8::from(!r.sandbox.available);
             Ok(out)
         }
+        Cmd::Log { session } => {
+            let r = revl_core::log::log(&store, session.as_deref())?;
+            Ok(Outcome::ok(to_json(&r), render::log(&r)))
+        }
+        Cmd::Approvals { session } => {
+            let r = revl_core::log::approvals(&store, session.as_deref())?;
+            Ok(Outcome::ok(to_json(&r), render::approvals(&r)))
+        }
+        Cmd::View { session, out } => {
+            let out = out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("revl-view.html"));
+            let r = view::write(&store, session.as_deref(), &out)?;
+            let text = format!(
+                "wrote {} ({} session(s), {} step(s), {} bytes): open it in a browser",
+                r.out, r.sessions, r.steps, r.bytes
+            );
+            Ok(Outcome::ok(to_json(&r), text))
+        }
         Cmd::Timeline { session } => {
-            let s = attach(&store, session)?;
+            let s = attach_read(&store, session)?;
             let r = s.timeline();
             Ok(Outcome::ok(to_json(&r), render::timeline(&r)))
         }
         Cmd::Inspect { session, at } => {
             let k = parse_k(at, "--at")?;
-            let s = attach(&store, session)?;
-            let doc = to_json(&s.inspect(k)?);
-            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+            let s = attach_read(&store, session)?;
+            let r = s.inspect(k)?;
+            Ok(Outcome::ok(to_json(&r), render::inspect(&r)))
         }
         Cmd::Call {
             session,
@@ -666,18 +712,18 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Cmd::CommitConfirm { session, hash } => {
             let mut s = attach(&store, session)?;
-            let doc = to_json(&s.commit_confirm(hash)?);
-            Ok(negative_aware(doc.clone(), render::generic(&doc)))
+            let r = s.commit_confirm(hash)?;
+            Ok(negative_aware(to_json(&r), render::commit_done(&r)))
         }
         Cmd::Abort { session } => {
             let mut s = attach(&store, session)?;
-            let doc = to_json(&s.abort()?);
-            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+            let r = s.abort()?;
+            Ok(Outcome::ok(to_json(&r), render::abort(&r)))
         }
         Cmd::Resend { session, seq } => {
             let mut s = attach(&store, session)?;
-            let doc = to_json(&s.resend(*seq)?);
-            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+            let r = s.resend(*seq)?;
+            Ok(Outcome::ok(to_json(&r), render::resent(&r)))
         }
         Cmd::Approve {
             session,
@@ -685,8 +731,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             tool,
         } => {
             let mut s = attach(&store, session)?;
-            let doc = to_json(&s.approve(ticket.as_deref(), tool.as_deref())?);
-            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+            let r = s.approve(ticket.as_deref(), tool.as_deref())?;
+            Ok(Outcome::ok(to_json(&r), render::approval(&r)))
         }
         Cmd::NoteModel {
             session,
@@ -705,8 +751,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 "latencySeconds": latency_seconds, "attempts": attempts, "attemptCeiling": attempt_ceiling,
                 "outcome": outcome, "cost": cost, "currency": currency});
             let mut s = attach(&store, session)?;
-            let doc = to_json(&s.note_model(&args)?);
-            Ok(Outcome::ok(doc.clone(), render::generic(&doc)))
+            let r = s.note_model(&args)?;
+            Ok(Outcome::ok(to_json(&r), render::model_note(&r)))
         }
         Cmd::Fork { session, at } => {
             let k = parse_k(at, "--at")?;

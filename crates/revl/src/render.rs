@@ -2,10 +2,12 @@
 
 use revl_core::drift::Drift;
 use revl_core::lineage::{Compare, Lineage, Topology};
+use revl_core::log::{Approvals, Log, LogEdge, LogSession};
 use revl_core::recover::RecoverReport;
 use revl_core::report::{
-    to_json, CallResult, CommitPlan, ExecReport, ForkReport, Listing, Owed, Preserved, Residue,
-    SessionEntry, Sessions, Status, StepBackReport, Stepped, Timeline, Verify,
+    to_json, AbortReport, Approval, CallResult, CommitPlan, CommitResult, ExecReport, ForkReport,
+    Inspect, Listing, ModelNote, Owed, Preserved, Resent, Residue, SessionEntry, Sessions, Status,
+    StepBackReport, Stepped, Timeline, Verify,
 };
 use revl_core::state::Deferred;
 use revl_core::unwind::Failed;
@@ -20,8 +22,258 @@ fn s(v: &Value) -> String {
     }
 }
 
-pub fn generic(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_default()
+/// A JSON value on one line, cut to `max` characters.
+fn one_line_max(v: &Value, max: usize) -> String {
+    let t = v.to_string();
+    match t.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &t[..cut]),
+        None => t,
+    }
+}
+
+fn one_line(v: &Value) -> String {
+    one_line_max(v, 160)
+}
+
+fn indices(v: &[u64]) -> String {
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
+}
+
+pub fn inspect(v: &Inspect) -> String {
+    let mut out = format!("at step {} ({})", v.at, v.at_label);
+    let _ = write!(out, "\nsteps in effect here:  {}", indices(&v.accumulated));
+    let _ = write!(
+        out,
+        "\nsteps ahead of here:   {}",
+        indices(&v.ahead_of_here)
+    );
+    let _ = write!(
+        out,
+        "\nemissions so far (out in the world): {}",
+        indices(&v.emissions_so_far)
+    );
+    if !v.active_provisions.is_empty() {
+        let _ = write!(out, "\nprovisions in effect:");
+        for (k, val) in &v.active_provisions {
+            let _ = write!(out, "\n  {k} = {val}");
+        }
+    }
+    out
+}
+
+pub fn approval(v: &Approval) -> String {
+    match (&v.ticket, v.standing) {
+        (Some(t), _) => format!(
+            "approved ticket {t} for {} in session {} (once, for exactly the args it was requested with); call the tool again to send",
+            v.tool, v.session
+        ),
+        (None, _) => format!(
+            "approved {} for every call in session {} (standing, this session only)",
+            v.tool, v.session
+        ),
+    }
+}
+
+pub fn abort(v: &AbortReport) -> String {
+    let mut out = String::from("ABORTED: every remaining inverse ran, newest first");
+    let _ = write!(out, "\nsteps undone: {}", indices(&v.replayed));
+    entry_rows(
+        &mut out,
+        "compensations ran (they crossed)",
+        &v.compensations_ran,
+    );
+    failed_rows(&mut out, &v.failed);
+    preserved_rows(&mut out, &v.preserved);
+    held_rows(
+        &mut out,
+        "held sends dropped (never sent)",
+        &v.dropped_deferred,
+    );
+    out
+}
+
+pub fn commit_done(v: &CommitResult) -> String {
+    match v {
+        CommitResult::Committed {
+            flushed,
+            flush_residue,
+            discharged,
+            ..
+        } => {
+            let mut out = format!(
+                "COMMITTED: {} held send(s) fired once, in order; {} witnessed step(s) kept",
+                flushed.len(),
+                discharged.len()
+            );
+            rows(
+                &mut out,
+                "fired",
+                flushed
+                    .iter()
+                    .map(|q| (format!("send {q}"), "sent".to_string(), None)),
+            );
+            rows(
+                &mut out,
+                "FAILED to send (`revl resend SESSION --seq N` fires one again)",
+                flush_residue
+                    .iter()
+                    .map(|f| (format!("send {}", f.seq), s(&f.kind), Some(s(&f.message)))),
+            );
+            out
+        }
+        CommitResult::Refused { reason, plan, .. } => format!(
+            "REFUSED, nothing fired: {reason}\nthe plan now:\n{}",
+            commit_plan(plan)
+        ),
+    }
+}
+
+pub fn resent(v: &Resent) -> String {
+    match &v.error {
+        None => format!("send {} fired again: delivered", v.seq),
+        Some(e) => format!("send {} fired again and FAILED: {}", v.seq, one_line(e)),
+    }
+}
+
+pub fn model_note(v: &ModelNote) -> String {
+    format!(
+        "recorded for step {}: {} ({})",
+        v.step,
+        v.outcome,
+        one_line(&v.llm)
+    )
+}
+
+/// `log`: the lineage tree, roots first, each branch under its parent by fork step.
+pub fn log(v: &Log) -> String {
+    use std::collections::BTreeMap;
+    let mut kids: BTreeMap<&str, Vec<&LogEdge>> = BTreeMap::new();
+    for e in &v.edges {
+        kids.entry(e.parent.as_str()).or_default().push(e);
+    }
+    let known: std::collections::BTreeSet<&str> =
+        v.sessions.iter().map(|x| x.session.as_str()).collect();
+    let byid: BTreeMap<&str, &LogSession> =
+        v.sessions.iter().map(|x| (x.session.as_str(), x)).collect();
+    let mut out = String::new();
+    fn line(x: &LogSession) -> String {
+        let mut l = format!("{}  {}", x.session, x.state.to_uppercase());
+        if x.state == "unreadable" {
+            let _ = write!(
+                l,
+                "  {}",
+                x.error
+                    .as_ref()
+                    .and_then(|e| e.get("message"))
+                    .map(s)
+                    .unwrap_or_default()
+            );
+            return l;
+        }
+        let _ = write!(l, "  head {}  {}", x.head, x.workspace);
+        if let (Some(at), Some(mode)) = (x.at, x.mode) {
+            let _ = write!(
+                l,
+                "  [{mode} fork at step {at}, residue {}]",
+                if x.residue_clean == Some(false) {
+                    "NOT CLEAN"
+                } else {
+                    "clean"
+                }
+            );
+        }
+        let _ = write!(
+            l,
+            "  queued {}  approvals pending {}",
+            x.queued, x.pending_approvals
+        );
+        if let Some(at) = x.mid_fork {
+            let _ = write!(
+                l,
+                "  (fork at step {at} unfinished: any command repairs it)"
+            );
+        }
+        for f in &x.abandoned_forks {
+            let _ = write!(l, "  (fork at step {} ABANDONED)", f.at);
+        }
+        if x.torn {
+            l.push_str("  (torn tail)");
+        }
+        l
+    }
+    fn walk(
+        id: &str,
+        prefix: &str,
+        last: bool,
+        root: bool,
+        byid: &BTreeMap<&str, &LogSession>,
+        kids: &BTreeMap<&str, Vec<&LogEdge>>,
+        out: &mut String,
+    ) {
+        let (here, next) = match (root, last) {
+            (true, _) => (String::new(), String::new()),
+            (false, true) => (format!("{prefix}└─ "), format!("{prefix}   ")),
+            (false, false) => (format!("{prefix}├─ "), format!("{prefix}│  ")),
+        };
+        match byid.get(id) {
+            Some(x) => {
+                let _ = writeln!(out, "{here}{}", line(x));
+            }
+            None => {
+                let _ = writeln!(out, "{here}{id}  (WAL missing)");
+            }
+        }
+        let list = kids.get(id).map(Vec::as_slice).unwrap_or_default();
+        for (i, e) in list.iter().enumerate() {
+            walk(
+                &e.branch,
+                &next,
+                i + 1 == list.len(),
+                false,
+                byid,
+                kids,
+                out,
+            );
+        }
+    }
+    // Roots: sessions with no parent, or whose parent's WAL is not in the store.
+    for x in &v.sessions {
+        let root = x.parent.as_deref().is_none_or(|p| !known.contains(p));
+        if root {
+            walk(&x.session, "", true, true, &byid, &kids, &mut out);
+        }
+    }
+    if out.is_empty() {
+        out.push_str("no sessions in this store (`revl new --workspace DIR` starts one)");
+    }
+    out.trim_end().to_string()
+}
+
+pub fn approvals(v: &Approvals) -> String {
+    if v.tickets.is_empty() {
+        return "no approval is pending".into();
+    }
+    let mut out = format!("{} approval(s) pending:", v.tickets.len());
+    for t in &v.tickets {
+        let _ = write!(
+            out,
+            "\n\nsession {}  ticket {}  (after step {})\n  tool {}\n  args {}\n  approve: {}",
+            t.session,
+            t.ticket,
+            t.after_step,
+            t.tool,
+            if t.args.is_null() {
+                "(not recorded: requested by an older revl)".to_string()
+            } else {
+                one_line_max(&t.args, 2000)
+            },
+            t.approve
+        );
+    }
+    out
 }
 
 pub fn stepped(v: &Stepped) -> String {
@@ -139,6 +391,17 @@ pub fn status(v: &Status) -> String {
     if let (Some(b), Some(at)) = (&v.branch, v.frozen_at) {
         let _ = write!(out, "\nfrozen at step {at}: continues as branch {b}");
     }
+    for f in &v.abandoned_forks {
+        let _ = write!(
+            out,
+            "\nfork at step {} ABANDONED (no branch was made; the workspace was put back): {}",
+            f.at,
+            f.why.as_deref().unwrap_or("interrupted")
+        );
+    }
+    if v.busy {
+        out.push_str("\n(another revl command holds this session: this is its WAL as of now)");
+    }
     if !v.provisions.is_empty() {
         let _ = write!(out, "\nprovisions:");
         for (k, val) in &v.provisions {
@@ -148,7 +411,15 @@ pub fn status(v: &Status) -> String {
     if !v.queue.is_empty() {
         let _ = write!(out, "\nheld sends (fire only at commit):");
         for d in &v.queue {
-            let _ = write!(out, "\n  {}", to_json(d));
+            let _ = write!(
+                out,
+                "\n  send {}  {} ({}.{})  {}",
+                d.seq,
+                d.tool,
+                d.service,
+                d.method,
+                one_line(&d.args)
+            );
         }
     }
     if !v.owed.is_empty() {
@@ -193,11 +464,20 @@ pub fn list(v: &Listing) -> String {
 
 pub fn timeline(v: &Timeline) -> String {
     let mut out = format!(
-        "session {}  state {}  head {}{}\n",
+        "session {}  state {}  head {}{}{}\n{:>5}  {:<12} {:<40} {}\n",
         v.session,
         v.state,
         v.head,
-        if v.torn { "  (torn tail)" } else { "" }
+        if v.torn { "  (torn tail)" } else { "" },
+        if v.busy {
+            "  (another revl command holds this session: its WAL as of now)"
+        } else {
+            ""
+        },
+        "step",
+        "kind",
+        "label",
+        "scope"
     );
     for st in &v.steps {
         let mut note = String::new();
@@ -254,7 +534,12 @@ fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
                 .map(s)
                 .unwrap_or_else(|| format!("{}.{}", s(&e["service"]), s(&e["method"])));
             let extra = e.get("why").or(e.get("error")).or(e.get("repr")).map(s);
-            let idx = e.get("index").or(e.get("seq")).map(s).unwrap_or_default();
+            // Step indices and held-send seq numbers are different counters: say which.
+            let idx = match (e.get("index"), e.get("seq")) {
+                (Some(i), _) => format!("step {}", s(i)),
+                (None, Some(q)) => format!("send {}", s(q)),
+                (None, None) => String::new(),
+            };
             (idx, label, extra)
         }),
     );
@@ -273,7 +558,7 @@ fn rows(
     let _ = write!(out, "\n{title}:");
     for (idx, label, extra) in list {
         let extra = extra.map(|w| format!("  ({w})")).unwrap_or_default();
-        let _ = write!(out, "\n  {idx:>5}  {label}{extra}");
+        let _ = write!(out, "\n  {idx:>10}  {label}{extra}");
     }
 }
 
@@ -281,9 +566,13 @@ fn failed_rows(out: &mut String, failed: &[Failed]) {
     rows(
         out,
         "FAILED",
-        failed
-            .iter()
-            .map(|f| (f.index.to_string(), f.label.clone(), Some(f.error.clone()))),
+        failed.iter().map(|f| {
+            (
+                format!("step {}", f.index),
+                f.label.clone(),
+                Some(f.error.clone()),
+            )
+        }),
     );
 }
 
@@ -293,7 +582,7 @@ fn held_rows(out: &mut String, title: &str, held: &[Deferred]) {
         title,
         held.iter().map(|d| {
             (
-                d.seq.to_string(),
+                format!("send {}", d.seq),
                 format!("{}.{}", d.service, d.method),
                 None,
             )
@@ -433,7 +722,11 @@ pub fn recover(v: &RecoverReport) -> String {
         &mut out,
         "owed",
         v.owed.iter().map(|o| match o {
-            Owed::Step(o) => (o.index.to_string(), o.label.clone(), Some(o.why.clone())),
+            Owed::Step(o) => (
+                format!("step {}", o.index),
+                o.label.clone(),
+                Some(o.why.clone()),
+            ),
             Owed::HeldSend {
                 seq,
                 service,
@@ -441,7 +734,7 @@ pub fn recover(v: &RecoverReport) -> String {
                 why,
                 ..
             } => (
-                seq.to_string(),
+                format!("send {seq}"),
                 format!("{service}.{method}"),
                 Some(why.to_string()),
             ),

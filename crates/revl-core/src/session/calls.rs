@@ -252,6 +252,7 @@ impl Session {
                             ticket: ticket.clone(),
                             tool: tool.name.clone(),
                             args_digest: digest.clone(),
+                            args: Some(args.clone()),
                         },
                         true,
                     )?;

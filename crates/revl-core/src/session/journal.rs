@@ -12,6 +12,16 @@ impl Session {
     // ---- writing the WAL: every append also goes through State::apply ----
 
     fn writer(&mut self) -> Result<&mut WalWriter> {
+        if self.busy() {
+            return Err(Error::new(
+                Code::Busy,
+                format!(
+                    "session {} is busy: another revl command holds its lock",
+                    self.id
+                ),
+                "wait for the other command to finish, then run this one again",
+            ));
+        }
         if self.writer.is_none() {
             let (good_len, last_seq, records) = self.read_tail;
             let read = WalRead {

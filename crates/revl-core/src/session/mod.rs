@@ -59,7 +59,8 @@ pub struct Session {
     /// Set while the executor rewinds a parallel branch's new workspace (`unwind_in`):
     /// `ws` is that directory, and nothing is journaled in this session's WAL.
     detached: bool,
-    _lock: File,
+    /// `None`: read while another command holds the lock ([`Store::attach_read`]).
+    lock: Option<File>,
 }
 
 impl std::fmt::Debug for Session {
@@ -137,6 +138,19 @@ impl Store {
     pub fn attach(&self, id: &str) -> Result<Session> {
         let dir = self.session_dir(id);
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
+        self.attach_with(id, Some(lock))
+    }
+
+    /// Attach to read (`status`, `timeline`, `inspect`, …): like [`Store::attach`] when the
+    /// session is free; when another command holds its lock (a long tool call), the WAL as
+    /// it is now, read like the offline readers do: no waiting, no repair, and the session
+    /// refuses to write ([`Session::busy`] is true).
+    pub fn attach_read(&self, id: &str) -> Result<Session> {
+        let lock = self.try_lock(&self.session_dir(id).join("lock"))?;
+        self.attach_with(id, lock)
+    }
+
+    fn attach_with(&self, id: &str, lock: Option<File>) -> Result<Session> {
         let wal_path = self.wal_path(id);
         let (state, read) = State::read(&wal_path)?;
         let ws = Workspace::new(PathBuf::from(&state.workspace), self.fp.clone());
@@ -152,9 +166,11 @@ impl Store {
             blobs: self.blobs(),
             fp: self.fp.clone(),
             detached: false,
-            _lock: lock,
+            lock,
         };
-        s.repair()?;
+        if s.lock.is_some() {
+            s.repair()?;
+        }
         Ok(s)
     }
 }
@@ -196,5 +212,11 @@ impl Session {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Read while another revl command held the session's lock: the WAL as it was then,
+    /// with any operation that command is running not yet finished (nor repaired).
+    pub fn busy(&self) -> bool {
+        self.lock.is_none()
     }
 }

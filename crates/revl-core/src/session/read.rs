@@ -20,6 +20,7 @@ impl Session {
             steps: self.state.steps.iter().map(StepView::of).collect(),
             accumulated: self.state.accumulated(self.state.head_pos()),
             guarantee: GUARANTEE,
+            busy: self.busy(),
         }
     }
 
@@ -95,6 +96,13 @@ impl Session {
             forked_at: st.origin.as_ref().map(|o| o.at),
             branch: st.fork_frozen.as_ref().map(|f| f.branch.clone()),
             frozen_at: st.fork_frozen.as_ref().map(|f| f.at),
+            abandoned_forks: st
+                .forks
+                .iter()
+                .filter(|f| f.outcome == "abandoned")
+                .cloned()
+                .collect(),
+            busy: self.busy(),
         }
     }
 

@@ -246,6 +246,7 @@ mod doc_table {
                 ticket: s(),
                 tool: s(),
                 args_digest: s(),
+                args: Some(json!({"to": "a@b.c"})),
             },
             Record::ApprovalGranted {
                 ticket: Some(s()),

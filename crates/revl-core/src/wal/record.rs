@@ -91,6 +91,10 @@ pub enum Record {
         ticket: String,
         tool: String,
         args_digest: String,
+        /// v2 (SPEC 16): the arguments that would be sent, so `revl approvals` can show a
+        /// human what crosses (absent in v1 WALs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        args: Option<Value>,
     },
     ApprovalGranted {
         #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -20,4 +20,5 @@ mod prop_stepback;
 mod resource;
 mod rough_edges;
 mod security;
+mod seeing;
 mod soak;

@@ -47,13 +47,15 @@ fn a_label_with_a_newline_stays_one_timeline_line_and_an_opaque_exec_shows_its_c
     let out = w.run(&["timeline", &sid]);
     assert_eq!(out.code, Some(0));
     let lines: Vec<&str> = out.stdout.lines().collect();
-    // The header, the hinge, the boundary, the exec: four lines, whatever the label holds.
-    assert_eq!(lines.len(), 4, "{}", out.stdout);
-    assert!(lines[2].contains(r"two\nlines/boundary"), "{}", lines[2]);
+    // The header, the column names, the hinge, the boundary, the exec: five lines,
+    // whatever the label holds.
+    assert_eq!(lines.len(), 5, "{}", out.stdout);
+    assert!(lines[1].starts_with(" step  kind"), "{}", lines[1]);
+    assert!(lines[3].contains(r"two\nlines/boundary"), "{}", lines[3]);
     assert!(
-        lines[3].contains("exec/opaque (echo hi there)"),
+        lines[4].contains("exec/opaque (echo hi there)"),
         "{}",
-        lines[3]
+        lines[4]
     );
 }
 

@@ -234,6 +234,12 @@ impl World {
         (cmd, cmdline)
     }
 
+    /// The command for `revl ARGS…` in this world's clean environment, not run (to spawn
+    /// one in the background); no `--store` is added.
+    pub fn command_for(&self, args: &[&str]) -> Command {
+        self.command(args, &[], false).0
+    }
+
     /// Run `revl --store STORE ARGS…` (no `--json` added).
     pub fn run(&self, args: &[&str]) -> Out {
         self.run_env(args, &[])

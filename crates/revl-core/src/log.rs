@@ -1,0 +1,281 @@
+//! `revl log`, `revl approvals` and the data `revl view` draws (SPEC 16). Like the offline
+//! readers they read the WALs alone: no lock is taken (a long tool call on one session never
+//! makes them wait), nothing is repaired, nothing runs. A session in the middle of an
+//! operation is shown as its WAL says now.
+
+use crate::error::Result;
+use crate::lineage::{self, OfflineWal};
+use crate::state::ForkSeen;
+use crate::step::Pos;
+use crate::store::Store;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One WAL of the store, read (or the error that kept it from being read).
+pub struct Loaded {
+    pub id: String,
+    pub wal: Result<OfflineWal>,
+}
+
+/// Every session of the store, read without locks, in id order.
+pub fn load(store: &Store) -> Result<Vec<Loaded>> {
+    Ok(store
+        .session_ids()?
+        .into_iter()
+        .map(|id| Loaded {
+            wal: lineage::open(&store.wal_path(&id)),
+            id,
+        })
+        .collect())
+}
+
+/// A session as `log` shows it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogSession {
+    pub session: String,
+    /// `live`, `frozen`, `committed`, `aborted`, or `unreadable` (then `error` says why).
+    pub state: &'static str,
+    pub head: u64,
+    pub workspace: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<Pos>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<&'static str>,
+    /// A branch: whether the fork that made it left nothing out in the world or unrestored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub residue_clean: Option<bool>,
+    /// Held sends still queued.
+    pub queued: usize,
+    /// Approval tickets requested and not yet granted.
+    pub pending_approvals: usize,
+    /// A fork of this session that began and neither completed nor was abandoned yet (any
+    /// command on the session repairs it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mid_fork: Option<Pos>,
+    /// Forks a crash interrupted and repair abandoned (no branch was made).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub abandoned_forks: Vec<ForkSeen>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub torn: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+/// `branch` forked from `parent` at `at`, `serial` or `parallel`.
+#[derive(Debug, Clone, Serialize)]
+pub struct LogEdge {
+    pub parent: String,
+    pub branch: String,
+    pub at: Pos,
+    pub mode: &'static str,
+}
+
+/// `revl log --json`: `{sessions, edges}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Log {
+    pub sessions: Vec<LogSession>,
+    pub edges: Vec<LogEdge>,
+}
+
+/// The mode of the fork that made `branch` (from its parent's WAL when it can be read; else
+/// a branch in its parent's workspace is serial).
+fn fork_mode(byid: &BTreeMap<&str, &OfflineWal>, w: &OfflineWal) -> Option<&'static str> {
+    let (parent, _) = w.parent()?;
+    if let Some(p) = byid.get(parent) {
+        if let Some(f) = p.state.forks.iter().find(|f| f.branch == w.session()) {
+            return Some(f.mode);
+        }
+        return Some(if p.state.workspace == w.state.workspace {
+            "serial"
+        } else {
+            "parallel"
+        });
+    }
+    Some("serial")
+}
+
+/// The ids of SESSION's family: its root ancestor (as far as the WALs go) and every
+/// descendant of that root.
+fn family(byid: &BTreeMap<&str, &OfflineWal>, edges: &[LogEdge], id: &str) -> BTreeSet<String> {
+    let mut root = id.to_string();
+    let mut seen = BTreeSet::new();
+    while let Some(p) = byid
+        .get(root.as_str())
+        .and_then(|w| w.parent())
+        .map(|(p, _)| p.to_string())
+    {
+        if !seen.insert(root.clone()) || !byid.contains_key(p.as_str()) {
+            break;
+        }
+        root = p;
+    }
+    let mut out = BTreeSet::from([root]);
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for e in edges {
+            if out.contains(&e.parent) && out.insert(e.branch.clone()) {
+                grew = true;
+            }
+        }
+    }
+    out
+}
+
+/// `revl log [SESSION]`: the lineage tree of the store, or of SESSION's family.
+pub fn log(store: &Store, session: Option<&str>) -> Result<Log> {
+    let loaded = load(store)?;
+    let only = session.map(|s| store.resolve(s)).transpose()?;
+    Ok(log_of(&loaded, only.as_deref()))
+}
+
+/// The log of WALs already read (`view` reads them once for both).
+pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
+    let byid: BTreeMap<&str, &OfflineWal> = loaded
+        .iter()
+        .filter_map(|l| l.wal.as_ref().ok().map(|w| (l.id.as_str(), w)))
+        .collect();
+    let mut sessions = Vec::new();
+    let mut edges = Vec::new();
+    for l in loaded {
+        let w = match &l.wal {
+            Ok(w) => w,
+            Err(e) => {
+                sessions.push(LogSession {
+                    session: l.id.clone(),
+                    state: "unreadable",
+                    head: 0,
+                    workspace: String::new(),
+                    parent: None,
+                    at: None,
+                    mode: None,
+                    residue_clean: None,
+                    queued: 0,
+                    pending_approvals: 0,
+                    mid_fork: None,
+                    abandoned_forks: Vec::new(),
+                    torn: false,
+                    error: Some(e.to_json()["error"].clone()),
+                });
+                continue;
+            }
+        };
+        let st = &w.state;
+        let lin = w.lineage();
+        let mode = fork_mode(&byid, w);
+        if let Some((parent, at)) = w.parent() {
+            edges.push(LogEdge {
+                parent: parent.to_string(),
+                branch: l.id.clone(),
+                at,
+                mode: mode.unwrap_or("serial"),
+            });
+        }
+        sessions.push(LogSession {
+            session: l.id.clone(),
+            state: st.life().as_str(),
+            head: st.head(),
+            workspace: st.workspace.clone(),
+            parent: lin.parent.clone(),
+            at: lin.diverged_at,
+            mode: lin.parent.as_ref().and(mode),
+            residue_clean: lin.inherited_residue.as_ref().map(|r| r.clean),
+            queued: st.queue.len(),
+            pending_approvals: pending_tickets(st).count(),
+            mid_fork: st
+                .forks
+                .last()
+                .filter(|f| f.outcome == "begun" && !st.fork_complete)
+                .map(|f| f.at),
+            abandoned_forks: st
+                .forks
+                .iter()
+                .filter(|f| f.outcome == "abandoned")
+                .cloned()
+                .collect(),
+            torn: w.torn,
+            error: None,
+        });
+    }
+    if let Some(id) = only {
+        let keep = family(&byid, &edges, id);
+        sessions.retain(|s| keep.contains(&s.session));
+        edges.retain(|e| keep.contains(&e.branch));
+    }
+    edges.sort_by(|a, b| (&a.parent, a.at, &a.branch).cmp(&(&b.parent, b.at, &b.branch)));
+    Log { sessions, edges }
+}
+
+/// Tickets requested and neither granted nor consumed (a live session's only).
+fn pending_tickets(st: &crate::state::State) -> impl Iterator<Item = (&String, &String)> {
+    let live = st.life() == crate::state::Life::Live;
+    st.tickets_requested
+        .iter()
+        .filter(move |(t, _)| {
+            live && !st.tickets_granted.contains_key(*t) && !st.tickets_consumed.contains(*t)
+        })
+        .map(|(t, (tool, _))| (t, tool))
+}
+
+/// One pending approval ticket.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ticket {
+    pub session: String,
+    pub ticket: String,
+    pub tool: String,
+    /// The arguments that would be sent; null for a ticket a v1 WAL recorded without them.
+    pub args: Value,
+    pub args_digest: String,
+    /// The step after which the emission asked.
+    pub after_step: u64,
+    /// The command that approves it.
+    pub approve: String,
+}
+
+/// The pending tickets of one session, with the args each would send.
+pub fn pending(id: &str, st: &crate::state::State) -> Vec<Ticket> {
+    pending_tickets(st)
+        .map(|(ticket, tool)| {
+            let (args, after) = st.ticket_args.get(ticket).cloned().unwrap_or((None, 0));
+            Ticket {
+                session: id.to_string(),
+                ticket: ticket.clone(),
+                tool: tool.clone(),
+                args: args.unwrap_or(Value::Null),
+                args_digest: st.tickets_requested[ticket].1.clone(),
+                after_step: after,
+                approve: format!("revl approve {id} --ticket {ticket}"),
+            }
+        })
+        .collect()
+}
+
+/// `revl approvals [SESSION]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Approvals {
+    pub tickets: Vec<Ticket>,
+}
+
+pub fn approvals(store: &Store, session: Option<&str>) -> Result<Approvals> {
+    let only = session.map(|s| store.resolve(s)).transpose()?;
+    let mut tickets = Vec::new();
+    for l in load(store)? {
+        if only.as_ref().is_some_and(|o| o != &l.id) {
+            continue;
+        }
+        let w = match l.wal {
+            Ok(w) => w,
+            // Asked for this one session: its error is the answer.
+            Err(e) if only.is_some() => return Err(e),
+            Err(_) => continue,
+        };
+        tickets.extend(pending(&l.id, &w.state));
+    }
+    tickets.sort_by(|a, b| (&a.session, a.after_step).cmp(&(&b.session, b.after_step)));
+    Ok(Approvals { tickets })
+}
