@@ -40,8 +40,7 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: &str) -> Resu
     if btrfs::snapshot(src, dst) {
         mark(dst)?;
         fp.point("fork.mid-clone");
-        let f = fs::File::open(dst).map_err(|e| io(dst, e))?;
-        rustix::fs::syncfs(&f).map_err(|e| io(dst, e.into()))?;
+        crate::util::sync_tree(dst).map_err(|e| io(dst, e))?;
         return Ok(Cloned {
             how: "snapshot",
             bytes_copied: 0,
@@ -63,8 +62,7 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: &str) -> Resu
     let m = fs::metadata(src).map_err(|e| io(src, e))?;
     fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))?;
     // The copy is durable before the branch that names it exists.
-    let f = fs::File::open(dst).map_err(|e| io(dst, e))?;
-    rustix::fs::syncfs(&f).map_err(|e| io(dst, e.into()))?;
+    crate::util::sync_tree(dst).map_err(|e| io(dst, e))?;
     Ok(Cloned {
         how: if st.copied == 0 { "reflink" } else { "copy" },
         bytes_copied: st.bytes_copied,

@@ -106,3 +106,39 @@ mod tests {
         assert_eq!(jcs(&v), r#"{"a":[2,{"c":"x","d":1}],"b":1}"#);
     }
 }
+
+/// Whether `syncfs` on the filesystem holding `path` makes its writes durable. Not on FUSE:
+/// the kernel never forwards `syncfs` to a FUSE server (only fsync and fsyncdir reach it),
+/// so there every file and directory must be fsynced one by one.
+pub fn syncfs_persists(path: &std::path::Path) -> bool {
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    rustix::fs::statfs(path).map_or(true, |s| s.f_type as i64 != FUSE_SUPER_MAGIC)
+}
+
+/// Make the whole tree at `root` durable: one `syncfs`, or where that persists nothing
+/// (see [`syncfs_persists`]) an fsync of every file and directory, children first, and of
+/// the directory that holds `root`.
+pub fn sync_tree(root: &std::path::Path) -> std::io::Result<()> {
+    if syncfs_persists(root) {
+        let f = std::fs::File::open(root)?;
+        return rustix::fs::syncfs(&f).map_err(Into::into);
+    }
+    fn walk(p: &std::path::Path) -> std::io::Result<()> {
+        for e in std::fs::read_dir(p)? {
+            let e = e?;
+            let t = e.file_type()?;
+            if t.is_dir() {
+                walk(&e.path())?;
+            } else if t.is_file() {
+                std::fs::File::open(e.path())?.sync_all()?;
+            }
+        }
+        std::fs::File::open(p)?.sync_all()
+    }
+    walk(root)?;
+    // And the root's own entry in its parent.
+    match root.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => std::fs::File::open(parent)?.sync_all(),
+        _ => Ok(()),
+    }
+}

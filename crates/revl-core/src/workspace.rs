@@ -107,6 +107,18 @@ fn io(what: &Path, e: std::io::Error) -> Error {
     Error::io(what.display(), e)
 }
 
+/// One rule for a path that is not there, whichever verb names it (read, list, delete,
+/// rename): bad input (`bad-args`, exit 2), with where to look. Other failures are I/O.
+fn missing_or_io(rel: &str, abs: &Path, e: std::io::Error) -> Error {
+    use std::io::ErrorKind::{NotADirectory, NotFound};
+    if matches!(e.kind(), NotFound | NotADirectory) {
+        let rel = if rel.is_empty() { "." } else { rel };
+        return Error::bad_args(format!("{rel} does not exist"), "check the path")
+            .with_remedy(Remedy::ListPath);
+    }
+    io(abs, e)
+}
+
 fn lstat(p: &Path) -> Result<Option<fs::Metadata>> {
     match fs::symlink_metadata(p) {
         Ok(m) => Ok(Some(m)),
@@ -569,7 +581,7 @@ impl Workspace {
                             "content is {} bytes; the limit is 16 MiB per call",
                             content.len()
                         ),
-                        "split the file or write it with exec",
+                        "put it in place with a sandboxed command (exec, e.g. argv [\"cp\", SOURCE, PATH]): one rewindable step of any size",
                     ));
                 }
                 let abs = self.abs(&rel);
@@ -1314,7 +1326,7 @@ impl Workspace {
     pub fn read(&self, path: &str) -> Result<crate::report::FileRead> {
         let rel = self.confine(path, false)?;
         let abs = self.abs(&rel);
-        let m = fs::metadata(&abs).map_err(|e| io(&abs, e))?;
+        let m = fs::metadata(&abs).map_err(|e| missing_or_io(&rel, &abs, e))?;
         if !m.is_file() {
             return Err(Error::bad_args(
                 format!("{rel} is not a file"),
@@ -1323,8 +1335,11 @@ impl Workspace {
         }
         if m.len() as usize > CONTENT_MAX {
             return Err(Error::bad_args(
-                format!("{rel} is larger than 16 MiB"),
-                "read it with exec",
+                format!("{rel} is {} bytes; `read` returns at most 16 MiB", m.len()),
+                format!(
+                    "reads record nothing: read it where it is, {}",
+                    abs.display()
+                ),
             ));
         }
         let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
@@ -1348,7 +1363,7 @@ impl Workspace {
         };
         let abs = self.abs(&rel);
         let mut entries = Vec::new();
-        for e in fs::read_dir(&abs).map_err(|e| io(&abs, e))? {
+        for e in fs::read_dir(&abs).map_err(|e| missing_or_io(&rel, &abs, e))? {
             let e = e.map_err(|e| io(&abs, e))?;
             let name = e.file_name().to_string_lossy().into_owned();
             let m = fs::symlink_metadata(e.path()).map_err(|err| io(&e.path(), err))?;

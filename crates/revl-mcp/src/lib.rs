@@ -142,10 +142,14 @@ pub fn resolve_target(store: &Store, target: &Target) -> Result<(String, Option<
     }
 }
 
-/// The live session whose workspace is `dir` (canonical paths compared), if any.
+/// The live session whose workspace is `dir` (canonical paths compared), if any. A
+/// workspace directory that was deleted still names its session (by the path it had), so
+/// the server serves that session (whose verbs then say what is missing) instead of
+/// refusing to start.
 pub fn live_session_of(store: &Store, dir: &Path) -> Result<Option<String>, Error> {
-    let Ok(canon) = std::fs::canonicalize(dir) else {
-        return Ok(None); // a directory that does not exist yet has no session
+    let canon = match std::fs::canonicalize(dir) {
+        Ok(c) => c,
+        Err(_) => revl_core::store::resolve_future(dir)?,
     };
     for id in store.session_ids()? {
         let Ok(info) = store.info(&id) else { continue };

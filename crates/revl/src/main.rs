@@ -31,6 +31,8 @@ struct Cli {
 enum Cmd {
     /// Create a session on a workspace directory (created if missing).
     New {
+        /// The directory the agent works in (created if missing; one live session per
+        /// directory tree).
         #[arg(long, value_name = "DIR")]
         workspace: PathBuf,
         /// The tool manifest (default: revl.toml in the workspace, if present).
@@ -40,13 +42,22 @@ enum Cmd {
     /// List the sessions of the store.
     Sessions,
     /// A session's state, head, provisions, held sends and owed entries.
-    Status { session: String },
+    Status {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
+        session: String,
+    },
     /// Report witnessed paths changed outside revl.
-    Verify { session: String },
+    Verify {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
+        session: String,
+    },
     /// Replace a file (temp + rename), creating missing parent directories.
     Write {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// A path relative to the workspace root.
         path: String,
+        /// The new content, as text.
         #[arg(
             long,
             conflicts_with = "from",
@@ -54,28 +65,47 @@ enum Cmd {
             allow_hyphen_values = true
         )]
         content: Option<String>,
+        /// Take the new content from this file (bytes, up to 16 MiB).
         #[arg(long, value_name = "FILE")]
         from: Option<PathBuf>,
     },
     /// Delete a file or a whole directory tree.
-    Delete { session: String, path: String },
+    Delete {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
+        session: String,
+        /// A path relative to the workspace root.
+        path: String,
+    },
     /// Rename a file or directory (replaces an existing file target).
     Rename {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// The path to move, relative to the workspace root.
         from: String,
+        /// Where it goes, relative to the workspace root.
         to: String,
     },
     /// Create a directory (like mkdir -p; an existing directory is an error).
-    Mkdir { session: String, path: String },
+    Mkdir {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
+        session: String,
+        /// A path relative to the workspace root.
+        path: String,
+    },
     /// Change a mode (octal).
     Chmod {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// A path relative to the workspace root.
         path: String,
+        /// The new mode, in octal (e.g. 644 or 0755).
         mode: String,
     },
     /// Read a file (records nothing): as it is now, or as it was right after step K ran.
     Read {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// A path relative to the workspace root.
         path: String,
         /// The step after which to read PATH (-1: before every step); the content is kept
         /// even when a later rewind undid step K.
@@ -100,25 +130,33 @@ enum Cmd {
     },
     /// List a directory (records nothing).
     List {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// A directory relative to the workspace root (default: the root).
         path: Option<String>,
     },
     /// Provide a session-scoped key/value (a provision step).
     #[command(allow_negative_numbers = true)]
     Provide {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// The provision's name (e.g. API_KEY).
         key: String,
+        /// Its value (kept in the WAL; a fork to a step before this one withdraws it).
         value: String,
     },
     /// Mark an agent turn.
     Boundary {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// What the turn was (shown in the timeline).
         #[arg(long, allow_hyphen_values = true)]
         label: Option<String>,
     },
     /// Run a command (never through a shell) in a sandbox: no network, the host read-only,
     /// the workspace copy-on-write; what it changed becomes ONE rewindable step.
     Exec {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// Kill the command and everything it started after this many seconds (default 600);
         /// what it changed until then is still applied.
@@ -148,7 +186,10 @@ enum Cmd {
         path: Option<String>,
     },
     /// The session's steps.
-    Timeline { session: String },
+    Timeline {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
+        session: String,
+    },
     /// The lineage tree of the store (or of SESSION's family): states, heads, workspaces,
     /// forks with their step and residue, held sends and pending approvals counted.
     Log {
@@ -171,14 +212,18 @@ enum Cmd {
     },
     /// What holds at step K.
     Inspect {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
-        #[arg(long, allow_hyphen_values = true)]
+        /// A step index from `revl timeline`; -1 means before every step (the session's start).
+        #[arg(long, allow_hyphen_values = true, value_name = "K")]
         at: String,
     },
     /// Rewind to step K: scoped (default, never crosses) or compensating.
     StepBack {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
-        #[arg(long, allow_hyphen_values = true)]
+        /// The step to go back to (a live step index from `revl timeline`; -1: before every step).
+        #[arg(long, allow_hyphen_values = true, value_name = "K")]
         to: String,
         /// Run only host-confined inverses and provision withdrawals (the default).
         #[arg(long, conflicts_with = "compensating")]
@@ -192,46 +237,66 @@ enum Cmd {
     },
     /// Call a declared tool (by its class: effect, emission, deferred, opaque).
     Call {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// A tool the session's manifest declares (revl.toml).
         tool: String,
         /// The tool's arguments, a JSON object.
         #[arg(long, default_value = "{}", allow_hyphen_values = true)]
         args: String,
     },
     /// The commit plan: held sends and witnessed steps, with the hash to confirm.
-    Commit { session: String },
+    Commit {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
+        session: String,
+    },
     /// Commit: fire every held send once, FIFO, and close the session.
     CommitConfirm {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// The whole 64-character hash `revl commit` printed (a prefix is refused).
         #[arg(long)]
         hash: String,
     },
     /// Drop held sends and run every remaining inverse, newest first.
-    Abort { session: String },
+    Abort {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
+        session: String,
+    },
     /// Operator: fire one owed or failed held send of a committed session again.
     Resend {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// The held send's number (`send N` in `revl status`; `seq` in JSON).
         #[arg(long)]
         seq: u64,
     },
     /// Operator: approve an emission (a ticket once, or a tool for this session).
     Approve {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// Approve this one ticket (an emission's refusal, or `revl approvals`, names it):
+        /// once, for exactly the args it was requested with.
         #[arg(long, conflicts_with = "tool", required_unless_present = "tool")]
         ticket: Option<String>,
+        /// Approve every call of this emission tool in this session (standing).
         #[arg(long)]
         tool: Option<String>,
     },
     /// Enumerate a fork at step K: the report and its hash. Changes nothing in the workspace.
     Fork {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
-        #[arg(long, allow_hyphen_values = true)]
+        /// The step the branch starts from (a live step index from `revl timeline`; -1:
+        /// before every step, the session's start).
+        #[arg(long, allow_hyphen_values = true, value_name = "K")]
         at: String,
     },
     /// Perform the enumerated fork: rewind, freeze the parent, start the branch.
     ForkConfirm {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
-        /// The full hash the `fork` report printed.
+        /// The whole 64-character hash the `fork` report printed (a prefix is refused).
         #[arg(long)]
         hash: String,
         /// A parallel fork: this new (or empty) directory becomes the branch's workspace at
@@ -241,26 +306,36 @@ enum Cmd {
     },
     /// Record which model answered step K and what it cost (metadata only, never text).
     NoteModel {
+        /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// The step the model's answer produced (one decision per step).
         #[arg(long)]
         step: u64,
+        /// The model's name and version, e.g. provider/model-2026-01.
         #[arg(long)]
         model: String,
+        /// Input tokens.
         #[arg(long)]
         tokens_in: u64,
+        /// Output tokens.
         #[arg(long)]
         tokens_out: u64,
+        /// Wall time of the call(s), in seconds.
         #[arg(long)]
         latency_seconds: f64,
+        /// How many attempts were made (at most --attempt-ceiling).
         #[arg(long)]
         attempts: u64,
+        /// How many attempts were allowed.
         #[arg(long)]
         attempt_ceiling: u64,
-        /// validated | exhausted
+        /// `validated` (an attempt passed validation) or `exhausted` (none did).
         #[arg(long)]
         outcome: String,
+        /// What the calls cost (with --currency).
         #[arg(long)]
         cost: Option<f64>,
+        /// The currency of --cost, e.g. USD.
         #[arg(long)]
         currency: Option<String>,
     },
@@ -269,7 +344,9 @@ enum Cmd {
         /// A WAL file, or a session id of the store (its WAL); repeat for a topology.
         #[arg(long = "wal", value_name = "FILE|SESSION", required = true)]
         wals: Vec<PathBuf>,
-        #[arg(long, allow_hyphen_values = true)]
+        /// With one --wal: what a fork at this step would rewind, withdraw and leave crossed
+        /// (a step index; -1: before every step).
+        #[arg(long, allow_hyphen_values = true, value_name = "K")]
         at: Option<String>,
     },
     /// Offline: compare two branches (WAL files or session ids) step by step, by content.
@@ -281,6 +358,7 @@ enum Cmd {
     },
     /// Operator: the verdict on a dead session, and its repair.
     Recover {
+        /// A session id (or a unique prefix of at least 6).
         session: Option<String>,
         #[arg(
             long,
@@ -288,12 +366,14 @@ enum Cmd {
             conflicts_with = "session",
             required_unless_present = "session"
         )]
+        /// A session's WAL file (its store is found from the path).
         wal: Option<PathBuf>,
         /// Roll a live session back like an abort.
         #[arg(long)]
         force: bool,
     },
-    /// Serve the Model Context Protocol over stdio (SPEC 10) on one session.
+    /// Serve the Model Context Protocol over stdio on one session (for MCP clients: coding
+    /// agents, custom agents).
     Mcp {
         /// Serve the live session of this workspace, or create one there.
         #[arg(
@@ -962,7 +1042,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                // The help goes to stdout; stderr gets the one line of SPEC 9.
+                // The help goes to stdout; stderr gets the one-line error every failure has.
                 if !json {
                     print!("{}", e.render());
                 }

@@ -873,7 +873,9 @@ pub fn lineage(v: &Lineage) -> String {
             );
         }
     }
-    if let Some(c) = &v.child {
+    // A fork still in progress names no branch yet: the MID-FORK line below says it all.
+    let unmade = v.mid_fork.is_some() && v.frozen_at.flatten().is_none();
+    if let (Some(c), false) = (&v.child, unmade) {
         let at = v
             .frozen_at
             .flatten()
@@ -1003,6 +1005,32 @@ pub fn compare(v: &Compare) -> String {
     }
     entry_rows(&mut out, "only left", &d.only_left);
     entry_rows(&mut out, "only right", &d.only_right);
+    for (side, x) in [("left", &v.left), ("right", &v.right)] {
+        rows(
+            &mut out,
+            &format!("model decisions ({side})"),
+            x.model_decisions.iter().map(|m| {
+                // Each member is recorded as {value, provenance}.
+                let val = |k: &str| s(&m["llm"][k]["value"]);
+                let mut note = format!(
+                    "{} in / {} out tokens, {}s, attempts {}/{}",
+                    val("tokensIn"),
+                    val("tokensOut"),
+                    val("latencySeconds"),
+                    val("attempts"),
+                    val("attemptCeiling")
+                );
+                if !m["llm"]["cost"]["value"].is_null() {
+                    let _ = write!(note, ", cost {} {}", val("cost"), val("currency"));
+                }
+                (
+                    format!("step {}", s(&m["step"])),
+                    format!("{} ({})", val("model"), s(&m["outcome"])),
+                    Some(note),
+                )
+            }),
+        );
+    }
     for nc in v.not_comparable.as_array().into_iter().flatten() {
         let _ = write!(
             out,

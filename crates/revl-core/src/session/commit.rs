@@ -122,6 +122,7 @@ impl Session {
     /// `commit-confirm --hash H`: held sends fire once each, FIFO, after `commit-approved`.
     pub fn commit_confirm(&mut self, hash: &str) -> Result<CommitResult> {
         self.require_live()?;
+        super::require_full_hash(hash, "`commit`")?;
         let plan = self.commit_plan();
         if plan.hash != hash {
             return Ok(CommitResult::Refused {

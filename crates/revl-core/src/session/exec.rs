@@ -439,7 +439,7 @@ impl Session {
 /// fsync every file and directory that will move in; above [`SYNCFS_OVER`] of them, one
 /// `syncfs` of the filesystem that holds them.
 fn make_durable(paths: &[PathBuf], upper: &Path) -> std::io::Result<()> {
-    if paths.len() > SYNCFS_OVER {
+    if paths.len() > SYNCFS_OVER && crate::util::syncfs_persists(upper) {
         let f = std::fs::File::open(upper)?;
         return rustix::fs::syncfs(&f).map_err(Into::into);
     }

@@ -275,6 +275,7 @@ impl Session {
                 "enumerate the fork first, read the report, then confirm its hash",
             ));
         };
+        super::require_full_hash(hash, "`fork`")?;
         let p = self.fork_checks(k.to_i64())?;
         let drift = self.fork_drift(&p)?;
         let fresh = self.fork_hash(&p, &drift);

@@ -175,6 +175,21 @@ impl Store {
     }
 }
 
+/// A confirm's `--hash` is the whole SHA-256 the report printed (64 hex characters). Anything
+/// else (a prefix, a typo'd length) is bad input, refused before it can count as a stale hash
+/// (which would clear a pending fork).
+pub(crate) fn require_full_hash(hash: &str, report: &str) -> Result<()> {
+    if hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(());
+    }
+    Err(Error::bad_args(
+        format!(
+            "--hash {hash:?} is not a full hash: give all 64 hex characters (a prefix is not accepted); nothing was changed"
+        ),
+        format!("copy the whole `hash` from the {report} report"),
+    ))
+}
+
 /// Step 0 of every session and branch.
 pub(crate) fn hinge_record(seq: u64, ts: Option<&str>) -> Result<Record> {
     let mut rec = StepRecord::new(

@@ -202,8 +202,44 @@ fn mid_fork_wal_reads_half_rewound_without_repair() {
         before,
         "an offline reader wrote to the WAL"
     );
-    // A live command repairs: the fork is abandoned and the WAL reads standalone.
-    ok(&e, &["status", &s]);
+    // In text, a fork in progress names no branch (none exists yet) and no "step -".
+    let text = revl_env(&e, &["branch", "--wal", w(&wal(&e, &s))], false, None);
+    assert!(
+        text.stdout.contains("MID-FORK: the fork at step 1 began"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        !text.stdout.contains("forked into") && !text.stdout.contains("step -"),
+        "{}",
+        text.stdout
+    );
+    // A live command repairs: the fork is abandoned and the WAL reads standalone; status
+    // says so (the branch was never made).
+    let st = ok(&e, &["status", &s]);
+    assert_eq!(
+        st["abandonedForks"].as_array().map(Vec::len),
+        Some(1),
+        "{st}"
+    );
+    assert_eq!(
+        (
+            &st["abandonedForks"][0]["at"],
+            &st["abandonedForks"][0]["outcome"]
+        ),
+        (&serde_json::json!(1), &serde_json::json!("abandoned"))
+    );
+    assert_eq!(
+        st["abandonedForks"][0]["hash"],
+        h.as_str(),
+        "the hash that was confirmed"
+    );
+    let text = revl_env(&e, &["status", &s], false, None);
+    assert!(
+        text.stdout.contains("fork at step 1 ABANDONED"),
+        "{}",
+        text.stdout
+    );
     let l = branch(&["branch", "--wal", w(&wal(&e, &s))]);
     assert_eq!(l.json["role"], "standalone");
     assert!(l.json.get("midFork").is_none());

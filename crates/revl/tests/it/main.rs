@@ -16,6 +16,7 @@ mod lineage;
 mod mcp_clients;
 mod outbound;
 mod parallel;
+mod power_cut;
 mod prop_stepback;
 mod resource;
 mod rough_edges;

@@ -372,6 +372,15 @@ fn raw_workspace_target_attaches_to_its_live_session_and_releases_the_lock() {
     assert_eq!(again, first.as_str());
     b.finish();
 
+    // The workspace directory deleted: the server still serves its live session (whose
+    // status says where the workspace was) rather than refusing to start.
+    std::fs::remove_dir_all(&ws).unwrap();
+    let mut c = Raw::start(&store, &["--workspace", ws_arg]);
+    c.initialize();
+    let st = c.call(2, "revl_status", json!({}));
+    assert_eq!(st["structuredContent"]["session"], first.as_str(), "{st}");
+    c.finish();
+
     // Bad targets are refused before serving, with the SPEC 9 document.
     let out = Command::new(BIN)
         .args([

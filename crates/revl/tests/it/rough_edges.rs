@@ -85,3 +85,185 @@ fn the_fork_warning_accounts_for_an_effect_that_crossed() {
     );
     assert!(warn.contains("1 step(s) that crossed stay done"), "{warn}");
 }
+
+#[test]
+fn a_missing_path_is_bad_args_for_every_verb_and_a_hash_prefix_changes_nothing() {
+    let w = World::new();
+    let (sid, _) = w.session();
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    // One rule: a path that is not there is bad input (exit 2), whichever verb names it.
+    for args in [
+        vec!["read", &sid, "nope"],
+        vec!["read", &sid, "a/below-a-file"],
+        vec!["list", &sid, "nope"],
+        vec!["delete", &sid, "nope"],
+        vec!["rename", &sid, "nope", "b"],
+    ] {
+        let msg = w.json(&args).err(2, "bad-args");
+        assert!(
+            msg.contains("does not exist") || msg.contains("is not a directory"),
+            "{args:?}: {msg}"
+        );
+    }
+    // A prefix of the fork hash is refused as bad input; the pending fork survives it and
+    // the full hash still confirms.
+    w.json(&["write", &sid, "a", "--content", "2"]).ok();
+    let hash = w.json(&["fork", &sid, "--at", "1"]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let msg = w
+        .json(&["fork-confirm", &sid, "--hash", &hash[..8]])
+        .err(2, "bad-args");
+    assert!(msg.contains("not a full hash"), "{msg}");
+    assert_eq!(w.head(&sid), 2, "nothing was rewound");
+    let done = w.json(&["fork-confirm", &sid, "--hash", &hash]);
+    assert_eq!(done.ok()["forked"], true);
+    // The same for a commit: a prefix fires nothing and is not a stale refusal.
+    let b = done.ok()["branch"].as_str().unwrap().to_string();
+    let plan = w.json(&["commit", &b]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let msg = w
+        .json(&["commit-confirm", &b, "--hash", &plan[..12]])
+        .err(2, "bad-args");
+    assert!(msg.contains("not a full hash"), "{msg}");
+    assert_eq!(
+        w.json(&["commit-confirm", &b, "--hash", &plan]).ok()["committed"],
+        true
+    );
+}
+
+#[test]
+fn verbs_that_only_report_print_text_without_json() {
+    let w = World::new();
+    let (sid, _) = w.session();
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    for (args, want) in [
+        (
+            vec!["inspect", &sid, "--at", "1"],
+            "steps in effect here:  1",
+        ),
+        (vec!["abort", &sid], "ABORTED"),
+    ] {
+        let out = w.run(&args);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        assert!(out.stdout.contains(want), "{args:?}: {}", out.stdout);
+        assert!(
+            !out.stdout.trim_start().starts_with('{'),
+            "{args:?} printed JSON: {}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn compare_text_shows_each_sides_model_decisions() {
+    let w = World::new();
+    let (sid, _) = w.session();
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    w.json(&[
+        "note-model",
+        &sid,
+        "--step",
+        "1",
+        "--model",
+        "acme/m-7",
+        "--tokens-in",
+        "120",
+        "--tokens-out",
+        "40",
+        "--latency-seconds",
+        "1.5",
+        "--attempts",
+        "2",
+        "--attempt-ceiling",
+        "3",
+        "--outcome",
+        "validated",
+        "--cost",
+        "0.25",
+        "--currency",
+        "USD",
+    ])
+    .ok();
+    let hash = w.json(&["fork", &sid, "--at", "0"]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b = w.json(&["fork-confirm", &sid, "--hash", &hash]).ok()["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = w.run(&["compare", &sid, &b]);
+    assert!(
+        out.stdout.contains("model decisions (left):"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("step 1  acme/m-7 (validated)  (120 in / 40 out tokens, 1.5s, attempts 2/3, cost 0.25 USD)"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stdout.contains("model decisions (right)"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// Every command's `--help` gives every argument and option a description, and none sends
+/// the reader to a specification they do not have.
+#[test]
+fn every_argument_and_option_has_help_text() {
+    let w = World::new();
+    let top = w.run(&["--help"]);
+    let cmds: Vec<String> = top
+        .stdout
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(cmds.len() >= 35, "{cmds:?}");
+    for c in &cmds {
+        let h = w.run(&[c, "--help"]);
+        assert_eq!(h.code, Some(0), "{c}");
+        assert!(
+            !h.stdout.contains("SPEC"),
+            "revl {c} --help mentions the SPEC:\n{}",
+            h.stdout
+        );
+        let mut section = false;
+        let lines: Vec<&str> = h.stdout.lines().collect();
+        let is_entry = |t: &str| t.starts_with('<') || t.starts_with('-') || t.starts_with('[');
+        for (i, l) in lines.iter().enumerate() {
+            if *l == "Arguments:" || *l == "Options:" {
+                section = true;
+                continue;
+            }
+            if l.is_empty() && lines.get(i + 1).is_none_or(|n| !n.starts_with("  ")) {
+                section = false;
+            }
+            // "  <NAME>  text" or "  -x, --name <V>  text" (a name, two spaces, words), or
+            // the long layout: the name alone, its text on the next, deeper line.
+            let t = l.trim_start();
+            if section && is_entry(t) {
+                let inline = t.split("  ").filter(|p| !p.trim().is_empty()).count() >= 2;
+                let below = lines.get(i + 1).is_some_and(|n| {
+                    let nt = n.trim_start();
+                    !nt.is_empty() && !is_entry(nt) && n.len() - nt.len() > l.len() - t.len()
+                });
+                assert!(inline || below, "revl {c} --help: {t:?} has no description");
+            }
+        }
+    }
+    let at = w.run(&["fork", "--help"]).stdout;
+    assert!(at.contains("-1: before every step"), "{at}");
+}
