@@ -89,30 +89,12 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_789), (2026, 12, 2));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
-
-    #[test]
-    fn jcs_sorts_keys() {
-        let v = serde_json::json!({"b": 1, "a": [2, {"d": 1, "c": "x"}]});
-        assert_eq!(jcs(&v), r#"{"a":[2,{"c":"x","d":1}],"b":1}"#);
-    }
-}
-
 /// Whether `syncfs` on the filesystem holding `path` makes its writes durable. Not on FUSE:
 /// the kernel never forwards `syncfs` to a FUSE server (only fsync and fsyncdir reach it),
 /// so there every file and directory must be fsynced one by one.
 pub fn syncfs_persists(path: &std::path::Path) -> bool {
     const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
-    rustix::fs::statfs(path).map_or(true, |s| s.f_type as i64 != FUSE_SUPER_MAGIC)
+    rustix::fs::statfs(path).map_or(true, |s| s.f_type != FUSE_SUPER_MAGIC)
 }
 
 /// Make the whole tree at `root` durable: one `syncfs`, or where that persists nothing
@@ -140,5 +122,23 @@ pub fn sync_tree(root: &std::path::Path) -> std::io::Result<()> {
     match root.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => std::fs::File::open(parent)?.sync_all(),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_789), (2026, 12, 2));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn jcs_sorts_keys() {
+        let v = serde_json::json!({"b": 1, "a": [2, {"d": 1, "c": "x"}]});
+        assert_eq!(jcs(&v), r#"{"a":[2,{"c":"x","d":1}],"b":1}"#);
     }
 }
