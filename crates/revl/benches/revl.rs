@@ -5,7 +5,8 @@
 //!   cargo bench -p revl --bench revl -- write attach # some sections
 //!
 //! Sections: write, attach, partition, offline, topology, fork, restore, enqueue, commit,
-//! exec, parallel (parallel fork on ext4, and on XFS and btrfs images when run as root).
+//! exec, parallel (parallel fork on ext4, and on XFS and btrfs images when run as root),
+//! view (the lineage page at 500 sessions and 10,000 steps).
 //! Timings are medians of repeated runs (wall clock, release build). A benchmark never fails a
 //! test: the goals are checked by reading the table.
 
@@ -695,6 +696,107 @@ fn bench_parallel() {
     }
 }
 
+/// `revl view` on 500 sessions and 10,000 steps: a tree of branches (each session a branch
+/// of the one before it, halved), 20 steps each. The page is written by the release binary;
+/// where playwright-core and Chromium are installed, the page is also opened, searched and
+/// one timeline expanded (tests/view/time_view.mjs).
+fn bench_view() {
+    println!("\nview: `revl view` at 500 sessions x 20 steps (10,000 steps)");
+    let dir = tempfile::tempdir().unwrap();
+    let st = store(dir.path());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = std::fs::canonicalize(&ws).unwrap().display().to_string();
+    let id = |j: usize| format!("{:032x}", 0xa000_0000_usize + j);
+    let t = Instant::now();
+    for j in 0..500 {
+        let me = id(j);
+        std::fs::create_dir_all(st.session_dir(&me)).unwrap();
+        let mut recs = vec![Record::Header {
+            wal_version: 1,
+            seq: 0,
+            session: me.clone(),
+            workspace: ws.clone(),
+            manifest_digest: None,
+            created_by: "bench".into(),
+            guarantee: "g".into(),
+            ts: None,
+        }];
+        if j > 0 {
+            let parent = id((j - 1) / 2);
+            recs.push(Record::ForkBranch {
+                branch: me.clone(),
+                parent: parent.clone(),
+                at: revl_core::step::Pos::from_i64(5).unwrap(),
+                parent_wal: st.wal_path(&parent).display().to_string(),
+                preserved: json!([]),
+                not_preserved: json!([]),
+                crossed: vec![],
+                would_cross: vec![],
+                failed: vec![],
+                provisions: json!({}),
+            });
+        }
+        let base = recs.len() as u64;
+        for i in 0..20u64 {
+            let (kind, label) = match i {
+                0 => ("hinge", "session/hinge".to_string()),
+                _ if i % 5 == 0 => ("emission", format!("mail.send #{j}-{i}")),
+                _ if i % 2 == 0 => ("boundary", format!("turn {i} of session {j}")),
+                _ => ("effect", format!("fs.write src/file-{j}-{i}.rs")),
+            };
+            let mut rec =
+                StepRecord::new(base + i, i, kind.into(), &label, "bench", &json!({})).unwrap();
+            rec.set_ts(Some("2026-12-02T00:00:00.000Z")).unwrap();
+            recs.push(Record::Step(rec));
+        }
+        create_wal(&st.wal_path(&id(j)), &recs, &Failpoints::none()).unwrap();
+    }
+    row("make 500 WALs (setup)", fmt(t.elapsed()));
+    let out = dir.path().join("view.html");
+    let bin = env!("CARGO_BIN_EXE_revl");
+    let run = || {
+        let o = std::process::Command::new(bin)
+            .arg("--store")
+            .arg(dir.path().join("store"))
+            .args(["view", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let d = time(5, run);
+    let bytes = std::fs::metadata(&out).unwrap().len();
+    row("revl view (500 sessions, 10,000 steps)", fmt(d));
+    row("page size", format!("{:.2} MB", bytes as f64 / 1e6));
+    let Some(node) = std::env::var_os("REVL_TEST_VIEW_NODE_DIR") else {
+        row(
+            "in Chromium",
+            "skipped (set REVL_TEST_VIEW_NODE_DIR)".into(),
+        );
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/view/time_view.mjs");
+    let o = std::process::Command::new("node")
+        .arg(script)
+        .arg(&out)
+        .arg("turn 14 of session 377")
+        .env("REVL_TEST_VIEW_NODE_DIR", node)
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|_| panic!("time_view.mjs: {}", String::from_utf8_lossy(&o.stderr)));
+    row("Chromium: load the page", format!("{} ms", r["loadMs"]));
+    row(
+        &format!("Chromium: search 500 sessions ({} match)", r["shown"]),
+        format!("{} ms", r["searchMs"]),
+    );
+    row(
+        "Chromium: expand one timeline by a click",
+        format!("{} ms", r["expandMs"]),
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -736,6 +838,9 @@ fn main() {
     }
     if want("parallel") {
         bench_parallel();
+    }
+    if want("view") {
+        bench_view();
     }
     let _ = encode_line;
 }

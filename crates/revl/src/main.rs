@@ -562,7 +562,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(to_json(&r), render::status(&r)))
         }
         Cmd::Verify { session } => {
-            let s = attach(&store, session)?;
+            let s = attach_read(&store, session)?;
             let r = s.verify()?;
             // Like diff(1): drift found exits 1, with the normal document.
             let mut out = Outcome::ok(to_json(&r), render::verify(&r));

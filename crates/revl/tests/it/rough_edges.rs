@@ -267,3 +267,57 @@ fn every_argument_and_option_has_help_text() {
     let at = w.run(&["fork", "--help"]).stdout;
     assert!(at.contains("-1: before every step"), "{at}");
 }
+
+/// The README's "60 seconds" block, pasted as written (tests/readme_story.sh), with the
+/// binary under test first on PATH: every command succeeds and the story ends as it says.
+#[test]
+fn the_readme_story_runs_as_written() {
+    let w = World::new();
+    let bin_dir = std::path::Path::new(crate::common::bin())
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/readme_story.sh");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .env("PATH", path)
+        .env("HOME", &w.home)
+        .env("TMPDIR", w.root())
+        .env_remove("REVL_STORE")
+        .current_dir(w.root())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "the README story failed:\n{stdout}\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    let n = lines.len();
+    assert!(n > 6, "{stdout}");
+    // The last lines: the file back at step 2, one thing sent, the frozen parent and its branch.
+    assert_eq!(lines[n - 4], "Dear customer, thank you.", "{stdout}");
+    assert_eq!(
+        lines[n - 3],
+        "1",
+        "exactly one send left the machine: {stdout}"
+    );
+    assert!(lines[n - 2].contains("  FROZEN  head 4"), "{stdout}");
+    assert!(
+        lines[n - 1].starts_with("└─ ") && lines[n - 1].contains("residue NOT CLEAN"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("CROSSED (cannot be undone):\n      step 4  status.post"),
+        "{stdout}"
+    );
+}
