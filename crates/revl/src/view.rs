@@ -77,16 +77,20 @@ tr.undone td.l{text-decoration:line-through;color:var(--mut)}
 "#;
 
 /// The search box: hide the sessions whose text does not contain the query, open those
-/// whose steps match (when there are few).
+/// whose steps match (when there are few). Each session's text is read once, at the first
+/// search, and searched from then on.
 const SCRIPT: &str = r#"
 (function(){
-var q=document.getElementById('q'),all=[].slice.call(document.querySelectorAll('details.session')),n=document.getElementById('nmatch');
-q.addEventListener('input',function(){
+var q=document.getElementById('q'),all=[].slice.call(document.querySelectorAll('details.session')),n=document.getElementById('nmatch'),text=null,last=null;
+function run(){
   var t=q.value.trim().toLowerCase(),shown=0;
-  all.forEach(function(d){var hit=!t||d.textContent.toLowerCase().indexOf(t)>=0;d.classList.toggle('hidden',!hit);if(hit)shown++;});
+  if(t===last)return;last=t;
+  if(t&&!text)text=all.map(function(d){return d.textContent.toLowerCase();});
+  all.forEach(function(d,i){var hit=!t||text[i].indexOf(t)>=0;if(d.classList.contains('hidden')===hit)d.classList.toggle('hidden',!hit);if(hit)shown++;});
   if(t&&shown<=20)all.forEach(function(d){if(!d.classList.contains('hidden'))d.open=true;});
   n.textContent=t?shown+' of '+all.length+' session(s) match':'';
-});
+}
+q.addEventListener('input',run);
 })();
 "#;
 
