@@ -52,6 +52,17 @@ pub struct PendingIntent {
     pub site: String,
     pub undo: Option<Undo>,
     pub after: Option<IntentAfter>,
+    pub redo: Option<crate::wal::Redo>,
+}
+
+/// An in-place write whose file may not be durable yet (after the last `files-synced`): its
+/// path's preimage, its post-image, and the bytes to write again after a power loss.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unsettled {
+    pub step: u64,
+    pub pre: crate::undo::RestoreEntry,
+    pub post: crate::undo::Image,
+    pub redo: crate::wal::Redo,
 }
 
 /// A parallel fork of this session: `{branch, at, into}`; `complete` once `fork-complete`.
@@ -149,6 +160,8 @@ pub struct State {
     pub discharged: bool,
     pub activation_complete: bool,
     pub fork_pending: Option<(Pos, Option<String>)>,
+    /// In-place writes not yet known durable in their files (see [`Unsettled`]).
+    pub unsettled: Vec<Unsettled>,
     pub fork_begun: Option<ForkBegun>,
     pub fork_frozen: Option<ForkFrozen>,
     pub fork_complete: bool,
@@ -324,6 +337,7 @@ impl State {
                 site,
                 undo,
                 after,
+                redo,
                 ..
             } => {
                 if *step != self.next_index() {
@@ -339,9 +353,24 @@ impl State {
                     site: site.clone(),
                     undo: undo.clone(),
                     after: after.clone(),
+                    redo: redo.clone(),
                 });
+                let pre = undo.as_ref().and_then(|u| u.entries().first().cloned());
+                let post = after.as_ref().and_then(|a| a.images.first().cloned());
+                if let (Some(redo), Some(pre), Some(post)) = (redo, pre, post) {
+                    self.unsettled.push(Unsettled {
+                        step: *step,
+                        pre,
+                        post,
+                        redo: redo.clone(),
+                    });
+                }
             }
-            Record::IntentVoid { .. } => self.intent = None,
+            Record::IntentVoid { step, .. } => {
+                self.intent = None;
+                self.unsettled.retain(|u| u.step != *step);
+            }
+            Record::FilesSynced { through } => self.unsettled.retain(|u| u.step > *through),
             Record::Step(_) => unreachable!("steps are applied above"),
             Record::StepBack { to, mode } => {
                 self.step_over(*to);

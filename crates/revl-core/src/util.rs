@@ -89,6 +89,22 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// This boot of the machine (`/proc/sys/kernel/random/boot_id`): after a power loss the
+/// machine boots again, so a different id says that writes not fsynced before may be lost.
+/// `REVL_BOOT_ID` overrides it: the power-cut tests restart "the machine" (a FUSE layer that
+/// drops what was not fsynced) without rebooting the kernel.
+pub fn boot_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        std::env::var("REVL_BOOT_ID")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .or_else(|| std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok())
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| "unknown".into())
+    })
+}
+
 /// Whether `syncfs` on the filesystem holding `path` makes its writes durable. Not on FUSE:
 /// the kernel never forwards `syncfs` to a FUSE server (only fsync and fsyncdir reach it),
 /// so there every file and directory must be fsynced one by one.

@@ -812,10 +812,25 @@ impl Workspace {
     /// The change is made through directory handles, never by path: every component from the
     /// workspace root down is opened with `O_NOFOLLOW | O_DIRECTORY`, so a component swapped
     /// for a symlink after `confine` checked it makes the change fail (`path-outside`) instead
-    /// of landing outside the workspace. A write renames its staged temp file into place; the
-    /// step record's fsync that follows commits the rename with the filesystem journal (ext4,
-    /// xfs). Other changes fsync their directory here.
-    pub fn apply(&self, p: &Planned, step: u64, staged: bool) -> Result<()> {
+    /// of landing outside the workspace. A write renames its staged temp file into place and
+    /// fsyncs the directories involved; other changes fsync their directory here too.
+    ///
+    /// Returns true when the change was a small overwrite made in place and, as asked
+    /// (`defer_sync`: its intent carries the bytes), not fsynced.
+    pub fn apply(&self, p: &Planned, step: u64, staged: bool, defer_sync: bool) -> Result<bool> {
+        if let FileOp::Write { path, content } = &p.op {
+            if !staged && in_place(p) {
+                let (parent, name) = split_rel(path);
+                let dir = self.dir_beneath(parent, true)?;
+                if self.overwrite_in_place(&dir, name, path, content, p, !defer_sync)? {
+                    return Ok(defer_sync);
+                }
+            }
+        }
+        self.apply_change(p, step, staged).map(|()| false)
+    }
+
+    fn apply_change(&self, p: &Planned, step: u64, staged: bool) -> Result<()> {
         use rustix::fs::{
             fchmod, fsync, mkdirat, openat, renameat, statat, unlinkat, AtFlags, FileType, Mode,
             OFlags,
@@ -826,12 +841,6 @@ impl Workspace {
             FileOp::Write { path, content } => {
                 let (parent, name) = split_rel(path);
                 let dir = self.dir_beneath(parent, true)?;
-                if !staged
-                    && in_place(p)
-                    && self.overwrite_in_place(&dir, name, path, content, p)?
-                {
-                    return Ok(());
-                }
                 let root = self.dir_beneath("", false)?;
                 let tmp_name = format!(".revl-{step}.tmp");
                 if !staged {
@@ -848,7 +857,16 @@ impl Workspace {
                     }
                 }
                 match renameat(&root, tmp_name.as_str(), &dir, name) {
-                    Ok(()) => Ok(()),
+                    // The new entry, and the temp's gone from the root, are made durable here:
+                    // the WAL's own fsync commits them only on filesystems whose journal
+                    // holds every metadata change (ext4, xfs), not on btrfs or under POSIX.
+                    Ok(()) => {
+                        fsync(&dir).map_err(|e| sys(path, e))?;
+                        if !split_rel(path).0.is_empty() {
+                            fsync(&root).map_err(|e| sys(path, e))?;
+                        }
+                        Ok(())
+                    }
                     // A mount point inside the workspace: write the temp next to the target.
                     Err(rustix::io::Errno::XDEV) => {
                         let _ = unlinkat(&root, tmp_name.as_str(), AtFlags::empty());
@@ -996,6 +1014,7 @@ impl Workspace {
         path: &str,
         content: &[u8],
         p: &Planned,
+        sync: bool,
     ) -> Result<bool> {
         use rustix::fs::{fchmod, fdatasync, fstat, ftruncate, openat, FileType, Mode, OFlags};
         let sys = |e: rustix::io::Errno| io(&self.abs(path), std::io::Error::from(e));
@@ -1033,18 +1052,90 @@ impl Workspace {
             ftruncate(&fd, content.len() as u64).map_err(sys)?;
         }
         let mode = write_mode(p)?;
-        if st.st_mode & 0o7777 != mode {
-            // Changed since the plan: put the planned mode back, and make it durable too
-            // (fdatasync would not carry a mode).
+        let chmod = st.st_mode & 0o7777 != mode;
+        if chmod {
+            // Changed since the plan: put the planned mode back.
             fchmod(&fd, Mode::from_raw_mode(mode)).map_err(sys)?;
+        }
+        // Unless the intent carries the bytes (then repair can write them again), make them
+        // durable now; fdatasync would not carry a mode.
+        if sync && chmod {
             rustix::fs::fsync(&fd).map_err(sys)?;
-        } else {
+        } else if sync {
             fdatasync(&fd).map_err(sys)?;
         }
         if torn {
             crate::failpoint::crash("effect.torn-write");
         }
         Ok(true)
+    }
+
+    /// Write a small file's bytes and mode again, in place, durably (repair of an in-place
+    /// write a power loss undid, SPEC 17). The file must exist and be a regular file; it is
+    /// reached through directory handles like every change.
+    pub fn rewrite_small(&self, path: &str, content: &[u8], mode: &str) -> Result<()> {
+        use rustix::fs::{fchmod, fstat, fsync, ftruncate, openat, FileType, Mode, OFlags};
+        let sys = |e: rustix::io::Errno| io(&self.abs(path), std::io::Error::from(e));
+        let (parent, name) = split_rel(path);
+        let dir = self.dir_beneath(parent, false)?;
+        let fd = openat(
+            &dir,
+            name,
+            OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| self.beneath_error(path, e))?;
+        let st = fstat(&fd).map_err(sys)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(sys(rustix::io::Errno::INVAL));
+        }
+        let mut at = 0usize;
+        while at < content.len() {
+            match rustix::io::pwrite(&fd, &content[at..], at as u64).map_err(sys)? {
+                0 => return Err(sys(rustix::io::Errno::NOSPC)),
+                n => at += n,
+            }
+        }
+        ftruncate(&fd, content.len() as u64).map_err(sys)?;
+        fchmod(&fd, Mode::from_raw_mode(parse_mode(mode)?)).map_err(sys)?;
+        fsync(&fd).map_err(sys)
+    }
+
+    /// fsync these files (several at once), skipping any that is gone: the in-place writes
+    /// of [`crate::state::Unsettled`] become durable in their files.
+    pub fn sync_files(&self, paths: &[&str]) -> Result<()> {
+        let lanes = paths.len().clamp(1, 8);
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..lanes)
+                .map(|lane| {
+                    sc.spawn(move || -> Result<()> {
+                        for p in paths.iter().skip(lane).step_by(lanes) {
+                            let abs = self.abs(p);
+                            match File::open(&abs).and_then(|f| f.sync_all()) {
+                                Ok(()) => {}
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::NotFound
+                                            | std::io::ErrorKind::NotADirectory
+                                    ) => {}
+                                Err(e) => return Err(io(&abs, e)),
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::new(
+                        Code::Io,
+                        "an fsync thread panicked",
+                        "run the command again",
+                    ))
+                })
+            })
+        })
     }
 
     fn write_temp(&self, tmp: &Path, dest: &Path, content: &[u8], mode: u32) -> Result<()> {

@@ -142,6 +142,7 @@ impl Session {
                 undo: None,
                 preimage: None,
                 after: None,
+                redo: None,
             },
             true,
         )

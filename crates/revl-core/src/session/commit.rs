@@ -133,6 +133,9 @@ impl Session {
             });
         }
         let manifest = self.manifest()?;
+        // The deliverable's files are durable before the commit is: after it, no later write
+        // of this session would fsync them, and no repair of this session would redo them.
+        self.settle(true)?;
         self.append(Record::CommitApproved { hash: hash.into() }, true)?;
         self.fp.point("commit.after-approved");
         let mut flushed = Vec::new();

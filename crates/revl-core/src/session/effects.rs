@@ -14,10 +14,25 @@ impl Session {
     // ---- effects ----
 
     /// A built-in file effect: preimage durable first (intent), the change, then the step.
+    ///
+    /// A small overwrite made in place carries its new bytes in the intent too (`redo`):
+    /// once that intent is fsynced the write is acknowledged, after one `pwrite`, without
+    /// waiting for the file's own fsync or the step record's (SPEC 17; docs/wal-format.md).
     pub fn file_effect(&mut self, op: FileOp) -> Result<Stepped> {
         self.require_live()?;
+        self.settle(false)?;
         let planned = self.ws.plan(op, &self.blobs)?;
         let step = self.state.next_index();
+        let redo = match &planned.op {
+            FileOp::Write { content, .. } if crate::workspace::in_place(&planned) => {
+                Some(crate::wal::Redo {
+                    content: crate::workspace::b64(content),
+                    boot: crate::util::boot_id().to_string(),
+                })
+            }
+            _ => None,
+        };
+        let deferred_sync = redo.is_some();
         let intent = Record::Intent {
             step,
             kind: "effect".into(),
@@ -29,6 +44,7 @@ impl Session {
                 detail: EffectDetail::File(planned.detail.clone()),
                 images: planned.after.clone(),
             }),
+            redo,
         };
         // A small overwrite is made in place after the intent (which holds its preimage).
         // Otherwise the new content is written to its temp file first; then the temp's fsync
@@ -74,25 +90,28 @@ impl Session {
             }
         };
         self.fp.point("effect.after-intent");
-        if let Err(e) = self.ws.apply(&planned, step, staged) {
-            // The change failed part-way: put the preimage back and void the intent. If even
-            // that fails, the intent stays open and the next attach repairs it.
-            if self
-                .ws
-                .restore(planned.undo.entries(), &self.blobs, step)
-                .is_ok()
-            {
-                self.clean_temps(&planned.after, step);
-                let _ = self.append(
-                    Record::IntentVoid {
-                        step,
-                        why: e.message.clone(),
-                    },
-                    true,
-                );
+        let unsynced = match self.ws.apply(&planned, step, staged, deferred_sync) {
+            Ok(unsynced) => unsynced,
+            Err(e) => {
+                // The change failed part-way: put the preimage back and void the intent. If even
+                // that fails, the intent stays open and the next attach repairs it.
+                if self
+                    .ws
+                    .restore(planned.undo.entries(), &self.blobs, step)
+                    .is_ok()
+                {
+                    self.clean_temps(&planned.after, step);
+                    let _ = self.append(
+                        Record::IntentVoid {
+                            step,
+                            why: e.message.clone(),
+                        },
+                        true,
+                    );
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
         self.fp.point("effect.after-change");
         let rec = self.file_step_record(
             step,
@@ -103,7 +122,11 @@ impl Session {
         )?;
         let seq = rec.seq;
         self.append(Record::Step(rec), false)?;
-        self.sync()?;
+        // Written in place without its own fsync: the intent (fsynced, with the bytes) is
+        // what makes the step durable; the step record rides with the next fsync.
+        if !unsynced {
+            self.sync()?;
+        }
         Ok(Stepped {
             step,
             seq,

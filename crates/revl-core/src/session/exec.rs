@@ -164,6 +164,7 @@ impl Session {
             undo: None,
             preimage: None,
             after: None,
+            redo: None,
         };
         let mut wal_error = None;
         let outcome = sandbox::run(&spec, &mut || {
@@ -295,6 +296,7 @@ impl Session {
                         detail: detail.clone(),
                         images: planned.items.iter().map(|i| i.after.clone()).collect(),
                     }),
+                    redo: None,
                 },
                 true,
             )?;
@@ -393,6 +395,7 @@ impl Session {
                 undo: None,
                 preimage: None,
                 after: None,
+                redo: None,
             },
             true,
         )?;

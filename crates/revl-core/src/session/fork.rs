@@ -533,6 +533,9 @@ impl Session {
         let crossed = p.crossed();
         let mut would_cross = p.would_cross_on_rewind.clone();
         would_cross.sort_unstable();
+        // The branch inherits the workspace at k with none of this WAL's redo bytes: every
+        // in-place write is made durable in its file first.
+        self.settle(true)?;
         let wal_position = self.record_count();
         let provisions = self.state.provisions_at(k);
         let (into, into_created) = match into {

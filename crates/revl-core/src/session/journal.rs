@@ -44,6 +44,13 @@ impl Session {
     }
 
     pub(crate) fn append_many(&mut self, recs: Vec<Record>, durable: bool) -> Result<()> {
+        let recs = if self.riders.is_empty() {
+            recs
+        } else {
+            let mut all = std::mem::take(&mut self.riders);
+            all.extend(recs);
+            all
+        };
         self.writer()?.append_many(&recs, durable)?;
         for r in recs {
             if let Err(why) = self.state.apply_owned(r) {

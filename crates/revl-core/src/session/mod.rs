@@ -21,6 +21,7 @@ mod fork;
 mod journal;
 mod read;
 mod repair;
+mod settle;
 mod unwind;
 
 pub use exec::{ExecOptions, DEFAULT_TIMEOUT};
@@ -59,6 +60,9 @@ pub struct Session {
     /// Set while the executor rewinds a parallel branch's new workspace (`unwind_in`):
     /// `ws` is that directory, and nothing is journaled in this session's WAL.
     detached: bool,
+    /// Outcome records that go out with the next append (in the same write): a
+    /// `files-synced` waits for the record whose fsync will carry it.
+    riders: Vec<Record>,
     /// `None`: read while another command holds the lock ([`Store::attach_read`]).
     lock: Option<File>,
 }
@@ -166,6 +170,7 @@ impl Store {
             blobs: self.blobs(),
             fp: self.fp.clone(),
             detached: false,
+            riders: Vec::new(),
             lock,
         };
         if s.lock.is_some() {

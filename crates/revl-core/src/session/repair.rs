@@ -24,6 +24,13 @@ impl Session {
         }
         // What an interrupted exec left in the store's scratch (its sandbox is gone with it).
         let _ = crate::workspace::remove_any(&self.exec_scratch());
+        // In-place writes a power loss may have undone are written again first, so that
+        // every later repair sees the workspace as the WAL left it.
+        let synced = if self.state.life() == Life::Live {
+            self.redo_lost_writes()?
+        } else {
+            None
+        };
         self.repair_fork()?;
         self.repair_parent_fork()?;
         if let Some(intent) = self.state.intent.clone() {
@@ -39,7 +46,43 @@ impl Session {
                     done &= self.ws.shows(img)?;
                 }
                 self.clean_temps(&after.images, intent.step);
-                if done {
+                let redo = match (&intent.redo, entries.first()) {
+                    (Some(r), Some(pre)) if !done => {
+                        after.images.first().map(|post| crate::state::Unsettled {
+                            step: intent.step,
+                            pre: pre.clone(),
+                            post: post.clone(),
+                            redo: r.clone(),
+                        })
+                    }
+                    _ => None,
+                };
+                if let Some(u) = redo {
+                    // An in-place write whose intent carries its bytes may have been
+                    // acknowledged: roll it forward, never back. Bytes that are neither the
+                    // preimage nor the new ones (changed by hand meanwhile) are preserved first.
+                    let mut exp = Expected::of(&self.state.steps);
+                    exp.done(entries, after.images.clone());
+                    let shows_pre = match super::settle::pre_image(&u.pre) {
+                        Some(pre) => self.ws.shows(&pre)?,
+                        None => false,
+                    };
+                    if !shows_pre {
+                        self.preserve_drift(intent.step, entries, &exp)?;
+                    }
+                    self.redo_write(&u)?;
+                    let undo = Undo::Restore {
+                        entries: entries.clone(),
+                    };
+                    let rec = self.file_step_record(
+                        intent.step,
+                        &intent.label,
+                        &intent.site,
+                        &after.detail,
+                        &undo,
+                    )?;
+                    self.append(Record::Step(rec), false)?;
+                } else if done {
                     // Roll forward: the change is on disk; record it.
                     let undo = Undo::Restore {
                         entries: entries.clone(),
@@ -82,6 +125,10 @@ impl Session {
                 )?;
                 self.append(Record::Step(rec), false)?;
             }
+            self.sync()?;
+        }
+        if let Some(through) = synced {
+            self.append(Record::FilesSynced { through }, false)?;
             self.sync()?;
         }
         if let Some((to, mode)) = self.state.step_back_open.clone() {

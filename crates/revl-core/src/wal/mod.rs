@@ -21,7 +21,7 @@ mod write;
 
 pub use line::encode_line;
 pub use read::{parse_wal, parse_wal_each, read_wal, read_wal_each, WalMeta, WalRead};
-pub use record::{Record, StepRecord, RECORD_NAMES};
+pub use record::{Record, Redo, StepRecord, RECORD_NAMES};
 pub use write::{create_wal, WalWriter};
 
 pub const WAL_VERSION: u64 = 1;
@@ -210,6 +210,7 @@ mod doc_table {
                     }),
                     images: vec![],
                 }),
+                redo: None,
             },
             Record::IntentVoid { step: 1, why: s() },
             Record::Step(step),
@@ -315,6 +316,7 @@ mod doc_table {
                 outcome: s(),
                 llm: json!({}),
             },
+            Record::FilesSynced { through: 3 },
             Record::Preserved {
                 step: 1,
                 path: s(),

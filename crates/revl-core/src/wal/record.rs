@@ -50,6 +50,10 @@ pub enum Record {
             serialize_with = "crate::undo::sorted_opt"
         )]
         after: Option<IntentAfter>,
+        /// v2 (SPEC 17): a small in-place write's new bytes, so that this intent's one fsync
+        /// makes the write durable (see [`Redo`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        redo: Option<Redo>,
     },
     IntentVoid {
         step: u64,
@@ -179,6 +183,11 @@ pub enum Record {
         outcome: String,
         llm: Value,
     },
+    /// v2 (SPEC 17): every in-place write up to step `through` is durable in its file (it was
+    /// fsynced); repair after a power loss no longer needs those intents' `redo`.
+    FilesSynced {
+        through: u64,
+    },
     /// v2 (SPEC 13): drifted content saved to the blob store before an inverse ran over it.
     Preserved {
         step: u64,
@@ -188,6 +197,21 @@ pub enum Record {
         mode: Option<String>,
         digest: String,
     },
+}
+
+/// The new bytes of a small in-place write, in its intent (v2, SPEC 17). The write is
+/// acknowledged once the intent is fsynced and the bytes are written (not yet fsynced): one
+/// ordered sync instead of three. The file is fsynced later, in batches (`files-synced`).
+/// Repair rolls such an intent forward (never back), and after a power loss (the machine's
+/// boot id differs from `boot`) writes the bytes again wherever the file still shows its
+/// preimage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Redo {
+    /// The new content, base64 (at most 4 KiB).
+    pub content: String,
+    /// `/proc/sys/kernel/random/boot_id` when the write was made.
+    pub boot: String,
 }
 
 /// A `step` record: one timeline step, as it happened. Its text members (label, site, ts,
@@ -361,7 +385,7 @@ impl<'de> Deserialize<'de> for StepRecord {
 
 /// The name of every record (`"record"` on disk), in declaration order. A unit test holds
 /// it equal to the enum and to the record table of `docs/wal-format.md`.
-pub const RECORD_NAMES: [&str; 28] = [
+pub const RECORD_NAMES: [&str; 29] = [
     "header",
     "intent",
     "intent-void",
@@ -389,6 +413,7 @@ pub const RECORD_NAMES: [&str; 28] = [
     "fork-branch",
     "fork-abandoned",
     "model-decision",
+    "files-synced",
     "preserved",
 ];
 
@@ -397,6 +422,7 @@ impl Record {
         match self {
             Record::Header { .. } => "header",
             Record::Intent { .. } => "intent",
+            Record::FilesSynced { .. } => "files-synced",
             Record::IntentVoid { .. } => "intent-void",
             Record::Step(_) => "step",
             Record::StepBack { .. } => "step-back",

@@ -720,25 +720,41 @@ fn a_restored_tree_inside_a_made_directory_is_not_drift() {
     assert_snap_eq(&at_k, &snapshot(&e.ws), "after the fork");
 }
 
-/// The repair that rolls back an interrupted write preserves a hand edit made meanwhile
-/// (it is an inverse like any other).
+/// The repair of an interrupted write preserves a hand edit made meanwhile, whether it rolls
+/// the write back (a write staged by rename: the intent holds only the preimage) or forward
+/// (a small in-place write: its intent carries the new bytes too).
 #[test]
-fn rolling_back_an_interrupted_write_preserves_a_hand_edit() {
+fn repairing_an_interrupted_write_preserves_a_hand_edit() {
     let e = env();
     let (s, _) = history(&e);
+    let big = "n".repeat(5000);
     let o = revl(
         &e,
-        &["write", &s, "top.txt", "--content", "never"],
+        &["write", &s, "top.txt", "--content", &big],
         Some("effect.after-intent"),
     );
     assert_ne!(o.code, 0, "the write was not killed");
     put(&e.ws.join("top.txt"), b"typed by hand meanwhile", 0o644);
     let st = ok(&e, &["status", &s]);
-    assert_eq!(st["head"], 4, "the write is rolled back: {st}");
+    assert_eq!(st["head"], 4, "the staged write is rolled back: {st}");
     assert_eq!(std::fs::read(e.ws.join("top.txt")).unwrap(), b"T2");
+    // The small write is rolled forward over the hand edit, which is preserved first.
+    let o = revl(
+        &e,
+        &["write", &s, "top.txt", "--content", "small"],
+        Some("effect.after-intent"),
+    );
+    assert_ne!(o.code, 0, "the write was not killed");
+    put(&e.ws.join("top.txt"), b"typed again", 0o644);
+    let st = ok(&e, &["status", &s]);
+    assert_eq!(st["head"], 5, "the in-place write is rolled forward: {st}");
+    assert_eq!(std::fs::read(e.ws.join("top.txt")).unwrap(), b"small");
     let wal = e.store.join("sessions").join(&s).join("wal.jsonl");
     let kept = preserved_records(&wal);
-    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let out = e.root.join("blob2.out");
+    ok(&e, &["blob", &kept[1].1, "--out", out.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&out).unwrap(), b"typed again");
     let out = e.root.join("blob.out");
     ok(&e, &["blob", &kept[0].1, "--out", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), b"typed by hand meanwhile");

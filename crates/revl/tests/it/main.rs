@@ -18,6 +18,7 @@ mod outbound;
 mod parallel;
 mod power_cut;
 mod prop_stepback;
+mod redo;
 mod resource;
 mod rough_edges;
 mod security;
