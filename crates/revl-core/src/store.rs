@@ -6,7 +6,7 @@ use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
 use crate::state::{Life, State};
 use std::fs::{self, File};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -33,11 +33,10 @@ pub struct SessionInfo {
 impl Store {
     /// Open (creating with mode 0700 if missing) the store at `root`.
     pub fn open(root: &Path, fp: Failpoints) -> Result<Store> {
+        // Made durable, parents included: a power loss must not take back a store that
+        // acknowledged sessions live in.
         if !root.exists() {
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(root)
+            crate::util::create_dir_durable(root, Some(0o700))
                 .map_err(|e| Error::io(format!("cannot create store {}", root.display()), e))?;
         }
         let root = fs::canonicalize(root)
@@ -53,10 +52,7 @@ impl Store {
         for sub in ["sessions", "blobs"] {
             let p = root.join(sub);
             if !p.exists() {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(&p)
+                crate::util::create_dir_durable(&p, Some(0o700))
                     .map_err(|e| Error::io(p.display(), e))?;
             }
         }

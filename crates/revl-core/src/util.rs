@@ -89,6 +89,44 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Create `dir` and any missing parent (with `mode`, when given), each made durable: after a
+/// directory is made, its parent is fsynced, so a power loss cannot take back an entry a
+/// later record relies on (a store, a workspace).
+pub fn create_dir_durable(dir: &std::path::Path, mode: Option<u32>) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(p) = parent {
+        create_dir_durable(p, mode)?;
+    }
+    let mut b = std::fs::DirBuilder::new();
+    if let Some(m) = mode {
+        b.mode(m);
+    }
+    match b.create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    std::fs::File::open(parent.unwrap_or(std::path::Path::new(".")))?.sync_all()
+}
+
+/// Remove a file and make its removal durable (fsync of its directory). A file that is not
+/// there is not an error.
+pub fn remove_file_durable(path: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    match path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(d) => std::fs::File::open(d)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
 /// This boot of the machine (`/proc/sys/kernel/random/boot_id`): after a power loss the
 /// machine boots again, so a different id says that writes not fsynced before may be lost.
 /// `REVL_BOOT_ID` overrides it: the power-cut tests restart "the machine" (a FUSE layer that

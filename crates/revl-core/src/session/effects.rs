@@ -20,7 +20,10 @@ impl Session {
     /// waiting for the file's own fsync or the step record's (SPEC 17; docs/wal-format.md).
     pub fn file_effect(&mut self, op: FileOp) -> Result<Stepped> {
         self.require_live()?;
-        self.settle(false)?;
+        // A rename moves a file with whatever bytes it holds: an in-place write's bytes must
+        // be durable before its file moves (repair redoes by path, and a later step on the
+        // path, such as this rename, makes it leave the file alone).
+        self.settle(matches!(op, FileOp::Rename { .. }))?;
         let planned = self.ws.plan(op, &self.blobs)?;
         let step = self.state.next_index();
         let redo = match &planned.op {

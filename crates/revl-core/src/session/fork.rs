@@ -401,7 +401,8 @@ impl Session {
                 return Err(e);
             }
         };
-        let _ = std::fs::remove_file(dir.join(marker_name(&branch)));
+        crate::util::remove_file_durable(&dir.join(marker_name(&branch)))
+            .map_err(|e| Error::io(dir.display(), e))?;
         self.fp.point("fork.after-branch");
         // 5. the parent is not frozen.
         self.append(
@@ -696,7 +697,8 @@ impl Session {
                 .any(|x| matches!(x, Record::ForkBranch { .. }))
         });
         if exists {
-            let _ = std::fs::remove_file(into.join(marker_name(branch)));
+            crate::util::remove_file_durable(&into.join(marker_name(branch)))
+                .map_err(|e| Error::io(into.display(), e))?;
             return self.append(
                 Record::ForkComplete {
                     branch: branch.into(),

@@ -108,7 +108,7 @@ impl Store {
                 ));
             }
         }
-        std::fs::create_dir_all(&ws)
+        crate::util::create_dir_durable(&ws, None)
             .map_err(|e| Error::io(format!("cannot create workspace {}", ws.display()), e))?;
         let ws = std::fs::canonicalize(&ws)
             .map_err(|e| Error::io(format!("cannot open workspace {}", ws.display()), e))?;
