@@ -191,12 +191,7 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
                 .last()
                 .filter(|f| f.outcome == "begun" && !st.fork_complete)
                 .map(|f| f.at),
-            abandoned_forks: st
-                .forks
-                .iter()
-                .filter(|f| f.outcome == "abandoned")
-                .cloned()
-                .collect(),
+            abandoned_forks: st.abandoned_forks(),
             torn: w.torn,
             error: None,
         });

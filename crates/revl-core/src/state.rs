@@ -267,6 +267,15 @@ impl State {
     }
 
     /// The highest step index (the hinge is 0).
+    /// The forks a crash interrupted and repair abandoned (no branch exists for them).
+    pub fn abandoned_forks(&self) -> Vec<ForkSeen> {
+        self.forks
+            .iter()
+            .filter(|f| f.outcome == "abandoned")
+            .cloned()
+            .collect()
+    }
+
     pub fn head(&self) -> u64 {
         self.steps.len().saturating_sub(1) as u64
     }

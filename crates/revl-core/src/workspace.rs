@@ -107,6 +107,21 @@ fn io(what: &Path, e: std::io::Error) -> Error {
     Error::io(what.display(), e)
 }
 
+/// Write all of `bytes` at offset 0 (a short write goes on where it stopped).
+fn pwrite_all(
+    fd: &rustix::fd::OwnedFd,
+    bytes: &[u8],
+) -> std::result::Result<(), rustix::io::Errno> {
+    let mut at = 0usize;
+    while at < bytes.len() {
+        match rustix::io::pwrite(fd, &bytes[at..], at as u64)? {
+            0 => return Err(rustix::io::Errno::NOSPC),
+            n => at += n,
+        }
+    }
+    Ok(())
+}
+
 /// One rule for a path that is not there, whichever verb names it (read, list, delete,
 /// rename): bad input (`bad-args`, exit 2), with where to look. Other failures are I/O.
 fn missing_or_io(rel: &str, abs: &Path, e: std::io::Error) -> Error {
@@ -1041,13 +1056,7 @@ impl Workspace {
         } else {
             content
         };
-        let mut at = 0usize;
-        while at < body.len() {
-            match rustix::io::pwrite(&fd, &body[at..], at as u64).map_err(sys)? {
-                0 => return Err(sys(rustix::io::Errno::NOSPC)),
-                n => at += n,
-            }
-        }
+        pwrite_all(&fd, body).map_err(sys)?;
         if !torn && st.st_size as u64 > content.len() as u64 {
             ftruncate(&fd, content.len() as u64).map_err(sys)?;
         }
@@ -1089,13 +1098,7 @@ impl Workspace {
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             return Err(sys(rustix::io::Errno::INVAL));
         }
-        let mut at = 0usize;
-        while at < content.len() {
-            match rustix::io::pwrite(&fd, &content[at..], at as u64).map_err(sys)? {
-                0 => return Err(sys(rustix::io::Errno::NOSPC)),
-                n => at += n,
-            }
-        }
+        pwrite_all(&fd, content).map_err(sys)?;
         ftruncate(&fd, content.len() as u64).map_err(sys)?;
         fchmod(&fd, Mode::from_raw_mode(parse_mode(mode)?)).map_err(sys)?;
         fsync(&fd).map_err(sys)

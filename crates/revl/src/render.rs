@@ -85,13 +85,7 @@ pub fn abort(v: &AbortReport) -> String {
         "compensations ran (they crossed)",
         &v.compensations_ran,
     );
-    failed_rows(&mut out, &v.failed);
-    preserved_rows(&mut out, &v.preserved);
-    held_rows(
-        &mut out,
-        "held sends dropped (never sent)",
-        &v.dropped_deferred,
-    );
+    unwind_rows(&mut out, &v.failed, &v.preserved, &v.dropped_deferred);
     out
 }
 
@@ -576,6 +570,13 @@ fn failed_rows(out: &mut String, failed: &[Failed]) {
     );
 }
 
+/// What every unwind report ends with: failed inverses, preserved drift, dropped sends.
+fn unwind_rows(out: &mut String, failed: &[Failed], kept: &[Preserved], dropped: &[Deferred]) {
+    failed_rows(out, failed);
+    preserved_rows(out, kept);
+    held_rows(out, "held sends dropped (never sent)", dropped);
+}
+
 fn held_rows(out: &mut String, title: &str, held: &[Deferred]) {
     rows(
         out,
@@ -649,13 +650,7 @@ pub fn step_back(v: &StepBackReport) -> String {
         entry_rows(&mut out, "NOT FIRED (would cross on rewind)", w);
     }
     entry_rows(&mut out, "unrestored", &v.unrestored);
-    failed_rows(&mut out, &v.failed);
-    preserved_rows(&mut out, &v.preserved);
-    held_rows(
-        &mut out,
-        "held sends dropped (never sent)",
-        &v.dropped_deferred,
-    );
+    unwind_rows(&mut out, &v.failed, &v.preserved, &v.dropped_deferred);
     let _ = write!(out, "\nguarantee: {}", v.guarantee);
     out
 }

@@ -96,12 +96,7 @@ impl Session {
             forked_at: st.origin.as_ref().map(|o| o.at),
             branch: st.fork_frozen.as_ref().map(|f| f.branch.clone()),
             frozen_at: st.fork_frozen.as_ref().map(|f| f.at),
-            abandoned_forks: st
-                .forks
-                .iter()
-                .filter(|f| f.outcome == "abandoned")
-                .cloned()
-                .collect(),
+            abandoned_forks: st.abandoned_forks(),
             busy: self.busy(),
         }
     }

@@ -57,7 +57,7 @@ impl Session {
                     }
                     _ => None,
                 };
-                if let Some(u) = redo {
+                if let Some(u) = &redo {
                     // An in-place write whose intent carries its bytes may have been
                     // acknowledged: roll it forward, never back. Bytes that are neither the
                     // preimage nor the new ones (changed by hand meanwhile) are preserved first.
@@ -70,19 +70,9 @@ impl Session {
                     if !shows_pre {
                         self.preserve_drift(intent.step, entries, &exp)?;
                     }
-                    self.redo_write(&u)?;
-                    let undo = Undo::Restore {
-                        entries: entries.clone(),
-                    };
-                    let rec = self.file_step_record(
-                        intent.step,
-                        &intent.label,
-                        &intent.site,
-                        &after.detail,
-                        &undo,
-                    )?;
-                    self.append(Record::Step(rec), false)?;
-                } else if done {
+                    self.redo_write(u)?;
+                }
+                if done || redo.is_some() {
                     // Roll forward: the change is on disk; record it.
                     let undo = Undo::Restore {
                         entries: entries.clone(),
