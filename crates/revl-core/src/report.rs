@@ -299,6 +299,10 @@ pub struct Verify {
     pub session: String,
     pub drift: Vec<crate::drift::Drift>,
     pub note: &'static str,
+    /// Checked while another revl command held the session: a change it is making (not yet
+    /// recorded) shows as drift until it is done.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
 }
 
 /// The witnessed steps a commit keeps.

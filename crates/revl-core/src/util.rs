@@ -94,10 +94,14 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 /// later record relies on (a store, a workspace).
 pub fn create_dir_durable(dir: &std::path::Path, mode: Option<u32>) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    if dir.is_dir() {
-        return Ok(());
-    }
     let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    let sync_parent =
+        || std::fs::File::open(parent.unwrap_or(std::path::Path::new(".")))?.sync_all();
+    if dir.is_dir() {
+        // Made by a process that may have died before its parent's fsync: fsynced again
+        // (cheap when nothing is dirty), as what is created in it will rely on it.
+        return sync_parent();
+    }
     if let Some(p) = parent {
         create_dir_durable(p, mode)?;
     }
@@ -107,10 +111,10 @@ pub fn create_dir_durable(dir: &std::path::Path, mode: Option<u32>) -> std::io::
     }
     match b.create(dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => {}
         Err(e) => return Err(e),
     }
-    std::fs::File::open(parent.unwrap_or(std::path::Path::new(".")))?.sync_all()
+    sync_parent()
 }
 
 /// Remove a file and make its removal durable (fsync of its directory). A file that is not
@@ -130,17 +134,19 @@ pub fn remove_file_durable(path: &std::path::Path) -> std::io::Result<()> {
 /// This boot of the machine (`/proc/sys/kernel/random/boot_id`): after a power loss the
 /// machine boots again, so a different id says that writes not fsynced before may be lost.
 /// `REVL_BOOT_ID` overrides it: the power-cut tests restart "the machine" (a FUSE layer that
-/// drops what was not fsynced) without rebooting the kernel.
-pub fn boot_id() -> &'static str {
-    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// drops what was not fsynced) without rebooting the kernel. `None` where neither is there
+/// (no procfs): a power loss could not be told from a crash, so no write waits for it.
+pub fn boot_id() -> Option<&'static str> {
+    static ID: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     ID.get_or_init(|| {
         std::env::var("REVL_BOOT_ID")
             .ok()
             .filter(|s| !s.is_empty())
             .or_else(|| std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok())
             .map(|s| s.trim().to_string())
-            .unwrap_or_else(|| "unknown".into())
+            .filter(|s| !s.is_empty())
     })
+    .as_deref()
 }
 
 /// Whether `syncfs` on the filesystem holding `path` makes its writes durable. Not on FUSE:

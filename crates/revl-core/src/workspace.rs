@@ -885,30 +885,7 @@ impl Workspace {
                     // A mount point inside the workspace: write the temp next to the target.
                     Err(rustix::io::Errno::XDEV) => {
                         let _ = unlinkat(&root, tmp_name.as_str(), AtFlags::empty());
-                        let _ = unlinkat(&dir, tmp_name.as_str(), AtFlags::empty());
-                        let f = openat(
-                            &dir,
-                            tmp_name.as_str(),
-                            OFlags::WRONLY
-                                | OFlags::CREATE
-                                | OFlags::EXCL
-                                | OFlags::NOFOLLOW
-                                | OFlags::CLOEXEC,
-                            Mode::from_raw_mode(0o600),
-                        )
-                        .map_err(|e| sys(path, e))?;
-                        let mut file = File::from(f);
-                        self.fp.enospc().map_err(|e| io(&self.abs(path), e))?;
-                        file.write_all(content)
-                            .and_then(|_| {
-                                file.set_permissions(fs::Permissions::from_mode(
-                                    write_mode(p).unwrap_or(0o644),
-                                ))
-                            })
-                            .and_then(|_| file.sync_all())
-                            .map_err(|e| io(&self.abs(path), e))?;
-                        renameat(&dir, tmp_name.as_str(), &dir, name).map_err(|e| sys(path, e))?;
-                        fsync(&dir).map_err(|e| sys(path, e))
+                        self.replace_beside(&dir, name, path, &tmp_name, content, write_mode(p)?)
                     }
                     Err(e) => Err(sys(path, e)),
                 }
@@ -1079,29 +1056,98 @@ impl Workspace {
         Ok(true)
     }
 
-    /// Write a small file's bytes and mode again, in place, durably (repair of an in-place
-    /// write a power loss undid, SPEC 17). The file must exist and be a regular file; it is
-    /// reached through directory handles like every change.
-    pub fn rewrite_small(&self, path: &str, content: &[u8], mode: &str) -> Result<()> {
+    /// Replace `name` in `dir` by a new file with `content` and `mode`: written to `tmp_name`
+    /// next to it, fsynced, renamed over it, the directory fsynced. Used where the staged temp
+    /// at the root cannot be renamed (a mount point inside the workspace) and where a file
+    /// must not be written in place (it has another hard link).
+    fn replace_beside(
+        &self,
+        dir: &rustix::fd::OwnedFd,
+        name: &str,
+        path: &str,
+        tmp_name: &str,
+        content: &[u8],
+        mode: u32,
+    ) -> Result<()> {
+        use rustix::fs::{fsync, openat, renameat, unlinkat, AtFlags, Mode, OFlags};
+        let sys = |e: rustix::io::Errno| io(&self.abs(path), std::io::Error::from(e));
+        let _ = unlinkat(dir, tmp_name, AtFlags::empty());
+        let f = openat(
+            dir,
+            tmp_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(sys)?;
+        let mut file = File::from(f);
+        self.fp.enospc().map_err(|e| io(&self.abs(path), e))?;
+        let written = file
+            .write_all(content)
+            .and_then(|_| file.set_permissions(fs::Permissions::from_mode(mode)))
+            .and_then(|_| file.sync_all());
+        if let Err(e) = written {
+            let _ = unlinkat(dir, tmp_name, AtFlags::empty());
+            return Err(io(&self.abs(path), e));
+        }
+        renameat(dir, tmp_name, dir, name).map_err(|e| {
+            let _ = unlinkat(dir, tmp_name, AtFlags::empty());
+            sys(e)
+        })?;
+        fsync(dir).map_err(sys)
+    }
+
+    /// Write a small file's bytes and mode again, durably (repair of an in-place write a
+    /// power loss undid, SPEC 17), reached through directory handles like every change: in
+    /// place, or by rename when the file has another hard link (a write through it could
+    /// land outside the workspace). False, and nothing written, when the path is no longer
+    /// a regular file (removed, or replaced by a directory or a symlink since): revl does
+    /// not recreate what a person removed; `verify` reports it.
+    pub fn rewrite_small(&self, path: &str, content: &[u8], mode: &str, step: u64) -> Result<bool> {
         use rustix::fs::{fchmod, fstat, fsync, ftruncate, openat, FileType, Mode, OFlags};
         let sys = |e: rustix::io::Errno| io(&self.abs(path), std::io::Error::from(e));
+        let mode = parse_mode(mode)?;
+        match fs::symlink_metadata(self.abs(path)) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Ok(false),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Ok(false)
+            }
+            Err(e) => return Err(io(&self.abs(path), e)),
+        }
         let (parent, name) = split_rel(path);
         let dir = self.dir_beneath(parent, false)?;
-        let fd = openat(
+        let fd = match openat(
             &dir,
             name,
             OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
             Mode::empty(),
-        )
-        .map_err(|e| self.beneath_error(path, e))?;
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT | rustix::io::Errno::LOOP | rustix::io::Errno::ISDIR) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(self.beneath_error(path, e)),
+        };
         let st = fstat(&fd).map_err(sys)?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err(sys(rustix::io::Errno::INVAL));
+            return Ok(false);
+        }
+        if st.st_nlink != 1 {
+            drop(fd);
+            let tmp = format!(".revl-{step}.tmp");
+            self.replace_beside(&dir, name, path, &tmp, content, mode)?;
+            return Ok(true);
         }
         pwrite_all(&fd, content).map_err(sys)?;
         ftruncate(&fd, content.len() as u64).map_err(sys)?;
-        fchmod(&fd, Mode::from_raw_mode(parse_mode(mode)?)).map_err(sys)?;
-        fsync(&fd).map_err(sys)
+        fchmod(&fd, Mode::from_raw_mode(mode)).map_err(sys)?;
+        fsync(&fd).map_err(sys)?;
+        Ok(true)
     }
 
     /// fsync these files (several at once), skipping any that is gone: the in-place writes

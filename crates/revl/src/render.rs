@@ -429,8 +429,13 @@ pub fn status(v: &Status) -> String {
 }
 
 pub fn verify(v: &Verify) -> String {
+    let busy = if v.busy {
+        "\n(another revl command holds this session: a change it is making shows as drift until it is done; run verify again then)"
+    } else {
+        ""
+    };
     if v.drift.is_empty() {
-        return "no drift: every witnessed path matches its last recorded image".into();
+        return format!("no drift: every witnessed path matches its last recorded image{busy}");
     }
     let mut out = String::new();
     drift_rows(
@@ -438,6 +443,7 @@ pub fn verify(v: &Verify) -> String {
         &format!("{} path(s) changed outside revl", v.drift.len()),
         &v.drift,
     );
+    out.push_str(busy);
     out.trim_start().to_string()
 }
 

@@ -118,7 +118,7 @@ fn write_atomic(out: &Path, bytes: &[u8]) -> Result<(), Error> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let name = out.file_name().ok_or_else(|| {
+    out.file_name().ok_or_else(|| {
         Error::bad_args(
             format!("--out {} names no file", out.display()),
             "give a file name, e.g. --out lineage.html",
@@ -130,9 +130,19 @@ fn write_atomic(out: &Path, bytes: &[u8]) -> Result<(), Error> {
             "give a file name, e.g. --out lineage.html",
         ));
     }
-    let tmp = dir.join(format!(".{}.revl-tmp", name.to_string_lossy()));
+    // A fresh name, created exclusively: in a shared directory (/tmp) a symlink planted at a
+    // predictable name cannot redirect the write.
+    let tmp = dir.join(format!(".revl-view-{}.tmp", revl_core::util::new_id()));
     let fail = |e: std::io::Error| Error::io(format!("cannot write {}", out.display()), e);
-    std::fs::write(&tmp, bytes).map_err(fail)?;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, bytes));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(e));
+    }
     std::fs::rename(&tmp, out).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         fail(e)

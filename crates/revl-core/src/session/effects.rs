@@ -28,9 +28,9 @@ impl Session {
         let step = self.state.next_index();
         let redo = match &planned.op {
             FileOp::Write { content, .. } if crate::workspace::in_place(&planned) => {
-                Some(crate::wal::Redo {
+                crate::util::boot_id().map(|boot| crate::wal::Redo {
                     content: crate::workspace::b64(content),
-                    boot: crate::util::boot_id().to_string(),
+                    boot: boot.to_string(),
                 })
             }
             _ => None,
@@ -97,7 +97,9 @@ impl Session {
             Ok(unsynced) => unsynced,
             Err(e) => {
                 // The change failed part-way: put the preimage back and void the intent. If even
-                // that fails, the intent stays open and the next attach repairs it.
+                // that fails, the intent stays open and the next attach repairs it: back to the
+                // preimage, or, for an in-place write (whose intent carries its bytes, and which
+                // repair never rolls back), forward. The error says which.
                 if self
                     .ws
                     .restore(planned.undo.entries(), &self.blobs, step)
@@ -111,8 +113,18 @@ impl Session {
                         },
                         true,
                     );
+                    return Err(e);
                 }
-                return Err(e);
+                let then = if deferred_sync {
+                    "completes the write from the bytes its intent holds and records the step"
+                } else {
+                    "rolls the change back, or forward if it is complete"
+                };
+                let hint = format!(
+                    "the preimage could not be put back either: the next command on this session {then}; fix the cause ({}) first",
+                    e.hint
+                );
+                return Err(Error { hint, ..e });
             }
         };
         self.fp.point("effect.after-change");

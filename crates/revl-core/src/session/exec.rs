@@ -109,6 +109,9 @@ impl Session {
                 .with_remedy(Remedy::ListPath)
             });
         }
+        // A command may move, copy or link a file whose in-place write is not fsynced yet:
+        // those writes are made durable in their files first (repair redoes by path).
+        self.settle(true)?;
         if o.unconfined {
             return self.exec_unconfined(&o.argv, &cwd, o.timeout);
         }

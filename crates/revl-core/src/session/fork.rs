@@ -537,7 +537,6 @@ impl Session {
         // The branch inherits the workspace at k with none of this WAL's redo bytes: every
         // in-place write is made durable in its file first.
         self.settle(true)?;
-        let wal_position = self.record_count();
         let provisions = self.state.provisions_at(k);
         let (into, into_created) = match into {
             Some((d, made)) => (Some(d), made),
@@ -556,6 +555,8 @@ impl Session {
             true,
         )?;
         self.fp.point("fork.after-begin");
+        // Counted after the append: a `files-synced` the settle above queued went out first.
+        let wal_position = self.state.fork_begun.as_ref().map_or(0, |b| b.wal_position);
         Ok(Begun {
             branch,
             crossed,

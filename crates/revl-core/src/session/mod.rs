@@ -131,6 +131,13 @@ impl Store {
             &[header, hinge_record(1, ts.as_deref())?],
             &self.fp,
         )?;
+        // The new WAL's entry, and the store's own (made, perhaps, by a process that died
+        // before its fsync), are durable before the session is acknowledged.
+        let root = self.root().to_path_buf();
+        for d in [root.clone(), root.join("sessions"), root.join("blobs")] {
+            crate::util::create_dir_durable(&d, Some(0o700))
+                .map_err(|e| Error::io(d.display(), e))?;
+        }
         File::open(self.root().join("sessions"))
             .and_then(|f| f.sync_all())
             .map_err(|e| Error::io("sessions/", e))?;

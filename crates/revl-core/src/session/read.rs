@@ -140,6 +140,7 @@ impl Session {
             session: self.id.clone(),
             drift,
             note: "changes made to the workspace outside revl are not witnessed; a rewind does not restore them, and preserves what it would overwrite or remove",
+            busy: self.busy(),
         })
     }
 

@@ -63,14 +63,7 @@ impl Session {
                     // preimage nor the new ones (changed by hand meanwhile) are preserved first.
                     let mut exp = Expected::of(&self.state.steps);
                     exp.done(entries, after.images.clone());
-                    let shows_pre = match super::settle::pre_image(&u.pre) {
-                        Some(pre) => self.ws.shows(&pre)?,
-                        None => false,
-                    };
-                    if !shows_pre {
-                        self.preserve_drift(intent.step, entries, &exp)?;
-                    }
-                    self.redo_write(u)?;
+                    self.redo_over(u, &exp)?;
                 }
                 if done || redo.is_some() {
                     // Roll forward: the change is on disk; record it.

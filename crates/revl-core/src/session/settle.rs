@@ -1,6 +1,6 @@
 //! Small in-place writes acknowledged on their intent's one fsync (SPEC 17): their files
 //! are fsynced later, in batches (`files-synced`), and after a power loss repair writes
-//! again, from the intent's `redo` bytes, every one whose file still shows its preimage.
+//! again, from the intent's `redo` bytes, every one whose file lost them.
 
 use super::Session;
 use crate::error::{Error, Result};
@@ -73,17 +73,20 @@ impl Session {
     }
 
     /// After a power loss (an unsettled write was made in another boot of the machine):
-    /// write again, durably, every such write whose file still shows its preimage. A file
-    /// that shows the post-image needs nothing; one that shows neither was changed since
-    /// (by hand, or by a later step) and is left as it is (`verify` reports it). An undone
-    /// write is skipped (its restore was durable). Returns the last step covered: the caller
-    /// records `files-synced` after the repair's other records.
+    /// write again, durably, every such write whose file does not show its new bytes. A file
+    /// that shows neither image kept part of the write (ext4 journals a size or mode change
+    /// apart from the bytes) or was changed since by hand: what it holds is preserved first,
+    /// as a rewind preserves drift, then the write is made again. A file removed or replaced
+    /// by a directory since is left as it is (`verify` reports it). A write a later step
+    /// undid or touched is skipped: that step's own durability decides what the file holds.
+    /// Returns the last step covered: the caller records `files-synced` after the repair's
+    /// other records.
     pub(super) fn redo_lost_writes(&mut self) -> Result<Option<u64>> {
         let boot = crate::util::boot_id();
         let old: Vec<Unsettled> = self
             .recorded_unsettled()
             .into_iter()
-            .filter(|u| u.redo.boot != boot)
+            .filter(|u| Some(u.redo.boot.as_str()) != boot)
             .collect();
         let Some(through) = old.iter().map(|u| u.step).max() else {
             return Ok(None);
@@ -97,17 +100,32 @@ impl Session {
             if undone || self.touched_later(u) || self.ws.shows(&u.post)? {
                 continue;
             }
-            if let Some(pre) = pre_image(&u.pre) {
-                if self.ws.shows(&pre)? {
-                    self.redo_write(u)?;
-                }
-            }
+            self.redo_over(u, &crate::drift::Expected::of(&self.state.steps))?;
         }
         Ok(Some(through))
     }
 
-    /// Write an unsettled write's bytes and mode again, durably.
-    pub(super) fn redo_write(&self, u: &Unsettled) -> Result<()> {
+    /// Make an in-place write again over whatever its file holds: bytes that are neither its
+    /// preimage nor its new bytes are preserved first (against `exp`, the state with the
+    /// write done). False when the path is no longer a regular file (left as it is).
+    pub(super) fn redo_over(
+        &mut self,
+        u: &Unsettled,
+        exp: &crate::drift::Expected,
+    ) -> Result<bool> {
+        let shows_pre = match pre_image(&u.pre) {
+            Some(pre) => self.ws.shows(&pre)?,
+            None => false,
+        };
+        if !shows_pre {
+            self.preserve_drift(u.step, std::slice::from_ref(&u.pre), exp)?;
+        }
+        self.redo_write(u)
+    }
+
+    /// Write an unsettled write's bytes and mode again, durably (false: the path is no
+    /// longer a regular file, nothing written).
+    fn redo_write(&self, u: &Unsettled) -> Result<bool> {
         let bytes = crate::workspace::unb64(&u.redo.content).map_err(|_| {
             Error::new(
                 crate::error::Code::CorruptWal,
@@ -124,6 +142,6 @@ impl Session {
                 _ => None,
             })
             .unwrap_or_else(|| "0644".into());
-        self.ws.rewrite_small(&u.post.path, &bytes, &mode)
+        self.ws.rewrite_small(&u.post.path, &bytes, &mode, u.step)
     }
 }

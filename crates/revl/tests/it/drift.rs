@@ -758,4 +758,19 @@ fn repairing_an_interrupted_write_preserves_a_hand_edit() {
     let out = e.root.join("blob.out");
     ok(&e, &["blob", &kept[0].1, "--out", out.to_str().unwrap()]);
     assert_eq!(std::fs::read(&out).unwrap(), b"typed by hand meanwhile");
+    // The file removed by hand meanwhile: the write is recorded (it may have been
+    // acknowledged), the file is not made again, verify reports it, and the session goes on.
+    let o = revl(
+        &e,
+        &["write", &s, "top.txt", "--content", "again"],
+        Some("effect.after-intent"),
+    );
+    assert_ne!(o.code, 0, "the write was not killed");
+    std::fs::remove_file(e.ws.join("top.txt")).unwrap();
+    let st = ok(&e, &["status", &s]);
+    assert_eq!(st["head"], 6, "{st}");
+    assert!(!e.ws.join("top.txt").exists());
+    let v = revl(&e, &["verify", &s], None);
+    assert_eq!(v.code, 1, "{}", v.json);
+    ok(&e, &["write", &s, "other.txt", "--content", "goes on"]);
 }

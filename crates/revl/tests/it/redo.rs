@@ -64,38 +64,127 @@ fn a_write_lost_to_a_power_cut_is_written_again_after_the_reboot_and_only_then()
     assert_eq!(fs::read(ws.join("a.txt")).unwrap(), b"one");
 }
 
+/// After a power loss a lost write comes back over whatever its file shows, unless a later
+/// step touched the path: a file showing neither image (ext4 journals a size or mode change
+/// apart from the bytes; or a person typed into it) is preserved first, as a rewind
+/// preserves drift; a file a person removed is not made again.
 #[test]
-fn a_lost_write_is_not_redone_over_a_hand_edit_nor_over_a_later_step() {
+fn a_lost_write_is_redone_over_partial_or_hand_bytes_which_are_kept_never_over_a_later_step() {
     let w = World::new();
     let (sid, ws) = w.session();
     let b1 = [("REVL_BOOT_ID", "boot-1")];
-    for (p, c) in [("a.txt", "a0"), ("b.txt", "b0"), ("c.txt", "c0")] {
-        w.json_env(&["write", &sid, p, "--content", c], &b1).ok();
+    let files = ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"];
+    for p in files {
+        w.json_env(&["write", &sid, p, "--content", &format!("{p} 0")], &b1)
+            .ok();
     }
-    for (p, c) in [("a.txt", "a1"), ("b.txt", "b1"), ("c.txt", "c1")] {
-        w.json_env(&["write", &sid, p, "--content", c], &b1).ok();
+    for p in files {
+        w.json_env(&["write", &sid, p, "--content", &format!("{p} 1")], &b1)
+            .ok();
     }
     // b.txt is deleted and made again with its old bytes by later steps (durable): the file
     // shows the in-place write's preimage, yet that write must not come back over them.
-    // c.txt shows bytes that are neither image: changed by hand, left as it is.
     w.json_env(&["delete", &sid, "b.txt"], &b1).ok();
-    w.json_env(&["write", &sid, "b.txt", "--content", "b0"], &b1)
+    w.json_env(&["write", &sid, "b.txt", "--content", "b.txt 0"], &b1)
         .ok();
-    fs::write(ws.join("a.txt"), "a0").unwrap();
+    // What the power cut left: a.txt its preimage; c.txt bytes that are neither image;
+    // d.txt its old bytes cut short (the truncate survived, the write did not); e.txt gone.
+    fs::write(ws.join("a.txt"), "a.txt 0").unwrap();
     fs::write(ws.join("c.txt"), "typed by hand").unwrap();
+    fs::write(ws.join("d.txt"), "d.t").unwrap();
+    fs::remove_file(ws.join("e.txt")).unwrap();
     w.json_env(&["status", &sid], &[("REVL_BOOT_ID", "boot-2")])
         .ok();
+    let read = |p: &str| String::from_utf8(fs::read(ws.join(p)).unwrap()).unwrap();
+    assert_eq!(read("a.txt"), "a.txt 1", "the lost write is redone");
+    assert_eq!(read("b.txt"), "b.txt 0", "later steps win");
     assert_eq!(
-        fs::read(ws.join("a.txt")).unwrap(),
-        b"a1",
-        "the lost write is redone"
+        read("c.txt"),
+        "c.txt 1",
+        "redone over bytes of neither image"
     );
+    assert_eq!(read("d.txt"), "d.txt 1", "redone over a partial write");
+    assert!(
+        !ws.join("e.txt").exists(),
+        "a removed file is not made again"
+    );
+    // The bytes of neither image are preserved, recorded, and in the blob store.
+    let kept: Vec<(String, String)> = records(&w, &sid)
+        .into_iter()
+        .filter(|r| r["record"] == "preserved")
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_string(),
+                r["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let paths: Vec<&str> = kept.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(paths, ["c.txt", "d.txt"], "{kept:?}");
+    let blob = |d: &str| fs::read(w.store.join("blobs").join(&d[..2]).join(&d[2..])).unwrap();
+    assert_eq!(blob(&kept[0].1), b"typed by hand");
+    assert_eq!(blob(&kept[1].1), b"d.t");
+    // verify: only the removed file differs from the log.
+    let v = w.json_env(&["verify", &sid], &[("REVL_BOOT_ID", "boot-2")]);
+    assert_eq!(v.code, Some(1), "{}", v.dump());
+    let drift: Vec<&str> = v.doc()["drift"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(drift, ["e.txt"], "{}", v.dump());
+}
+
+/// A lost write to a file with another hard link is redone by rename, as it was first made:
+/// never through the link, which may lead outside the workspace.
+#[test]
+fn a_lost_write_to_a_hard_linked_file_is_redone_by_rename_never_through_the_link() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    let b1 = [("REVL_BOOT_ID", "boot-1")];
+    w.json_env(&["write", &sid, "f.txt", "--content", "zero"], &b1)
+        .ok();
+    w.json_env(&["write", &sid, "f.txt", "--content", "one"], &b1)
+        .ok();
+    // The power cut lost the write, and a link to the file appeared outside the workspace
+    // (made while the session was idle).
+    fs::write(ws.join("f.txt"), "zero").unwrap();
+    let outside = w.path("outside-link");
+    fs::hard_link(ws.join("f.txt"), &outside).unwrap();
+    w.json_env(&["status", &sid], &[("REVL_BOOT_ID", "boot-2")])
+        .ok();
+    assert_eq!(fs::read(ws.join("f.txt")).unwrap(), b"one");
     assert_eq!(
-        fs::read(ws.join("b.txt")).unwrap(),
-        b"b0",
-        "later steps win"
+        fs::read(&outside).unwrap(),
+        b"zero",
+        "the link is untouched"
     );
-    assert_eq!(fs::read(ws.join("c.txt")).unwrap(), b"typed by hand");
+    assert!(
+        crate::common::temp_leftovers(&ws).is_empty(),
+        "{:?}",
+        crate::common::temp_leftovers(&ws)
+    );
+}
+
+/// A fork's `walPosition` counts the parent's records before its `fork-begin`, also when
+/// the fork first settles in-place writes (a `files-synced` goes out before it).
+#[test]
+fn a_fork_wal_position_counts_the_files_synced_it_wrote_first() {
+    let w = World::new();
+    let (sid, _) = w.session();
+    w.json(&["write", &sid, "f", "--content", "0"]).ok();
+    w.json(&["write", &sid, "f", "--content", "1"]).ok();
+    let plan = w.json(&["fork", &sid, "--at", "0"]).ok().clone();
+    let hash = plan["hash"].as_str().unwrap();
+    let done = w.json(&["fork-confirm", &sid, "--hash", hash]).ok().clone();
+    let recs = records(&w, &sid);
+    let begin = recs
+        .iter()
+        .position(|r| r["record"] == "fork-begin")
+        .unwrap();
+    assert_eq!(recs[begin - 1]["record"], "files-synced", "{recs:?}");
+    assert_eq!(done["lineage"]["preserved"]["walPosition"], begin, "{done}");
 }
 
 /// The files of in-place writes are fsynced 32 at a time: then `files-synced` is recorded
@@ -132,4 +221,29 @@ fn in_place_writes_settle_in_batches() {
         .find(|r| r["record"] == "files-synced")
         .unwrap();
     assert_eq!(last["through"], 41);
+}
+
+/// A command may move, copy or link a file: the in-place writes not yet fsynced in their
+/// files are made durable (and `files-synced` recorded) before it runs, so their bytes never
+/// travel to a path repair does not know.
+#[test]
+fn in_place_writes_settle_before_a_command_runs() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    w.json(&["write", &sid, "f", "--content", "0"]).ok();
+    w.json(&["write", &sid, "f", "--content", "1"]).ok();
+    w.json(&["exec", &sid, "--unconfined", "--", "mv", "f", "g"])
+        .ok();
+    assert_eq!(fs::read(ws.join("g")).unwrap(), b"1");
+    let recs = records(&w, &sid);
+    let exec = recs
+        .iter()
+        .position(|r| r["record"] == "intent" && r["site"] == "exec")
+        .unwrap();
+    let synced = recs
+        .iter()
+        .position(|r| r["record"] == "files-synced")
+        .unwrap_or_else(|| panic!("no files-synced: {recs:?}"));
+    assert!(synced < exec, "{recs:?}");
+    assert_eq!(recs[synced]["through"], 2);
 }

@@ -460,6 +460,9 @@ fn reads_do_not_wait_for_a_long_tool_call() {
     assert_eq!(st["head"], before);
     let tl = e.world.json_env(&["timeline", &f.c], &envs);
     assert_eq!(tl.ok()["busy"], true);
+    // verify says its answer may show the writer's change in progress.
+    let v = e.world.json_env(&["verify", &f.c], &envs);
+    assert_eq!(v.doc()["busy"], true, "{}", v.dump());
     let text = e.world.run_env(&["status", &f.c], &envs);
     assert!(
         text.stdout
