@@ -44,8 +44,12 @@ impl Session {
     /// write as the verb's next record, and is durable with it. `force` before a verb after
     /// which no later write of this session would settle them: commit, fork.
     pub(crate) fn settle(&mut self, force: bool) -> Result<()> {
+        // Checked before the list is copied: every write asks, and each entry holds its bytes.
+        if self.state.unsettled.is_empty() || (!force && self.state.unsettled.len() < SETTLE_AT) {
+            return Ok(());
+        }
         let todo = self.recorded_unsettled();
-        if todo.is_empty() || (!force && self.state.unsettled.len() < SETTLE_AT) {
+        if todo.is_empty() {
             return Ok(());
         }
         let mut paths: Vec<&str> = todo.iter().map(|u| u.post.path.as_str()).collect();
