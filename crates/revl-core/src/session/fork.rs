@@ -555,8 +555,9 @@ impl Session {
             true,
         )?;
         self.fp.point("fork.after-begin");
-        // Counted after the append: a `files-synced` the settle above queued went out first.
-        let wal_position = self.state.fork_begun.as_ref().map_or(0, |b| b.wal_position);
+        // The records before `fork-begin`, counted after it went out: a `files-synced` the
+        // settle above queued went out first.
+        let wal_position = self.record_count() - 1;
         Ok(Begun {
             branch,
             crossed,

@@ -131,16 +131,16 @@ impl Store {
             &[header, hinge_record(1, ts.as_deref())?],
             &self.fp,
         )?;
-        // The new WAL's entry, and the store's own (made, perhaps, by a process that died
-        // before its fsync), are durable before the session is acknowledged.
-        let root = self.root().to_path_buf();
-        for d in [root.clone(), root.join("sessions"), root.join("blobs")] {
-            crate::util::create_dir_durable(&d, Some(0o700))
+        // The new WAL's entry in sessions/ is durable before the session is acknowledged, and
+        // so are the store's own entries (sessions/ and blobs/ in it, it in its parent), which
+        // a process that died before its fsync may have left unsynced.
+        let root = self.root();
+        let sessions = root.join("sessions");
+        for d in [root.parent().unwrap_or(root), root, &sessions] {
+            File::open(d)
+                .and_then(|f| f.sync_all())
                 .map_err(|e| Error::io(d.display(), e))?;
         }
-        File::open(self.root().join("sessions"))
-            .and_then(|f| f.sync_all())
-            .map_err(|e| Error::io("sessions/", e))?;
         self.attach(&id)
     }
 

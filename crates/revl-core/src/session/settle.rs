@@ -95,6 +95,8 @@ impl Session {
         let Some(through) = old.iter().map(|u| u.step).max() else {
             return Ok(None);
         };
+        // What the log says each path holds now (redoing a write changes no step).
+        let exp = crate::drift::Expected::of(&self.state.steps);
         for u in &old {
             let undone = self
                 .state
@@ -104,7 +106,7 @@ impl Session {
             if undone || self.touched_later(u) || self.ws.shows(&u.post)? {
                 continue;
             }
-            self.redo_over(u, &crate::drift::Expected::of(&self.state.steps))?;
+            self.redo_over(u, &exp)?;
         }
         Ok(Some(through))
     }
