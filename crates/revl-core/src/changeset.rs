@@ -13,7 +13,7 @@
 use crate::blobs::BlobStore;
 use crate::error::Result;
 use crate::undo::{ExecChange, FileKind, Image, RestoreEntry};
-use crate::workspace::{mode_str, unb64, Workspace};
+use crate::workspace::{mode_str, unb64, KeptBytes, Workspace};
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -50,6 +50,11 @@ pub struct Item {
 pub struct Planned {
     pub items: Vec<Item>,
     pub ignored: Vec<ExecChange>,
+    /// Every entry inside a new tree (a `dir-created` item), recorded one by one so that
+    /// drift inside it, `read --at` and `diff` see each path; moved in with its tree.
+    pub inside: Vec<ExecChange>,
+    /// Small post-images, kept in the intent for `read --at`.
+    pub kept: KeptBytes,
 }
 
 impl Planned {
@@ -69,6 +74,7 @@ impl Planned {
             })
             .collect();
         out.extend(self.ignored.iter().cloned());
+        out.extend(self.inside.iter().cloned());
         out.sort_by(|a, b| a.path.cmp(&b.path));
         out
     }
@@ -142,7 +148,10 @@ fn is_whiteout(m: &fs::Metadata) -> bool {
 /// hard links split) so that what is moved in is exactly what is recorded.
 pub fn plan(upper: &Path, prefix: &str, ws: &Workspace, blobs: &BlobStore) -> Result<Planned> {
     let up = Workspace::new(upper.to_path_buf(), crate::Failpoints::none());
-    let mut out = Planned::default();
+    let mut out = Planned {
+        kept: KeptBytes::with_budget(INLINE_BUDGET),
+        ..Planned::default()
+    };
     let mut budget = INLINE_BUDGET;
     walk(upper, "", prefix, &up, ws, blobs, &mut out, &mut budget)?;
     out.items.sort_by(|a, b| a.path.cmp(&b.path));
@@ -219,9 +228,25 @@ fn walk(
             } else {
                 // A new tree (or one that replaced what was there): applied whole.
                 tidy_tree(&abs, &rel, prefix, &mut out.ignored)?;
-                let after = up.observe(&rel)?;
+                let (after, entries) = up.observe_entries(&rel, Some(&mut out.kept))?;
                 if ws.observe(&rel)? != after {
                     add("dir-created", after, How::Move(abs.clone()), budget)?;
+                    out.inside.extend(entries.into_iter().map(|img| {
+                        ExecChange {
+                            change: match img.kind {
+                                Some(FileKind::Dir) => "dir-created",
+                                Some(FileKind::Symlink) => "symlink",
+                                _ => "created",
+                            }
+                            .to_string(),
+                            path: img.path.clone(),
+                            after: Some(Image {
+                                path: String::new(),
+                                ..img
+                            }),
+                            why: None,
+                        }
+                    }));
                 }
             }
         } else if t.is_file() || t.is_symlink() {
@@ -251,6 +276,9 @@ fn walk(
                     (false, FileKind::File, _) => "modified",
                     _ => "created",
                 };
+                if let (true, Some(d)) = (t.is_file(), after.digest.as_deref()) {
+                    out.kept.offer(&abs, d);
+                }
                 add(change, after, How::Move(abs.clone()), budget)?;
             }
         } else {

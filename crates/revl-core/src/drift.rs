@@ -22,6 +22,53 @@ pub struct Drift {
     pub path: String,
     pub expected: Image,
     pub actual: Image,
+    /// What changed, in words: `new file`, `modified`, `deleted`, `mode 0600 -> 0755`,
+    /// `replaced (file -> dir)`.
+    pub change: String,
+}
+
+impl Drift {
+    pub fn new(path: String, expected: Image, actual: Image) -> Drift {
+        let change = describe(&expected, &actual);
+        Drift {
+            path,
+            expected,
+            actual,
+            change,
+        }
+    }
+}
+
+/// What changed between an expected image and the one found, in a few words.
+fn describe(want: &Image, got: &Image) -> String {
+    let kind = |i: &Image| i.kind.map_or("path", FileKind::as_str).to_string();
+    match (want.kind, got.kind) {
+        (Some(FileKind::Absent), _) => format!("new {}", kind(got)),
+        (_, Some(FileKind::Absent)) => "deleted".into(),
+        (Some(w), Some(g)) if w != g => format!("replaced ({} -> {})", kind(want), kind(got)),
+        _ => {
+            let mut parts = Vec::new();
+            if want.digest.is_some() && want.digest != got.digest {
+                parts.push(if got.kind == Some(FileKind::Symlink) {
+                    "retargeted".to_string()
+                } else {
+                    "modified".to_string()
+                });
+            }
+            if want.mode.is_some() && want.mode != got.mode {
+                parts.push(format!(
+                    "mode {} -> {}",
+                    want.mode.as_deref().unwrap_or("-"),
+                    got.mode.as_deref().unwrap_or("-")
+                ));
+            }
+            if parts.is_empty() {
+                "changed".into()
+            } else {
+                parts.join(", ")
+            }
+        }
+    }
 }
 
 /// What revl believes the workspace holds now.
@@ -104,8 +151,39 @@ impl Expected {
                 }
             }
         }
+        // A new tree recorded entry by entry (an exec's `dir-created` with its contents):
+        // revl witnessed every path in it, so it owns their directories' entries like a
+        // directory it made empty (an entry it did not record is drift), rather than
+        // knowing the tree only by one digest.
+        let listed: Vec<String> = after
+            .iter()
+            .filter(|d| d.kind == Some(FileKind::Dir))
+            .filter(|d| {
+                let below = format!("{}/", d.path);
+                after.iter().any(|a| a.path.starts_with(&below))
+            })
+            .map(|d| d.path.clone())
+            .collect();
+        let mut owned: Vec<String> = Vec::new();
+        if !listed.is_empty() {
+            for a in &after {
+                let inside = listed
+                    .iter()
+                    .any(|l| a.path == *l || a.path.starts_with(&format!("{l}/")));
+                if inside && a.kind == Some(FileKind::Dir) {
+                    owned.push(a.path.clone());
+                }
+            }
+        }
         for img in after {
             self.set(img);
+        }
+        for d in owned {
+            self.trees.remove(&d);
+            if let Some(i) = self.images.get_mut(&d) {
+                i.digest = None;
+            }
+            self.created.insert(d);
         }
     }
 
@@ -145,6 +223,17 @@ impl Expected {
         };
         for k in below {
             self.images.remove(&k);
+        }
+        if !mode_only {
+            let stale: Vec<String> = self
+                .created
+                .range(under.clone()..)
+                .take_while(|c| c.starts_with(&under))
+                .cloned()
+                .collect();
+            for c in stale {
+                self.created.remove(&c);
+            }
         }
         let gone: Vec<String> = self
             .trees
@@ -262,11 +351,7 @@ impl Expected {
                 .cloned()
                 .unwrap_or_else(|| Image::absent(p.clone()));
             if !want.shown_by(&got) {
-                out.push(Drift {
-                    path: p.clone(),
-                    expected: want.clone(),
-                    actual: got,
-                });
+                out.push(Drift::new(p.clone(), want.clone(), got));
             }
         }
         for (p, got) in &seen {
@@ -277,15 +362,15 @@ impl Expected {
             // A directory revl created must still be one.
             if self.created.contains(p) {
                 if !is_dir {
-                    out.push(Drift {
-                        path: p.clone(),
-                        expected: Image {
+                    out.push(Drift::new(
+                        p.clone(),
+                        Image {
                             kind: Some(FileKind::Dir),
                             path: p.clone(),
                             ..Image::default()
                         },
-                        actual: got.clone(),
-                    });
+                        got.clone(),
+                    ));
                 }
                 continue;
             }
@@ -307,11 +392,7 @@ impl Expected {
             // Anything else unwitnessed is drift inside a directory revl created.
             let parent = p.rsplit_once('/').map_or("", |x| x.0);
             if !parent.is_empty() && self.owns_entries_of(parent) {
-                out.push(Drift {
-                    path: p.clone(),
-                    expected: Image::absent(p.clone()),
-                    actual: got.clone(),
-                });
+                out.push(Drift::new(p.clone(), Image::absent(p.clone()), got.clone()));
             }
         }
         out.sort_by(|a, b| a.path.cmp(&b.path));

@@ -4,8 +4,9 @@
 //! Reachable from a session: its manifest copy; every preimage blob and directory tree (and
 //! the files a tree names) of its restore descriptors, the pending intent's included; the
 //! post-image digests of its file effects (what a rewind kept so `read --at` finds it); the
-//! digests it `preserved`. Committed and aborted sessions hold nothing: their blobs can be
-//! collected (`read --at` on them then finds only what the workspace or an inline preimage
+//! digests it `preserved`. Committed and aborted sessions hold nothing but what they
+//! preserved (content made outside revl is never garbage: any session's `preserved` record
+//! keeps its blob, listed apart): their other blobs can be collected (`read --at` on them then finds only what the workspace or an inline preimage
 //! still holds). A WAL that cannot be read makes `--apply` refuse: nothing is guessed.
 //! `--apply` holds the store lock and the lock of every live session, so no operation that
 //! writes a blob before naming it is in flight.
@@ -33,6 +34,21 @@ pub struct GcReport {
     pub unreachable_bytes: u64,
     /// True when they were removed (`--apply`).
     pub applied: bool,
+    /// Blobs that hold content made outside revl and preserved by a rewind (`preserved`
+    /// records), in any session, committed and aborted ones included: never garbage while
+    /// a record names them. Counted apart from `reachable`; never removed.
+    pub preserved: Vec<PreservedBlob>,
+}
+
+/// A blob kept because a `preserved` record names it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreservedBlob {
+    pub digest: String,
+    pub session: String,
+    pub step: u64,
+    pub path: String,
+    pub bytes: u64,
 }
 
 impl Store {
@@ -47,6 +63,9 @@ impl Store {
         let mut reachable: BTreeSet<String> = BTreeSet::new();
         let (mut kept, mut closed) = (0, 0);
         let mut locks = Vec::new();
+        // Hand-made bytes a rewind preserved: never garbage, whatever the session's state.
+        let mut hand_made: std::collections::BTreeMap<String, (String, u64, String)> =
+            Default::default();
         for id in self.session_ids()? {
             let st = match State::read(&self.wal_path(&id)) {
                 Ok((st, _)) => st,
@@ -63,6 +82,11 @@ impl Store {
                 // A dry run counts what it can.
                 Err(_) => continue,
             };
+            for p in &st.preserved {
+                hand_made
+                    .entry(p.digest.clone())
+                    .or_insert_with(|| (id.clone(), p.step, p.path.clone()));
+            }
             match st.life() {
                 Life::Committed | Life::Aborted => {
                     closed += 1;
@@ -78,6 +102,7 @@ impl Store {
             reachable_from(&st, &blobs, &mut reachable);
         }
         let (mut total, mut gone, mut bytes) = (0usize, Vec::new(), 0u64);
+        let mut preserved = Vec::new();
         for dir in
             std::fs::read_dir(blobs.root()).map_err(|e| Error::io(blobs.root().display(), e))?
         {
@@ -98,8 +123,20 @@ impl Store {
                 }
                 total += 1;
                 let digest = format!("{prefix}{name}");
-                if !reachable.contains(&digest) {
-                    bytes += f.metadata().map_or(0, |m| m.len());
+                if reachable.contains(&digest) {
+                    continue;
+                }
+                let size = f.metadata().map_or(0, |m| m.len());
+                if let Some((session, step, path)) = hand_made.get(&digest) {
+                    preserved.push(PreservedBlob {
+                        digest,
+                        session: session.clone(),
+                        step: *step,
+                        path: path.clone(),
+                        bytes: size,
+                    });
+                } else {
+                    bytes += size;
                     gone.push(f.path());
                 }
             }
@@ -114,10 +151,11 @@ impl Store {
             sessions_kept: kept,
             sessions_closed: closed,
             blobs: total,
-            reachable: total - gone.len(),
+            reachable: total - gone.len() - preserved.len(),
             unreachable: gone.len(),
             unreachable_bytes: bytes,
             applied: apply,
+            preserved,
         })
     }
 }

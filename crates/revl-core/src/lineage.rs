@@ -223,7 +223,7 @@ fn residue_of(indices: &[u64], failed: &[Failed], what: &str) -> Residue {
         if out.is_empty() {
             format!("{what}: no emission crossed, no inverse was left unfired and none failed")
         } else {
-            format!("{what}: {} step(s) of the parent's history stay out in the world or unrestored (crossed emissions, inverses that would cross, failed inverses): {out:?}", out.len())
+            format!("{what}: {} step(s) of the parent's history are outstanding (emissions that crossed and stay out in the world, steps whose inverse was not fired because it would cross, such as a declared compensation that never ran, or inverses that failed): {out:?}", out.len())
         }
     })
 }

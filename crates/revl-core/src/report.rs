@@ -136,6 +136,11 @@ pub struct ForkReport {
     pub residue: Residue,
     #[serde(rename = "warning_emissions")]
     pub warning_emissions: String,
+    /// On an enumeration: what a serial and a parallel confirm each do with the parent's
+    /// held sends (`droppedDeferred` is the serial fork's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_sends_by_mode: Option<crate::session::HeldSendsByMode>,
+    /// A performed fork: what the rewind claims. An enumeration: that nothing ran yet.
     pub guarantee: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash: Option<String>,

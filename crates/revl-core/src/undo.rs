@@ -368,6 +368,10 @@ impl EffectDetail {
 pub struct IntentAfter {
     pub detail: EffectDetail,
     pub images: Vec<Image>,
+    /// Post-image bytes of small files (digest -> base64), so that `read --at` returns what
+    /// a step left even after the file was changed outside revl (absent in older WALs).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub kept: std::collections::BTreeMap<String, String>,
 }
 
 /// One entry of a directory listing (the tree blob of a [`RestoreEntry::Dir`]), with short

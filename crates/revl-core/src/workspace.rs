@@ -342,6 +342,44 @@ impl Workspace {
         })
     }
 
+    /// Observe a directory `rel` and every entry below it (one walk): its image, whose
+    /// digest covers the whole tree, and each entry's image in path order (a file's digest
+    /// and mode, a symlink's target digest, a directory's mode). With `keep`, the bytes of
+    /// small files (at most [`INLINE_MAX`] each) are returned too, while their sum fits.
+    pub fn observe_entries(
+        &self,
+        rel: &str,
+        mut keep: Option<&mut KeptBytes>,
+    ) -> Result<(Image, Vec<Image>)> {
+        let abs = self.abs(rel);
+        let listing = self.listing(&abs, false, None)?;
+        let m = lstat(&abs)?.ok_or_else(|| io(&abs, std::io::ErrorKind::NotFound.into()))?;
+        let dir = Image {
+            digest: Some(listing_digest(&listing)),
+            kind: Some(FileKind::Dir),
+            mode: Some(mode_str(m.permissions().mode())),
+            path: rel.to_string(),
+        };
+        let mut entries = Vec::with_capacity(listing.len());
+        for it in listing {
+            let path = format!("{rel}/{}", it.path);
+            let digest = match it.kind {
+                FileKind::Symlink => it.target.as_deref().map(|t| blake3_hex(t.as_bytes())),
+                _ => it.digest,
+            };
+            if let (Some(k), FileKind::File, Some(d)) = (keep.as_deref_mut(), it.kind, &digest) {
+                k.offer(&self.abs(&path), d);
+            }
+            entries.push(Image {
+                digest,
+                kind: Some(it.kind),
+                mode: it.mode,
+                path,
+            });
+        }
+        Ok((dir, entries))
+    }
+
     /// Observe `rel` and, when it is a directory, everything below it, in path order. Files
     /// are hashed once each; a directory's digest (which covers its whole tree) is computed
     /// only where `dir_digest(path)` asks for it.
@@ -1632,6 +1670,51 @@ fn make_writable(p: &Path) {
                     make_writable(&e.path());
                 }
             }
+        }
+    }
+}
+
+/// Post-image bytes kept in an intent (`after.kept`, digest -> base64): small files only,
+/// at most [`INLINE_MAX`] bytes each and a budget in all, so that `read --at` can return
+/// the content a step left even after the file was changed outside revl.
+#[derive(Debug, Default)]
+pub struct KeptBytes {
+    pub kept: std::collections::BTreeMap<String, String>,
+    budget: usize,
+}
+
+impl KeptBytes {
+    pub fn with_budget(budget: usize) -> Self {
+        KeptBytes {
+            kept: Default::default(),
+            budget,
+        }
+    }
+
+    /// Keep the bytes of the file at `abs` (whose digest is `digest`) if they fit.
+    pub fn offer(&mut self, abs: &Path, digest: &str) {
+        if self.kept.contains_key(digest) {
+            return;
+        }
+        let Ok(m) = fs::symlink_metadata(abs) else {
+            return;
+        };
+        if !m.is_file() || m.len() > INLINE_MAX as u64 || m.len() as usize > self.budget {
+            return;
+        }
+        if let Ok(bytes) = fs::read(abs) {
+            if blake3_hex(&bytes) == digest {
+                self.budget -= bytes.len();
+                self.kept.insert(digest.to_string(), b64(&bytes));
+            }
+        }
+    }
+
+    /// Keep bytes already in hand.
+    pub fn add(&mut self, bytes: &[u8]) {
+        if bytes.len() <= INLINE_MAX && bytes.len() <= self.budget {
+            self.budget -= bytes.len();
+            self.kept.insert(blake3_hex(bytes), b64(bytes));
         }
     }
 }

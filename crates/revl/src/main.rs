@@ -583,7 +583,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 } else {
                     ": nothing removed (dry run; --apply removes them)"
                 }
-            );
+            ) + &render::gc_preserved(&r.preserved);
             Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::Blob { digest, out } => {

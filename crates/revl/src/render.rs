@@ -625,13 +625,7 @@ fn drift_rows(out: &mut String, title: &str, drift: &[Drift]) {
     }
     let _ = write!(out, "\n{title}:");
     for d in drift {
-        let _ = write!(
-            out,
-            "\n  {}  expected {}  found {}",
-            d.path,
-            to_json(&d.expected),
-            to_json(&d.actual)
-        );
+        let _ = write!(out, "\n  {}  {}", path_text(&d.path), d.change);
     }
 }
 
@@ -801,9 +795,22 @@ pub fn fork(v: &ForkReport) -> String {
     );
     held_rows(
         &mut out,
-        "held sends dropped (they never crossed)",
+        if done {
+            "held sends dropped (they never crossed)"
+        } else {
+            "held sends (a serial fork drops them: they never cross; a parallel fork --into DIR keeps them in the parent's queue)"
+        },
         &v.dropped_deferred,
     );
+    if let (true, Some(par)) = (done, &v.parallel) {
+        if !par.parent_keeps.queue.is_empty() {
+            let _ = write!(
+                out,
+                "\nheld sends kept in the parent's queue (the branch has none): send {}",
+                indices(&par.parent_keeps.queue)
+            );
+        }
+    }
     entry_rows(&mut out, "CROSSED (cannot be undone)", &v.emissions_crossed);
     entry_rows(
         &mut out,
@@ -812,7 +819,7 @@ pub fn fork(v: &ForkReport) -> String {
     );
     entry_rows(
         &mut out,
-        "NOT FIRED (the inverse would cross)",
+        "NOT FIRED (the inverse would cross; a declared compensation never ran)",
         &v.would_cross_on_rewind,
     );
     entry_rows(&mut out, "unrestored", &v.unrestored);
@@ -827,7 +834,19 @@ pub fn fork(v: &ForkReport) -> String {
     preserved_rows(&mut out, v.preserved.as_deref().unwrap_or_default());
     let _ = write!(out, "\nresidue: {}", residue_word(&v.residue));
     let _ = write!(out, "\nproof: {}", v.residue.proof);
-    let _ = write!(out, "\nwarning: {}", v.warning_emissions);
+    let outside = v.emissions_crossed.is_empty()
+        && v.emissions_compensated.is_empty()
+        && v.would_cross_on_rewind.is_empty();
+    let _ = write!(
+        out,
+        "\n{}: {}",
+        if outside {
+            "out in the world"
+        } else {
+            "WARNING"
+        },
+        v.warning_emissions
+    );
     if let Some(h) = &v.hash {
         let _ = write!(
             out,
@@ -1070,4 +1089,50 @@ pub fn diff(v: &revl_core::session::diff::DiffReport) -> String {
         }
     }
     out
+}
+
+/// `gc`: the blobs kept because they hold content made outside revl that a rewind preserved.
+pub fn gc_preserved(kept: &[revl_core::gc::PreservedBlob]) -> String {
+    if kept.is_empty() {
+        return String::new();
+    }
+    let bytes: u64 = kept.iter().map(|k| k.bytes).sum();
+    let mut out = format!(
+        "\n{} blob(s) ({bytes} bytes) hold content made outside revl that a rewind preserved: kept, never removed (`revl blob DIGEST` gives it back):",
+        kept.len()
+    );
+    for k in kept {
+        let _ = write!(
+            out,
+            "\n  {}  {} (session {}, step {})  {}",
+            k.digest,
+            path_text(&k.path),
+            short(&k.session),
+            k.step,
+            k.bytes
+        );
+    }
+    out
+}
+
+/// A path or name as a terminal shows it: control characters escaped (a name cannot hide
+/// or rewrite lines of a report).
+pub fn path_text(p: &str) -> String {
+    if !p.chars().any(char::is_control) {
+        return p.to_string();
+    }
+    p.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+/// A session id as text shows it: its first 8 characters.
+fn short(id: &str) -> &str {
+    id.get(..8).unwrap_or(id)
 }

@@ -36,6 +36,18 @@ impl Session {
             _ => None,
         };
         let deferred_sync = redo.is_some();
+        // The write's own post-image is kept, so that `read --at` returns it even after the
+        // file is changed outside revl: an in-place write's bytes are in its `redo`; other
+        // small ones ride in the intent (`after.kept`); larger ones go to the blob store
+        // (durable before the intent names their digest).
+        let mut kept = crate::workspace::KeptBytes::with_budget(crate::workspace::INLINE_MAX);
+        if let (FileOp::Write { content, .. }, false) = (&planned.op, deferred_sync) {
+            if content.len() <= crate::workspace::INLINE_MAX {
+                kept.add(content);
+            } else {
+                self.blobs.put(content)?;
+            }
+        }
         let intent = Record::Intent {
             step,
             kind: "effect".into(),
@@ -46,6 +58,7 @@ impl Session {
             after: Some(IntentAfter {
                 detail: EffectDetail::File(planned.detail.clone()),
                 images: planned.after.clone(),
+                kept: kept.kept,
             }),
             redo,
         };

@@ -143,10 +143,7 @@ impl Session {
         let _ = crate::workspace::remove_any(&scratch);
         std::fs::create_dir_all(&scratch)
             .map_err(|e| Error::io(format!("cannot make {}", scratch.display()), e))?;
-        let argv0 = Path::new(&o.argv[0])
-            .file_name()
-            .map_or_else(|| o.argv[0].clone(), |n| n.to_string_lossy().into_owned());
-        let label = format!("exec {argv0}");
+        let label = exec_label(&o.argv, None);
         let env = [
             ("REVL_SESSION".to_string(), self.id.clone()),
             ("REVL_STEP".to_string(), step.to_string()),
@@ -199,7 +196,7 @@ impl Session {
             }
         };
         self.fp.point("exec.after-run");
-        let result = self.apply_changes(step, &label, o, cwd_rel, &outcome);
+        let result = self.apply_changes(step, o, cwd_rel, &outcome);
         let _ = crate::workspace::remove_any(&scratch);
         let changes = result?;
         let ran = outcome.ran;
@@ -234,7 +231,6 @@ impl Session {
     fn apply_changes(
         &mut self,
         step: u64,
-        label: &str,
         o: &ExecOptions,
         cwd_rel: &str,
         out: &crate::sandbox::Outcome,
@@ -249,6 +245,7 @@ impl Session {
                 return Err(e);
             }
         };
+        let label = &exec_label(&o.argv, Some(planned.items.len() + planned.inside.len()));
         let detail = ExecDetail {
             argv: o.argv.clone(),
             changes: planned.changes(),
@@ -298,6 +295,7 @@ impl Session {
                     after: Some(IntentAfter {
                         detail: detail.clone(),
                         images: planned.items.iter().map(|i| i.after.clone()).collect(),
+                        kept: planned.kept.kept.clone(),
                     }),
                     redo: None,
                 },
@@ -472,4 +470,48 @@ fn sync_all_parallel(paths: &[PathBuf]) -> std::io::Result<()> {
                 .unwrap_or_else(|_| Err(std::io::Error::other("fsync thread panicked")))
         })
     })
+}
+
+/// The label of an exec step: `exec` and the command, shortened to one line (an argument
+/// with spaces or shell characters quoted, control characters escaped, at most 80
+/// characters), with the number of paths it changed once that is known.
+pub fn exec_label(argv: &[String], changes: Option<usize>) -> String {
+    const MAX: usize = 80;
+    let mut words: Vec<String> = Vec::with_capacity(argv.len());
+    for (i, a) in argv.iter().enumerate() {
+        let a = if i == 0 {
+            Path::new(a)
+                .file_name()
+                .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned())
+        } else {
+            a.clone()
+        };
+        let a: String = a
+            .chars()
+            .flat_map(|c| {
+                if c.is_control() {
+                    c.escape_default().collect::<Vec<_>>()
+                } else {
+                    vec![c]
+                }
+            })
+            .collect();
+        let plain = !a.is_empty()
+            && a.chars()
+                .all(|c| c.is_alphanumeric() || "-_./=:,+@%^".contains(c));
+        words.push(if plain {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', "'\\''"))
+        });
+    }
+    let mut cmd = words.join(" ");
+    if cmd.chars().count() > MAX {
+        cmd = cmd.chars().take(MAX - 1).collect::<String>() + "…";
+    }
+    match changes {
+        None => format!("exec {cmd}"),
+        Some(1) => format!("exec {cmd} (1 change)"),
+        Some(n) => format!("exec {cmd} ({n} changes)"),
+    }
 }

@@ -60,25 +60,71 @@ pub fn not_preserved() -> Value {
     ])
 }
 
-/// `warning_emissions` for a partition: every crossing of the tail, not only emissions (an
-/// effect whose undo would cross stays done out in the world too).
-fn warning_emissions(p: &Partition) -> String {
-    let crossed = p.emissions_crossed.len() + p.emissions_compensated.len();
-    let mut would: Vec<u64> = p.would_cross_on_rewind.clone();
-    would.sort_unstable();
-    let stays = would.len();
-    match (crossed, stays) {
-        (0, 0) => "no emission crossed and no effect that crossed stays done: nothing from this tail is out in the world".to_string(),
-        (c, 0) => format!(
-            "{c} emission(s) are still out in the world and stay there after the fork: {:?}",
-            p.crossed()
+/// `warning_emissions` for a partition: what of the tail is out in the world after the
+/// fork, each kind in its own words. An emission crossed; an effect whose undo would cross
+/// changed something outside and stays done; a declared compensation never fired (it is a
+/// promise of a second crossing, not a crossing).
+fn warning_emissions(p: &Partition, steps: &[crate::step::Step]) -> String {
+    let crossed = p.crossed();
+    let (mut comps, mut effects): (Vec<u64>, Vec<u64>) =
+        p.would_cross_on_rewind.iter().partition(|&&i| {
+            steps
+                .get(i as usize)
+                .is_some_and(|s| s.kind == StepKind::Compensation)
+        });
+    comps.sort_unstable();
+    effects.sort_unstable();
+    let mut parts = Vec::new();
+    if !crossed.is_empty() {
+        parts.push(format!(
+            "{} emission(s) crossed and stay out in the world after the fork: {crossed:?}",
+            crossed.len()
+        ));
+    }
+    if !effects.is_empty() {
+        parts.push(format!(
+            "{} step(s) changed something outside the machine and stay done (their undo would cross, so it is not fired): {effects:?}",
+            effects.len()
+        ));
+    }
+    if !comps.is_empty() {
+        parts.push(format!(
+            "{} declared compensation(s) were not fired (firing one would cross again; it never ran): {comps:?}",
+            comps.len()
+        ));
+    }
+    if parts.is_empty() {
+        "nothing from this tail is out in the world: no emission crossed and no step with a crossing undo stays done".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// What a fork enumeration says in place of a guarantee: nothing has run yet.
+pub const NOT_YET: &str = "Nothing has run yet: this report enumerates what a confirm would do. After a confirm, revl claims only that the listed host-confined inverses ran, newest first, restoring the recorded preimage bytes, modes and kinds of file effects; nothing about anything outside the workspace.";
+
+/// What each kind of fork does with the parent's held sends (an enumeration serves both).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct HeldSendsByMode {
+    /// `fork-confirm` without `--into`: the parent's whole queue is dropped (never sent).
+    pub serial: String,
+    /// `fork-confirm --into DIR`: the parent keeps its queue; the branch starts with none.
+    pub parallel: String,
+}
+
+fn held_sends_by_mode(queue: &[u64]) -> HeldSendsByMode {
+    if queue.is_empty() {
+        return HeldSendsByMode {
+            serial: "no held sends: nothing is dropped".into(),
+            parallel: "no held sends: the parent's queue stays empty".into(),
+        };
+    }
+    HeldSendsByMode {
+        serial: format!(
+            "a serial fork drops the parent's held sends {queue:?}: they never cross"
         ),
-        (0, s) => format!(
-            "no emission crossed, but {s} step(s) that crossed stay done out in the world (their inverses would cross, so they are not fired): {would:?}"
-        ),
-        (c, s) => format!(
-            "{c} emission(s) are still out in the world and stay there after the fork: {:?}; and {s} step(s) that crossed stay done (their inverses would cross): {would:?}",
-            p.crossed()
+        parallel: format!(
+            "a parallel fork (--into DIR) keeps held sends {queue:?} in the parent's queue (they fire if the parent commits); the branch starts with none"
         ),
     }
 }
@@ -229,8 +275,9 @@ impl Session {
             drift,
             preserved: None,
             residue: Residue::of_partition(p, failed),
-            warning_emissions: warning_emissions(p),
-            guarantee: GUARANTEE,
+            warning_emissions: warning_emissions(p, steps),
+            held_sends_by_mode: Some(held_sends_by_mode(&self.state.queue)),
+            guarantee: NOT_YET,
             hash: None,
             refused: None,
             reason: None,
@@ -355,6 +402,8 @@ impl Session {
             true,
         )?;
         let mut report = self.fork_report(&p, Some(&ran), &failed, drift);
+        report.guarantee = GUARANTEE;
+        report.held_sends_by_mode = None;
         report.preserved = Some(kept);
         report.forked = true;
         report.dropped_deferred = dropped;
@@ -412,6 +461,8 @@ impl Session {
             true,
         )?;
         let mut report = self.fork_report(&p, Some(&done.ran), &done.failed, drift);
+        report.guarantee = GUARANTEE;
+        report.held_sends_by_mode = None;
         report.preserved = Some(done.preserved);
         report.forked = true;
         report.dropped_deferred = Vec::new();
@@ -525,6 +576,7 @@ impl Session {
                 )));
             }
         }
+        probe_into(&dir, existed)?;
         Ok((dir, existed))
     }
 
@@ -736,4 +788,42 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// Can revl make the branch's workspace at `dir`? Tried before anything is recorded (a
+/// directory that cannot be made must not cost the pending fork or leave a mark): an
+/// existing DIR takes a new entry, an absent one can be created. What the probe made is
+/// removed again.
+fn probe_into(dir: &Path, existed: bool) -> Result<()> {
+    let cannot = |e: std::io::Error| {
+        Error::new(
+            Code::BadArgs,
+            format!(
+                "cannot make the branch's workspace at {}: {e}",
+                dir.display()
+            ),
+            "give a directory revl can create (its parent must exist and be writable), or an empty writable one; nothing was done and the pending fork stands",
+        )
+    };
+    if existed {
+        let probe = dir.join(format!(".revl-probe-{}", new_id()));
+        std::fs::create_dir(&probe).map_err(cannot)?;
+        let _ = std::fs::remove_dir(&probe);
+        return Ok(());
+    }
+    // The directories the probe creates, outermost first, to remove them again.
+    let mut made = Vec::new();
+    let mut at = Some(dir);
+    while let Some(p) = at {
+        if std::fs::symlink_metadata(p).is_ok() {
+            break;
+        }
+        made.push(p.to_path_buf());
+        at = p.parent();
+    }
+    let r = std::fs::create_dir_all(dir);
+    for p in &made {
+        let _ = std::fs::remove_dir(p);
+    }
+    r.map_err(cannot)
 }

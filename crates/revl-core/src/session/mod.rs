@@ -25,7 +25,7 @@ mod settle;
 mod unwind;
 
 pub use exec::{ExecOptions, DEFAULT_TIMEOUT};
-pub use fork::not_preserved;
+pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
 pub use unwind::StepBackMode;
 
 use crate::blobs::BlobStore;
@@ -43,6 +43,9 @@ use std::path::{Path, PathBuf};
 
 /// What a rewind claims, and no more (SPEC 4.3).
 pub const GUARANTEE: &str = "The inverses of the unwound steps ran, newest first; for file effects the recorded preimage bytes, modes and kinds were restored. Nothing is claimed about anything outside the workspace.";
+
+/// What a timeline claims: only what revl recorded (a timeline documents no rewind).
+pub const TIMELINE_CLAIM: &str = "This lists what revl recorded, in order, each step durable before it was reported. It claims nothing about the world: a step marked undone had its inverse run; nothing else was reverted.";
 
 /// An attached session: its lock is held for as long as this value lives.
 pub struct Session {

@@ -1,7 +1,7 @@
 //! Reading a session (SPEC 4.2): timeline, inspect, status, owed, verify; and the checks a
 //! rewind target passes.
 
-use super::{Session, GUARANTEE};
+use super::{Session, TIMELINE_CLAIM};
 use crate::classify::{self, partition};
 use crate::drift::Expected;
 use crate::error::{Code, Error, Result};
@@ -19,7 +19,7 @@ impl Session {
             torn: self.torn,
             steps: self.state.steps.iter().map(StepView::of).collect(),
             accumulated: self.state.accumulated(self.state.head_pos()),
-            guarantee: GUARANTEE,
+            guarantee: TIMELINE_CLAIM,
             busy: self.busy(),
         }
     }
@@ -276,6 +276,9 @@ impl Session {
         if let Some(b) = inline_preimage(&self.state.steps, digest)? {
             return Ok(b);
         }
+        if let Some(b) = kept_in_wal(&self.wal_path, digest) {
+            return Ok(b);
+        }
         // The sessions that share this workspace's history: a branch's first writes hold
         // its parent's last contents as their preimages, and the other way round.
         let mut related: Vec<String> = Vec::new();
@@ -300,6 +303,9 @@ impl Session {
             if let Some(b) = inline_preimage(&st.steps, digest)? {
                 return Ok(b);
             }
+            if let Some(b) = kept_in_wal(&self.store.wal_path(&id), digest) {
+                return Ok(b);
+            }
             related.extend(st.fork_frozen.as_ref().map(|f| f.branch.clone()));
             related.extend(st.origin.as_ref().map(|o| o.parent.clone()));
             related.extend(st.parallel_children.iter().map(|c| c.branch.clone()));
@@ -312,9 +318,31 @@ impl Session {
         Err(Error::new(
             Code::MissingPreimage,
             format!("the content of {rel} (digest {digest}) is kept nowhere"),
-            "it was written before revl kept replaced content; nothing else holds it",
+            "it was changed outside revl since, and revl kept no copy of it (revl keeps what its writes wrote, and the files up to 4 KiB an exec changed, up to 1 MiB a step; larger exec outputs only by digest)",
         ))
     }
+}
+
+/// The bytes with this digest that an intent of the WAL at `wal` carries: a small write's
+/// `redo`, or a post-image kept in `after.kept`. Read only when nothing else holds them.
+fn kept_in_wal(wal: &std::path::Path, digest: &str) -> Option<Vec<u8>> {
+    let read = crate::wal::read_wal(wal).ok()?;
+    for r in read.records.iter().rev() {
+        let crate::wal::Record::Intent { after, redo, .. } = r else {
+            continue;
+        };
+        if let Some(b64) = after.as_ref().and_then(|a| a.kept.get(digest)) {
+            return crate::workspace::unb64(b64).ok();
+        }
+        if let Some(redo) = redo {
+            if let Ok(b) = crate::workspace::unb64(&redo.content) {
+                if crate::util::blake3_hex(&b) == digest {
+                    return Some(b);
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The bytes of an inline preimage with this digest, in any step of `steps`.

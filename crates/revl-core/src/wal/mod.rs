@@ -209,6 +209,7 @@ mod doc_table {
                         to: None,
                     }),
                     images: vec![],
+                    kept: Default::default(),
                 }),
                 redo: None,
             },
