@@ -143,7 +143,7 @@ pub fn k_not_live(steps: &[Step], spans: &[(Pos, u64)], k: Pos) -> Option<String
     for &(to, head) in spans {
         if to < k && ku <= head {
             return Some(format!(
-                "step {k} lies in the span {}..={head} that an earlier unwind to {to} stepped over",
+                "step {k} lies in the span of steps {} to {head} that an earlier unwind to {to} stepped over",
                 to.first_above()
             ));
         }

@@ -40,11 +40,15 @@ pub struct Doctor {
     pub scratch: String,
 }
 
-/// Run every check under `store_root/scratch/`.
+/// Run every check under `store_root/scratch/` (where exec's layers live); when there is
+/// no store yet, in the system's temporary directory: a check creates no store.
 pub fn check(store_root: &Path) -> Doctor {
-    let dir = store_root
-        .join("scratch")
-        .join(format!("doctor-{}", std::process::id()));
+    let base = if store_root.is_dir() {
+        store_root.join("scratch")
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join(format!("revl-doctor-{}", std::process::id()));
     let _ = crate::workspace::remove_any(&dir);
     let made =
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()));

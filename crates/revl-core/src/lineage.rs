@@ -70,6 +70,8 @@ pub struct Side {
     pub steps: usize,
     pub emissions_crossed: Vec<u64>,
     pub model_decisions: Vec<Value>,
+    /// The held sends this side has queued (they fire only if it commits), FIFO.
+    pub held_sends: Vec<crate::state::Deferred>,
 }
 
 /// What the two sides share and where they part (lineage positions).
@@ -336,7 +338,7 @@ impl OfflineWal {
         let k = st.pos(k).ok_or_else(|| {
             Error::bad_args(
                 format!(
-                    "step {k} is out of range: this WAL has steps -1..={}",
+                    "step {k} is out of range: this WAL has steps -1 to {}",
                     st.head()
                 ),
                 "give a step index from the timeline, or -1 (before every step)",
@@ -426,6 +428,13 @@ impl OfflineWal {
                 .map(|s| s.index)
                 .collect(),
             model_decisions: self.state.model_decisions.clone(),
+            held_sends: self
+                .state
+                .queue
+                .iter()
+                .filter_map(|q| self.state.deferred.get(q))
+                .cloned()
+                .collect(),
         }
     }
 }

@@ -1504,7 +1504,20 @@ impl Workspace {
     pub fn read(&self, path: &str) -> Result<crate::report::FileRead> {
         let rel = self.confine(path, false)?;
         let abs = self.abs(&rel);
-        let m = fs::metadata(&abs).map_err(|e| missing_or_io(&rel, &abs, e))?;
+        let m = fs::metadata(&abs).map_err(|e| {
+            use std::io::ErrorKind::{NotADirectory, NotFound};
+            if matches!(e.kind(), NotFound | NotADirectory) {
+                // The same answer as `read --at` for a path that is not there.
+                Error::new(
+                    Code::Absent,
+                    format!("{rel} does not exist in the workspace now"),
+                    "`revl list` shows what is there; `revl read --at K` reads what a step left",
+                )
+                .with_remedy(Remedy::ListPath)
+            } else {
+                io(&abs, e)
+            }
+        })?;
         if !m.is_file() {
             return Err(Error::bad_args(
                 format!("{rel} is not a file"),

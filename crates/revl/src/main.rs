@@ -493,6 +493,18 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 printed: false,
             });
         }
+        Cmd::Doctor => {
+            // A check creates nothing: without a store it probes in a temporary directory.
+            let root = match &cli.store {
+                Some(s) => s.clone(),
+                None => default_store()?,
+            };
+            let r = revl_core::doctor::check(&root);
+            let mut out = Outcome::ok(to_json(&r), render::doctor(&r));
+            // A script can rely on `revl doctor && …`: exit 1 when exec cannot be sandboxed.
+            out.exit = u8::from(!r.sandbox.available);
+            return Ok(out);
+        }
         _ => {}
     }
     if let Cmd::New { workspace, .. } = &cli.cmd {
@@ -513,7 +525,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Ok(Outcome::ok(to_json(&r), render::stepped(&r)))
     };
     match &cli.cmd {
-        Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } => {
+        Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } | Cmd::Doctor => {
             unreachable!("handled above")
         }
         Cmd::Mcp {
@@ -731,13 +743,6 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let report = revl_core::session::diff::diff_in(&store, left, right, path.as_deref())?;
             let mut out = Outcome::ok(to_json(&report), render::diff(&report));
             out.exit = u8::from(!report.paths.is_empty());
-            Ok(out)
-        }
-        Cmd::Doctor => {
-            let r = revl_core::doctor::check(store.root());
-            let mut out = Outcome::ok(to_json(&r), render::doctor(&r));
-            // A script can rely on `revl doctor && …`: exit 1 when exec cannot be sandboxed.
-            out.exit = u8::from(!r.sandbox.available);
             Ok(out)
         }
         Cmd::Log { session } => {
@@ -980,14 +985,20 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
 /// A verb's own-shape negative (`refused: true`, `approvalRequired: true`) exits 1.
 fn negative_aware(doc: Value, t: String) -> Outcome {
     let negative = revl_core::is_negative(&doc);
+    // The text already says it on stdout; stderr gets one line, not the same text again.
     if negative {
-        eprintln!(
-            "revl: {}",
+        let line = if doc.get("approvalRequired").is_some() {
+            format!(
+                "approval required (ticket {}): nothing was sent",
+                doc.get("ticket").and_then(Value::as_str).unwrap_or("-")
+            )
+        } else {
             doc.get("reason")
-                .or(doc.get("hint"))
                 .and_then(Value::as_str)
                 .unwrap_or("refused")
-        );
+                .to_string()
+        };
+        eprintln!("revl: {line}");
     }
     Outcome {
         doc,

@@ -43,7 +43,7 @@ fn indices(v: &[u64]) -> String {
 }
 
 pub fn inspect(v: &Inspect) -> String {
-    let mut out = format!("at step {} ({})", v.at, v.at_label);
+    let mut out = format!("at {}", step_at(v.at, &v.at_label));
     let _ = write!(out, "\nsteps in effect here:  {}", indices(&v.accumulated));
     let _ = write!(
         out,
@@ -498,12 +498,12 @@ pub fn timeline(v: &Timeline) -> String {
             .unwrap_or_else(|| "(no scope)".into());
         // A label is one line: control characters are shown escaped. An opaque exec says
         // which command it was.
-        let mut label: String = st.label.escape_debug().collect();
+        let mut label: String = path_text(&st.label);
         if st.kind == "opaque" && st.site == "exec" {
             if let Some(argv) = st.detail.get("argv").and_then(|a| a.as_array()) {
                 let cmd: Vec<String> = argv
                     .iter()
-                    .map(|a| a.as_str().unwrap_or("?").escape_debug().collect())
+                    .map(|a| path_text(a.as_str().unwrap_or("?")))
                     .collect();
                 let _ = write!(label, " ({})", cmd.join(" "));
             }
@@ -591,7 +591,7 @@ fn held_rows(out: &mut String, title: &str, held: &[Deferred]) {
             (
                 format!("send {}", d.seq),
                 format!("{}.{}", d.service, d.method),
-                None,
+                Some(format!("args {}", one_line_max(&d.args, 120))),
             )
         }),
     );
@@ -638,7 +638,7 @@ fn residue_word(r: &Residue) -> &'static str {
 }
 
 pub fn step_back(v: &StepBackReport) -> String {
-    let mut out = format!("stepped back to {} ({})", v.to, v.to_label);
+    let mut out = format!("stepped back to {}", step_at(v.to, &v.to_label));
     entry_rows(&mut out, "inverses ran", &v.inverses_ran);
     entry_rows(&mut out, "provisions withdrawn", &v.provisions_withdrawn);
     if let Some(c) = &v.compensations_ran {
@@ -744,9 +744,8 @@ pub fn recover(v: &RecoverReport) -> String {
 pub fn fork(v: &ForkReport) -> String {
     let mut out = if let (true, Some(par)) = (v.forked, &v.parallel) {
         format!(
-            "FORKED IN PARALLEL at step {} ({})\n  parent {} stays live, its workspace and {} held send(s) untouched\n  branch {} is live in {} ({}, {} bytes copied)",
-            v.at,
-            v.at_label,
+            "FORKED IN PARALLEL at {}\n  parent {} stays live, its workspace and {} held send(s) untouched\n  branch {} is live in {} ({}, {} bytes copied)",
+            step_at(v.at, &v.at_label),
             v.parent,
             par.parent_keeps.queue.len(),
             v.branch.as_deref().unwrap_or("-"),
@@ -756,9 +755,8 @@ pub fn fork(v: &ForkReport) -> String {
         )
     } else if v.forked {
         format!(
-            "FORKED at step {} ({})\n  parent {} is now frozen\n  branch {} is live: continue there",
-            v.at,
-            v.at_label,
+            "FORKED at {}\n  parent {} is now frozen\n  branch {} is live: continue there",
+            step_at(v.at, &v.at_label),
             v.parent,
             v.branch.as_deref().unwrap_or("-")
         )
@@ -770,8 +768,9 @@ pub fn fork(v: &ForkReport) -> String {
         )
     } else {
         format!(
-            "fork of {} at step {} ({}): nothing has changed yet",
-            v.parent, v.at, v.at_label
+            "fork of {} at {}: nothing has changed yet",
+            v.parent,
+            step_at(v.at, &v.at_label)
         )
     };
     let done = v.forked;
@@ -989,10 +988,17 @@ pub fn partition(v: &Value) -> String {
 
 pub fn compare(v: &Compare) -> String {
     let mut out = format!("relation: {}", v.relation.to_uppercase());
+    // The hinge (step 0) is no step the agent took.
+    let took = |n: usize| n.saturating_sub(1);
     let _ = write!(
         out,
-        "\n  left  {} ({}, {} steps)\n  right {} ({}, {} steps)",
-        v.left.session, v.left.role, v.left.steps, v.right.session, v.right.role, v.right.steps
+        "\n  left  {} ({}, {} step(s) after its start)\n  right {} ({}, {} step(s) after its start)",
+        v.left.session,
+        v.left.role,
+        took(v.left.steps),
+        v.right.session,
+        v.right.role,
+        took(v.right.steps)
     );
     let Some(d) = v.delta.as_ref().filter(|_| v.comparable) else {
         let _ = write!(out, "\nnot comparable: {}", v.why.unwrap_or("-"));
@@ -1000,7 +1006,7 @@ pub fn compare(v: &Compare) -> String {
     };
     let _ = write!(
         out,
-        "\ndiverged at: {}\nshared: positions 1..{} (same kind, label and content)",
+        "\ndiverged at: step {} of the parent\nshared: the first {} step(s) along the lineage (same kind, label and content)\n(positions count along each side's lineage from its first session's step 1; a branch forked at step k numbers its own steps from 1, so its step i is position k+i)",
         v.diverged_at.map_or("-".to_string(), |a| a.to_string()),
         d.shared_prefix
     );
@@ -1016,15 +1022,31 @@ pub fn compare(v: &Compare) -> String {
             } else {
                 ""
             };
+            let at = |side: &Value| match side.get("index") {
+                Some(i) => format!("step {}: ", s(i)),
+                None => String::new(),
+            };
             let _ = write!(
                 out,
-                "\nfirst difference at position {}: left {l} / right {r}{note}",
+                "\nfirst difference at position {}: left {}{l} / right {}{r}{note}",
                 s(&f["position"]),
+                at(&f["left"]),
+                at(&f["right"]),
             );
         }
     }
     entry_rows(&mut out, "only left", &d.only_left);
     entry_rows(&mut out, "only right", &d.only_right);
+    held_rows(
+        &mut out,
+        "held sends queued on the left (fire only if it commits)",
+        &v.left.held_sends,
+    );
+    held_rows(
+        &mut out,
+        "held sends queued on the right (fire only if it commits)",
+        &v.right.held_sends,
+    );
     for (side, x) in [("left", &v.left), ("right", &v.right)] {
         rows(
             &mut out,
@@ -1059,6 +1081,7 @@ pub fn compare(v: &Compare) -> String {
             s(&nc["why"])
         );
     }
+    out.push_str("\nto keep one side's files: `revl diff LEFT RIGHT` lists every path that differs; a serial branch already lives in the original workspace; for a parallel branch, docs/user-guide.md (\"When a branch wins\") shows how to bring its files back");
     out
 }
 
@@ -1135,4 +1158,14 @@ pub fn path_text(p: &str) -> String {
 /// A session id as text shows it: its first 8 characters.
 fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
+}
+
+/// `step K (label)`; the start of a session is `step -1 (before every step)`.
+fn step_at(at: impl std::fmt::Display, label: &str) -> String {
+    let label = path_text(label);
+    if label.starts_with('(') {
+        format!("step {at} {label}")
+    } else {
+        format!("step {at} ({label})")
+    }
 }

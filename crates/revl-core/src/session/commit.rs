@@ -271,7 +271,7 @@ impl Session {
         if step > self.state.head() {
             return Err(Error::bad_args(
                 format!(
-                    "note-model: step {step} is out of range 0..={}",
+                    "note-model: step {step} is out of range: give a step from 0 to {}",
                     self.state.head()
                 ),
                 "name a step that exists",

@@ -121,10 +121,10 @@ fn held_sends_by_mode(queue: &[u64]) -> HeldSendsByMode {
     }
     HeldSendsByMode {
         serial: format!(
-            "a serial fork drops the parent's held sends {queue:?}: they never cross"
+            "a serial fork drops the parent's held sends (send seq {queue:?}): they never cross"
         ),
         parallel: format!(
-            "a parallel fork (--into DIR) keeps held sends {queue:?} in the parent's queue (they fire if the parent commits); the branch starts with none"
+            "a parallel fork (--into DIR) keeps the held sends (send seq {queue:?}) in the parent's queue (they fire if the parent commits); the branch starts with none"
         ),
     }
 }

@@ -45,7 +45,7 @@ impl Session {
         self.state.pos(k).ok_or_else(|| {
             Error::bad_args(
                 format!(
-                    "step {k} is out of range: this session has steps -1..={}",
+                    "step {k} is out of range: this session has steps -1 to {}",
                     self.state.head()
                 ),
                 "the timeline lists the step indices",

@@ -896,7 +896,7 @@ fn read_list_and_other_readers_record_nothing() {
     let v = w.json(&["verify", &sid]);
     assert_eq!(v.code, Some(1), "{}", v.dump());
     assert_eq!(v.doc()["drift"][0]["path"], "d/b.bin");
-    w.json(&["read", &sid, "nope"]).err(2, "bad-args");
+    w.json(&["read", &sid, "nope"]).err(1, "absent");
     assert_eq!(w.head(&sid), 1);
     assert_eq!(
         fs::read(&wal).unwrap(),

@@ -17,6 +17,7 @@ mod mcp_clients;
 mod outbound;
 mod parallel;
 mod power_cut;
+mod promises;
 mod prop_stepback;
 mod redo;
 mod resource;

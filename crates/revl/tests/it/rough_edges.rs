@@ -83,17 +83,27 @@ fn the_fork_warning_accounts_for_an_effect_that_crossed() {
         !warn.contains("nothing from this tail is out in the world"),
         "{warn}"
     );
-    assert!(warn.contains("1 step(s) that crossed stay done"), "{warn}");
+    assert!(
+        warn.contains("1 step(s) changed something outside the machine and stay done"),
+        "{warn}"
+    );
 }
 
 #[test]
-fn a_missing_path_is_bad_args_for_every_verb_and_a_hash_prefix_changes_nothing() {
+fn a_missing_path_is_bad_args_for_every_changing_verb_and_a_hash_prefix_changes_nothing() {
     let w = World::new();
     let (sid, _) = w.session();
     w.json(&["write", &sid, "a", "--content", "1"]).ok();
-    // One rule: a path that is not there is bad input (exit 2), whichever verb names it.
+    // One rule: a path that is not there is bad input (exit 2) for a verb that acts on it;
+    // `read` answers `absent` (exit 1), with or without --at.
     for args in [
         vec!["read", &sid, "nope"],
+        vec!["read", &sid, "nope", "--at", "1"],
+    ] {
+        let msg = w.json(&args).err(1, "absent");
+        assert!(msg.contains("nope"), "{args:?}: {msg}");
+    }
+    for args in [
         vec!["read", &sid, "a/below-a-file"],
         vec!["list", &sid, "nope"],
         vec!["delete", &sid, "nope"],

@@ -1,0 +1,422 @@
+//! Every promise holds inside what a command creates, and every report says exactly what
+//! happened (issue 23). Each test drives the binary and fails on the behaviour it fixes.
+
+use crate::common::{manifest, World};
+use serde_json::Value;
+use std::fs;
+
+/// A session with a `build/` directory made by one exec and extended by a second, then a
+/// file made by hand inside it.
+fn build_dir_with_hand_notes(w: &World) -> (String, std::path::PathBuf) {
+    let (sid, ws) = w.session();
+    w.json(&[
+        "exec",
+        &sid,
+        "--",
+        "sh",
+        "-c",
+        "mkdir build && echo obj > build/a.o",
+    ])
+    .ok();
+    w.json(&["exec", &sid, "--", "sh", "-c", "echo obj2 > build/b.o"])
+        .ok();
+    fs::write(ws.join("build/NOTES.txt"), "notes\n").unwrap();
+    (sid, ws)
+}
+
+fn preserved_paths(doc: &Value) -> Vec<String> {
+    doc["preserved"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| p["path"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn hand_made_bytes_inside_an_exec_made_directory_are_drift_and_survive_abort_and_gc() {
+    let w = World::new();
+    let (sid, ws) = build_dir_with_hand_notes(&w);
+    // verify sees it, and says what it is.
+    let v = w.json(&["verify", &sid]);
+    assert_eq!(v.code, Some(1), "{}", v.dump());
+    let drift = v.doc()["drift"].as_array().unwrap().clone();
+    assert_eq!(drift.len(), 1, "{}", v.dump());
+    assert_eq!(drift[0]["path"], "build/NOTES.txt");
+    assert_eq!(drift[0]["change"], "new file");
+    let text = w.run(&["verify", &sid]);
+    assert!(
+        text.stdout.contains("build/NOTES.txt  new file"),
+        "{}",
+        text.stdout
+    );
+    // abort preserves it before removing build/.
+    let a = w.json(&["abort", &sid]);
+    let doc = a.ok();
+    assert_eq!(
+        preserved_paths(doc),
+        vec!["build/NOTES.txt"],
+        "{}",
+        a.dump()
+    );
+    assert!(!ws.join("build").exists());
+    let digest = doc["preserved"][0]["digest"].as_str().unwrap().to_string();
+    // gc never removes it, and lists it apart.
+    let dry = w.json(&["gc"]);
+    let kept = dry.ok()["preserved"].as_array().unwrap().clone();
+    assert!(
+        kept.iter().any(|k| k["digest"] == digest.as_str()),
+        "{}",
+        dry.dump()
+    );
+    w.json(&["gc", "--apply"]).ok();
+    let blob = w.run(&["blob", &digest]);
+    assert_eq!(blob.code, Some(0), "{}", blob.dump());
+    assert_eq!(blob.stdout, "notes\n");
+}
+
+#[test]
+fn a_fork_over_an_exec_made_directory_lists_and_preserves_hand_made_entries() {
+    let w = World::new();
+    let (sid, ws) = build_dir_with_hand_notes(&w);
+    let e = w.json(&["fork", &sid, "--at", "0"]);
+    let drift: Vec<String> = e.ok()["drift"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(drift, vec!["build/NOTES.txt"], "{}", e.dump());
+    let hash = e.doc()["hash"].as_str().unwrap().to_string();
+    let c = w.json(&["fork-confirm", &sid, "--hash", &hash]);
+    assert_eq!(
+        preserved_paths(c.ok()),
+        vec!["build/NOTES.txt"],
+        "{}",
+        c.dump()
+    );
+    assert!(!ws.join("build").exists());
+}
+
+#[test]
+fn a_builtin_write_inside_an_exec_made_directory_keeps_hand_made_entries_drift() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    w.json(&[
+        "exec",
+        &sid,
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p d/sub && echo 1 > d/sub/f",
+    ])
+    .ok();
+    w.json(&["write", &sid, "d/g", "--content", "g"]).ok();
+    fs::write(ws.join("d/sub/hand.txt"), "mine").unwrap();
+    let v = w.json(&["verify", &sid]);
+    assert_eq!(v.code, Some(1), "{}", v.dump());
+    assert_eq!(
+        v.doc()["drift"][0]["path"],
+        "d/sub/hand.txt",
+        "{}",
+        v.dump()
+    );
+    let back = w.json(&["step-back", &sid, "--to", "0"]);
+    assert_eq!(
+        preserved_paths(back.ok()),
+        vec!["d/sub/hand.txt"],
+        "{}",
+        back.dump()
+    );
+}
+
+#[test]
+fn read_at_and_diff_see_each_file_a_new_directory_holds() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    w.json(&["exec", &sid, "--", "sh", "-c", "mkdir d && echo one > d/f"])
+        .ok();
+    // Changed by hand afterwards: read --at 1 must still give step 1's bytes.
+    fs::write(ws.join("d/f"), "hand\n").unwrap();
+    let r = w.json(&["read", &sid, "d/f", "--at", "1"]);
+    assert_eq!(r.ok()["content"], "one\n", "{}", r.dump());
+    let d = w.json(&["diff", &format!("{sid}@0"), &format!("{sid}@1")]);
+    assert_eq!(d.code, Some(1), "{}", d.dump());
+    let paths: Vec<&str> = d.doc()["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["path"].as_str().unwrap())
+        .collect();
+    assert!(paths.contains(&"d/f"), "{}", d.dump());
+}
+
+#[test]
+fn read_at_returns_a_writes_own_bytes_after_a_hand_edit() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    // A new small file (staged), an in-place overwrite, and a large one.
+    w.json(&["write", &sid, "c.txt", "--content", "v1"]).ok();
+    w.json(&["write", &sid, "c.txt", "--content", "v2"]).ok();
+    let big = "x".repeat(10_000);
+    w.json(&["write", &sid, "big.txt", "--content", &big]).ok();
+    fs::write(ws.join("c.txt"), "hand").unwrap();
+    fs::write(ws.join("big.txt"), "hand").unwrap();
+    for (path, at, want) in [
+        ("c.txt", "1", "v1"),
+        ("c.txt", "2", "v2"),
+        ("big.txt", "3", big.as_str()),
+    ] {
+        let r = w.json(&["read", &sid, path, "--at", at]);
+        assert_eq!(r.ok()["content"], want, "{}", r.dump());
+    }
+}
+
+#[test]
+fn a_declared_compensation_that_never_fired_is_not_called_a_crossing() {
+    let w = World::new();
+    let sink = revl::sink::Sink::start().unwrap();
+    let m = manifest::write(
+        w.root(),
+        &[
+            manifest::tool("post_status", "emission")
+                .scope(&["net"])
+                .post(&sink.url("/status"))
+                .no_approval()
+                .compensate("delete_status"),
+            manifest::tool("delete_status", "inverse")
+                .scope(&["net"])
+                .post(&sink.url("/delete")),
+            manifest::tool("send_email", "deferred")
+                .scope(&["mail"])
+                .post(&sink.url("/mail")),
+        ],
+    );
+    let ws = w.ws("ws");
+    let sid = w.new_session_with(&ws, &m);
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    w.json(&["call", &sid, "send_email", "--args", "{}"]).ok();
+    w.json(&["call", &sid, "post_status", "--args", "{}"]).ok();
+    let e = w.json(&["fork", &sid, "--at", "1"]);
+    let doc = e.ok().clone();
+    let warning = doc["warning_emissions"].as_str().unwrap();
+    assert!(warning.contains("1 emission(s) crossed"), "{warning}");
+    assert!(
+        warning.contains("compensation(s) were not fired"),
+        "{warning}"
+    );
+    assert!(!warning.contains("that crossed stay done"), "{warning}");
+    // An enumeration claims nothing ran, and says what each mode does with held sends.
+    let g = doc["guarantee"].as_str().unwrap();
+    assert!(g.starts_with("Nothing has run yet"), "{g}");
+    assert!(
+        doc["heldSendsByMode"]["parallel"]
+            .as_str()
+            .unwrap()
+            .contains("keeps the held sends (send seq [3])"),
+        "{doc}"
+    );
+    assert!(doc["heldSendsByMode"]["serial"]
+        .as_str()
+        .unwrap()
+        .contains("drops"));
+    let text = w.run(&["fork", &sid, "--at", "1"]);
+    assert!(
+        text.stdout
+            .contains("a parallel fork --into DIR keeps them"),
+        "{}",
+        text.stdout
+    );
+    // The timeline claims no rewind.
+    let t = w.json(&["timeline", &sid]);
+    let tg = t.ok()["guarantee"].as_str().unwrap();
+    assert!(!tg.contains("inverses of the unwound steps ran"), "{tg}");
+    // Only the emission reached the sink: the compensation never fired.
+    assert_eq!(
+        sink.received()
+            .iter()
+            .filter(|r| r.path == "/delete")
+            .count(),
+        0
+    );
+    // A confirmed fork does claim what ran.
+    let hash = w.json(&["fork", &sid, "--at", "1"]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let c = w.json(&["fork-confirm", &sid, "--hash", &hash]);
+    assert!(c.ok()["guarantee"]
+        .as_str()
+        .unwrap()
+        .contains("inverses of the unwound steps ran"));
+}
+
+#[test]
+fn an_all_clear_fork_is_not_printed_as_a_warning() {
+    let w = World::new();
+    let (sid, _) = w.session();
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    let out = w.run(&["fork", &sid, "--at", "0"]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(
+        !out.stdout.to_lowercase().contains("warning"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("out in the world: nothing"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn a_failed_into_leaves_the_pending_fork_and_no_abandoned_mark() {
+    let w = World::new();
+    let (sid, _) = w.session();
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    let hash = w.json(&["fork", &sid, "--at", "0"]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bad = w.json(&["fork-confirm", &sid, "--hash", &hash, "--into", "/proc/x"]);
+    let msg = bad.err(2, "bad-args");
+    assert!(msg.contains("/proc/x"), "{msg}");
+    let st = w.json(&["status", &sid]);
+    assert!(st.ok().get("abandonedForks").is_none(), "{}", st.dump());
+    // The same hash still confirms (nothing was consumed).
+    let into = w.path("sibling");
+    let ok = w.json(&[
+        "fork-confirm",
+        &sid,
+        "--hash",
+        &hash,
+        "--into",
+        into.to_str().unwrap(),
+    ]);
+    assert_eq!(ok.ok()["forked"], true, "{}", ok.dump());
+}
+
+#[test]
+fn exec_steps_show_their_command_and_change_count() {
+    let w = World::new();
+    let (sid, _) = w.session();
+    w.json(&["exec", &sid, "--", "sh", "-c", "echo a > x && echo b > y"])
+        .ok();
+    let t = w.json(&["timeline", &sid]);
+    let label = t.ok()["steps"][1]["label"].as_str().unwrap().to_string();
+    assert_eq!(label, "exec sh -c 'echo a > x && echo b > y' (2 changes)");
+    let text = w.run(&["timeline", &sid]);
+    assert!(
+        text.stdout.contains("exec sh -c 'echo a > x"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn compare_lists_held_sends_and_speaks_in_step_numbers() {
+    let w = World::new();
+    let sink = revl::sink::Sink::start().unwrap();
+    let m = manifest::write(
+        w.root(),
+        &[manifest::tool("send_email", "deferred")
+            .scope(&["mail"])
+            .post(&sink.url("/mail"))],
+    );
+    let ws = w.ws("ws");
+    let sid = w.new_session_with(&ws, &m);
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    let hash = w.json(&["fork", &sid, "--at", "1"]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let into = w.path("sib");
+    let b = w.json(&[
+        "fork-confirm",
+        &sid,
+        "--hash",
+        &hash,
+        "--into",
+        into.to_str().unwrap(),
+    ]);
+    let branch = b.ok()["branch"].as_str().unwrap().to_string();
+    w.json(&[
+        "call",
+        &branch,
+        "send_email",
+        "--args",
+        r#"{"to":"x@example.com"}"#,
+    ])
+    .ok();
+    let c = w.json(&["compare", &sid, &branch]);
+    let right = &c.ok()["right"];
+    assert_eq!(
+        right["heldSends"][0]["args"]["to"],
+        "x@example.com",
+        "{}",
+        c.dump()
+    );
+    let text = w.run(&["compare", &sid, &branch]);
+    let out = &text.stdout;
+    assert!(out.contains("held sends queued on the right"), "{out}");
+    assert!(out.contains(r#"args {"to":"x@example.com"}"#), "{out}");
+    // The hinge is no step: the branch took none of its own.
+    assert!(out.contains("(branch, 0 step(s) after its start)"), "{out}");
+    assert!(out.contains("When a branch wins"), "{out}");
+    // commit's text shows the args about to be sent.
+    let plan = w.run(&["commit", &branch]);
+    assert!(
+        plan.stdout.contains(r#"args {"to":"x@example.com"}"#),
+        "{}",
+        plan.stdout
+    );
+}
+
+#[test]
+fn small_wording_a_new_user_tripped_on() {
+    let w = World::new();
+    let (sid, _) = w.session();
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    // No doubled parentheses at the session's start; no Rust range syntax.
+    let f = w.run(&["fork", &sid, "--at", "-1"]);
+    assert!(
+        f.stdout.contains("at step -1 (before every step)"),
+        "{}",
+        f.stdout
+    );
+    assert!(!f.stdout.contains("(("), "{}", f.stdout);
+    let r = w.json(&["read", &sid, "a", "--at", "7"]);
+    let msg = r.err(2, "bad-args");
+    assert!(!msg.contains("..="), "{msg}");
+    assert!(msg.contains("-1 to 1"), "{msg}");
+    // doctor creates no store.
+    let fresh = w.path("no-store-here");
+    let d = w.run_raw(&["--store", fresh.to_str().unwrap(), "doctor"], &[]);
+    assert!(matches!(d.code, Some(0 | 1)), "{}", d.dump());
+    assert!(!fresh.exists(), "doctor created {}", fresh.display());
+}
+
+#[test]
+fn an_approval_request_is_said_once() {
+    let w = World::new();
+    let m = manifest::write(
+        w.root(),
+        &[manifest::tool("post", "emission")
+            .scope(&["net"])
+            .run(&["true"])],
+    );
+    let ws = w.ws("ws");
+    let sid = w.new_session_with(&ws, &m);
+    let out = w.run(&["call", &sid, "post", "--args", "{}"]);
+    assert_eq!(out.code, Some(1), "{}", out.dump());
+    assert!(out.stdout.contains("APPROVAL REQUIRED"), "{}", out.dump());
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.dump());
+    assert!(
+        !out.stderr.contains("revl approve"),
+        "said twice:\n{}",
+        out.dump()
+    );
+}
