@@ -296,6 +296,9 @@ pub struct Status {
     /// operation it runs is not finished yet).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub busy: bool,
+    /// An interrupted operation whose repair could not run yet (a full disk): why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair_pending: Option<String>,
 }
 
 /// `verify` (SPEC 4.2).

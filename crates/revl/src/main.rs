@@ -460,15 +460,50 @@ fn parse_k(s: &str, what: &str) -> Result<i64, Error> {
     })
 }
 
+thread_local! {
+    /// What attaching repaired during this command: printed with its result.
+    static REPAIRS: std::cell::RefCell<Vec<revl_core::session::Repaired>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn note_repairs(s: &Session) {
+    REPAIRS.with(|r| r.borrow_mut().extend(s.repairs().iter().cloned()));
+}
+
 fn attach(store: &Store, given: &str) -> Result<Session, Error> {
     let id = store.resolve(given)?;
-    store.attach(&id)
+    let s = store.attach(&id)?;
+    note_repairs(&s);
+    Ok(s)
 }
 
 /// For the verbs that only read: never waits for another command's lock.
 fn attach_read(store: &Store, given: &str) -> Result<Session, Error> {
     let id = store.resolve(given)?;
-    store.attach_read(&id)
+    let s = store.attach_read(&id)?;
+    note_repairs(&s);
+    Ok(s)
+}
+
+/// The repairs this command's attach made: `repaired: [...]` in its JSON document, and a
+/// line each before its text.
+fn with_repairs(mut out: Outcome) -> Outcome {
+    let done = REPAIRS.with(|r| std::mem::take(&mut *r.borrow_mut()));
+    if done.is_empty() {
+        return out;
+    }
+    if let Value::Object(m) = &mut out.doc {
+        m.insert("repaired".into(), to_json(&done));
+    }
+    let mut lines: Vec<String> = done
+        .iter()
+        .map(|r| format!("repaired on attach: {}", r.detail))
+        .collect();
+    if !out.text.is_empty() {
+        lines.push(std::mem::take(&mut out.text));
+    }
+    out.text = lines.join("\n");
+    out
 }
 
 fn run(cli: &Cli) -> Result<Outcome, Error> {
@@ -1086,6 +1121,7 @@ fn main() -> ExitCode {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&cli)));
     match result {
         Ok(Ok(out)) => {
+            let out = with_repairs(out);
             if out.printed {
             } else if cli.json && !out.doc.is_null() {
                 println!(
@@ -1097,7 +1133,17 @@ fn main() -> ExitCode {
             }
             ExitCode::from(out.exit)
         }
-        Ok(Err(e)) => fail(&e, cli.json),
+        Ok(Err(e)) => {
+            // A repair is durable even when the verb then failed: say so (text only; the
+            // JSON error document has one member).
+            if !cli.json {
+                let out = with_repairs(Outcome::ok(Value::Null, String::new()));
+                if !out.text.is_empty() {
+                    println!("{}", out.text);
+                }
+            }
+            fail(&e, cli.json)
+        }
         Err(p) => {
             let what = p
                 .downcast_ref::<&str>()

@@ -379,6 +379,9 @@ pub fn status(v: &Status) -> String {
             ""
         }
     );
+    if let Some(why) = &v.repair_pending {
+        let _ = write!(out, "\nREPAIR PENDING: {why}");
+    }
     if let (Some(p), Some(at)) = (&v.parent, v.forked_at) {
         let _ = write!(out, "\nbranch of {p} at step {at}");
     }

@@ -24,6 +24,17 @@ impl Session {
         }
         if self.writer.is_none() {
             let (good_len, last_seq, records) = self.read_tail;
+            if self.torn {
+                let len = std::fs::metadata(&self.wal_path).map_or(good_len, |m| m.len());
+                self.repaired(
+                    "torn-tail",
+                    None,
+                    format!(
+                        "removed an incomplete last WAL line ({} bytes): a write interrupted before it was acknowledged",
+                        len.saturating_sub(good_len)
+                    ),
+                );
+            }
             let read = WalRead {
                 path: self.wal_path.clone(),
                 records: Vec::new(),

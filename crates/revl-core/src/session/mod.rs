@@ -68,6 +68,43 @@ pub struct Session {
     riders: Vec<Record>,
     /// `None`: read while another command holds the lock ([`Store::attach_read`]).
     lock: Option<File>,
+    /// What attaching repaired (SPEC 6.4): every front end reports it.
+    repairs: Vec<Repaired>,
+    /// A repair that could not run (a full disk, say) when attached to read: the session is
+    /// shown as its WAL stands; the next writing command repairs it.
+    repair_blocked: Option<String>,
+}
+
+/// One repair attaching made: `{what, step?, detail}`. `what` is one of `torn-tail`,
+/// `temp-removed`, `lost-writes-redone`, `fork-repaired`, `intent-rolled-forward`,
+/// `intent-rolled-back`, `exec-voided`, `outcome-unknown`, `step-back-finished`,
+/// `commit-finished`, `abort-finished`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Repaired {
+    pub what: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    pub detail: String,
+}
+
+impl Session {
+    /// What attaching repaired, in order (empty when nothing needed repair).
+    pub fn repairs(&self) -> &[Repaired] {
+        &self.repairs
+    }
+
+    /// Why a repair could not run when this session was attached to read.
+    pub fn repair_blocked(&self) -> Option<&str> {
+        self.repair_blocked.as_deref()
+    }
+
+    pub(crate) fn repaired(&mut self, what: &'static str, step: Option<u64>, detail: impl Into<String>) {
+        self.repairs.push(Repaired {
+            what,
+            step,
+            detail: detail.into(),
+        });
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -152,7 +189,7 @@ impl Store {
     pub fn attach(&self, id: &str) -> Result<Session> {
         let dir = self.session_dir(id);
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
-        self.attach_with(id, Some(lock))
+        self.attach_with(id, Some(lock), false)
     }
 
     /// Attach to read (`status`, `timeline`, `inspect`, …): like [`Store::attach`] when the
@@ -161,10 +198,10 @@ impl Store {
     /// refuses to write ([`Session::busy`] is true).
     pub fn attach_read(&self, id: &str) -> Result<Session> {
         let lock = self.try_lock(&self.session_dir(id).join("lock"))?;
-        self.attach_with(id, lock)
+        self.attach_with(id, lock, true)
     }
 
-    fn attach_with(&self, id: &str, lock: Option<File>) -> Result<Session> {
+    fn attach_with(&self, id: &str, lock: Option<File>, read_only: bool) -> Result<Session> {
         let wal_path = self.wal_path(id);
         let (state, read) = State::read(&wal_path)?;
         let ws = Workspace::new(PathBuf::from(&state.workspace), self.fp.clone());
@@ -182,12 +219,27 @@ impl Store {
             detached: false,
             riders: Vec::new(),
             lock,
+            repairs: Vec::new(),
+            repair_blocked: None,
         };
         if s.lock.is_some() {
-            s.repair()?;
+            if let Err(e) = s.repair() {
+                if !read_only {
+                    return Err(e);
+                }
+                // Reads still work while a repair is blocked: the WAL as it stands.
+                let mut again = self.attach_with(id, None, true)?;
+                again.lock = s.lock.take();
+                again.repair_blocked = Some(format!(
+                    "an interrupted operation could not be repaired yet ({}; {}): shown as the WAL stands; the next writing command repairs it",
+                    e.message, e.hint
+                ));
+                return Ok(again);
+            }
         }
         Ok(s)
     }
+
 }
 
 /// A confirm's `--hash` is the whole SHA-256 the report printed (64 hex characters). Anything

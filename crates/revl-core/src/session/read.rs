@@ -98,6 +98,7 @@ impl Session {
             frozen_at: st.fork_frozen.as_ref().map(|f| f.at),
             abandoned_forks: st.abandoned_forks(),
             busy: self.busy(),
+            repair_pending: self.repair_blocked.clone(),
         }
     }
 

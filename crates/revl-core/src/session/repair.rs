@@ -20,7 +20,17 @@ impl Session {
         // A write stages its content before its intent is durable: if the intent was torn,
         // nothing names the temp file; it can only be the next step's.
         if self.state.life() == Life::Live {
-            let _ = std::fs::remove_file(self.ws.temp_for(self.state.next_index()));
+            let temp = self.ws.temp_for(self.state.next_index());
+            if std::fs::remove_file(&temp).is_ok() {
+                self.repaired(
+                    "temp-removed",
+                    Some(self.state.next_index()),
+                    format!(
+                        "removed {}: the staged content of a write whose intent never became durable",
+                        temp.display()
+                    ),
+                );
+            }
         }
         // What an interrupted exec left in the store's scratch (its sandbox is gone with it).
         let _ = crate::workspace::remove_any(&self.exec_scratch());
@@ -31,8 +41,23 @@ impl Session {
         } else {
             None
         };
+        if let Some(through) = synced {
+            self.repaired(
+                "lost-writes-redone",
+                Some(through),
+                format!("after a power loss, wrote again the small writes up to step {through} that a file had lost (their bytes were in the WAL)"),
+            );
+        }
+        let records = self.state.records;
         self.repair_fork()?;
         self.repair_parent_fork()?;
+        if self.state.records != records {
+            self.repaired(
+                "fork-repaired",
+                None,
+                "finished or abandoned a fork a crash interrupted (see `revl status` and `revl log`)",
+            );
+        }
         if let Some(intent) = self.state.intent.clone() {
             let file_effect = match (&intent.undo, &intent.after) {
                 (Some(Undo::Restore { entries }), Some(after)) if intent.kind == "effect" => {
@@ -78,6 +103,11 @@ impl Session {
                         &undo,
                     )?;
                     self.append(Record::Step(rec), false)?;
+                    self.repaired(
+                        "intent-rolled-forward",
+                        Some(intent.step),
+                        format!("step {} ({}) was complete on disk when revl stopped: recorded it", intent.step, intent.label),
+                    );
                 } else {
                     // Roll back, as an unwind does: what changed by hand since is preserved
                     // first (against the state the change intended; its own preimage is not
@@ -87,11 +117,21 @@ impl Session {
                     self.preserve_drift(intent.step, entries, &exp)?;
                     self.ws.restore(entries, &self.blobs, intent.step)?;
                     self.append(Record::IntentVoid { step: intent.step, why: "interrupted before the change completed; preimage restored at repair".into() }, false)?;
+                    self.repaired(
+                        "intent-rolled-back",
+                        Some(intent.step),
+                        format!("{} was interrupted before it completed: put back what was there before (no step recorded)", intent.label),
+                    );
                 }
             } else if intent.kind == "effect" && intent.site == "exec" {
                 // A sandboxed command was running: the real workspace never changed (its
                 // change set was not yet applied), so nothing happened.
                 self.append(Record::IntentVoid { step: intent.step, why: "the sandboxed command was interrupted before its change set was applied; the workspace is untouched".into() }, false)?;
+                self.repaired(
+                    "exec-voided",
+                    Some(intent.step),
+                    format!("{} was interrupted before its changes were applied: the workspace is untouched, no step recorded", intent.label),
+                );
             } else {
                 // A tool call or exec with unknown outcome: opaque, so a fork over it refuses.
                 let label = if intent.kind == "opaque" {
@@ -107,6 +147,11 @@ impl Session {
                     json!({"repr": "interrupted: outcome unknown", "intended": intent.label}),
                 )?;
                 self.append(Record::Step(rec), false)?;
+                self.repaired(
+                    "outcome-unknown",
+                    Some(intent.step),
+                    format!("{} was interrupted with an unknown outcome: recorded as opaque step {} (a fork cannot cross it)", intent.label, intent.step),
+                );
             }
             self.sync()?;
         }
@@ -115,13 +160,31 @@ impl Session {
             self.sync()?;
         }
         if let Some((to, mode)) = self.state.step_back_open.clone() {
+            let undone = self.undone_count();
             self.finish_step_back(to, &mode)?;
+            let ran = self.undone_count() - undone;
+            self.repaired(
+                "step-back-finished",
+                to.step(),
+                format!("finished the {mode} step-back to step {to} a crash interrupted: {ran} more inverse(s) ran (`revl timeline` marks every step it undid)"),
+            );
         }
         if self.state.commit_approved.is_some() && !self.state.activation_complete {
+            let owed = self.state.queue.len();
             self.finish_commit()?;
+            self.repaired(
+                "commit-finished",
+                None,
+                format!("finished the commit a crash interrupted: {owed} held send(s) whose outcome is unknown are owed, never re-fired (`revl status`)"),
+            );
         }
         if self.state.abort_begun && !self.state.aborted {
             self.finish_abort()?;
+            self.repaired(
+                "abort-finished",
+                None,
+                "finished the abort a crash interrupted (host-confined inverses only; what would cross is owed)",
+            );
         }
         Ok(())
     }
@@ -139,5 +202,12 @@ impl Session {
         }
         self.append(Record::ActivationComplete {}, false)?;
         self.sync()
+    }
+}
+
+impl Session {
+    /// How many steps are marked undone.
+    fn undone_count(&self) -> usize {
+        self.state.steps.iter().filter(|s| s.undone).count()
     }
 }

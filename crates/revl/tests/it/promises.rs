@@ -420,3 +420,61 @@ fn an_approval_request_is_said_once() {
         out.dump()
     );
 }
+
+#[test]
+fn attach_repairs_say_what_they_did_and_reads_work_while_a_repair_is_blocked() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    for c in ["1", "2", "3"] {
+        w.json(&["write", &sid, "a", "--content", c]).ok();
+    }
+    // A step-back that dies after its second record (torn third).
+    let died = w.json_env(
+        &["step-back", &sid, "--to", "0"],
+        &[("REVL_FAILPOINT", "wal.torn-append:3")],
+    );
+    assert_ne!(died.code, Some(0), "{}", died.dump());
+    // A read while the repair cannot write (disk full): it still answers, and says so.
+    let blocked = w.json_env(&["status", &sid], &[("REVL_FAILPOINT", "io.enospc:1")]);
+    let doc = blocked.ok();
+    assert!(
+        doc["repairPending"].as_str().unwrap_or_default().contains("could not be repaired yet"),
+        "{}",
+        blocked.dump()
+    );
+    let t = w.json_env(&["timeline", &sid], &[("REVL_FAILPOINT", "io.enospc:1")]);
+    t.ok();
+    // The next command repairs, and reports each repair.
+    let st = w.json(&["status", &sid]);
+    let what: Vec<&str> = st.ok()["repaired"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no `repaired`\n{}", st.dump()))
+        .iter()
+        .map(|r| r["what"].as_str().unwrap())
+        .collect();
+    assert!(what.contains(&"torn-tail"), "{}", st.dump());
+    assert!(what.contains(&"step-back-finished"), "{}", st.dump());
+    assert!(!ws.join("a").exists(), "the step-back to 0 was finished");
+    // Reported once: the next command has nothing to repair.
+    let again = w.json(&["status", &sid]);
+    assert!(again.ok().get("repaired").is_none(), "{}", again.dump());
+    // And in text.
+    let (sid2, _) = {
+        let ws2 = w.ws("ws2");
+        (w.new_session(&ws2), ws2)
+    };
+    w.json(&["write", &sid2, "b", "--content", "1"]).ok();
+    let died = w.json_env(
+        &["write", &sid2, "b", "--content", "2"],
+        &[("REVL_FAILPOINT", "wal.torn-append:2")],
+    );
+    assert_ne!(died.code, Some(0), "{}", died.dump());
+    let text = w.run(&["timeline", &sid2]);
+    assert!(
+        text.stdout.contains("repaired on attach: removed an incomplete last WAL line"),
+        "{}",
+        text.dump()
+    );
+    assert!(text.stdout.contains("recorded it"), "{}", text.dump());
+    assert!(!text.stdout.contains("(torn tail)"), "{}", text.dump());
+}
