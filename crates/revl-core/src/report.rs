@@ -380,6 +380,9 @@ pub struct StepView {
     pub undone: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undone_by: Option<String>,
+    /// Which operation rewound it, in words (a serial fork names its branch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewound_by: Option<String>,
     /// On an emission: stepped over by an unwind.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crossed: Option<bool>,
@@ -405,6 +408,7 @@ impl StepView {
             compensation: s.compensation,
             undone: s.undone,
             undone_by: s.undone_by.clone(),
+            rewound_by: None,
             crossed: (s.kind == crate::step::StepKind::Emission).then_some(s.crossed),
             ts: s.text.ts().map(str::to_string),
         }

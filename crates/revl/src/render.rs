@@ -488,7 +488,10 @@ pub fn timeline(v: &Timeline) -> String {
             let _ = write!(
                 note,
                 "  [undone by {}]",
-                st.undone_by.as_deref().unwrap_or("-")
+                st.rewound_by
+                    .as_deref()
+                    .or(st.undone_by.as_deref())
+                    .unwrap_or("-")
             );
         }
         if st.crossed == Some(true) {

@@ -17,7 +17,22 @@ impl Session {
             state: self.state.life().as_str(),
             head: self.state.head(),
             torn: self.torn,
-            steps: self.state.steps.iter().map(StepView::of).collect(),
+            steps: self
+                .state
+                .steps
+                .iter()
+                .map(|s| {
+                    let mut v = StepView::of(s);
+                    // Which fork rewound it: the serial fork that froze this session.
+                    if let (Some("fork"), Some(f)) = (v.undone_by.as_deref(), &self.state.fork_frozen) {
+                        v.rewound_by = Some(format!(
+                            "the fork at step {} that made branch {}",
+                            f.at, f.branch
+                        ));
+                    }
+                    v
+                })
+                .collect(),
             accumulated: self.state.accumulated(self.state.head_pos()),
             guarantee: TIMELINE_CLAIM,
             busy: self.busy(),

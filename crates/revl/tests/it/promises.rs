@@ -98,6 +98,15 @@ fn a_fork_over_an_exec_made_directory_lists_and_preserves_hand_made_entries() {
         c.dump()
     );
     assert!(!ws.join("build").exists());
+    // The parent's timeline says which fork rewound each step.
+    let branch = c.doc()["branch"].as_str().unwrap().to_string();
+    let t = w.run(&["timeline", &sid]);
+    assert!(
+        t.stdout
+            .contains(&format!("[undone by the fork at step 0 that made branch {branch}]")),
+        "{}",
+        t.stdout
+    );
 }
 
 #[test]
