@@ -12,6 +12,7 @@ mod exec;
 mod fork;
 mod foundation;
 mod fuzz;
+mod guide;
 mod lineage;
 mod mcp_clients;
 mod outbound;
