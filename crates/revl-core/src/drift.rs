@@ -81,6 +81,9 @@ pub struct Expected {
     /// Directories that came with their content (moved in, or restored from a tree): revl
     /// knew their whole tree by its digest, even after something below changed.
     trees: BTreeSet<String>,
+    /// The listing blob of each directory a rewind restored from a captured tree: drift
+    /// inside it is reported entry by entry ([`Expected::per_entry`]).
+    listings: BTreeMap<String, String>,
 }
 
 /// (head, 0 = step / 1 = undo, newest undo first)
@@ -194,7 +197,84 @@ impl Expected {
                 self.created.remove(path);
             }
             self.set(e.image());
+            if let RestoreEntry::Dir { path, tree, .. } = e {
+                self.listings.insert(path.clone(), tree.clone());
+            }
         }
+    }
+
+    /// Drift reported entry by entry: a restored directory whose tree digest differs is
+    /// compared with its listing, so each entry that changed is named (`build/y new file`)
+    /// instead of the directory alone. Drift without a listing at hand stays as it is.
+    pub fn per_entry(
+        &self,
+        drift: Vec<Drift>,
+        ws: &Workspace,
+        blobs: &crate::blobs::BlobStore,
+    ) -> Vec<Drift> {
+        let mut out = Vec::with_capacity(drift.len());
+        for d in drift {
+            let both_dirs = d.expected.kind == Some(FileKind::Dir)
+                && d.actual.kind == Some(FileKind::Dir)
+                && d.expected.digest.is_some();
+            let listing = self
+                .listings
+                .get(&d.path)
+                .filter(|_| both_dirs)
+                .and_then(|t| blobs.get(t, None).ok())
+                .and_then(|b| serde_json::from_slice::<Vec<crate::undo::TreeItem>>(&b).ok());
+            let (Some(items), Ok(seen)) = (listing, ws.observe_tree(&d.path, &|_| false)) else {
+                out.push(d);
+                continue;
+            };
+            let want: BTreeMap<String, Image> = items
+                .into_iter()
+                .map(|it| {
+                    let path = format!("{}/{}", d.path, it.path);
+                    let digest = match it.kind {
+                        FileKind::Symlink => it
+                            .target
+                            .as_deref()
+                            .map(|t| crate::util::blake3_hex(t.as_bytes())),
+                        FileKind::Dir => None,
+                        _ => it.digest,
+                    };
+                    let img = Image {
+                        digest,
+                        kind: Some(it.kind),
+                        mode: it.mode,
+                        path: path.clone(),
+                    };
+                    (path, img)
+                })
+                .collect();
+            let mut found: Vec<Drift> = Vec::new();
+            let mut seen_paths = BTreeSet::new();
+            for got in seen.into_iter().filter(|i| i.path != d.path) {
+                seen_paths.insert(got.path.clone());
+                match want.get(&got.path) {
+                    Some(w) if w.shown_by(&got) => {}
+                    Some(w) => found.push(Drift::new(got.path.clone(), w.clone(), got)),
+                    None => found.push(Drift::new(
+                        got.path.clone(),
+                        Image::absent(got.path.clone()),
+                        got,
+                    )),
+                }
+            }
+            for (p, w) in &want {
+                if !seen_paths.contains(p) {
+                    found.push(Drift::new(p.clone(), w.clone(), Image::absent(p.clone())));
+                }
+            }
+            if found.is_empty() {
+                out.push(d);
+            } else {
+                found.sort_by(|a, b| a.path.cmp(&b.path));
+                out.extend(found);
+            }
+        }
+        out
     }
 
     /// The expected image of `img.path` is now `img`: it replaces what was expected at that
@@ -428,7 +508,12 @@ pub(crate) fn after_images(s: &Step) -> Vec<Image> {
 /// The drift a plan's inverses would run over, as a rewind would meet it (newest first,
 /// each path once: a path an earlier inverse of the plan restores is as revl expects by the
 /// time an older one reaches it). Changes nothing (`fork` lists it; its hash covers it).
-pub fn of_plan(steps: &[Step], plan: &crate::unwind::Plan, ws: &Workspace) -> Result<Vec<Drift>> {
+pub fn of_plan(
+    steps: &[Step],
+    plan: &crate::unwind::Plan,
+    ws: &Workspace,
+    blobs: &crate::blobs::BlobStore,
+) -> Result<Vec<Drift>> {
     let mut exp = Expected::of(steps);
     let mut checked: Vec<String> = Vec::new();
     let mut out = Vec::new();
@@ -441,7 +526,8 @@ pub fn of_plan(steps: &[Step], plan: &crate::unwind::Plan, ws: &Workspace) -> Re
             if checked.iter().any(|c| under(e.path(), c)) {
                 continue;
             }
-            for d in exp.drift_at(ws, e.path())? {
+            let here = exp.drift_at(ws, e.path())?;
+            for d in exp.per_entry(here, ws, blobs) {
                 if !checked.iter().any(|c| under(&d.path, c)) {
                     out.push(d);
                 }

@@ -210,7 +210,7 @@ impl Session {
             crate::unwind::Mode::Scoped,
             Context::Live,
         );
-        crate::drift::of_plan(&self.state.steps, &plan, &self.ws)
+        crate::drift::of_plan(&self.state.steps, &plan, &self.ws, &self.blobs)
     }
 
     /// The fork report without its hash. `ran` = what actually ran (after a confirm).

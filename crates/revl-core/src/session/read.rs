@@ -153,7 +153,8 @@ impl Session {
     /// the last recorded image (post-image, or preimage after an undo), and every entry revl
     /// never witnessed inside a directory it created.
     pub fn verify(&self) -> Result<Verify> {
-        let drift = Expected::of(&self.state.steps).drift(&self.ws)?;
+        let exp = Expected::of(&self.state.steps);
+        let drift = exp.per_entry(exp.drift(&self.ws)?, &self.ws, &self.blobs);
         Ok(Verify {
             session: self.id.clone(),
             drift,

@@ -116,7 +116,9 @@ impl Session {
         let mut kept = Vec::new();
         let mut records = Vec::new();
         for e in entries {
-            for d in exp.drift_at(&self.ws, e.path())? {
+            let here = exp.drift_at(&self.ws, e.path())?;
+            // A restored directory's drift, entry by entry: only what changed there is drift.
+            for d in exp.per_entry(here, &self.ws, &self.blobs) {
                 if d.path == e.path() && e.image().shown_by(&d.actual) {
                     continue;
                 }

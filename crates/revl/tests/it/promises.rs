@@ -492,3 +492,52 @@ fn attach_repairs_say_what_they_did_and_reads_work_while_a_repair_is_blocked() {
     assert!(text.stdout.contains("recorded it"), "{}", text.dump());
     assert!(!text.stdout.contains("(torn tail)"), "{}", text.dump());
 }
+
+#[test]
+fn drift_inside_a_restored_directory_is_named_entry_by_entry() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    w.json(&[
+        "exec",
+        &sid,
+        "--",
+        "sh",
+        "-c",
+        "mkdir build && echo a > build/a",
+    ])
+    .ok();
+    w.json(&["exec", &sid, "--", "rm", "-rf", "build"]).ok();
+    // The step-back restores build/ from its captured tree.
+    w.json(&["step-back", &sid, "--to", "1"]).ok();
+    fs::write(ws.join("build/y"), "mine").unwrap();
+    fs::write(ws.join("build/a"), "edited").unwrap();
+    let v = w.json(&["verify", &sid]);
+    assert_eq!(v.code, Some(1), "{}", v.dump());
+    let got: Vec<(String, String)> = v.doc()["drift"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["path"].as_str().unwrap().to_string(),
+                d["change"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("build/a".to_string(), "modified".to_string()),
+            ("build/y".to_string(), "new file".to_string())
+        ],
+        "{}",
+        v.dump()
+    );
+    let back = w.json(&["step-back", &sid, "--to", "0"]);
+    assert_eq!(
+        preserved_paths(back.ok()),
+        vec!["build/a", "build/y"],
+        "{}",
+        back.dump()
+    );
+}
