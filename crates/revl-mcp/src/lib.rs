@@ -509,6 +509,7 @@ impl RevlServer {
             timeout,
             cwd: a.cwd,
             unconfined: a.unconfined.unwrap_or(false),
+            output: None,
         };
         self.on_session(move |s| s.exec_with(&o)).await
     }
