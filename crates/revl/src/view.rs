@@ -214,9 +214,10 @@ fn tree(h: &mut String, lg: &Log) {
                     let clean = x.residue_clean != Some(false);
                     let _ = write!(
                         h,
-                        " <span class=\"mut\">{mode} fork at step {at}</span> <span class=\"badge {}\">residue {}</span>",
+                        " <span class=\"mut\">{mode} fork at step {at}</span> <span class=\"badge {}\">residue {}{}</span>",
                         if clean { "clean" } else { "dirty" },
-                        if clean { "clean" } else { "NOT CLEAN" }
+                        if clean { "clean" } else { "NOT CLEAN" },
+                        inherited(x)
                     );
                 }
                 let _ = write!(h, " <span class=\"mut\">head {}</span>", x.head);
@@ -295,18 +296,25 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
             esc(short(&o.parent)),
             o.at
         );
-        let mut out: Vec<u64> = o.crossed.iter().chain(&o.would_cross).copied().collect();
-        out.sort_unstable();
-        if !out.is_empty() || !o.failed.is_empty() {
+        for r in &x.residue_forks {
+            let whose = if r.branch == x.session {
+                "the fork that made this branch".to_string()
+            } else {
+                format!(
+                    "inherited from the fork of <a class=\"id\" href=\"#s-{0}\">{1}</a> at step {2} (which made <a class=\"id\" href=\"#s-{3}\">{4}</a>)",
+                    esc(&r.parent),
+                    esc(short(&r.parent)),
+                    r.at,
+                    esc(&r.branch),
+                    esc(short(&r.branch))
+                )
+            };
             let _ = write!(
                 h,
-                "<dt>residue</dt><dd class=\"irrev\">NOT CLEAN: parent step(s) {:?} stay out in the world or unrestored{}</dd>",
-                out,
-                if o.failed.is_empty() {
-                    String::new()
-                } else {
-                    format!("; {} inverse(s) failed", o.failed.len())
-                }
+                "<dt>residue</dt><dd class=\"irrev\">NOT CLEAN, {whose}: step(s) {:?} of <a class=\"id\" href=\"#s-{}\">{}</a> stay out in the world or unrestored</dd>",
+                r.outstanding,
+                esc(&r.parent),
+                esc(short(&r.parent))
             );
         }
     }
@@ -429,6 +437,22 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
         );
     }
     h.push_str("</tbody></table></details>\n");
+}
+
+/// A branch's residue that came from above it: " (inherited from fork of P at K; …)", or
+/// "" when there is none (see `revl_core::log::lineage_residue`).
+fn inherited(x: &LogSession) -> String {
+    let up: Vec<String> = x
+        .residue_forks
+        .iter()
+        .filter(|r| r.branch != x.session)
+        .map(|r| format!("fork of {} at {}", esc(short(&r.parent)), r.at))
+        .collect();
+    match (up.is_empty(), x.residue_forks.len() > up.len()) {
+        (true, _) => String::new(),
+        (false, false) => format!(" (inherited from {})", up.join("; ")),
+        (false, true) => format!(" (also inherited from {})", up.join("; ")),
+    }
 }
 
 fn clip(s: &str, max: usize) -> String {

@@ -183,7 +183,26 @@ fn log_shows_the_tree_with_fork_modes_residue_held_sends_and_approvals() {
         (c["parent"].as_str(), &c["at"], &c["mode"]),
         (Some(f.b.as_str()), &json!(1), &json!("parallel"))
     );
-    assert_eq!(c["residueClean"], true, "{c}");
+    // C's own fork left nothing, but A's crossing is still out in the world for every
+    // branch below B: C inherits B's residue (issue 23 #8).
+    assert_eq!(c["residueClean"], false, "{c}");
+    assert_eq!(
+        c["residueForks"],
+        json!([{"parent": f.a, "branch": f.b, "at": 1, "outstanding": b["residueForks"][0]["outstanding"]}]),
+        "{c}"
+    );
+    assert_eq!(b["residueForks"][0]["branch"], f.b.as_str(), "{b}");
+    assert!(
+        !b["residueForks"][0]["outstanding"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{b}"
+    );
+    assert!(
+        a.get("residueClean").is_none() && a.get("residueForks").is_none(),
+        "{a}"
+    );
     assert_eq!(
         c["workspace"],
         f.sib.canonicalize().unwrap().to_str().unwrap()
@@ -235,7 +254,7 @@ fn log_shows_the_tree_with_fork_modes_residue_held_sends_and_approvals() {
         text.stdout
     );
     assert!(
-        lines[2].contains("[parallel fork at step 1, residue clean]"),
+        lines[2].contains("[parallel fork at step 1, residue NOT CLEAN]"),
         "{}",
         lines[2]
     );
@@ -346,6 +365,24 @@ fn view_is_one_self_contained_deterministic_escaped_page() {
     assert!(
         html.contains("<tr class=\"undone\"><td class=\"n\">3</td>"),
         "step 3 was rewound"
+    );
+    // B's residue is its own fork's; C's is inherited from it: A's crossing is still out in
+    // the world below B (issue 23 #8).
+    let a8 = &f.a[..8];
+    assert!(
+        html.contains(&format!(
+            "href=\"#s-{}\" title=\"{}\">{}</a><span class=\"badge st-live\">live</span> <span class=\"mut\">parallel fork at step 1</span> <span class=\"badge dirty\">residue NOT CLEAN (inherited from fork of {a8} at 1)</span>",
+            f.c, f.c, &f.c[..8]
+        )),
+        "C's tree entry says its residue is inherited"
+    );
+    assert!(
+        html.contains("residue NOT CLEAN</span>"),
+        "B's own residue, not inherited"
+    );
+    assert!(
+        html.contains(&format!("NOT CLEAN, inherited from the fork of <a class=\"id\" href=\"#s-{}\">{a8}</a> at step 1", f.a)),
+        "C's section names the fork its residue comes from"
     );
     // Only a family: C's family is all three; a store of one other session is not in it.
     let ws2 = e.root.join("other");
