@@ -36,8 +36,13 @@ EXPECTED_TOOLS = {
 }
 READ_ONLY = {"revl_read", "revl_list", "revl_timeline", "revl_inspect_step", "revl_status", "revl_diff", "revl_log",
              "revl_verify", "revl_sessions", "revl_commit"}
-DESTRUCTIVE = {"revl_delete", "revl_rename", "revl_step_back", "revl_fork_confirm",
-               "revl_abort", "revl_commit_confirm"}
+# Tools that overwrite or remove files (or run what may).
+DESTRUCTIVE = {"revl_write", "revl_delete", "revl_rename", "revl_exec", "revl_call", "revl_step_back",
+               "revl_fork_confirm", "revl_abort", "revl_commit_confirm"}
+# Tools that can reach outside the machine: they fire manifest tools (or run a command
+# unconfined, on the host).
+OPEN_WORLD = {"revl_call", "revl_exec", "revl_step_back", "revl_fork_confirm", "revl_abort",
+              "revl_commit_confirm"}
 
 checks = 0
 
@@ -152,6 +157,8 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
             check(init.server_info.name == "revl", "server name", init.server_info)
             check(init.instructions and "approv" in init.instructions and "fork" in init.instructions,
                   "server instructions tell how to use revl", init.instructions)
+            check("revl_exec" in init.instructions and "sandbox" in init.instructions,
+                  "server instructions name exec as a way to change files", init.instructions)
 
             tools = (await s.list_tools()).tools
             names = {t.name for t in tools}
@@ -165,10 +172,14 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
             for n in DESTRUCTIVE:
                 a = by_name[n].annotations
                 check(a and a.destructive_hint is True and not a.read_only_hint, f"{n} is destructive", a)
-            for n in ("revl_write", "revl_fork", "revl_provide"):
+            for n in names - READ_ONLY - DESTRUCTIVE:
                 a = by_name[n].annotations
                 check(a and a.read_only_hint is False and a.destructive_hint is False,
                       f"{n} is neither read-only nor destructive", a)
+            for n in names:
+                a = by_name[n].annotations
+                check(a and a.open_world_hint is (n in OPEN_WORLD),
+                      f"{n} has openWorldHint {n in OPEN_WORLD}", a)
             write_schema = by_name["revl_write"].input_schema
             check(set(write_schema["properties"]) == {"path", "content", "contentBase64"},
                   "revl_write takes path, content | contentBase64", write_schema)

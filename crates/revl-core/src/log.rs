@@ -5,6 +5,7 @@
 
 use crate::error::Result;
 use crate::lineage::{self, OfflineWal};
+use crate::report::Residue;
 use crate::state::ForkSeen;
 use crate::step::Pos;
 use crate::store::Store;
@@ -45,9 +46,14 @@ pub struct LogSession {
     pub at: Option<Pos>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<&'static str>,
-    /// A branch: whether the fork that made it left nothing out in the world or unrestored.
+    /// A branch: whether its lineage left nothing out in the world or unrestored: neither
+    /// the fork that made it nor any fork above it (what an ancestor's fork left out there
+    /// is still out there for every branch below it). See [`lineage_residue`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub residue_clean: Option<bool>,
+    /// The forks of its lineage that did leave something, nearest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub residue_forks: Vec<ResidueFork>,
     /// Held sends still queued.
     pub queued: usize,
     /// Approval tickets requested and not yet granted.
@@ -63,6 +69,63 @@ pub struct LogSession {
     pub torn: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+}
+
+/// A fork that left steps of its parent's history out in the world or unrestored (crossed
+/// emissions, inverses that would cross, failed inverses): `outstanding`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResidueFork {
+    pub parent: String,
+    pub branch: String,
+    pub at: Pos,
+    pub outstanding: Vec<u64>,
+}
+
+/// What a branch's lineage left out in the world.
+#[derive(Debug, Clone)]
+pub struct LineageResidue {
+    /// No fork of the lineage left anything.
+    pub clean: bool,
+    /// The forks that did, nearest first: the one that made the branch (when it left
+    /// anything), then its parent's, and so on up.
+    pub forks: Vec<ResidueFork>,
+}
+
+/// THE residue of a branch as `log` and `view` show it: the fork that made it and every
+/// fork above it, as far as the store's WALs go. A crossing is out in the world for good,
+/// so a branch inherits what its ancestors' forks left, whatever its own fork did. `None`
+/// for a session that is no branch.
+pub fn lineage_residue(byid: &BTreeMap<&str, &OfflineWal>, id: &str) -> Option<LineageResidue> {
+    let mut w = *byid.get(id)?;
+    w.state.origin.as_ref()?;
+    let mut forks = Vec::new();
+    let mut seen = BTreeSet::new();
+    while let Some(o) = &w.state.origin {
+        if !seen.insert(w.session()) {
+            break; // a forged cycle; real WALs cannot make one
+        }
+        let r = Residue::new(
+            o.crossed.iter().chain(&o.would_cross).copied(),
+            &o.failed,
+            |_| String::new(),
+        );
+        if !r.clean {
+            forks.push(ResidueFork {
+                parent: o.parent.clone(),
+                branch: w.session().to_string(),
+                at: o.at,
+                outstanding: r.outstanding,
+            });
+        }
+        match byid.get(o.parent.as_str()) {
+            Some(p) => w = p,
+            None => break,
+        }
+    }
+    Some(LineageResidue {
+        clean: forks.is_empty(),
+        forks,
+    })
 }
 
 /// `branch` forked from `parent` at `at`, `serial` or `parallel`.
@@ -154,6 +217,7 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
                     at: None,
                     mode: None,
                     residue_clean: None,
+                    residue_forks: Vec::new(),
                     queued: 0,
                     pending_approvals: 0,
                     mid_fork: None,
@@ -167,6 +231,7 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
         let st = &w.state;
         let lin = w.lineage();
         let mode = fork_mode(&byid, w);
+        let residue = lineage_residue(&byid, &l.id);
         if let Some((parent, at)) = w.parent() {
             edges.push(LogEdge {
                 parent: parent.to_string(),
@@ -183,7 +248,8 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
             parent: lin.parent.clone(),
             at: lin.diverged_at,
             mode: lin.parent.as_ref().and(mode),
-            residue_clean: lin.inherited_residue.as_ref().map(|r| r.clean),
+            residue_clean: residue.as_ref().map(|r| r.clean),
+            residue_forks: residue.map(|r| r.forks).unwrap_or_default(),
             queued: st.queue.len(),
             pending_approvals: pending_tickets(st).count(),
             mid_fork: st

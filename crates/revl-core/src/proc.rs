@@ -1,14 +1,29 @@
 //! Running a child process without a shell: argv only, outputs capped, optional timeout.
 //! The sandbox (`crate::sandbox`) hands its prepared [`Command`] to the same loop.
+//!
+//! Each output is kept head AND tail (a test runner's summary is at its end): up to
+//! [`OUTPUT_CAP`] it is kept whole; beyond, the first [`HEAD_KEPT`] and the last
+//! [`TAIL_KEPT`] bytes with one marker line between, `[… N bytes omitted …]`. An optional
+//! [`OutputSink`] also sees every byte as it is read (`revl exec` in a terminal streams it).
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Outputs are capped at 1 MiB each (SPEC 2); the rest is read and discarded.
+/// Outputs are capped at 1 MiB each (SPEC 12), head and tail kept; the middle is read and
+/// discarded.
 pub const OUTPUT_CAP: usize = 1024 * 1024;
+/// What a capped output keeps from its start.
+pub const HEAD_KEPT: usize = OUTPUT_CAP / 2;
+/// What a capped output keeps from its end.
+pub const TAIL_KEPT: usize = OUTPUT_CAP - HEAD_KEPT;
+/// How far a cut moves to fall on a line boundary (so the head ends and the tail starts with
+/// a whole line); a line longer than this is cut where it is.
+const LINE_SLACK: usize = 4096;
 
 #[derive(Debug, Clone)]
 pub struct Ran {
@@ -23,22 +38,137 @@ pub struct Ran {
     pub timed_out: bool,
 }
 
-fn drain<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<(Vec<u8>, bool)> {
+/// Which output of the command a chunk was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Where a command's output also goes while it runs, chunk by chunk as it is read, whole
+/// (the cap applies only to what is kept). Called from the reader threads, one per stream;
+/// a sink that blocks slows the command down, as a full pipe would.
+#[derive(Clone)]
+pub struct OutputSink(Arc<SinkFn>);
+
+/// What an [`OutputSink`] calls: the stream and the bytes just read from it.
+type SinkFn = dyn Fn(Stream, &[u8]) + Send + Sync;
+
+impl OutputSink {
+    pub fn new(f: impl Fn(Stream, &[u8]) + Send + Sync + 'static) -> Self {
+        OutputSink(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for OutputSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OutputSink")
+    }
+}
+
+/// One output as kept: its head, a ring of its last bytes, and how many fell between.
+#[derive(Default)]
+struct Capped {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    omitted: u64,
+}
+
+impl Capped {
+    fn push(&mut self, mut b: &[u8]) {
+        let take = (HEAD_KEPT - self.head.len()).min(b.len());
+        self.head.extend_from_slice(&b[..take]);
+        b = &b[take..];
+        if b.len() >= TAIL_KEPT {
+            self.omitted += (self.tail.len() + b.len() - TAIL_KEPT) as u64;
+            self.tail.clear();
+            self.tail.extend(&b[b.len() - TAIL_KEPT..]);
+        } else {
+            self.tail.extend(b);
+            let over = self.tail.len().saturating_sub(TAIL_KEPT);
+            if over > 0 {
+                self.tail.drain(..over);
+                self.omitted += over as u64;
+            }
+        }
+    }
+
+    /// The kept bytes, and whether any were omitted. When some were, the head ends and the
+    /// tail starts on a line boundary where one is near, and the marker line sits between;
+    /// head, marker and tail together stay within [`OUTPUT_CAP`] (the tail gives way).
+    fn finish(self) -> (Vec<u8>, bool) {
+        let Capped {
+            mut head,
+            tail,
+            mut omitted,
+        } = self;
+        let mut tail = Vec::from(tail);
+        if omitted == 0 {
+            head.extend_from_slice(&tail);
+            return (head, false);
+        }
+        let from = head.len().saturating_sub(LINE_SLACK);
+        if let Some(nl) = head[from..].iter().rposition(|&c| c == b'\n') {
+            let keep = from + nl + 1;
+            omitted += (head.len() - keep) as u64;
+            head.truncate(keep);
+        }
+        let near = tail.len().min(LINE_SLACK);
+        if let Some(nl) = tail[..near].iter().position(|&c| c == b'\n') {
+            omitted += (nl + 1) as u64;
+            tail.drain(..=nl);
+        }
+        let mut cut = 0;
+        loop {
+            // Drop `cut` bytes from the tail's start, then on to a line start if one is near.
+            if cut > 0 {
+                let near = tail.len().min(cut + LINE_SLACK);
+                if let Some(nl) = tail[cut.min(near)..near].iter().position(|&c| c == b'\n') {
+                    cut += nl + 1;
+                }
+                let cut = cut.min(tail.len());
+                tail.drain(..cut);
+                omitted += cut as u64;
+            }
+            let sep = if head.is_empty() || head.ends_with(b"\n") {
+                ""
+            } else {
+                "\n"
+            };
+            let marker = format!("{sep}[\u{2026} {omitted} bytes omitted \u{2026}]\n");
+            let total = head.len() + marker.len() + tail.len();
+            if total <= OUTPUT_CAP || tail.is_empty() {
+                head.extend_from_slice(marker.as_bytes());
+                head.extend_from_slice(&tail);
+                return (head, true);
+            }
+            cut = total - OUTPUT_CAP;
+        }
+    }
+}
+
+fn drain<R: Read + Send + 'static>(
+    mut r: R,
+    stream: Stream,
+    sink: Option<OutputSink>,
+) -> std::thread::JoinHandle<(Vec<u8>, bool)> {
     std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut cut = false;
-        let mut buf = [0u8; 64 * 1024];
+        let mut kept = Capped::default();
+        let mut buf = vec![0u8; 64 * 1024];
         loop {
             match r.read(&mut buf) {
-                Ok(0) | Err(_) => break,
+                Ok(0) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
                 Ok(n) => {
-                    let room = OUTPUT_CAP.saturating_sub(kept.len());
-                    cut |= n > room;
-                    kept.extend_from_slice(&buf[..n.min(room)]);
+                    if let Some(s) = &sink {
+                        (s.0)(stream, &buf[..n]);
+                    }
+                    kept.push(&buf[..n]);
                 }
             }
         }
-        (kept, cut)
+        kept.finish()
     })
 }
 
@@ -50,6 +180,18 @@ pub fn run(
     stdin: Option<Vec<u8>>,
     timeout: Option<Duration>,
 ) -> std::io::Result<Ran> {
+    run_to(argv, cwd, env, stdin, timeout, None)
+}
+
+/// [`run`], its outputs also given to `sink` as they are read.
+pub fn run_to(
+    argv: &[String],
+    cwd: &Path,
+    env: &[(String, String)],
+    stdin: Option<Vec<u8>>,
+    timeout: Option<Duration>,
+    sink: Option<OutputSink>,
+) -> std::io::Result<Ran> {
     let (prog, args) = argv
         .split_first()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
@@ -58,17 +200,19 @@ pub fn run(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    run_command(cmd, stdin, timeout, &mut || Ok(()))
+    run_command(cmd, stdin, timeout, &mut || Ok(()), sink)
 }
 
 /// Spawn a prepared command with piped outputs, feed it `stdin` (else an empty one), wait
 /// for it (killing it at the timeout) and collect its capped outputs. `started` runs once
 /// the program is running; if it fails, the command is killed and its error returned.
+/// `sink`, if given, sees the outputs as they are read.
 pub fn run_command(
     mut cmd: Command,
     stdin: Option<Vec<u8>>,
     timeout: Option<Duration>,
     started: &mut dyn FnMut() -> std::io::Result<()>,
+    sink: Option<OutputSink>,
 ) -> std::io::Result<Ran> {
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
@@ -83,8 +227,16 @@ pub fn run_command(
         let _ = child.wait();
         return Err(e);
     }
-    let out = drain(child.stdout.take().expect("piped stdout"));
-    let err = drain(child.stderr.take().expect("piped stderr"));
+    let out = drain(
+        child.stdout.take().expect("piped stdout"),
+        Stream::Stdout,
+        sink.clone(),
+    );
+    let err = drain(
+        child.stderr.take().expect("piped stderr"),
+        Stream::Stderr,
+        sink,
+    );
     if let (Some(data), Some(mut w)) = (stdin, child.stdin.take()) {
         // A child that does not read its stdin must not block us: write from a thread.
         std::thread::spawn(move || {
@@ -117,4 +269,76 @@ pub fn run_command(
         stderr_truncated,
         timed_out,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capped(chunks: &[&[u8]]) -> (Vec<u8>, bool) {
+        let mut c = Capped::default();
+        for b in chunks {
+            c.push(b);
+        }
+        c.finish()
+    }
+
+    #[test]
+    fn without_lines_the_cap_is_filled_exactly() {
+        let all = vec![b'a'; 3 * OUTPUT_CAP];
+        let (kept, cut) = capped(&[&all]);
+        assert!(cut);
+        assert_eq!(kept.len(), OUTPUT_CAP);
+        let text = String::from_utf8(kept).unwrap();
+        let marker = text.lines().nth(1).unwrap();
+        assert_eq!(
+            marker,
+            format!(
+                "[\u{2026} {} bytes omitted \u{2026}]",
+                all.len() - text.len() + marker.len() + 2
+            )
+        );
+    }
+
+    #[test]
+    fn up_to_the_cap_everything_is_kept() {
+        let all = vec![b'x'; OUTPUT_CAP];
+        let (kept, cut) = capped(&[&all[..10], &all[10..]]);
+        assert_eq!((kept.len(), cut), (OUTPUT_CAP, false));
+    }
+
+    #[test]
+    fn beyond_the_cap_head_and_tail_are_kept_on_line_boundaries() {
+        let mut all = Vec::new();
+        let mut n = 0;
+        while all.len() < 3 * OUTPUT_CAP {
+            all.extend_from_slice(format!("line {n}\n").as_bytes());
+            n += 1;
+        }
+        all.extend_from_slice(b"SUMMARY: 1 failed\n");
+        // Fed in odd chunks, and in one.
+        for chunks in [all.chunks(777).collect::<Vec<_>>(), vec![&all[..]]] {
+            let (kept, cut) = capped(&chunks);
+            assert!(cut);
+            let text = String::from_utf8(kept.clone()).unwrap();
+            assert!(text.starts_with("line 0\n"));
+            assert!(text.ends_with("SUMMARY: 1 failed\n"));
+            let marker = text.lines().find(|l| l.contains("bytes omitted")).unwrap();
+            let omitted: usize = marker
+                .trim_start_matches("[\u{2026} ")
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(kept.len() - marker.len() - 1 + omitted, all.len());
+            assert!(kept.len() <= OUTPUT_CAP, "{}", kept.len());
+            // Whole lines on both sides of the marker.
+            let (before, after) = text.split_once(marker).unwrap();
+            assert!(
+                before.ends_with('\n') && after.starts_with("\nline "),
+                "{after:.20}"
+            );
+        }
+    }
 }

@@ -23,7 +23,7 @@
 //! failed is written to a shared page, so a refusal can say which part of the sandbox this
 //! machine does not allow (`sandbox-unavailable`).
 
-use crate::proc::{run_command, Ran};
+use crate::proc::{run_command, OutputSink, Ran};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -281,6 +281,15 @@ pub fn run(
     spec: &Spec,
     started: &mut dyn FnMut() -> std::io::Result<()>,
 ) -> Result<Outcome, Failure> {
+    run_to(spec, started, None)
+}
+
+/// [`run`], the command's outputs also given to `sink` as they are read.
+pub fn run_to(
+    spec: &Spec,
+    started: &mut dyn FnMut() -> std::io::Result<()>,
+    sink: Option<OutputSink>,
+) -> Result<Outcome, Failure> {
     let shared = Shared::new().map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
     let (prepared, upper) = prepare(spec, shared.ptr as usize)
         .map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
@@ -305,7 +314,7 @@ pub fn run(
         said = true;
         started()
     };
-    match run_command(cmd, None, spec.timeout, &mut started) {
+    match run_command(cmd, None, spec.timeout, &mut started, sink) {
         Ok(mut ran) => {
             let b = shared.board();
             if !ran.timed_out && b.done.load(Ordering::SeqCst) == 0 {

@@ -52,7 +52,11 @@ pub enum Target {
 
 /// What the server tells a client about using revl well (sent at `initialize`).
 pub const INSTRUCTIONS: &str = "revl records every effect of this session on a step timeline so it can be rewound. \
-Change files only through revl_write, revl_delete, revl_rename, revl_mkdir and revl_chmod (paths are relative to the workspace), and mark each turn with revl_boundary. \
+Change the workspace only through revl's tools (paths are relative to the workspace); a change made any other way is not witnessed and a rewind does not restore it. There are two first-class ways: \
+revl_exec {argv} runs a command (never through a shell) in a sandbox with no network, the host read-only and the workspace copy-on-write, and applies what it changed in the workspace as ONE step that a step-back or fork rewinds byte for byte: use it for builds, tests, formatters, code generators, `sed -i`, package installs, anything a shell command does; \
+revl_write, revl_delete, revl_rename, revl_mkdir and revl_chmod each change one path exactly as asked, one step each. \
+revl_read, revl_list, revl_timeline, revl_inspect_step, revl_status, revl_verify, revl_diff, revl_log and revl_sessions only read; revl_boundary marks a turn (do it each turn) and revl_provide holds a key for the session. \
+revl_call calls a tool declared in the manifest, which may leave the machine (see held sends and emissions below). \
 Before retrying something that went wrong, step back first: revl_step_back {to: K} (K from revl_timeline) puts the workspace back at step K; then try again. \
 To explore an alternative from an earlier step, call revl_fork {at: K}, read its report (emissionsCrossed, wouldCrossOnRewind, unrestored and residue list what cannot be undone), and only then confirm with revl_fork_confirm {hash}; the server then continues on the branch. \
 Calls to deferred tools are held sends: they have NOT been sent and will not arrive anywhere until revl_commit shows the plan and revl_commit_confirm {hash} fires them; never tell anyone they were delivered before that. \
@@ -275,7 +279,7 @@ impl RevlServer {
             title = "New session",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_new(&self, Parameters(a): Parameters<NewArgs>) -> CallToolResult {
@@ -297,8 +301,8 @@ impl RevlServer {
         annotations(
             title = "Write file",
             read_only_hint = false,
-            destructive_hint = false,
-            open_world_hint = true
+            destructive_hint = true,
+            open_world_hint = false
         )
     )]
     async fn revl_write(&self, Parameters(a): Parameters<WriteArgs>) -> CallToolResult {
@@ -330,7 +334,7 @@ impl RevlServer {
             title = "Delete path",
             read_only_hint = false,
             destructive_hint = true,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_delete(&self, Parameters(a): Parameters<PathArgs>) -> CallToolResult {
@@ -345,7 +349,7 @@ impl RevlServer {
             title = "Rename path",
             read_only_hint = false,
             destructive_hint = true,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_rename(&self, Parameters(a): Parameters<RenameArgs>) -> CallToolResult {
@@ -364,7 +368,7 @@ impl RevlServer {
             title = "Make directory",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_mkdir(&self, Parameters(a): Parameters<PathArgs>) -> CallToolResult {
@@ -378,7 +382,7 @@ impl RevlServer {
             title = "Change mode",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_chmod(&self, Parameters(a): Parameters<ChmodArgs>) -> CallToolResult {
@@ -394,7 +398,12 @@ impl RevlServer {
     /// a later rewind undid it); an error `absent` where it did not exist. Records nothing.
     #[tool(
         name = "revl_read",
-        annotations(title = "Read file", read_only_hint = true, open_world_hint = false)
+        annotations(
+            title = "Read file",
+            read_only_hint = true,
+            destructive_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn revl_read(&self, Parameters(a): Parameters<ReadArgs>) -> CallToolResult {
         self.on_session(move |s| match a.at {
@@ -416,7 +425,8 @@ impl RevlServer {
         annotations(
             title = "List directory",
             read_only_hint = true,
-            open_world_hint = true
+            destructive_hint = false,
+            open_world_hint = false
         )
     )]
     async fn revl_list(&self, Parameters(a): Parameters<ListArgs>) -> CallToolResult {
@@ -432,7 +442,7 @@ impl RevlServer {
             title = "Provide key",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_provide(&self, Parameters(a): Parameters<ProvideArgs>) -> CallToolResult {
@@ -447,7 +457,7 @@ impl RevlServer {
             title = "Mark boundary",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_boundary(&self, Parameters(a): Parameters<BoundaryArgs>) -> CallToolResult {
@@ -499,6 +509,7 @@ impl RevlServer {
             timeout,
             cwd: a.cwd,
             unconfined: a.unconfined.unwrap_or(false),
+            output: None,
         };
         self.on_session(move |s| s.exec_with(&o)).await
     }
@@ -506,7 +517,12 @@ impl RevlServer {
     /// The session's steps: {session, state, head, torn, steps[], accumulated, guarantee}.
     #[tool(
         name = "revl_timeline",
-        annotations(title = "Timeline", read_only_hint = true, open_world_hint = false)
+        annotations(
+            title = "Timeline",
+            read_only_hint = true,
+            destructive_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn revl_timeline(&self) -> CallToolResult {
         self.on_session(|s| Ok(s.timeline())).await
@@ -516,7 +532,12 @@ impl RevlServer {
     /// the steps ahead of it and the emissions so far.
     #[tool(
         name = "revl_inspect_step",
-        annotations(title = "Inspect step", read_only_hint = true, open_world_hint = false)
+        annotations(
+            title = "Inspect step",
+            read_only_hint = true,
+            destructive_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn revl_inspect_step(&self, Parameters(a): Parameters<AtArgs>) -> CallToolResult {
         self.on_session(move |s| s.inspect(a.at)).await
@@ -527,7 +548,12 @@ impl RevlServer {
     /// branch.
     #[tool(
         name = "revl_status",
-        annotations(title = "Status", read_only_hint = true, open_world_hint = false)
+        annotations(
+            title = "Status",
+            read_only_hint = true,
+            destructive_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn revl_status(&self) -> CallToolResult {
         self.on_session(|s| Ok(s.status())).await
@@ -540,7 +566,8 @@ impl RevlServer {
         annotations(
             title = "Verify workspace",
             read_only_hint = true,
-            open_world_hint = true
+            destructive_hint = false,
+            open_world_hint = false
         )
     )]
     async fn revl_verify(&self) -> CallToolResult {
@@ -551,7 +578,12 @@ impl RevlServer {
     /// parent?}]}.
     #[tool(
         name = "revl_sessions",
-        annotations(title = "Sessions", read_only_hint = true, open_world_hint = false)
+        annotations(
+            title = "Sessions",
+            read_only_hint = true,
+            destructive_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn revl_sessions(&self) -> CallToolResult {
         self.blocking(|store, _| store.sessions().map(|r| revl_core::report::to_json(&r)))
@@ -592,7 +624,7 @@ impl RevlServer {
             title = "Fork (enumerate)",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_fork(&self, Parameters(a): Parameters<AtArgs>) -> CallToolResult {
@@ -623,8 +655,9 @@ impl RevlServer {
 
     /// The lineage tree of this session's family (its root and every branch below it),
     /// read from the WALs without waiting for any lock: {sessions: [{session, state, head,
-    /// workspace, parent?, at?, mode?, residueClean?, queued, pendingApprovals}], edges:
-    /// [{parent, branch, at, mode}]}.
+    /// workspace, parent?, at?, mode?, residueClean?, residueForks?, queued,
+    /// pendingApprovals}], edges: [{parent, branch, at, mode}]}. residueClean is false when
+    /// the fork that made a branch, or any fork above it, left something out in the world.
     #[tool(
         name = "revl_log",
         annotations(
@@ -683,7 +716,12 @@ impl RevlServer {
     /// steps it would keep, with the `hash` to confirm. Nothing fires.
     #[tool(
         name = "revl_commit",
-        annotations(title = "Commit (plan)", read_only_hint = true, open_world_hint = true)
+        annotations(
+            title = "Commit (plan)",
+            read_only_hint = true,
+            destructive_hint = false,
+            open_world_hint = false
+        )
     )]
     async fn revl_commit(&self) -> CallToolResult {
         self.on_session(|s| s.commit()).await
@@ -728,7 +766,7 @@ impl RevlServer {
             title = "Note model decision",
             read_only_hint = false,
             destructive_hint = false,
-            open_world_hint = true
+            open_world_hint = false
         )
     )]
     async fn revl_note_model(&self, Parameters(a): Parameters<NoteModelArgs>) -> CallToolResult {

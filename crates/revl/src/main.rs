@@ -506,6 +506,38 @@ fn with_repairs(mut out: Outcome) -> Outcome {
     out
 }
 
+/// `revl exec` in text mode: the command's stdout to ours and its stderr to ours as they
+/// are read; remembers whether stdout was left mid-line, so the summary starts on its own.
+#[derive(Default)]
+struct Streamed(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Streamed {
+    fn sink(&self) -> revl_core::proc::OutputSink {
+        let open = self.0.clone();
+        revl_core::proc::OutputSink::new(move |which, bytes| {
+            use std::io::Write;
+            let _ = match which {
+                revl_core::proc::Stream::Stdout => {
+                    open.store(
+                        !bytes.ends_with(b"\n"),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
+                    let mut o = std::io::stdout().lock();
+                    o.write_all(bytes).and_then(|()| o.flush())
+                }
+                revl_core::proc::Stream::Stderr => std::io::stderr().lock().write_all(bytes),
+            };
+        })
+    }
+
+    fn then(&self, summary: String) -> String {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            true => format!("\n{summary}"),
+            false => summary,
+        }
+    }
+}
+
 fn run(cli: &Cli) -> Result<Outcome, Error> {
     if let Cmd::Demo { keep } = &cli.cmd {
         return demo::run(*keep);
@@ -766,13 +798,25 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         } => {
             let timeout = revl_core::ExecOptions::timeout_secs(*timeout)?;
             let mut s = attach(&store, session)?;
+            // In text mode the command's output streams to the terminal as it runs; the
+            // summary follows it. --json keeps the captured document alone.
+            let stream = (!cli.json).then(Streamed::default);
             let r = s.exec_with(&revl_core::ExecOptions {
                 argv: argv.clone(),
                 timeout,
                 cwd: cwd.clone(),
                 unconfined: *unconfined,
+                output: stream.as_ref().map(Streamed::sink),
             })?;
-            Ok(Outcome::ok(to_json(&r), render::exec(&r)))
+            let text = match &stream {
+                Some(st) => st.then(render::exec(&revl_core::report::ExecReport {
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    ..r.clone()
+                })),
+                None => render::exec(&r),
+            };
+            Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::Diff { left, right, path } => {
             let report = revl_core::session::diff::diff_in(&store, left, right, path.as_deref())?;

@@ -74,6 +74,7 @@ tr.undone td.l{text-decoration:line-through;color:var(--mut)}
 .irrev{color:var(--bad);font-weight:600}
 .held{color:var(--warn)}
 .hidden{display:none}
+.ch{font-size:12px;margin-top:2px}code.argv{color:var(--mut)}
 "#;
 
 /// The search box: hide the sessions whose text does not contain the query, open those
@@ -173,6 +174,7 @@ steps struck through were rewound; <span class=\"irrev\">crossed</span> marks wh
         lg.sessions.len(),
         steps
     );
+    crossed(&mut h, lg, wals);
     h.push_str("<h2>Branch tree</h2>\n<ul class=\"tree\" id=\"tree\">\n");
     tree(&mut h, lg);
     h.push_str("</ul>\n<h2>Sessions</h2>\n<input id=\"q\" type=\"search\" placeholder=\"search sessions, steps, paths, hashes…\" aria-label=\"search\"><div id=\"nmatch\" class=\"mut\"></div>\n");
@@ -214,9 +216,10 @@ fn tree(h: &mut String, lg: &Log) {
                     let clean = x.residue_clean != Some(false);
                     let _ = write!(
                         h,
-                        " <span class=\"mut\">{mode} fork at step {at}</span> <span class=\"badge {}\">residue {}</span>",
+                        " <span class=\"mut\">{mode} fork at step {at}</span> <span class=\"badge {}\">residue {}{}</span>",
                         if clean { "clean" } else { "dirty" },
-                        if clean { "clean" } else { "NOT CLEAN" }
+                        if clean { "clean" } else { "NOT CLEAN" },
+                        inherited(x)
                     );
                 }
                 let _ = write!(h, " <span class=\"mut\">head {}</span>", x.head);
@@ -295,18 +298,25 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
             esc(short(&o.parent)),
             o.at
         );
-        let mut out: Vec<u64> = o.crossed.iter().chain(&o.would_cross).copied().collect();
-        out.sort_unstable();
-        if !out.is_empty() || !o.failed.is_empty() {
+        for r in &x.residue_forks {
+            let whose = if r.branch == x.session {
+                "the fork that made this branch".to_string()
+            } else {
+                format!(
+                    "inherited from the fork of <a class=\"id\" href=\"#s-{0}\">{1}</a> at step {2} (which made <a class=\"id\" href=\"#s-{3}\">{4}</a>)",
+                    esc(&r.parent),
+                    esc(short(&r.parent)),
+                    r.at,
+                    esc(&r.branch),
+                    esc(short(&r.branch))
+                )
+            };
             let _ = write!(
                 h,
-                "<dt>residue</dt><dd class=\"irrev\">NOT CLEAN: parent step(s) {:?} stay out in the world or unrestored{}</dd>",
-                out,
-                if o.failed.is_empty() {
-                    String::new()
-                } else {
-                    format!("; {} inverse(s) failed", o.failed.len())
-                }
+                "<dt>residue</dt><dd class=\"irrev\">NOT CLEAN, {whose}: step(s) {:?} of <a class=\"id\" href=\"#s-{}\">{}</a> stay out in the world or unrestored</dd>",
+                r.outstanding,
+                esc(&r.parent),
+                esc(short(&r.parent))
             );
         }
     }
@@ -399,36 +409,177 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
             });
         }
         if s.undone {
-            status.push(format!(
-                "rewound ({})",
-                esc(s.undone_by.as_deref().unwrap_or("unwind"))
-            ));
+            status.push(rewound_by(s, st));
         } else if s.crossed {
             status.push("stepped over by a rewind: stays out in the world".into());
         }
         if s.fenced {
             status.push("inverse outcome unknown".into());
         }
-        let mut label = s.label().to_string();
-        if s.kind == StepKind::Opaque {
-            if let Some(argv) = s.detail().get("argv").and_then(|a| a.as_array()) {
+        let mut label = esc(s.label());
+        let mut changes = String::new();
+        if s.site() == "exec" {
+            let detail = s.detail();
+            if let Some(argv) = detail.get("argv").and_then(|a| a.as_array()) {
                 let cmd: Vec<&str> = argv.iter().filter_map(|a| a.as_str()).collect();
-                let _ = write!(label, " ({})", cmd.join(" "));
+                let _ = write!(
+                    label,
+                    " <code class=\"argv\">{}</code>",
+                    esc(&clip(&cmd.join(" "), ARGV_SHOWN))
+                );
             }
+            changes = exec_changes(detail);
         }
         let _ = writeln!(
             h,
-            "<tr class=\"{}\"><td class=\"n\">{}</td><td><span class=\"k k-{}\">{}</span></td><td class=\"l\">{} <span class=\"mut\">{}</span></td><td>{}</td></tr>",
+            "<tr class=\"{}\"><td class=\"n\">{}</td><td><span class=\"k k-{}\">{}</span></td><td class=\"l\">{label} <span class=\"mut\">{}</span>{changes}</td><td>{}</td></tr>",
             if s.undone { "undone" } else { "" },
             s.index,
             esc(kind),
             esc(kind),
-            esc(&label),
             esc(s.site()),
             status.join(" · ")
         );
     }
     h.push_str("</tbody></table></details>\n");
+}
+
+/// How much of an exec's argv the timeline shows, and how many of its changed paths.
+const ARGV_SHOWN: usize = 120;
+const CHANGES_SHOWN: usize = 50;
+
+/// An exec step's changed paths (`detail.changes`), each with its change, so the search box
+/// finds a step by a path it changed.
+fn exec_changes(detail: &serde_json::Value) -> String {
+    let Some(list) = detail.get("changes").and_then(|c| c.as_array()) else {
+        return String::new();
+    };
+    if list.is_empty() {
+        return "<div class=\"ch mut\">no change</div>".into();
+    }
+    let mut out = String::from("<div class=\"ch\">");
+    for c in list.iter().take(CHANGES_SHOWN) {
+        let field = |k: &str| c.get(k).and_then(|v| v.as_str()).unwrap_or("");
+        let _ = write!(
+            out,
+            "<span class=\"mut\">{}</span> <code>{}</code> ",
+            esc(field("change")),
+            esc(field("path"))
+        );
+    }
+    if list.len() > CHANGES_SHOWN {
+        let _ = write!(
+            out,
+            "<span class=\"mut\">and {} more (revl inspect-step)</span>",
+            list.len() - CHANGES_SHOWN
+        );
+    }
+    out.push_str("</div>");
+    out
+}
+
+/// What rewound a step: the fork (its branch and k), a step-back or an abort.
+fn rewound_by(s: &revl_core::step::Step, st: &revl_core::state::State) -> String {
+    match s.undone_by.as_deref() {
+        Some(revl_core::step::BY_FORK) => {
+            // Only a serial fork rewinds its parent's own steps: the last one below the step.
+            let fork = st
+                .forks
+                .iter()
+                .rev()
+                .find(|f| f.mode == "serial" && f.at.first_above() <= s.index);
+            match fork {
+                Some(f) => format!(
+                    "rewound by the fork at step {} → <a class=\"id\" href=\"#s-{}\">{}</a>{}",
+                    f.at,
+                    esc(&f.branch),
+                    esc(short(&f.branch)),
+                    if f.outcome == "abandoned" {
+                        " (abandoned)"
+                    } else {
+                        ""
+                    }
+                ),
+                None => "rewound by a fork".into(),
+            }
+        }
+        Some(revl_core::step::BY_STEP_BACK) => "rewound by a step-back".into(),
+        Some(revl_core::step::BY_ABORT) => "rewound by the abort".into(),
+        Some(other) => format!("rewound ({})", esc(other)),
+        None => "rewound".into(),
+    }
+}
+
+/// What crossed, at the top of the page, open: every emission that fired and every held
+/// send a commit sent (or whose send has an unknown outcome), across the sessions shown.
+fn crossed(h: &mut String, lg: &Log, wals: &BTreeMap<&str, &OfflineWal>) {
+    let mut rows = String::new();
+    let mut n = 0;
+    for x in &lg.sessions {
+        let Some(w) = wals.get(x.session.as_str()) else {
+            continue;
+        };
+        let st = &w.state;
+        let who = format!(
+            "<a class=\"id\" href=\"#s-{0}\" title=\"{0}\">{1}</a>",
+            esc(&x.session),
+            esc(short(&x.session))
+        );
+        for s in st.steps.iter().filter(|s| s.kind == StepKind::Emission) {
+            n += 1;
+            let _ = writeln!(
+                rows,
+                "<tr><td>{who}</td><td class=\"n\">{}</td><td>{} <span class=\"mut\">{}</span></td><td><span class=\"irrev\">emission · irreversible</span>{}</td></tr>",
+                s.index,
+                esc(s.site()),
+                esc(s.label()),
+                s.compensation
+                    .map(|c| format!(" (compensated by step {c})"))
+                    .unwrap_or_default()
+            );
+        }
+        for (seq, d) in &st.deferred {
+            let what = if st.flushed.contains(seq) {
+                "sent at commit · irreversible"
+            } else if st.residue.contains_key(seq) {
+                "send failed or unknown: may have crossed"
+            } else {
+                continue;
+            };
+            n += 1;
+            let _ = writeln!(
+                rows,
+                "<tr><td>{who}</td><td class=\"n\">after {}</td><td>{} <span class=\"mut\">held send {seq}</span></td><td><span class=\"irrev\">{what}</span></td></tr>",
+                d.after_step,
+                esc(&d.tool)
+            );
+        }
+    }
+    h.push_str("<h2>What crossed</h2>\n");
+    if n == 0 {
+        h.push_str("<p id=\"crossed\" class=\"mut\">nothing left the machine: no emission fired, no held send was sent</p>\n");
+        return;
+    }
+    let _ = write!(
+        h,
+        "<table class=\"tl\" id=\"crossed\"><thead><tr><th>session</th><th>step</th><th>tool</th><th>{n} crossing(s): out in the world, no rewind takes them back</th></tr></thead><tbody>\n{rows}</tbody></table>\n"
+    );
+}
+
+/// A branch's residue that came from above it: " (inherited from fork of P at K; …)", or
+/// "" when there is none (see `revl_core::log::lineage_residue`).
+fn inherited(x: &LogSession) -> String {
+    let up: Vec<String> = x
+        .residue_forks
+        .iter()
+        .filter(|r| r.branch != x.session)
+        .map(|r| format!("fork of {} at {}", esc(short(&r.parent)), r.at))
+        .collect();
+    match (up.is_empty(), x.residue_forks.len() > up.len()) {
+        (true, _) => String::new(),
+        (false, false) => format!(" (inherited from {})", up.join("; ")),
+        (false, true) => format!(" (also inherited from {})", up.join("; ")),
+    }
 }
 
 fn clip(s: &str, max: usize) -> String {

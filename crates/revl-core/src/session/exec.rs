@@ -35,6 +35,9 @@ pub struct ExecOptions {
     pub cwd: Option<String>,
     /// Run on the host, recorded as an opaque step (a fork refuses to cross it).
     pub unconfined: bool,
+    /// Also given the command's stdout and stderr while it runs, whole (the report keeps
+    /// them capped, head and tail): `revl exec` in a terminal streams them to its own.
+    pub output: Option<crate::proc::OutputSink>,
 }
 
 impl ExecOptions {
@@ -113,7 +116,7 @@ impl Session {
         // those writes are made durable in their files first (repair redoes by path).
         self.settle(true)?;
         if o.unconfined {
-            return self.exec_unconfined(&o.argv, &cwd, o.timeout);
+            return self.exec_unconfined(o, &cwd);
         }
         #[cfg(target_os = "linux")]
         {
@@ -167,13 +170,17 @@ impl Session {
             redo: None,
         };
         let mut wal_error = None;
-        let outcome = sandbox::run(&spec, &mut || {
-            self.append(intent.clone(), true).map_err(|e| {
-                let io = std::io::Error::other(e.message.clone());
-                wal_error = Some(e);
-                io
-            })
-        });
+        let outcome = sandbox::run_to(
+            &spec,
+            &mut || {
+                self.append(intent.clone(), true).map_err(|e| {
+                    let io = std::io::Error::other(e.message.clone());
+                    wal_error = Some(e);
+                    io
+                })
+            },
+            o.output.clone(),
+        );
         let outcome = match outcome {
             Ok(o) => o,
             Err(f) => {
@@ -380,12 +387,8 @@ impl Session {
     }
 
     /// v1's exec: on the host, an opaque step whatever its exit code.
-    fn exec_unconfined(
-        &mut self,
-        argv: &[String],
-        cwd: &Path,
-        timeout: Option<Duration>,
-    ) -> Result<ExecReport> {
+    fn exec_unconfined(&mut self, o: &ExecOptions, cwd: &Path) -> Result<ExecReport> {
+        let argv = &o.argv;
         let step = self.state.next_index();
         self.append(
             Record::Intent {
@@ -404,7 +407,7 @@ impl Session {
             ("REVL_SESSION".to_string(), self.id.clone()),
             ("REVL_STEP".to_string(), step.to_string()),
         ];
-        let ran = match crate::proc::run(argv, cwd, &env, None, timeout) {
+        let ran = match crate::proc::run_to(argv, cwd, &env, None, o.timeout, o.output.clone()) {
             Ok(r) => r,
             Err(e) => {
                 let why = format!("could not start {}: {e}", argv[0]);

@@ -9,6 +9,7 @@ mod concurrency;
 mod demo;
 mod drift;
 mod exec;
+mod exec_output;
 mod fork;
 mod foundation;
 mod fuzz;
