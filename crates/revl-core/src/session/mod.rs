@@ -65,6 +65,9 @@ pub struct Session {
     riders: Vec<Record>,
     /// `None`: read while another command holds the lock ([`Store::attach_read`]).
     lock: Option<File>,
+    /// Read as far as the WAL is intact ([`Store::attach_prefix`]): where it stops being
+    /// readable. Such a session is never repaired and never written.
+    corrupt: Option<crate::wal::Corrupt>,
 }
 
 impl std::fmt::Debug for Session {
@@ -93,9 +96,12 @@ impl Store {
         crate::store::check_overlap(self.root(), &ws)?;
         let manifest_digest = self.import_manifest(manifest, &ws)?;
         let _store_lock = self.store_lock()?;
-        for (id, other) in self.live_workspaces()? {
-            let other = Path::new(&other);
-            if other.starts_with(&ws) || ws.starts_with(other) {
+        for h in self.workspace_holders()? {
+            let (id, other) = (&h.id, Path::new(&h.workspace));
+            if !(other.starts_with(&ws) || ws.starts_with(other)) {
+                continue;
+            }
+            let Some(e) = &h.unreadable else {
                 return Err(Error::new(
                     Code::WorkspaceBusy,
                     format!(
@@ -106,7 +112,23 @@ impl Store {
                     ),
                     format!("commit or abort session {id} first, or use it"),
                 ));
-            }
+            };
+            // Its WAL cannot be read: it may be live. Never start a second session beside it.
+            let hint = match e.code {
+                Code::CorruptWal => format!("`revl status {id}` shows its intact records; `revl recover {id} --truncate-corrupt` keeps them and moves the unreadable rest aside (no byte is lost), then commit or abort it, or use it; or use another workspace"),
+                Code::NewerWal => format!("use the newer revl that wrote session {id} (commit or abort it there); or use another workspace"),
+                _ => format!("{} (then commit or abort session {id}); or use another workspace", e.hint),
+            };
+            return Err(Error::new(
+                Code::WorkspaceBusy,
+                format!(
+                    "workspace {} may have a live session {id} (on {}) whose WAL cannot be read, so revl cannot tell that it is not live and does not start a second one: {}",
+                    ws.display(),
+                    other.display(),
+                    e.message
+                ),
+                hint,
+            ));
         }
         crate::util::create_dir_durable(&ws, None)
             .map_err(|e| Error::io(format!("cannot create workspace {}", ws.display()), e))?;
@@ -149,7 +171,7 @@ impl Store {
     pub fn attach(&self, id: &str) -> Result<Session> {
         let dir = self.session_dir(id);
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
-        self.attach_with(id, Some(lock))
+        self.attach_with(id, Some(lock), false)
     }
 
     /// Attach to read (`status`, `timeline`, `inspect`, …): like [`Store::attach`] when the
@@ -158,12 +180,26 @@ impl Store {
     /// refuses to write ([`Session::busy`] is true).
     pub fn attach_read(&self, id: &str) -> Result<Session> {
         let lock = self.try_lock(&self.session_dir(id).join("lock"))?;
-        self.attach_with(id, lock)
+        self.attach_with(id, lock, false)
     }
 
-    fn attach_with(&self, id: &str, lock: Option<File>) -> Result<Session> {
+    /// Attach to show (`status`, `timeline`): like [`Store::attach_read`], and a WAL
+    /// corrupt past its header is read as far as it is intact instead of refused; the
+    /// session then carries where it stops ([`Session::corrupt`]), is not repaired, and
+    /// refuses to write.
+    pub fn attach_prefix(&self, id: &str) -> Result<Session> {
+        let lock = self.try_lock(&self.session_dir(id).join("lock"))?;
+        self.attach_with(id, lock, true)
+    }
+
+    fn attach_with(&self, id: &str, lock: Option<File>, lenient: bool) -> Result<Session> {
         let wal_path = self.wal_path(id);
-        let (state, read) = State::read(&wal_path)?;
+        let (state, read, corrupt) = if lenient {
+            State::read_prefix(&wal_path)?
+        } else {
+            let (state, read) = State::read(&wal_path)?;
+            (state, read, None)
+        };
         let ws = Workspace::new(PathBuf::from(&state.workspace), self.fp.clone());
         let mut s = Session {
             store: self.clone(),
@@ -179,8 +215,9 @@ impl Store {
             detached: false,
             riders: Vec::new(),
             lock,
+            corrupt,
         };
-        if s.lock.is_some() {
+        if s.lock.is_some() && s.corrupt.is_none() {
             s.repair()?;
         }
         Ok(s)
@@ -245,5 +282,11 @@ impl Session {
     /// with any operation that command is running not yet finished (nor repaired).
     pub fn busy(&self) -> bool {
         self.lock.is_none()
+    }
+
+    /// Where the WAL stops being readable, when it was read as far as it is intact
+    /// ([`Store::attach_prefix`]): the state shown is that of the records before it.
+    pub fn corrupt(&self) -> Option<&crate::wal::Corrupt> {
+        self.corrupt.as_ref()
     }
 }

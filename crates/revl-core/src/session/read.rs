@@ -21,6 +21,7 @@ impl Session {
             accumulated: self.state.accumulated(self.state.head_pos()),
             guarantee: GUARANTEE,
             busy: self.busy(),
+            corrupt: self.corrupt.clone(),
         }
     }
 
@@ -98,6 +99,7 @@ impl Session {
             frozen_at: st.fork_frozen.as_ref().map(|f| f.at),
             abandoned_forks: st.abandoned_forks(),
             busy: self.busy(),
+            corrupt: self.corrupt.clone(),
         }
     }
 
