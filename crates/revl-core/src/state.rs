@@ -390,7 +390,6 @@ impl State {
     /// facts they depend on, so it costs no copy of the state.
     pub fn check(&self, recs: &[Record]) -> std::result::Result<(), String> {
         let mut next = self.next_index();
-        let mut records = self.records;
         // The pending intent's step and undo (a batch's own intent replaces it).
         let mut intent: Option<(u64, Option<&Undo>)> =
             self.intent.as_ref().map(|i| (i.step, i.undo.as_ref()));
@@ -401,9 +400,11 @@ impl State {
                 Err(format!("names step {i}, which does not exist"))
             }
         };
-        for r in recs {
+        for (i, r) in recs.iter().enumerate() {
             match r {
-                Record::Header { .. } if records != 0 => return Err("a second header".into()),
+                Record::Header { .. } if self.records + i != 0 => {
+                    return Err("a second header".into())
+                }
                 Record::Intent { step, undo, .. } => {
                     if *step != next {
                         return Err(format!("intent for step {step}, expected {next}"));
@@ -434,7 +435,6 @@ impl State {
                 }
                 _ => {}
             }
-            records += 1;
         }
         Ok(())
     }

@@ -2036,7 +2036,10 @@ fn a_small_preimage_sits_once_in_the_intent_and_the_step_names_it() {
     // The timeline shows the records before that step, marked (issue 23).
     let tl = w2.json(&["timeline", &sid2]).ok().clone();
     let why = tl["corrupt"]["why"].as_str().unwrap_or_default();
-    assert!(why.contains(&format!("step {k}")) && why.contains("content"), "{tl}");
+    assert!(
+        why.contains(&format!("step {k}")) && why.contains("content"),
+        "{tl}"
+    );
 }
 
 /// Only revl changed the workspace: `verify` reports no drift.

@@ -67,7 +67,10 @@ fn a_corrupt_middle_line_shows_the_prefix_blocks_new_and_is_cut_back_without_los
     assert_eq!(st["head"], 1, "{st}");
     assert_eq!(st["corrupt"]["line"], n, "{st}");
     assert_eq!(st["corrupt"]["path"], wal_s, "{st}");
-    assert!(st["corrupt"]["why"].as_str().unwrap().contains("CRC"), "{st}");
+    assert!(
+        st["corrupt"]["why"].as_str().unwrap().contains("CRC"),
+        "{st}"
+    );
     let tl = ok(&w, &["timeline", &sid]);
     assert_eq!(tl["steps"].as_array().unwrap().len(), 2, "{tl}");
     assert_eq!(tl["corrupt"]["line"], n, "{tl}");
@@ -119,7 +122,10 @@ fn a_corrupt_middle_line_shows_the_prefix_blocks_new_and_is_cut_back_without_los
         let hint = out.doc()["error"]["hint"].as_str().unwrap();
         assert!(hint.contains("--truncate-corrupt"), "{hint}");
     }
-    assert_eq!(ok(&w, &["sessions"])["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        ok(&w, &["sessions"])["sessions"].as_array().unwrap().len(),
+        1
+    );
 
     // recover --truncate-corrupt: the intact records stay, the rest moves aside whole.
     let r = ok(&w, &["recover", &sid, "--truncate-corrupt"]);
@@ -317,9 +323,7 @@ fn json_in(w: &World, store: &Path, args: &[&str]) -> Out {
 
 /// The parts of a compare document that do not name files.
 fn compare_answer(doc: &Value) -> Value {
-    let side = |s: &Value| {
-        serde_json::json!({"session": s["session"], "role": s["role"], "steps": s["steps"]})
-    };
+    let side = |s: &Value| serde_json::json!({"session": s["session"], "role": s["role"], "steps": s["steps"]});
     serde_json::json!({
         "relation": doc["relation"],
         "comparable": doc["comparable"],
@@ -351,7 +355,10 @@ fn a_copied_store_gives_the_same_answers_and_a_missing_parent_is_an_error() {
     assert_eq!(cmp_bc["relation"], "parent-branch", "{cmp_bc}");
     // Both histories start with p's step 1 (read from p's WAL).
     assert_eq!(cmp_pb["delta"]["sharedPrefix"], 1, "{cmp_pb}");
-    assert!(cmp_bc["delta"]["sharedPrefix"].as_u64() >= Some(1), "{cmp_bc}");
+    assert!(
+        cmp_bc["delta"]["sharedPrefix"].as_u64() >= Some(1),
+        "{cmp_bc}"
+    );
     let lin = ok(&w, &["branch", "--wal", &b]);
     assert_eq!(lin["parentWal"], w.wal(&p).to_str().unwrap(), "{lin}");
     let c_at0 = format!("{c}@0");
@@ -385,7 +392,12 @@ fn a_copied_store_gives_the_same_answers_and_a_missing_parent_is_an_error() {
     assert_eq!(lin2["divergedAt"], lin["divergedAt"]);
     let out = json_in(&w, &copy, &["diff", &c_at0, &c]);
     assert_eq!(out.code, Some(1), "{}", out.dump());
-    assert_eq!(out.doc()["paths"], diff_before.doc()["paths"], "{}", out.dump());
+    assert_eq!(
+        out.doc()["paths"],
+        diff_before.doc()["paths"],
+        "{}",
+        out.dump()
+    );
 
     // Without p's WAL: every reader that needs p's history names p and stops.
     fs::remove_file(&p_in_copy).unwrap();
@@ -401,5 +413,10 @@ fn a_copied_store_gives_the_same_answers_and_a_missing_parent_is_an_error() {
     // What does not need p still answers: c's lineage names its parent b, found by id.
     let out = json_in(&w, &copy, &["branch", "--wal", &c]);
     let b_in_copy = copy.join("sessions").join(&b).join("wal.jsonl");
-    assert_eq!(out.ok()["parentWal"], b_in_copy.to_str().unwrap(), "{}", out.dump());
+    assert_eq!(
+        out.ok()["parentWal"],
+        b_in_copy.to_str().unwrap(),
+        "{}",
+        out.dump()
+    );
 }
