@@ -38,6 +38,9 @@ pub enum Code {
     ExecFailed,
     /// v2: the exec sandbox cannot be set up on this machine (nothing ran).
     SandboxUnavailable,
+    /// A WAL holds a record (CRC-correct) this revl cannot decode: a newer revl wrote it.
+    /// Refused whole, never truncated (the WAL version policy, docs/wal-format.md).
+    NewerWal,
 }
 
 impl Code {
@@ -70,6 +73,7 @@ impl Code {
             Code::Absent => "absent",
             Code::ExecFailed => "exec-failed",
             Code::SandboxUnavailable => "sandbox-unavailable",
+            Code::NewerWal => "newer-wal",
         }
     }
 

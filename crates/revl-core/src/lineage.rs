@@ -206,16 +206,122 @@ pub struct OfflineWal {
     pub torn: bool,
     /// A `flushed` or `commit-approved` record exists: a send committed.
     pub committed_boundary: bool,
+    /// Read as far as it is intact ([`open_prefix`]): where it stops being readable.
+    pub corrupt: Option<crate::wal::Corrupt>,
 }
 
 pub fn open(path: &Path) -> Result<OfflineWal> {
     let (state, meta) = State::read(path)?;
-    Ok(OfflineWal {
-        path: path.to_path_buf(),
-        committed_boundary: state.commit_approved.is_some() || !state.flushed.is_empty(),
-        state,
-        torn: meta.torn,
-    })
+    Ok(OfflineWal::of(path, state, meta, None))
+}
+
+/// Like [`open`], but a WAL corrupt past its header is read as far as it is intact (for
+/// `log`, which marks it); see [`State::read_prefix`].
+pub fn open_prefix(path: &Path) -> Result<OfflineWal> {
+    let (state, meta, corrupt) = State::read_prefix(path)?;
+    Ok(OfflineWal::of(path, state, meta, corrupt))
+}
+
+impl OfflineWal {
+    fn of(
+        path: &Path,
+        state: State,
+        meta: crate::wal::WalMeta,
+        corrupt: Option<crate::wal::Corrupt>,
+    ) -> OfflineWal {
+        OfflineWal {
+            path: path.to_path_buf(),
+            committed_boundary: state.commit_approved.is_some() || !state.flushed.is_empty(),
+            state,
+            torn: meta.torn,
+            corrupt,
+        }
+    }
+
+    /// The WAL of this branch's parent: found by the parent's session id in the store this
+    /// WAL lives in (`<store>/sessions/<parent>/wal.jsonl`, beside this WAL's own session
+    /// directory), so a store copied or moved whole still reads; else at the absolute
+    /// `parentWal` its `fork-branch` record holds (a WAL kept outside a store). `None` for a
+    /// WAL that is no branch. A parent in neither place (or a file there that is another
+    /// session) is an error naming the parent: what depends on the parent's history is never
+    /// answered without it.
+    pub fn parent_wal(&self) -> Result<Option<PathBuf>> {
+        let Some(o) = &self.state.origin else {
+            return Ok(None);
+        };
+        let by_id = self
+            .path
+            .parent()
+            .filter(|d| {
+                d.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(crate::store::is_session_id)
+            })
+            .and_then(Path::parent)
+            .map(|sessions| sessions.join(&o.parent).join("wal.jsonl"));
+        find_parent_wal(
+            self.session(),
+            &o.parent,
+            o.at,
+            by_id.as_deref(),
+            Path::new(&o.parent_wal),
+        )
+        .map(Some)
+    }
+
+    /// The lineage document, its parent's WAL found first ([`OfflineWal::parent_wal`]):
+    /// a branch whose parent cannot be found is an error, never a stale `parentWal`.
+    pub fn lineage_checked(&self) -> Result<Lineage> {
+        let parent = self.parent_wal()?;
+        let mut doc = self.lineage();
+        if let Some(p) = parent {
+            doc.parent_wal = Some(p.display().to_string());
+        }
+        Ok(doc)
+    }
+}
+
+/// The WAL of session `parent` (of `branch`, forked at `at`): at `by_id` (its place in the
+/// store), else at `recorded` (the path the branch's record holds), whichever exists and
+/// holds that session; else an error that names the parent and the places looked at.
+pub fn find_parent_wal(
+    branch: &str,
+    parent: &str,
+    at: Pos,
+    by_id: Option<&Path>,
+    recorded: &Path,
+) -> Result<PathBuf> {
+    let holds = |p: &Path| p.is_file() && header_session(p).as_deref() == Some(parent);
+    if let Some(p) = by_id.filter(|p| holds(p)) {
+        return Ok(p.to_path_buf());
+    }
+    if holds(recorded) {
+        return Ok(recorded.to_path_buf());
+    }
+    let looked = match by_id {
+        Some(p) => format!("{} nor {}", p.display(), recorded.display()),
+        None => recorded.display().to_string(),
+    };
+    Err(Error::new(
+        crate::error::Code::Io,
+        format!("the parent session {parent} of branch {branch} cannot be found: neither {looked} holds its WAL, so the history the branch shares with it (its steps up to {at}) cannot be read and nothing that depends on it is answered"),
+        format!("put the parent's session directory (sessions/{parent}) back into the store beside the branch, or give `--store` the store that holds both"),
+    ))
+}
+
+/// The `session` a WAL's first line names (read as plain JSON: enough to tell which
+/// session's WAL a file is; reading it checks everything else).
+fn header_session(wal: &Path) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let f = std::fs::File::open(wal).ok()?;
+    let mut line = Vec::new();
+    std::io::BufReader::new(f)
+        .take(1 << 20)
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    let v: Value = serde_json::from_slice(line.strip_suffix(b"\n")?).ok()?;
+    (v.get("record")?.as_str()? == "header").then_some(())?;
+    Some(v.get("session")?.as_str()?.to_string())
 }
 
 /// The residue a fork left: the parent's crossed and would-cross indices, and its failed
@@ -534,13 +640,14 @@ pub fn topology(paths: &[PathBuf]) -> Result<Topology> {
 
 /// A side's history by lineage position, hinges skipped: a root's step i sits at position
 /// i; a branch's step i ≥ 1 at `at + i`, after its parent's history up to `at` (read from
-/// the parent's WAL when it can be opened, recursively: siblings forked at different steps
-/// then compare the parent's steps between them too).
-fn history(w: &OfflineWal) -> Vec<(i64, Step)> {
+/// the parent's WAL, found by [`OfflineWal::parent_wal`], recursively: siblings forked at
+/// different steps then compare the parent's steps between them too). A parent that cannot
+/// be found or read is an error: a history without it would compare as something else.
+fn history(w: &OfflineWal) -> Result<Vec<(i64, Step)>> {
     history_depth(w, 0)
 }
 
-fn history_depth(w: &OfflineWal, depth: usize) -> Vec<(i64, Step)> {
+fn history_depth(w: &OfflineWal, depth: usize) -> Result<Vec<(i64, Step)>> {
     let own = |base: i64| {
         w.state
             .steps
@@ -549,23 +656,19 @@ fn history_depth(w: &OfflineWal, depth: usize) -> Vec<(i64, Step)> {
             .map(move |s| (base + s.index as i64, s.clone()))
     };
     let Some((_, at)) = w.parent() else {
-        return own(0).collect();
+        return Ok(own(0).collect());
     };
     // A branch forked before every step (-1) shares nothing: its step 1 is position 1.
     let at = at.to_i64().max(0);
-    let mut out: Vec<(i64, Step)> = match (depth < 64)
-        .then_some(w.state.origin.as_ref())
-        .flatten()
-        .and_then(|o| open(Path::new(&o.parent_wal)).ok())
-    {
-        Some(parent) => history_depth(&parent, depth + 1)
+    let mut out: Vec<(i64, Step)> = match w.parent_wal()?.filter(|_| depth < 64) {
+        Some(path) => history_depth(&open(&path)?, depth + 1)?
             .into_iter()
             .filter(|(p, _)| *p <= at)
             .collect(),
         None => Vec::new(),
     };
     out.extend(own(at));
-    out
+    Ok(out)
 }
 
 /// What a step did, for comparison (SPEC 15): file and exec effects by their post-images,
@@ -627,7 +730,7 @@ pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
     }
     // Both histories from position 1, step by step: the same kind, label and content, or
     // the first difference. What precedes the fork point is one history, read once per side.
-    let (lh, rh) = (history(&l), history(&r));
+    let (lh, rh) = (history(&l)?, history(&r)?);
     let n = lh.len().max(rh.len());
     let same = |a: Option<&(i64, Step)>, b: Option<&(i64, Step)>| match (a, b) {
         (Some((pa, x)), Some((pb, y))) => {

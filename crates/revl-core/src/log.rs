@@ -21,11 +21,18 @@ pub struct Loaded {
 
 /// Every session of the store, read without locks, in id order.
 pub fn load(store: &Store) -> Result<Vec<Loaded>> {
+    load_with(store, lineage::open)
+}
+
+fn load_with(
+    store: &Store,
+    open: fn(&std::path::Path) -> Result<OfflineWal>,
+) -> Result<Vec<Loaded>> {
     Ok(store
         .session_ids()?
         .into_iter()
         .map(|id| Loaded {
-            wal: lineage::open(&store.wal_path(&id)),
+            wal: open(&store.wal_path(&id)),
             id,
         })
         .collect())
@@ -69,6 +76,9 @@ pub struct LogSession {
     pub torn: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
+    /// The WAL is corrupt from this line on: this is what its intact records say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrupt: Option<crate::wal::Corrupt>,
 }
 
 /// A fork that left steps of its parent's history out in the world or unrestored (crossed
@@ -189,9 +199,10 @@ fn family(byid: &BTreeMap<&str, &OfflineWal>, edges: &[LogEdge], id: &str) -> BT
     out
 }
 
-/// `revl log [SESSION]`: the lineage tree of the store, or of SESSION's family.
+/// `revl log [SESSION]`: the lineage tree of the store, or of SESSION's family. A WAL
+/// corrupt past its header shows as far as it is intact, marked `corrupt`.
 pub fn log(store: &Store, session: Option<&str>) -> Result<Log> {
-    let loaded = load(store)?;
+    let loaded = load_with(store, lineage::open_prefix)?;
     let only = session.map(|s| store.resolve(s)).transpose()?;
     Ok(log_of(&loaded, only.as_deref()))
 }
@@ -224,6 +235,7 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
                     abandoned_forks: Vec::new(),
                     torn: false,
                     error: Some(e.to_json()["error"].clone()),
+                    corrupt: None,
                 });
                 continue;
             }
@@ -260,6 +272,7 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
             abandoned_forks: st.abandoned_forks(),
             torn: w.torn,
             error: None,
+            corrupt: w.corrupt.clone(),
         });
     }
     if let Some(id) = only {

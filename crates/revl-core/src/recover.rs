@@ -7,7 +7,7 @@ use crate::report::{AbortReport, Owed, Residue};
 use crate::state::State;
 use crate::store::{is_session_id, Store};
 use crate::unwind::Failed;
-use crate::wal::read_wal;
+use crate::wal::Corrupt;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -20,11 +20,22 @@ pub fn locate_wal(wal: &Path, store: Option<&Store>) -> Result<(PathBuf, String)
             "give the path of a session's wal.jsonl",
         )
     })?;
-    let read = read_wal(&wal)?;
-    let id = match read.header() {
-        Some(crate::wal::Record::Header { session, .. }) => session.clone(),
-        _ => unreachable!("read_wal checks the header"),
-    };
+    // The header is enough (a WAL corrupt further on is still located, for
+    // `--truncate-corrupt`).
+    let mut id = None;
+    crate::wal::read_wal_prefix_each(&wal, |block| {
+        if let Some(crate::wal::Record::Header { session, .. }) = block.first() {
+            id.get_or_insert_with(|| session.clone());
+        }
+        Ok(())
+    })?;
+    let id = id.ok_or_else(|| {
+        Error::new(
+            Code::CorruptWal,
+            format!("WAL {} has no header", wal.display()),
+            "give the path of a session's wal.jsonl",
+        )
+    })?;
     let dir = wal.parent().and_then(Path::parent).and_then(Path::parent);
     let from_place = dir.filter(|_| {
         wal.parent()
@@ -72,7 +83,90 @@ pub struct RecoverReport {
     pub note: Option<String>,
 }
 
+/// `recover --truncate-corrupt`: what was kept, and where the unreadable rest went.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TruncateReport {
+    pub session: String,
+    /// `truncated`.
+    pub verdict: &'static str,
+    /// Where the WAL stopped being readable.
+    pub corrupt: Corrupt,
+    /// The intact records kept (header included) and their bytes: the WAL now.
+    pub kept_records: usize,
+    pub kept_bytes: u64,
+    /// The file next to the WAL that holds every byte from the first unreadable line on.
+    pub moved_to: String,
+    pub moved_bytes: u64,
+    /// The session as its kept records say.
+    pub state: &'static str,
+    pub head: u64,
+    pub note: &'static str,
+}
+
 impl Store {
+    /// `recover SESSION --truncate-corrupt`: a WAL corrupt past its header keeps its intact
+    /// records; every byte from the first unreadable line on is moved into a new file next
+    /// to it (`wal.jsonl.unreadable-from-line-N`, written and fsynced before the WAL is cut),
+    /// so nothing is lost and the session can be read and attached again. Under the
+    /// session's lock; nothing else runs (the next command on the session repairs what the
+    /// cut left open, SPEC 6.4). Refused for an intact WAL and for any other refusal (an
+    /// unreadable header, a newer revl's record).
+    pub fn truncate_corrupt(&self, id: &str) -> Result<TruncateReport> {
+        let dir = self.session_dir(id);
+        let _lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
+        let wal = self.wal_path(id);
+        let (st, _, corrupt) = State::read_prefix(&wal)?;
+        let Some(corrupt) = corrupt else {
+            return Err(Error::bad_args(
+                format!("the WAL of session {id} is intact: --truncate-corrupt has nothing to cut; nothing was changed"),
+                format!("`revl recover {id}` without --truncate-corrupt gives its verdict"),
+            ));
+        };
+        let io = |what: &str, e| Error::io(format!("{what} {}", wal.display()), e);
+        let cut = line_offset(&wal, corrupt.line).map_err(|e| io("cannot read", e))?;
+        let len = std::fs::metadata(&wal)
+            .map_err(|e| io("cannot read", e))?
+            .len();
+        let moved_to = aside_path(&dir, corrupt.line);
+        // The rest first, durably, in a file of its own: the cut never loses a byte.
+        (|| -> std::io::Result<()> {
+            use std::io::{Read, Seek, SeekFrom, Write};
+            let tmp = dir.join(".unreadable.tmp");
+            let mut src = std::fs::File::open(&wal)?;
+            src.seek(SeekFrom::Start(cut))?;
+            let mut f = std::fs::File::create(&tmp)?;
+            if std::io::copy(&mut src.take(len - cut), &mut f)? != len - cut {
+                return Err(std::io::Error::other("the WAL changed while it was read"));
+            }
+            f.flush()?;
+            f.sync_all()?;
+            // A link never replaces an existing file (rename would).
+            std::fs::hard_link(&tmp, &moved_to)?;
+            std::fs::remove_file(&tmp)?;
+            std::fs::File::open(&dir)?.sync_all()?;
+            let w = std::fs::OpenOptions::new().write(true).open(&wal)?;
+            w.set_len(cut)?;
+            w.sync_all()
+        })()
+        .map_err(|e| io("cannot move the unreadable rest of", e))?;
+        // What stands now is what every command reads.
+        let (now, _) = State::read(&wal)?;
+        debug_assert_eq!(now.records, st.records);
+        Ok(TruncateReport {
+            session: id.to_string(),
+            verdict: "truncated",
+            kept_records: now.records,
+            kept_bytes: cut,
+            moved_to: moved_to.display().to_string(),
+            moved_bytes: len - cut,
+            state: now.life().as_str(),
+            head: now.head(),
+            corrupt,
+            note: "the session reads and attaches again at its intact records; the next command on it repairs any operation the cut left open (SPEC 6.4). What the moved records did to the workspace is no longer witnessed: `revl verify` shows it as drift, and a rewind preserves it before overwriting it. Blobs only the moved records name are not kept by `revl gc`",
+        })
+    }
+
     pub fn recover(&self, id: &str, force: bool) -> Result<RecoverReport> {
         let (pre, _) = State::read(&self.wal_path(id))?;
         // The fork repair rolls a fork forward when the branch WAL exists.
@@ -163,4 +257,34 @@ impl Store {
         }
         Ok(out)
     }
+}
+
+/// The byte offset where 1-based `line` of the file at `path` starts.
+fn line_offset(path: &Path, line: usize) -> std::io::Result<u64> {
+    use std::io::BufRead;
+    let mut r = std::io::BufReader::with_capacity(1 << 20, std::fs::File::open(path)?);
+    let mut at = 0u64;
+    let mut buf = Vec::new();
+    for _ in 1..line {
+        buf.clear();
+        let n = r.read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        at += n as u64;
+    }
+    Ok(at)
+}
+
+/// A new name next to the WAL for its unreadable rest: `wal.jsonl.unreadable-from-line-N`,
+/// with `.2`, `.3`, … when an earlier cut already used it.
+fn aside_path(dir: &Path, line: usize) -> PathBuf {
+    let base = format!("wal.jsonl.unreadable-from-line-{line}");
+    let mut p = dir.join(&base);
+    let mut n = 1;
+    while p.exists() {
+        n += 1;
+        p = dir.join(format!("{base}.{n}"));
+    }
+    p
 }

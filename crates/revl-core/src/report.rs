@@ -252,6 +252,10 @@ pub struct Timeline {
     /// Read while another revl command held the session (the WAL as it was then).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub busy: bool,
+    /// The WAL is corrupt from this line on: the steps are those of the intact records
+    /// before it (`{line, path, why}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrupt: Option<crate::wal::Corrupt>,
 }
 
 /// `inspect --at K` (SPEC 4.2).
@@ -299,6 +303,10 @@ pub struct Status {
     /// An interrupted operation whose repair could not run yet (a full disk): why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub repair_pending: Option<String>,
+    /// The WAL is corrupt from this line on: this is the state of the intact records
+    /// before it (`{line, path, why}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub corrupt: Option<crate::wal::Corrupt>,
 }
 
 /// `verify` (SPEC 4.2).
@@ -572,6 +580,9 @@ pub enum SessionEntry {
         head: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
         parent: Option<String>,
+        /// The WAL is corrupt from this line on: this is what its intact records say.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        corrupt: Option<crate::wal::Corrupt>,
     },
     Unreadable {
         session: String,

@@ -201,22 +201,65 @@ impl State {
     /// A long WAL is replayed on a thread of its own, block by block, while the next lines
     /// are decoded.
     pub fn read(path: &std::path::Path) -> Result<(State, crate::wal::WalMeta)> {
+        let (state, meta, _) = Self::read_mode(path, false)?;
+        Ok((state, meta))
+    }
+
+    /// Read a WAL as far as it is intact: like [`State::read`], but corruption after the
+    /// header (a bad line with a good one after it, a `seq` that goes back, a record replay
+    /// rejects) ends the read there instead of failing it. The state of the records before
+    /// it comes back with where and why it stopped (for the readers that show the intact
+    /// prefix, clearly marked; a writer never uses this). Every other refusal (an unreadable
+    /// header, an unknown `walVersion`, a record of a newer revl) is still an error.
+    pub fn read_prefix(
+        path: &std::path::Path,
+    ) -> Result<(State, crate::wal::WalMeta, Option<crate::wal::Corrupt>)> {
+        Self::read_mode(path, true)
+    }
+
+    fn read_mode(
+        path: &std::path::Path,
+        lenient: bool,
+    ) -> Result<(State, crate::wal::WalMeta, Option<crate::wal::Corrupt>)> {
+        use crate::wal::{Corrupt, WalMeta};
         let len = std::fs::metadata(path).map_or(0, |m| m.len());
         // A step line is at least ~150 bytes: reserve once instead of growing by doubling.
         let apply_all = |blocks: &mut dyn Iterator<Item = Vec<Record>>| {
-            Self::replay_from(blocks.flatten(), (len / 160) as usize)
+            Self::replay_from(blocks.flatten(), (len / 160) as usize, lenient)
+        };
+        let read_each = |sink: &mut dyn FnMut(Vec<Record>) -> Result<()>| {
+            if lenient {
+                crate::wal::read_wal_prefix_each(path, sink)
+            } else {
+                crate::wal::read_wal_each(path, sink).map(|m| (m, None))
+            }
         };
         // A replay error is always at a record before any line the reader refused (the
         // reader hands over the records it accepted before stopping), so it is the first
-        // error in the file and wins.
-        let first_error =
-            |applied: Result<State>, read: Result<crate::wal::WalMeta>| match (applied, read) {
-                (Err(e), _) | (Ok(_), Err(e)) => Err(e),
-                (Ok(s), Ok(meta)) => Ok((s, meta)),
-            };
+        // error in the file and wins. Leniently, a record replay rejects ends the prefix
+        // there (record n is line n: every line before it was intact).
+        let first_error = |applied: Result<(State, Option<(usize, Error)>)>,
+                           read: Result<(WalMeta, Option<Corrupt>)>| {
+            match (applied, read) {
+                (Err(e), _) => Err(e),
+                (Ok((s, Some((line, e)))), _) => {
+                    let meta = WalMeta {
+                        torn: false,
+                        good_len: 0,
+                        last_seq: 0,
+                        records: s.records,
+                    };
+                    let why = e.message.clone();
+                    let path = path.display().to_string();
+                    Ok((s, meta, Some(Corrupt { line, path, why })))
+                }
+                (Ok(_), Err(e)) => Err(e),
+                (Ok((s, None)), Ok((meta, corrupt))) => Ok((s, meta, corrupt)),
+            }
+        };
         if len < (4 << 20) {
             let mut blocks = Vec::new();
-            let read = crate::wal::read_wal_each(path, |block| {
+            let read = read_each(&mut |block| {
                 blocks.push(block);
                 Ok(())
             });
@@ -226,7 +269,7 @@ impl State {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(4);
         std::thread::scope(|sc| {
             let applier = sc.spawn(move || apply_all(&mut rx.into_iter()));
-            let read = crate::wal::read_wal_each(path, |block| {
+            let read = read_each(&mut |block| {
                 // The applier stopped on a replay error: stop reading; its error wins.
                 tx.send(block).map_err(|_| {
                     Error::new(
@@ -251,19 +294,30 @@ impl State {
     /// Replay, consuming the records (steps are moved, not cloned).
     pub fn replay_owned(records: Vec<Record>) -> Result<State> {
         let n = records.len();
-        Self::replay_from(records.into_iter(), n)
+        Self::replay_from(records.into_iter(), n, false).map(|(s, _)| s)
     }
 
-    /// Replay records in order, with room for `steps` steps reserved up front.
-    fn replay_from(records: impl Iterator<Item = Record>, steps: usize) -> Result<State> {
+    /// Replay records in order, with room for `steps` steps reserved up front. Leniently,
+    /// a record replay rejects (not the header) ends the replay: the state of the records
+    /// before it comes back with its number and the error (`apply` is all or nothing).
+    fn replay_from(
+        records: impl Iterator<Item = Record>,
+        steps: usize,
+        lenient: bool,
+    ) -> Result<(State, Option<(usize, Error)>)> {
         let mut s = State::default();
         s.steps.reserve(steps);
         for (i, r) in records.enumerate() {
             let name = r.name();
-            s.apply_owned(r)
-                .map_err(|why| replay_error(i + 1, name, why))?;
+            if let Err(why) = s.apply_owned(r) {
+                let e = replay_error(i + 1, name, why);
+                if lenient && i > 0 {
+                    return Ok((s, Some((i + 1, e))));
+                }
+                return Err(e);
+            }
         }
-        Ok(s)
+        Ok((s, None))
     }
 
     /// The highest step index (the hinge is 0).
@@ -309,20 +363,83 @@ impl State {
     pub fn apply_owned(&mut self, r: Record) -> std::result::Result<(), String> {
         match r {
             Record::Step(sr) => {
+                self.push_step(sr)?;
                 self.records += 1;
-                self.push_step(sr)
+                Ok(())
             }
             other => self.apply(&other),
         }
     }
 
-    /// Apply one record. The only state transition function.
+    /// Apply one record. The only state transition function. All or nothing: a record it
+    /// rejects leaves the state as it was (so a reader can stop there and keep the prefix).
     pub fn apply(&mut self, r: &Record) -> std::result::Result<(), String> {
         if let Record::Step(sr) = r {
+            self.push_step(sr.clone())?;
             self.records += 1;
-            return self.push_step(sr.clone());
+            return Ok(());
         }
+        self.apply_other(r)?;
         self.records += 1;
+        Ok(())
+    }
+
+    /// Whether [`State::apply`] would accept `recs`, applied in order after this state,
+    /// without changing anything: the journal asks before it writes (a record replay would
+    /// reject must never reach the WAL). It mirrors every check `apply` makes, on the few
+    /// facts they depend on, so it costs no copy of the state.
+    pub fn check(&self, recs: &[Record]) -> std::result::Result<(), String> {
+        let mut next = self.next_index();
+        // The pending intent's step and undo (a batch's own intent replaces it).
+        let mut intent: Option<(u64, Option<&Undo>)> =
+            self.intent.as_ref().map(|i| (i.step, i.undo.as_ref()));
+        let exists = |i: u64, next: u64| {
+            if i < next {
+                Ok(())
+            } else {
+                Err(format!("names step {i}, which does not exist"))
+            }
+        };
+        for (i, r) in recs.iter().enumerate() {
+            match r {
+                Record::Header { .. } if self.records + i != 0 => {
+                    return Err("a second header".into())
+                }
+                Record::Intent { step, undo, .. } => {
+                    if *step != next {
+                        return Err(format!("intent for step {step}, expected {next}"));
+                    }
+                    intent = Some((*step, undo.as_ref()));
+                }
+                Record::IntentVoid { .. } => intent = None,
+                Record::Undone { step, .. } | Record::ReplayFence { step } => exists(*step, next)?,
+                Record::Step(sr) => {
+                    if sr.step != next {
+                        return Err(format!("step {} out of order (expected {next})", sr.step));
+                    }
+                    let from = intent.filter(|(i, _)| *i == sr.step).and_then(|(_, u)| u);
+                    check_hydrate(sr, from).map_err(|why| format!("step {}: {why}", sr.step))?;
+                    if sr.kind == StepKind::Compensation {
+                        let f = sr
+                            .text
+                            .detail()
+                            .get("for")
+                            .and_then(Value::as_u64)
+                            .ok_or("a compensation without `for`")?;
+                        exists(f, next)?;
+                    }
+                    next += 1;
+                    if intent.is_some_and(|(i, _)| i <= sr.step) {
+                        intent = None;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_other(&mut self, r: &Record) -> std::result::Result<(), String> {
         match r {
             Record::Header {
                 session,
@@ -331,7 +448,7 @@ impl State {
                 guarantee,
                 ..
             } => {
-                if self.records != 1 {
+                if self.records != 0 {
                     return Err("a second header".into());
                 }
                 self.session = session.clone();
@@ -488,7 +605,7 @@ impl State {
                     at: *at,
                     crossed: crossed.clone(),
                     would_cross: would_cross.clone(),
-                    wal_position: self.records - 1,
+                    wal_position: self.records,
                     head: self.head(),
                 });
                 self.forks.push(ForkSeen {
@@ -624,11 +741,15 @@ impl State {
                 )
             });
             if slim {
+                let intent = self.intent.as_mut().filter(|i| i.step == index);
+                let from = intent.and_then(|i| i.undo.as_mut());
+                // Checked whole before any content moves: a rejected step changes nothing.
+                check_slim(entries, from.as_deref())
+                    .map_err(|why| format!("step {index}: {why}"))?;
                 let mut u = Undo::Restore {
                     entries: entries.clone(),
                 };
-                let intent = self.intent.as_mut().filter(|i| i.step == index);
-                u.hydrate(intent.and_then(|i| i.undo.as_mut()))
+                u.hydrate(from)
                     .map_err(|why| format!("step {index}: {why}"))?;
                 sr.set_undo(Some(&u)).map_err(|e| e.message)?;
             }
@@ -742,6 +863,52 @@ impl State {
     pub fn pos(&self, k: i64) -> Option<Pos> {
         Pos::from_i64(k).filter(|p| p.step().is_none_or(|i| i <= self.head()))
     }
+}
+
+/// Whether a step's restore descriptor can take back the inline contents its intent holds
+/// (see [`Undo::hydrate`]), checked without moving anything.
+fn check_hydrate(sr: &StepRecord, from: Option<&Undo>) -> std::result::Result<(), String> {
+    if sr.kind != StepKind::Effect || sr.text.undo_raw().is_none() {
+        return Ok(());
+    }
+    match sr.text.undo() {
+        Some(Undo::Restore { entries }) => check_slim(entries, from),
+        _ => Ok(()),
+    }
+}
+
+/// Every file entry with neither `content` nor `blob` finds its bytes in the intent's entry
+/// at the same position, with the same path and digest.
+fn check_slim(
+    entries: &[crate::undo::RestoreEntry],
+    from: Option<&Undo>,
+) -> std::result::Result<(), String> {
+    use crate::undo::RestoreEntry;
+    let from = match from {
+        Some(Undo::Restore { entries }) => Some(entries),
+        _ => None,
+    };
+    for (j, e) in entries.iter().enumerate() {
+        let RestoreEntry::File {
+            path,
+            digest,
+            content: None,
+            blob: None,
+            ..
+        } = e
+        else {
+            continue;
+        };
+        let held = from.and_then(|f| f.get(j)).is_some_and(|i| {
+            matches!(i, RestoreEntry::File { path: p, digest: d, content: Some(_), .. } if p == path && d == digest)
+        });
+        if !held {
+            return Err(format!(
+                "its restore entry for {path:?} has no content, and its intent holds none"
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn replay_error(n: usize, name: &str, why: String) -> Error {

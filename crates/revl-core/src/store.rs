@@ -137,45 +137,83 @@ impl Store {
         }
     }
 
-    /// Read-only summary of one session (no lock, no repair).
-    /// `(id, workspace)` of every live session. A WAL that cannot be read is reported by the
-    /// commands that use it; it holds no workspace.
+    /// `(id, workspace)` of every session that holds its workspace: every live session,
+    /// and every session whose WAL cannot be read but may be live (see
+    /// [`Store::workspace_holders`]).
     pub fn live_workspaces(&self) -> Result<Vec<(String, String)>> {
+        Ok(self
+            .workspace_holders()?
+            .into_iter()
+            .map(|h| (h.id, h.workspace))
+            .collect())
+    }
+
+    /// Every session that holds its workspace (one live session per workspace): the live
+    /// ones, and those whose WAL cannot be read (corrupt, or written by a newer revl) unless
+    /// its intact records already end it (frozen, committed, aborted). An unreadable WAL
+    /// whose workspace is known (its header line names it) holds it, with the error that
+    /// keeps it from being read: revl cannot tell that it is not live. One whose header
+    /// names no workspace holds none (`sessions` lists it unreadable).
+    pub fn workspace_holders(&self) -> Result<Vec<WorkspaceHolder>> {
         let mut out = Vec::new();
         for id in self.session_ids()? {
-            let Ok(info) = self.info(&id) else { continue };
-            if info.state == crate::state::Life::Live {
-                out.push((id, info.workspace));
+            let e = match self.info(&id) {
+                Ok(info) if info.state == Life::Live => {
+                    out.push(WorkspaceHolder {
+                        id,
+                        workspace: info.workspace,
+                        unreadable: None,
+                    });
+                    continue;
+                }
+                Ok(_) => continue,
+                Err(e) => e,
+            };
+            let workspace = match self.info_prefix(&id) {
+                Ok((info, _)) if info.state != Life::Live => continue,
+                Ok((info, _)) => Some(info.workspace),
+                Err(_) => header_workspace(&self.wal_path(&id)),
+            };
+            if let Some(workspace) = workspace {
+                out.push(WorkspaceHolder {
+                    id,
+                    workspace,
+                    unreadable: Some(e),
+                });
             }
         }
         Ok(out)
     }
 
+    /// Read-only summary of one session (no lock, no repair).
     pub fn info(&self, id: &str) -> Result<SessionInfo> {
         let (st, _) = State::read(&self.wal_path(id))?;
-        Ok(SessionInfo {
-            id: id.to_string(),
-            state: st.life(),
-            workspace: st.workspace.clone(),
-            head: st.head(),
-            parent: st.origin.as_ref().map(|o| o.parent.clone()),
-        })
+        Ok(SessionInfo::of(id, &st))
     }
 
-    /// `sessions` → `{sessions: [{session, state, workspace, head, parent?}]}`. A WAL that
-    /// cannot be read is listed with `state: "unreadable"` and its error instead of hiding
-    /// the others.
+    /// Like [`Store::info`], read as far as the WAL is intact ([`State::read_prefix`]),
+    /// with where it stops being readable.
+    pub fn info_prefix(&self, id: &str) -> Result<(SessionInfo, Option<crate::wal::Corrupt>)> {
+        let (st, _, corrupt) = State::read_prefix(&self.wal_path(id))?;
+        Ok((SessionInfo::of(id, &st), corrupt))
+    }
+
+    /// `sessions` → `{sessions: [{session, state, workspace, head, parent?, corrupt?}]}`. A
+    /// WAL corrupt past its header is listed as its intact records say, with `corrupt`
+    /// (`{line, path, why}`); one that cannot be read at all is listed with `state:
+    /// "unreadable"` and its error instead of hiding the others.
     pub fn sessions(&self) -> Result<crate::report::Sessions> {
         use crate::report::SessionEntry;
         let mut sessions = Vec::new();
         for id in self.session_ids()? {
-            sessions.push(match self.info(&id) {
-                Ok(info) => SessionEntry::Known {
+            sessions.push(match self.info_prefix(&id) {
+                Ok((info, corrupt)) => SessionEntry::Known {
                     session: info.id,
                     state: info.state.as_str(),
                     workspace: info.workspace,
                     head: info.head,
                     parent: info.parent,
+                    corrupt,
                 },
                 Err(e) => SessionEntry::Unreadable {
                     session: id,
@@ -236,6 +274,44 @@ impl Store {
     pub(crate) fn store_lock(&self) -> Result<File> {
         self.lock(&self.root.join("store.lock"), "the store")
     }
+}
+
+/// A session that holds its workspace ([`Store::workspace_holders`]); `unreadable`: why its
+/// WAL cannot be read (it may be live).
+#[derive(Debug, Clone)]
+pub struct WorkspaceHolder {
+    pub id: String,
+    pub workspace: String,
+    pub unreadable: Option<Error>,
+}
+
+impl SessionInfo {
+    fn of(id: &str, st: &State) -> SessionInfo {
+        SessionInfo {
+            id: id.to_string(),
+            state: st.life(),
+            workspace: st.workspace.clone(),
+            head: st.head(),
+            parent: st.origin.as_ref().map(|o| o.parent.clone()),
+        }
+    }
+}
+
+/// The workspace a WAL's first line names, read as plain JSON (no CRC, no version check):
+/// enough to know which workspace an unreadable session may hold, never to act on it.
+fn header_workspace(wal: &Path) -> Option<String> {
+    use std::io::{BufRead, Read};
+    let f = File::open(wal).ok()?;
+    let mut line = Vec::new();
+    std::io::BufReader::new(f)
+        .take(1 << 20)
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(line.strip_suffix(b"\n")?).ok()?;
+    if v.get("record")?.as_str()? != "header" {
+        return None;
+    }
+    Some(v.get("workspace")?.as_str()?.to_string())
 }
 
 pub fn is_session_id(s: &str) -> bool {

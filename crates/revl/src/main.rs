@@ -371,6 +371,11 @@ enum Cmd {
         /// Roll a live session back like an abort.
         #[arg(long)]
         force: bool,
+        /// A WAL corrupt past its header: keep its intact records and move every byte from
+        /// the first unreadable line on into a file next to it (no byte is lost), so the
+        /// session can be read and attached again. Does nothing else.
+        #[arg(long, conflicts_with = "force")]
+        truncate_corrupt: bool,
     },
     /// Serve the Model Context Protocol over stdio on one session (for MCP clients: coding
     /// agents, custom agents).
@@ -636,7 +641,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(to_json(&r), render::sessions(&r)))
         }
         Cmd::Status { session } => {
-            let s = attach_read(&store, session)?;
+            // A WAL corrupt past its header shows its intact records, marked.
+            let s = store.attach_prefix(&store.resolve(session)?)?;
             let r = s.status();
             Ok(Outcome::ok(to_json(&r), render::status(&r)))
         }
@@ -844,7 +850,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::Timeline { session } => {
-            let s = attach_read(&store, session)?;
+            let s = store.attach_prefix(&store.resolve(session)?)?;
             let r = s.timeline();
             Ok(Outcome::ok(to_json(&r), render::timeline(&r)))
         }
@@ -940,6 +946,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             session,
             wal,
             force,
+            truncate_corrupt,
         } => {
             let (store, id) = match (session, wal) {
                 (Some(sid), _) => {
@@ -959,6 +966,10 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                     ))
                 }
             };
+            if *truncate_corrupt {
+                let r = store.truncate_corrupt(&id)?;
+                return Ok(Outcome::ok(to_json(&r), render::truncated(&r)));
+            }
             let report = store.recover(&id, *force)?;
             Ok(Outcome::ok(to_json(&report), render::recover(&report)))
         }
@@ -1049,7 +1060,8 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
             "revl branch --wal FILE --at K",
         )),
         ([one], None) => {
-            let report = lineage::open(one)?.lineage();
+            // The parent is found (in the WAL's store, by id) or the reader says so.
+            let report = lineage::open(one)?.lineage_checked()?;
             let exit = u8::from(report.unclean());
             Ok(done(to_json(&report), render::lineage(&report), exit))
         }

@@ -196,6 +196,7 @@ pub fn log(v: &Log) -> String {
         if x.torn {
             l.push_str("  (torn tail)");
         }
+        l.push_str(&corrupt_note(x.corrupt.as_ref(), &x.session, true));
         l
     }
     fn walk(
@@ -343,13 +344,15 @@ pub fn sessions(v: &Sessions) -> String {
                 workspace,
                 head,
                 parent,
+                corrupt,
             } => writeln!(
                 out,
-                "{session}  {state:<9} head {head:<5} {workspace}{}",
+                "{session}  {state:<9} head {head:<5} {workspace}{}{}",
                 parent
                     .as_ref()
                     .map(|p| format!("  (branch of {p})"))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                corrupt_note(corrupt.as_ref(), session, true)
             ),
             SessionEntry::Unreadable {
                 session,
@@ -399,6 +402,7 @@ pub fn status(v: &Status) -> String {
     if v.busy {
         out.push_str("\n(another revl command holds this session: this is its WAL as of now)");
     }
+    out.push_str(&corrupt_note(v.corrupt.as_ref(), &v.session, false));
     if !v.provisions.is_empty() {
         let _ = write!(out, "\nprovisions:");
         for (k, val) in &v.provisions {
@@ -520,6 +524,7 @@ pub fn timeline(v: &Timeline) -> String {
             st.index, st.kind, label, scope, note
         );
     }
+    out.push_str(corrupt_note(v.corrupt.as_ref(), &v.session, false).trim_start());
     out.trim_end().to_string()
 }
 
@@ -1174,4 +1179,44 @@ fn step_at(at: impl std::fmt::Display, label: &str) -> String {
     } else {
         format!("step {at} ({label})")
     }
+}
+
+/// A WAL corrupt past its header (`status`, `timeline`, `sessions`, `log`): what is shown
+/// is its intact records; what to do. `short`: a note for the end of a one-line entry.
+pub fn corrupt_note(c: Option<&revl_core::wal::Corrupt>, session: &str, short: bool) -> String {
+    let Some(c) = c else {
+        return String::new();
+    };
+    if short {
+        return format!(
+            "  (CORRUPT WAL: the records from line {} on are unreadable; shown as the {} line(s) before it say)",
+            c.line,
+            c.line - 1
+        );
+    }
+    format!(
+        "\nCORRUPT WAL {}: the records from line {} on are unreadable ({}); this shows the {} intact line(s) before it. Nothing will be written to this session until `revl recover {session} --truncate-corrupt` keeps them and moves line {} and after into a file next to the WAL (no byte is lost), or the WAL is restored from a backup.",
+        c.path,
+        c.line,
+        c.why,
+        c.line - 1,
+        c.line
+    )
+}
+
+/// `recover --truncate-corrupt`.
+pub fn truncated(v: &revl_core::recover::TruncateReport) -> String {
+    format!(
+        "verdict: TRUNCATED  (session {})\nkept      {} intact record(s), {} bytes (the WAL now): state {}, head {}\nmoved     line {} and after ({} bytes) to {}\nwhy       {}\n{}",
+        v.session,
+        v.kept_records,
+        v.kept_bytes,
+        v.state,
+        v.head,
+        v.corrupt.line,
+        v.moved_bytes,
+        v.moved_to,
+        v.corrupt.why,
+        v.note
+    )
 }

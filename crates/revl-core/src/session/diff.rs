@@ -63,21 +63,29 @@ impl Session {
     }
 
     /// Every path this session's history witnessed, its ancestors' up to each fork point
-    /// included (a branch's workspace started as its parent's at k).
-    fn witnessed_paths(&self, at: Option<Pos>) -> BTreeSet<String> {
+    /// included (a branch's workspace started as its parent's at k). An ancestor whose WAL
+    /// cannot be found or read is an error (its paths would silently go uncompared).
+    fn witnessed_paths(&self, at: Option<Pos>) -> Result<BTreeSet<String>> {
         let mut out = BTreeSet::new();
         witnessed_in(&self.state, at, &mut out);
         let mut origin = self.state.origin.clone();
+        let mut branch = self.id.clone();
         let mut hops = 0;
         while let Some(o) = origin.take().filter(|_| hops < 64) {
             hops += 1;
-            let Ok((st, _)) = State::read(&self.store.wal_path(&o.parent)) else {
-                break;
-            };
+            let wal = crate::lineage::find_parent_wal(
+                &branch,
+                &o.parent,
+                o.at,
+                Some(&self.store.wal_path(&o.parent)),
+                std::path::Path::new(&o.parent_wal),
+            )?;
+            let (st, _) = State::read(&wal)?;
             witnessed_in(&st, Some(o.at), &mut out);
+            branch = o.parent;
             origin = st.origin.clone();
         }
-        out
+        Ok(out)
     }
 
     /// The image of `rel` at a point, and its bytes when it is a file.
@@ -121,8 +129,8 @@ pub fn diff(left: Point, right: Point, path: Option<&str>) -> Result<DiffReport>
         p.at.and_then(|k| p.session.state.pos(k))
             .or(Some(p.session.state.head_pos()))
     };
-    let mut paths = left.session.witnessed_paths(pos(&left));
-    paths.extend(right.session.witnessed_paths(pos(&right)));
+    let mut paths = left.session.witnessed_paths(pos(&left))?;
+    paths.extend(right.session.witnessed_paths(pos(&right))?);
     // A directory that is live on either side now: its files, one by one.
     for p in [&left, &right] {
         if p.at.is_none() && p.session.state.life() == Life::Live {

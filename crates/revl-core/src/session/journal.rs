@@ -12,6 +12,14 @@ impl Session {
     // ---- writing the WAL: every append also goes through State::apply ----
 
     fn writer(&mut self) -> Result<&mut WalWriter> {
+        if let Some(c) = &self.corrupt {
+            // Read as far as it is intact: nothing is ever written after a corrupt line.
+            return Err(crate::wal::corrupt_error(
+                std::path::Path::new(&c.path),
+                c.line,
+                &c.why,
+            ));
+        }
         if self.busy() {
             return Err(Error::new(
                 Code::Busy,
@@ -62,13 +70,27 @@ impl Session {
             all.extend(recs);
             all
         };
+        // Validate, then write, then apply: a record replay would reject must never reach
+        // the WAL (it would make the session unreadable for good).
+        if let Err(why) = self.state.check(&recs) {
+            let what = recs.iter().map(Record::name).collect::<Vec<_>>().join(", ");
+            return Err(Error::new(
+                Code::CorruptWal,
+                format!(
+                    "cannot record {what} in WAL {}: replay would reject it ({why}); nothing was written",
+                    self.wal_path.display()
+                ),
+                "the WAL's records before this one disagree with it (a WAL edited outside revl, or a bug in revl): `revl timeline` shows what the WAL holds; restore the WAL from a backup, or report this with the WAL",
+            ));
+        }
         self.writer()?.append_many(&recs, durable)?;
         for r in recs {
             if let Err(why) = self.state.apply_owned(r) {
+                // `check` accepted it: only a disagreement between the two can get here.
                 return Err(Error::new(
                     Code::CorruptWal,
-                    format!("internal: {why}"),
-                    "report this as a bug",
+                    format!("internal: a record checked as valid was rejected by replay: {why}"),
+                    "report this as a bug, with the WAL",
                 ));
             }
         }

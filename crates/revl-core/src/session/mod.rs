@@ -73,6 +73,9 @@ pub struct Session {
     /// A repair that could not run (a full disk, say) when attached to read: the session is
     /// shown as its WAL stands; the next writing command repairs it.
     repair_blocked: Option<String>,
+    /// Read as far as the WAL is intact ([`Store::attach_prefix`]): where it stops being
+    /// readable. Such a session is never repaired and never written.
+    corrupt: Option<crate::wal::Corrupt>,
 }
 
 /// One repair attaching made: `{what, step?, detail}`. `what` is one of `torn-tail`,
@@ -138,9 +141,12 @@ impl Store {
         crate::store::check_overlap(self.root(), &ws)?;
         let manifest_digest = self.import_manifest(manifest, &ws)?;
         let _store_lock = self.store_lock()?;
-        for (id, other) in self.live_workspaces()? {
-            let other = Path::new(&other);
-            if other.starts_with(&ws) || ws.starts_with(other) {
+        for h in self.workspace_holders()? {
+            let (id, other) = (&h.id, Path::new(&h.workspace));
+            if !(other.starts_with(&ws) || ws.starts_with(other)) {
+                continue;
+            }
+            let Some(e) = &h.unreadable else {
                 return Err(Error::new(
                     Code::WorkspaceBusy,
                     format!(
@@ -151,7 +157,23 @@ impl Store {
                     ),
                     format!("commit or abort session {id} first, or use it"),
                 ));
-            }
+            };
+            // Its WAL cannot be read: it may be live. Never start a second session beside it.
+            let hint = match e.code {
+                Code::CorruptWal => format!("`revl status {id}` shows its intact records; `revl recover {id} --truncate-corrupt` keeps them and moves the unreadable rest aside (no byte is lost), then commit or abort it, or use it; or use another workspace"),
+                Code::NewerWal => format!("use the newer revl that wrote session {id} (commit or abort it there); or use another workspace"),
+                _ => format!("{} (then commit or abort session {id}); or use another workspace", e.hint),
+            };
+            return Err(Error::new(
+                Code::WorkspaceBusy,
+                format!(
+                    "workspace {} may have a live session {id} (on {}) whose WAL cannot be read, so revl cannot tell that it is not live and does not start a second one: {}",
+                    ws.display(),
+                    other.display(),
+                    e.message
+                ),
+                hint,
+            ));
         }
         crate::util::create_dir_durable(&ws, None)
             .map_err(|e| Error::io(format!("cannot create workspace {}", ws.display()), e))?;
@@ -194,7 +216,7 @@ impl Store {
     pub fn attach(&self, id: &str) -> Result<Session> {
         let dir = self.session_dir(id);
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
-        self.attach_with(id, Some(lock), false)
+        self.attach_with(id, Some(lock), Attach::Write)
     }
 
     /// Attach to read (`status`, `timeline`, `inspect`, …): like [`Store::attach`] when the
@@ -203,12 +225,27 @@ impl Store {
     /// refuses to write ([`Session::busy`] is true).
     pub fn attach_read(&self, id: &str) -> Result<Session> {
         let lock = self.try_lock(&self.session_dir(id).join("lock"))?;
-        self.attach_with(id, lock, true)
+        self.attach_with(id, lock, Attach::Read)
     }
 
-    fn attach_with(&self, id: &str, lock: Option<File>, read_only: bool) -> Result<Session> {
+    /// Attach to show (`status`, `timeline`): like [`Store::attach_read`], and a WAL
+    /// corrupt past its header is read as far as it is intact instead of refused; the
+    /// session then carries where it stops ([`Session::corrupt`]), is not repaired, and
+    /// refuses to write.
+    pub fn attach_prefix(&self, id: &str) -> Result<Session> {
+        let lock = self.try_lock(&self.session_dir(id).join("lock"))?;
+        self.attach_with(id, lock, Attach::Prefix)
+    }
+
+    fn attach_with(&self, id: &str, lock: Option<File>, how: Attach) -> Result<Session> {
+        let lenient = how == Attach::Prefix;
         let wal_path = self.wal_path(id);
-        let (state, read) = State::read(&wal_path)?;
+        let (state, read, corrupt) = if lenient {
+            State::read_prefix(&wal_path)?
+        } else {
+            let (state, read) = State::read(&wal_path)?;
+            (state, read, None)
+        };
         let ws = Workspace::new(PathBuf::from(&state.workspace), self.fp.clone());
         let mut s = Session {
             store: self.clone(),
@@ -224,16 +261,17 @@ impl Store {
             detached: false,
             riders: Vec::new(),
             lock,
+            corrupt,
             repairs: Vec::new(),
             repair_blocked: None,
         };
-        if s.lock.is_some() {
+        if s.lock.is_some() && s.corrupt.is_none() {
             if let Err(e) = s.repair() {
-                if !read_only {
+                if how == Attach::Write {
                     return Err(e);
                 }
                 // Reads still work while a repair is blocked: the WAL as it stands.
-                let mut again = self.attach_with(id, None, true)?;
+                let mut again = self.attach_with(id, None, how)?;
                 again.lock = s.lock.take();
                 again.repair_blocked = Some(format!(
                     "an interrupted operation could not be repaired yet ({}; {}): shown as the WAL stands; the next writing command repairs it",
@@ -244,6 +282,15 @@ impl Store {
         }
         Ok(s)
     }
+}
+
+/// How a session is attached: to write (repair must succeed), to read (a blocked repair
+/// leaves the WAL as it stands), or to show a WAL corrupt past its header (its intact prefix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attach {
+    Write,
+    Read,
+    Prefix,
 }
 
 /// A confirm's `--hash` is the whole SHA-256 the report printed (64 hex characters). Anything
@@ -304,5 +351,11 @@ impl Session {
     /// with any operation that command is running not yet finished (nor repaired).
     pub fn busy(&self) -> bool {
         self.lock.is_none()
+    }
+
+    /// Where the WAL stops being readable, when it was read as far as it is intact
+    /// ([`Store::attach_prefix`]): the state shown is that of the records before it.
+    pub fn corrupt(&self) -> Option<&crate::wal::Corrupt> {
+        self.corrupt.as_ref()
     }
 }

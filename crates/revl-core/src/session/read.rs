@@ -38,6 +38,7 @@ impl Session {
             accumulated: self.state.accumulated(self.state.head_pos()),
             guarantee: TIMELINE_CLAIM,
             busy: self.busy(),
+            corrupt: self.corrupt.clone(),
         }
     }
 
@@ -116,6 +117,7 @@ impl Session {
             abandoned_forks: st.abandoned_forks(),
             busy: self.busy(),
             repair_pending: self.repair_blocked.clone(),
+            corrupt: self.corrupt.clone(),
         }
     }
 

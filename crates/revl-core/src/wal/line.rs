@@ -20,8 +20,17 @@ pub(super) const CRC_SUFFIX_LEN: usize = 18; // ,"crc":"hhhhhhhh"}
 #[derive(Debug)]
 pub(super) enum LineError {
     Shape(&'static str),
-    Crc { stored: String, computed: String },
-    Json(String),
+    Crc {
+        stored: String,
+        computed: String,
+    },
+    /// The line's CRC is right (it was written whole, on purpose) but this revl cannot
+    /// decode its record: a record or member of a newer revl (or an edit that re-sealed the
+    /// CRC). Never a torn tail (SPEC 3.1 version policy, `docs/wal-format.md`).
+    Unknown {
+        record: Option<String>,
+        why: String,
+    },
 }
 
 impl std::fmt::Display for LineError {
@@ -31,7 +40,10 @@ impl std::fmt::Display for LineError {
             LineError::Crc { stored, computed } => {
                 write!(f, "CRC mismatch (stored {stored}, computed {computed})")
             }
-            LineError::Json(e) => write!(f, "not a valid record: {e}"),
+            LineError::Unknown { record, why } => match record {
+                Some(r) => write!(f, "a `{r}` record this revl cannot read ({why})"),
+                None => write!(f, "a record this revl cannot read ({why})"),
+            },
         }
     }
 }
@@ -61,8 +73,10 @@ pub(super) fn decode_line(line: &[u8]) -> std::result::Result<Record, LineError>
             computed: format!("{computed:08x}"),
         });
     }
+    // From here on the CRC is right: a line that does not decode is not damage but a
+    // record this revl does not know (see `LineError::Unknown`).
     // UTF-8 is checked once for the line (the parser then need not check each string).
-    let line = std::str::from_utf8(line).map_err(|e| LineError::Json(e.to_string()))?;
+    let line = std::str::from_utf8(line).map_err(|e| unknown(None, e.to_string()))?;
     let body = &line[..split];
     // Hot path: step records are most of a WAL. Parse the whole line straight into the
     // struct (serde's internally tagged enums buffer every value first, which is slow).
@@ -72,11 +86,20 @@ pub(super) fn decode_line(line: &[u8]) -> std::result::Result<Record, LineError>
         }
         return serde_json::from_str::<StepRecord>(line)
             .map(Record::Step)
-            .map_err(|e| LineError::Json(e.to_string()));
+            .map_err(|e| unknown(Some(line), e.to_string()));
     }
     // Parse the body closed with '}' (the crc member is not part of the record).
     let mut obj = String::with_capacity(body.len() + 1);
     obj.push_str(body);
     obj.push('}');
-    serde_json::from_str::<Record>(&obj).map_err(|e| LineError::Json(e.to_string()))
+    serde_json::from_str::<Record>(&obj).map_err(|e| unknown(Some(&obj), e.to_string()))
+}
+
+/// A CRC-correct line whose record did not decode: name its `record` member if it has one.
+#[cold]
+fn unknown(json: Option<&str>, why: String) -> LineError {
+    let record = json
+        .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok())
+        .and_then(|v| v.get("record").and_then(|r| r.as_str()).map(str::to_owned));
+    LineError::Unknown { record, why }
 }

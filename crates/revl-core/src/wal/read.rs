@@ -58,6 +58,17 @@ pub fn parse_wal(path: &Path, bytes: &[u8]) -> Result<WalRead> {
     Ok(WalRead::new(path, records, meta))
 }
 
+/// Where a WAL stops being readable (SPEC 3.1 corruption: a bad line with a good one after
+/// it, a `seq` that goes back, a record replay rejects), for the readers that show the intact
+/// records before it (`status`, `timeline`, `log`, `sessions`) instead of refusing. `line` is
+/// the first unreadable line (1-based); every line before it is intact.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Corrupt {
+    pub line: usize,
+    pub path: String,
+    pub why: String,
+}
+
 /// What reading a WAL found, besides its records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WalMeta {
@@ -82,9 +93,9 @@ pub fn parse_wal_each(
     bytes: &[u8],
     mut sink: impl FnMut(Vec<Record>) -> Result<()>,
 ) -> Result<WalMeta> {
-    let mut p = LineChecker::new(path);
+    let mut p = LineChecker::new(path, false);
     p.feed(bytes, 0, &mut sink)?;
-    p.finish()
+    p.finish().map(|(meta, _)| meta)
 }
 
 /// Read a WAL file in pieces of about [`READ_CHUNK`] bytes, handing the intact records to
@@ -94,24 +105,45 @@ pub fn read_wal_each(path: &Path, sink: impl FnMut(Vec<Record>) -> Result<()>) -
     read_pieces(path, READ_CHUNK, sink)
 }
 
+/// Like [`read_wal_each`], but corruption after the header (a bad line with a good one
+/// after it, a `seq` that goes back) ends the read instead of failing it: the intact
+/// records before it are handed over and the corruption is returned with the meta. Every
+/// other refusal (an unreadable header, an unknown `walVersion`, a record of a newer revl)
+/// is still an error.
+pub fn read_wal_prefix_each(
+    path: &Path,
+    sink: impl FnMut(Vec<Record>) -> Result<()>,
+) -> Result<(WalMeta, Option<Corrupt>)> {
+    read_pieces_mode(path, READ_CHUNK, true, sink)
+}
+
 pub(super) fn read_pieces(
     path: &Path,
     chunk: usize,
-    mut sink: impl FnMut(Vec<Record>) -> Result<()>,
+    sink: impl FnMut(Vec<Record>) -> Result<()>,
 ) -> Result<WalMeta> {
+    read_pieces_mode(path, chunk, false, sink).map(|(meta, _)| meta)
+}
+
+fn read_pieces_mode(
+    path: &Path,
+    chunk: usize,
+    lenient: bool,
+    mut sink: impl FnMut(Vec<Record>) -> Result<()>,
+) -> Result<(WalMeta, Option<Corrupt>)> {
     let cannot = |e| Error::io(format!("cannot read WAL {}", path.display()), e);
     let mut f = File::open(path).map_err(cannot)?;
     // A short WAL is read in one piece of its own size (the buffer is zero-filled).
     let len = f.metadata().map_or(chunk as u64, |m| m.len());
     let chunk = chunk.min(usize::try_from(len).unwrap_or(usize::MAX).saturating_add(1));
-    let mut p = LineChecker::new(path);
+    let mut p = LineChecker::new(path, lenient);
     // `buf[..filled]` holds bytes read and not yet handed over; the rest is room. The
     // buffer is zeroed once when it grows, not before every read.
     let mut buf: Vec<u8> = Vec::new();
     let mut filled = 0usize;
     let mut base = 0u64;
     let mut eof = false;
-    while !eof {
+    while !eof && p.corrupt_at.is_none() {
         // At least READ_CHUNK/2 of room, more when one line is longer. (Never zero room: a
         // read into no room would look like the end of the file.)
         if buf.len() - filled < chunk.div_ceil(2).max(1) {
@@ -153,13 +185,16 @@ struct LineChecker<'p> {
     meta: WalMeta,
     /// A bad line is a torn tail only if no good line follows it.
     bad: Option<(usize, String)>,
+    /// Corruption after the header ends a lenient read here (see [`read_wal_prefix_each`]).
+    lenient: bool,
+    corrupt_at: Option<Corrupt>,
     line_no: usize,
     spans: Vec<(usize, usize, bool)>,
     cores: usize,
 }
 
 impl<'p> LineChecker<'p> {
-    fn new(path: &'p Path) -> Self {
+    fn new(path: &'p Path, lenient: bool) -> Self {
         LineChecker {
             path,
             meta: WalMeta {
@@ -169,6 +204,8 @@ impl<'p> LineChecker<'p> {
                 records: 0,
             },
             bad: None,
+            lenient,
+            corrupt_at: None,
             line_no: 0,
             spans: Vec::new(),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
@@ -176,11 +213,38 @@ impl<'p> LineChecker<'p> {
     }
 
     fn corrupt(&self, line_no: usize, why: String) -> Error {
+        corrupt_error(self.path, line_no, &why)
+    }
+
+    /// A line whose CRC is right and whose record this revl cannot decode: the version
+    /// policy (docs/wal-format.md) refuses the whole WAL and never takes it for a torn tail.
+    fn newer(&self, line_no: usize, e: &LineError) -> Error {
         Error::new(
-            Code::CorruptWal,
-            format!("corrupt WAL {} at line {line_no}: {why}", self.path.display()),
-            "the file was changed outside revl; restore it from a backup (nothing was written to it)",
+            Code::NewerWal,
+            format!(
+                "WAL {} line {line_no} holds {e}: it was written by a newer revl (this is revl {}, which reads walVersion {WAL_VERSION} with the records of SPEC v1 and v2); nothing was read past it, nothing was changed",
+                self.path.display(),
+                env!("CARGO_PKG_VERSION"),
+            ),
+            "use the newer revl that wrote this session; this one neither reads nor writes it",
         )
+    }
+
+    /// Stop at a refusal: corruption after the header ends a lenient read (its records so
+    /// far stand); anything else is an error.
+    fn stop(&mut self, s: Stop) -> Result<()> {
+        match s {
+            Stop::Corrupt(line, why) if self.lenient && self.meta.records > 0 => {
+                self.corrupt_at = Some(Corrupt {
+                    line,
+                    path: self.path.display().to_string(),
+                    why,
+                });
+                Ok(())
+            }
+            Stop::Corrupt(line, why) => Err(self.corrupt(line, why)),
+            Stop::Hard(e) => Err(e),
+        }
     }
 
     /// Check the lines of `bytes`, which start at file offset `base`.
@@ -216,7 +280,7 @@ impl<'p> LineChecker<'p> {
             d
         };
         let mut pos = 0usize;
-        while pos < bytes.len() {
+        while pos < bytes.len() && self.corrupt_at.is_none() {
             // Split the next block into lines (cheap) ...
             let mut spans = std::mem::take(&mut self.spans);
             spans.clear();
@@ -261,19 +325,27 @@ impl<'p> LineChecker<'p> {
                 for (i, span) in lines.iter().enumerate() {
                     self.line_no += 1;
                     if let Some((_, e)) = bad.next_if(|(b, _)| *b == i) {
-                        if let Some((n, why)) = self.bad.take() {
+                        let stop = if let Some((n, why)) = self.bad.take() {
                             // Two bad lines: the first is not a torn tail.
+                            Some(Stop::Corrupt(n, why))
+                        } else if matches!(e, LineError::Unknown { .. }) {
+                            // Written whole (its CRC is right): never torn, never skipped.
+                            Some(Stop::Hard(self.newer(self.line_no, &e)))
+                        } else {
+                            None
+                        };
+                        if let Some(stop) = stop {
                             records.truncate(good);
                             sink(records)?;
-                            return Err(self.corrupt(n, why));
+                            return self.stop(stop);
                         }
                         self.bad = Some((self.line_no, e.to_string()));
                         continue;
                     }
-                    if let Err(e) = self.accept(&records[good]) {
+                    if let Err(stop) = self.accept(&records[good]) {
                         records.truncate(good);
                         sink(records)?;
-                        return Err(e);
+                        return self.stop(stop);
                     }
                     good += 1;
                     self.meta.good_len = base + (span.1 + usize::from(span.2)) as u64;
@@ -288,29 +360,34 @@ impl<'p> LineChecker<'p> {
     }
 
     /// The checks on a good line: what came before it, the header, `seq`.
-    fn accept(&mut self, rec: &Record) -> Result<()> {
+    fn accept(&mut self, rec: &Record) -> std::result::Result<(), Stop> {
         if let Some((n, why)) = self.bad.take() {
-            return Err(self.corrupt(n, why));
+            return Err(Stop::Corrupt(n, why));
         }
         if self.meta.records == 0 {
             match rec {
                 Record::Header { wal_version, .. } if *wal_version == WAL_VERSION => {}
                 Record::Header { wal_version, .. } => {
-                    return Err(Error::new(
+                    return Err(Stop::Hard(Error::new(
                         Code::CorruptWal,
                         format!(
-                            "WAL {} has walVersion {wal_version}; this revl reads version {WAL_VERSION}",
-                            self.path.display()
+                            "WAL {} has walVersion {wal_version}; this revl ({}) reads walVersion {WAL_VERSION} only; nothing was changed",
+                            self.path.display(),
+                            env!("CARGO_PKG_VERSION"),
                         ),
-                        "use the revl release that wrote this WAL",
+                        format!("use a revl release that reads walVersion {wal_version} (the one that wrote this WAL)"),
+                    )))
+                }
+                _ => {
+                    return Err(Stop::Hard(
+                        self.corrupt(1, "first record is not a header".into()),
                     ))
                 }
-                _ => return Err(self.corrupt(1, "first record is not a header".into())),
             }
         } else if let Some(s) = rec.seq() {
             // seq must strictly increase.
             if s <= self.meta.last_seq {
-                return Err(self.corrupt(
+                return Err(Stop::Corrupt(
                     self.line_no,
                     format!(
                         "seq {s} does not increase (previous {})",
@@ -326,8 +403,8 @@ impl<'p> LineChecker<'p> {
         Ok(())
     }
 
-    fn finish(mut self) -> Result<WalMeta> {
-        self.meta.torn = self.bad.is_some();
+    fn finish(mut self) -> Result<(WalMeta, Option<Corrupt>)> {
+        self.meta.torn = self.bad.is_some() && self.corrupt_at.is_none();
         if self.meta.records == 0 {
             let why = if self.meta.torn {
                 "the header line is torn"
@@ -336,7 +413,48 @@ impl<'p> LineChecker<'p> {
             };
             return Err(self.corrupt(1, why.into()));
         }
-        Ok(self.meta)
+        Ok((self.meta, self.corrupt_at))
+    }
+}
+
+/// Why a read stopped: corruption at a line (a lenient read keeps what came before), or
+/// any other refusal.
+enum Stop {
+    Corrupt(usize, String),
+    Hard(Error),
+}
+
+/// The `corrupt-wal` error of SPEC 3.1 for corruption at `line` of the WAL at `path`. Past
+/// the header, the hint gives the way forward: the readers that show the intact prefix, and
+/// `recover --truncate-corrupt`, which keeps it and moves the rest aside.
+pub(crate) fn corrupt_error(path: &Path, line: usize, why: &str) -> Error {
+    let hint = if line > 1 {
+        format!(
+            "nothing was written to it; `status` and `timeline` show the {} intact record(s) before line {line}; to go on, `revl recover {} --truncate-corrupt` keeps them and moves line {line} and everything after it into a file next to the WAL (no byte is lost); or restore the WAL from a backup",
+            line - 1,
+            recover_target(path),
+        )
+    } else {
+        "the file was changed outside revl; restore it from a backup (nothing was written to it)"
+            .to_string()
+    };
+    Error::new(
+        Code::CorruptWal,
+        format!("corrupt WAL {} at line {line}: {why}", path.display()),
+        hint,
+    )
+}
+
+/// How `recover` names the session of the WAL at `path`: its id when the WAL sits at
+/// `<store>/sessions/<id>/wal.jsonl`, else `--wal PATH`.
+fn recover_target(path: &Path) -> String {
+    match path
+        .parent()
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+    {
+        Some(id) if crate::store::is_session_id(id) => id.to_string(),
+        _ => format!("--wal {}", path.display()),
     }
 }
 

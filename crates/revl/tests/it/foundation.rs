@@ -1499,6 +1499,13 @@ fn a_flipped_byte_in_a_middle_line_is_corruption_everywhere() {
     let ws_before = snapshot(&ws);
 
     for args in every_command(&sid) {
+        if matches!(args[0], "status" | "timeline") {
+            // These show the intact records before line 3, marked (issue 23).
+            let doc = w.json(&args).ok().clone();
+            assert_eq!(doc["corrupt"]["line"], 3, "{doc}");
+            assert_eq!(doc["corrupt"]["path"], wal.to_str().unwrap(), "{doc}");
+            continue;
+        }
         let msg = w.json(&args).err(1, "corrupt-wal");
         assert!(
             msg.contains(wal.to_str().unwrap()),
@@ -1507,7 +1514,7 @@ fn a_flipped_byte_in_a_middle_line_is_corruption_everywhere() {
         assert!(msg.contains("line 3"), "the message names the line: {msg}");
     }
     // Without --json: exit 1 and the message on stderr.
-    let out = w.run(&["status", &sid]);
+    let out = w.run(&["verify", &sid]);
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("line 3") && out.stdout.is_empty());
     assert_eq!(
@@ -2020,11 +2027,18 @@ fn a_small_preimage_sits_once_in_the_intent_and_the_step_names_it() {
         })
         .collect();
     fs::write(w2.wal(&sid2), tampered).unwrap();
-    let out = w2.json(&["timeline", &sid2]);
+    let out = w2.json(&["step-back", &sid2, "--to", "-1"]);
     let msg = out.err(1, "corrupt-wal");
     assert!(
         msg.contains(&format!("step {k}")) && msg.contains("content"),
         "{msg}"
+    );
+    // The timeline shows the records before that step, marked (issue 23).
+    let tl = w2.json(&["timeline", &sid2]).ok().clone();
+    let why = tl["corrupt"]["why"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&format!("step {k}")) && why.contains("content"),
+        "{tl}"
     );
 }
 

@@ -27,3 +27,4 @@ mod rough_edges;
 mod security;
 mod seeing;
 mod soak;
+mod wal_policy;
