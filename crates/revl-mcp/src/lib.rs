@@ -257,8 +257,9 @@ impl RevlServer {
         self.blocking(move |store, cur| {
             let mut s = store.attach(cur)?;
             let doc = f(&mut s);
+            let repaired = s.repairs().to_vec();
             drop(s);
-            doc.map(|d| revl_core::report::to_json(&d))
+            doc.map(|d| with_repairs(revl_core::report::to_json(&d), &repaired))
         })
         .await
     }
@@ -697,9 +698,10 @@ impl RevlServer {
     ) -> CallToolResult {
         self.blocking(move |store, cur| {
             let mut s = store.attach(cur)?;
+            let repaired = s.repairs().to_vec();
             if let Some(into) = &a.into {
                 let doc = s.fork_confirm_into(&a.hash, Path::new(into))?;
-                return Ok(revl_core::report::to_json(&doc));
+                return Ok(with_repairs(revl_core::report::to_json(&doc), &repaired));
             }
             let doc = s.fork_confirm(&a.hash)?;
             drop(s);
@@ -707,7 +709,7 @@ impl RevlServer {
                 eprintln!("revl mcp: forked; now serving branch {branch} (parent {cur} is frozen)");
                 *cur = branch.clone();
             }
-            Ok(revl_core::report::to_json(&doc))
+            Ok(with_repairs(revl_core::report::to_json(&doc), &repaired))
         })
         .await
     }
@@ -837,4 +839,16 @@ impl ServerHandler for RevlServer {
             Err(e) => Err(e),
         }
     }
+}
+
+/// A tool's result with what attaching repaired (`repaired`, as the CLI's `--json` has it):
+/// a repair is durable even when nobody asked for it, and an agent must be told.
+fn with_repairs(mut doc: Value, repaired: &[revl_core::session::Repaired]) -> Value {
+    if let (false, Value::Object(m)) = (repaired.is_empty(), &mut doc) {
+        m.insert(
+            "repaired".into(),
+            revl_core::report::to_json(&repaired.to_vec()),
+        );
+    }
+    doc
 }

@@ -514,3 +514,33 @@ fn raw_tools_list_carries_the_documented_annotations_and_instructions_name_exec(
     );
     s.finish();
 }
+
+/// A repair an MCP tool call's attach made is in that call's result (`repaired`), as in the
+/// CLI's `--json`: an agent is told that revl finished what a crash interrupted.
+#[test]
+fn an_mcp_call_reports_what_its_attach_repaired() {
+    let w = crate::common::World::new();
+    let (sid, ws) = w.session();
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    let died = w.json_env(
+        &["write", &sid, "a", "--content", "2"],
+        &[("REVL_FAILPOINT", "wal.torn-append:2")],
+    );
+    assert_ne!(died.code, Some(0), "{}", died.dump());
+    let mut s = Raw::start(&w.store, &["--workspace", ws.to_str().unwrap()]);
+    s.initialize();
+    let r = s.call(2, "revl_write", json!({"path": "b", "content": "x"}));
+    let text = r["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("{r}"));
+    let what: Vec<&str> = doc["repaired"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no `repaired` in {doc}"))
+        .iter()
+        .map(|x| x["what"].as_str().unwrap())
+        .collect();
+    assert!(what.contains(&"intent-rolled-forward"), "{doc}");
+    s.finish();
+}
