@@ -643,6 +643,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::Status { session } => {
             // A WAL corrupt past its header shows its intact records, marked.
             let s = store.attach_prefix(&store.resolve(session)?)?;
+            note_repairs(&s);
             let r = s.status();
             Ok(Outcome::ok(to_json(&r), render::status(&r)))
         }
@@ -851,6 +852,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Cmd::Timeline { session } => {
             let s = store.attach_prefix(&store.resolve(session)?)?;
+            note_repairs(&s);
             let r = s.timeline();
             Ok(Outcome::ok(to_json(&r), render::timeline(&r)))
         }

@@ -164,6 +164,29 @@ fn changes(doc: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Every path below `top` in the workspace, relative to it (special files left out: they
+/// are not applied).
+fn walk_rel(ws: &Path, top: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![top.to_string()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(ws.join(&d)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let rel = format!("{d}/{}", e.file_name().to_string_lossy());
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(rel.clone());
+            } else if !(t.is_file() || t.is_symlink()) {
+                continue;
+            }
+            out.insert(rel);
+        }
+    }
+    out
+}
+
 fn fork_to(w: &World, sid: &str, at: &str) -> Value {
     let h = w.json(&["fork", sid, "--at", at]).ok()["hash"]
         .as_str()
@@ -194,7 +217,34 @@ fn run_case(c: &Case) {
     let out = w.json(&args);
     let doc = out.ok().clone();
     assert_eq!(doc["sandbox"], true, "{}: {}", c.name, out.dump());
-    let got = changes(&doc);
+    let all = changes(&doc);
+    // A new tree is recorded entry by entry: every path below a `dir-created` entry must be
+    // listed, and exactly the paths the real workspace now holds there (an independent
+    // listing); the table names only the top of each new tree.
+    let tops: Vec<String> = all
+        .iter()
+        .filter(|(_, ch)| ch == "dir-created")
+        .map(|(p, _)| p.clone())
+        .collect();
+    let inside = |p: &str| tops.iter().any(|t| p.starts_with(&format!("{t}/")));
+    for t in tops.iter().filter(|t| !inside(t)) {
+        let listed: std::collections::BTreeSet<String> = all
+            .iter()
+            .filter(|(p, ch)| p.starts_with(&format!("{t}/")) && ch != "ignored")
+            .map(|(p, _)| p.clone())
+            .collect();
+        let on_disk: std::collections::BTreeSet<String> = walk_rel(&ws, t);
+        assert_eq!(
+            listed, on_disk,
+            "{}: the entries recorded inside {t}",
+            c.name
+        );
+    }
+    let got: Vec<(String, String)> = all
+        .iter()
+        .filter(|(p, ch)| !inside(p) || ch == "ignored")
+        .cloned()
+        .collect();
     if c.name == "many files modified" {
         assert_eq!(got.len(), 300, "{}: {got:?}", c.name);
         assert!(got
@@ -212,7 +262,11 @@ fn run_case(c: &Case) {
     let tl = w.timeline(&sid);
     let s = &tl["steps"][1];
     assert_eq!(s["kind"], "effect", "{}", c.name);
-    assert_eq!(s["label"], "exec sh");
+    assert!(
+        s["label"].as_str().unwrap().starts_with("exec sh -c "),
+        "{}",
+        s["label"]
+    );
     assert_eq!(
         s["scope"],
         serde_json::json!({"caps": ["fs"], "sandbox": true})
@@ -442,7 +496,13 @@ fn a_crash_mid_apply_is_repaired_all_forward_or_all_back() {
         if tl["head"] == 0 {
             assert_snap_eq(&before, &now, &format!("{fp}: rolled back"));
         } else {
-            assert_eq!(tl["steps"][1]["label"], "exec sh", "{fp}");
+            assert!(
+                tl["steps"][1]["label"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("exec sh -c "),
+                "{fp}"
+            );
             assert_eq!(fs::read_to_string(ws.join("a.txt")).unwrap(), "n\n", "{fp}");
             assert!(!ws.join("d").exists() && ws.join("z/y/q").exists(), "{fp}");
             let rep = fork_to(&w, &sid, "0");
@@ -559,7 +619,10 @@ fn the_sandbox_works_for_an_unprivileged_user() {
         changes(&doc),
         vec![
             ("a".into(), "modified".into()),
-            ("x".into(), "dir-created".into())
+            ("x".into(), "dir-created".into()),
+            // A new tree is recorded entry by entry.
+            ("x/y".into(), "dir-created".into()),
+            ("x/y/z".into(), "created".into())
         ]
     );
     assert!(
