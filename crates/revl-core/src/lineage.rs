@@ -534,13 +534,7 @@ impl OfflineWal {
                 .map(|s| s.index)
                 .collect(),
             model_decisions: self.state.model_decisions.clone(),
-            held_sends: self
-                .state
-                .queue
-                .iter()
-                .filter_map(|q| self.state.deferred.get(q))
-                .cloned()
-                .collect(),
+            held_sends: self.state.held_sends(),
         }
     }
 }

@@ -189,6 +189,15 @@ pub struct State {
 }
 
 impl State {
+    /// The held sends in the queue, FIFO.
+    pub fn held_sends(&self) -> Vec<Deferred> {
+        self.queue
+            .iter()
+            .filter_map(|q| self.deferred.get(q))
+            .cloned()
+            .collect()
+    }
+
     /// Replay records from the start of a WAL.
     pub fn replay(records: &[Record]) -> Result<State> {
         Self::replay_owned(records.to_vec())
@@ -420,13 +429,7 @@ impl State {
                     let from = intent.filter(|(i, _)| *i == sr.step).and_then(|(_, u)| u);
                     check_hydrate(sr, from).map_err(|why| format!("step {}: {why}", sr.step))?;
                     if sr.kind == StepKind::Compensation {
-                        let f = sr
-                            .text
-                            .detail()
-                            .get("for")
-                            .and_then(Value::as_u64)
-                            .ok_or("a compensation without `for`")?;
-                        exists(f, next)?;
+                        exists(compensation_for(sr)?, next)?;
                     }
                     next += 1;
                     if intent.is_some_and(|(i, _)| i <= sr.step) {
@@ -755,12 +758,7 @@ impl State {
             }
         }
         if sr.kind == StepKind::Compensation {
-            let f = sr
-                .text
-                .detail()
-                .get("for")
-                .and_then(Value::as_u64)
-                .ok_or("a compensation without `for`")?;
+            let f = compensation_for(&sr)?;
             self.step_mut(f)?.compensation = Some(sr.step);
         }
         self.steps.push(Step {
@@ -917,4 +915,13 @@ fn replay_error(n: usize, name: &str, why: String) -> Error {
         format!("WAL record {n} ({name}) cannot be replayed: {why}"),
         "the WAL was edited outside revl; restore it from a backup",
     )
+}
+
+/// The emission a compensation step offsets (`detail.for`).
+fn compensation_for(sr: &StepRecord) -> std::result::Result<u64, String> {
+    sr.text
+        .detail()
+        .get("for")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| "a compensation without `for`".to_string())
 }

@@ -100,12 +100,7 @@ impl Session {
         );
         CommitPlan {
             session: self.id.clone(),
-            deferred: st
-                .queue
-                .iter()
-                .filter_map(|q| st.deferred.get(q))
-                .cloned()
-                .collect(),
+            deferred: st.held_sends(),
             witnessed: Witnessed {
                 count: witnessed.len(),
                 steps: witnessed,

@@ -249,13 +249,7 @@ impl Session {
                 inverses_ran: of_kind(StepKind::Effect),
                 provisions_withdrawn: of_kind(StepKind::Provision),
             },
-            dropped_deferred: self
-                .state
-                .queue
-                .iter()
-                .filter_map(|q| self.state.deferred.get(q))
-                .cloned()
-                .collect(),
+            dropped_deferred: self.state.held_sends(),
             emissions_crossed: classify::entries(
                 steps,
                 &p.emissions_crossed,

@@ -103,12 +103,7 @@ impl Session {
             head: st.head(),
             torn: self.torn,
             provisions: st.provisions_at(st.head_pos()),
-            queue: st
-                .queue
-                .iter()
-                .filter_map(|q| st.deferred.get(q))
-                .cloned()
-                .collect(),
+            queue: st.held_sends(),
             owed: self.owed(),
             parent: st.origin.as_ref().map(|o| o.parent.clone()),
             forked_at: st.origin.as_ref().map(|o| o.at),

@@ -5,21 +5,27 @@ use crate::common::{manifest, World};
 use serde_json::Value;
 use std::fs;
 
+/// The hash of `revl fork SID --at K`, which must succeed.
+fn fork_hash(w: &World, sid: &str, at: &str) -> String {
+    w.json(&["fork", sid, "--at", at]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `revl exec SID -- sh -c SCRIPT`, which must succeed.
+fn sh_exec(w: &World, sid: &str, script: &str) -> Value {
+    w.json(&["exec", sid, "--", "sh", "-c", script])
+        .ok()
+        .clone()
+}
+
 /// A session with a `build/` directory made by one exec and extended by a second, then a
 /// file made by hand inside it.
 fn build_dir_with_hand_notes(w: &World) -> (String, std::path::PathBuf) {
     let (sid, ws) = w.session();
-    w.json(&[
-        "exec",
-        &sid,
-        "--",
-        "sh",
-        "-c",
-        "mkdir build && echo obj > build/a.o",
-    ])
-    .ok();
-    w.json(&["exec", &sid, "--", "sh", "-c", "echo obj2 > build/b.o"])
-        .ok();
+    sh_exec(&w, &sid, "mkdir build && echo obj > build/a.o");
+    sh_exec(&w, &sid, "echo obj2 > build/b.o");
     fs::write(ws.join("build/NOTES.txt"), "notes\n").unwrap();
     (sid, ws)
 }
@@ -114,15 +120,7 @@ fn a_fork_over_an_exec_made_directory_lists_and_preserves_hand_made_entries() {
 fn a_builtin_write_inside_an_exec_made_directory_keeps_hand_made_entries_drift() {
     let w = World::new();
     let (sid, ws) = w.session();
-    w.json(&[
-        "exec",
-        &sid,
-        "--",
-        "sh",
-        "-c",
-        "mkdir -p d/sub && echo 1 > d/sub/f",
-    ])
-    .ok();
+    sh_exec(&w, &sid, "mkdir -p d/sub && echo 1 > d/sub/f");
     w.json(&["write", &sid, "d/g", "--content", "g"]).ok();
     fs::write(ws.join("d/sub/hand.txt"), "mine").unwrap();
     let v = w.json(&["verify", &sid]);
@@ -146,8 +144,7 @@ fn a_builtin_write_inside_an_exec_made_directory_keeps_hand_made_entries_drift()
 fn read_at_and_diff_see_each_file_a_new_directory_holds() {
     let w = World::new();
     let (sid, ws) = w.session();
-    w.json(&["exec", &sid, "--", "sh", "-c", "mkdir d && echo one > d/f"])
-        .ok();
+    sh_exec(&w, &sid, "mkdir d && echo one > d/f");
     // Changed by hand afterwards: read --at 1 must still give step 1's bytes.
     fs::write(ws.join("d/f"), "hand\n").unwrap();
     let r = w.json(&["read", &sid, "d/f", "--at", "1"]);
@@ -252,10 +249,7 @@ fn a_declared_compensation_that_never_fired_is_not_called_a_crossing() {
         0
     );
     // A confirmed fork does claim what ran.
-    let hash = w.json(&["fork", &sid, "--at", "1"]).ok()["hash"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let hash = fork_hash(&w, &sid, "1");
     let c = w.json(&["fork-confirm", &sid, "--hash", &hash]);
     assert!(c.ok()["guarantee"]
         .as_str()
@@ -287,10 +281,7 @@ fn a_failed_into_leaves_the_pending_fork_and_no_abandoned_mark() {
     let w = World::new();
     let (sid, _) = w.session();
     w.json(&["write", &sid, "a", "--content", "1"]).ok();
-    let hash = w.json(&["fork", &sid, "--at", "0"]).ok()["hash"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let hash = fork_hash(&w, &sid, "0");
     let bad = w.json(&["fork-confirm", &sid, "--hash", &hash, "--into", "/proc/x"]);
     let msg = bad.err(2, "bad-args");
     assert!(msg.contains("/proc/x"), "{msg}");
@@ -313,8 +304,7 @@ fn a_failed_into_leaves_the_pending_fork_and_no_abandoned_mark() {
 fn exec_steps_show_their_command_and_change_count() {
     let w = World::new();
     let (sid, _) = w.session();
-    w.json(&["exec", &sid, "--", "sh", "-c", "echo a > x && echo b > y"])
-        .ok();
+    sh_exec(&w, &sid, "echo a > x && echo b > y");
     let t = w.json(&["timeline", &sid]);
     let label = t.ok()["steps"][1]["label"].as_str().unwrap().to_string();
     assert_eq!(label, "exec sh -c 'echo a > x && echo b > y' (2 changes)");
@@ -339,10 +329,7 @@ fn compare_lists_held_sends_and_speaks_in_step_numbers() {
     let ws = w.ws("ws");
     let sid = w.new_session_with(&ws, &m);
     w.json(&["write", &sid, "a", "--content", "1"]).ok();
-    let hash = w.json(&["fork", &sid, "--at", "1"]).ok()["hash"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let hash = fork_hash(&w, &sid, "1");
     let into = w.path("sib");
     let b = w.json(&[
         "fork-confirm",
@@ -497,15 +484,7 @@ fn attach_repairs_say_what_they_did_and_reads_work_while_a_repair_is_blocked() {
 fn drift_inside_a_restored_directory_is_named_entry_by_entry() {
     let w = World::new();
     let (sid, ws) = w.session();
-    w.json(&[
-        "exec",
-        &sid,
-        "--",
-        "sh",
-        "-c",
-        "mkdir build && echo a > build/a",
-    ])
-    .ok();
+    sh_exec(&w, &sid, "mkdir build && echo a > build/a");
     w.json(&["exec", &sid, "--", "rm", "-rf", "build"]).ok();
     // The step-back restores build/ from its captured tree.
     w.json(&["step-back", &sid, "--to", "1"]).ok();
