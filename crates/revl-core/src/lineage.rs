@@ -638,10 +638,13 @@ pub fn topology(paths: &[PathBuf]) -> Result<Topology> {
 /// different steps then compare the parent's steps between them too). A parent that cannot
 /// be found or read is an error: a history without it would compare as something else.
 fn history(w: &OfflineWal) -> Result<Vec<(i64, Step)>> {
-    history_depth(w, 0)
+    Ok(history_depth(w, 0)?.0)
 }
 
-fn history_depth(w: &OfflineWal, depth: usize) -> Result<Vec<(i64, Step)>> {
+/// A session's whole history along its lineage, each step with its lineage position, and
+/// the position of its own step 0 (a branch forked at its parent's step k sits at the
+/// parent's position of k, whatever the parent's own base).
+fn history_depth(w: &OfflineWal, depth: usize) -> Result<(Vec<(i64, Step)>, i64)> {
     let own = |base: i64| {
         w.state
             .steps
@@ -650,19 +653,22 @@ fn history_depth(w: &OfflineWal, depth: usize) -> Result<Vec<(i64, Step)>> {
             .map(move |s| (base + s.index as i64, s.clone()))
     };
     let Some((_, at)) = w.parent() else {
-        return Ok(own(0).collect());
+        return Ok((own(0).collect(), 0));
     };
-    // A branch forked before every step (-1) shares nothing: its step 1 is position 1.
+    // A branch forked before every step (-1) starts at its parent's start.
     let at = at.to_i64().max(0);
-    let mut out: Vec<(i64, Step)> = match w.parent_wal()?.filter(|_| depth < 64) {
-        Some(path) => history_depth(&open(&path)?, depth + 1)?
-            .into_iter()
-            .filter(|(p, _)| *p <= at)
-            .collect(),
-        None => Vec::new(),
+    let (mut out, base) = match w.parent_wal()?.filter(|_| depth < 64) {
+        Some(path) => {
+            let (parent, parent_base) = history_depth(&open(&path)?, depth + 1)?;
+            let fork_pos = parent_base + at;
+            let shared: Vec<(i64, Step)> =
+                parent.into_iter().filter(|(p, _)| *p <= fork_pos).collect();
+            (shared, fork_pos)
+        }
+        None => (Vec::new(), at),
     };
-    out.extend(own(at));
-    Ok(out)
+    out.extend(own(base));
+    Ok((out, base))
 }
 
 /// What a step did, for comparison (SPEC 15): file and exec effects by their post-images,

@@ -520,3 +520,42 @@ fn drift_inside_a_restored_directory_is_named_entry_by_entry() {
         back.dump()
     );
 }
+
+#[test]
+fn compare_counts_a_branch_of_a_branch_along_the_whole_lineage() {
+    let w = World::new();
+    let (s, _) = w.session();
+    for c in ["1", "2", "3"] {
+        w.json(&["write", &s, "a", "--content", c]).ok();
+    }
+    let h = fork_hash(&w, &s, "2");
+    let b1 = w.json(&["fork-confirm", &s, "--hash", &h]).ok()["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    w.json(&["write", &b1, "b", "--content", "x"]).ok();
+    w.json(&["write", &b1, "c", "--content", "y"]).ok();
+    let h = fork_hash(&w, &b1, "1");
+    let b2 = w.json(&["fork-confirm", &b1, "--hash", &h]).ok()["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    w.json(&["write", &b2, "d", "--content", "z"]).ok();
+    let c = w.json(&["compare", &b1, &b2]);
+    let d = &c.ok()["delta"];
+    // a, a (the root's steps 1-2), b (b1's step 1) are shared; then c against d.
+    assert_eq!(d["sharedPrefix"], 3, "{}", c.dump());
+    assert_eq!(d["firstDifference"]["position"], 4, "{}", c.dump());
+    assert_eq!(
+        d["firstDifference"]["left"]["label"],
+        "fs.write c",
+        "{}",
+        c.dump()
+    );
+    assert_eq!(
+        d["firstDifference"]["right"]["label"],
+        "fs.write d",
+        "{}",
+        c.dump()
+    );
+}
