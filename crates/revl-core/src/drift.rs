@@ -84,6 +84,9 @@ pub struct Expected {
     /// The listing blob of each directory a rewind restored from a captured tree: drift
     /// inside it is reported entry by entry ([`Expected::per_entry`]).
     listings: BTreeMap<String, String>,
+    /// The blob store, when at hand: a restored directory's listing is then read, and its
+    /// entries expected one by one.
+    blobs: Option<crate::blobs::BlobStore>,
 }
 
 /// (head, 0 = step / 1 = undo, newest undo first)
@@ -92,16 +95,31 @@ type EventKey = (u64, u8, std::cmp::Reverse<u64>);
 impl Expected {
     /// Rebuild from the timeline.
     pub fn of(steps: &[Step]) -> Expected {
-        Self::until(steps, None)
+        Self::until(steps, None, None)
+    }
+
+    /// Rebuild from the timeline, with the blob store: a directory a rewind restored is
+    /// expected entry by entry (its listing read from the store).
+    pub fn of_in(steps: &[Step], blobs: &crate::blobs::BlobStore) -> Expected {
+        Self::until(steps, None, Some(blobs))
     }
 
     /// What revl's witness says the workspace held right after step k ran (the file effects
     /// up to k, and the undos run before step k+1), whatever was undone later.
     pub fn at(steps: &[Step], k: crate::step::Pos) -> Expected {
-        Self::until(steps, Some(k))
+        Self::until(steps, Some(k), None)
     }
 
-    fn until(steps: &[Step], k: Option<crate::step::Pos>) -> Expected {
+    /// [`Expected::at`] with the blob store (see [`Expected::of_in`]).
+    pub fn at_in(steps: &[Step], k: crate::step::Pos, blobs: &crate::blobs::BlobStore) -> Expected {
+        Self::until(steps, Some(k), Some(blobs))
+    }
+
+    fn until(
+        steps: &[Step],
+        k: Option<crate::step::Pos>,
+        blobs: Option<&crate::blobs::BlobStore>,
+    ) -> Expected {
         let mut events: Vec<(EventKey, &Step, bool)> = Vec::new();
         for s in steps {
             if s.kind != StepKind::Effect || !s.has_builtin_undo() {
@@ -119,7 +137,10 @@ impl Expected {
             }
         }
         events.sort_by_key(|e| e.0);
-        let mut exp = Expected::default();
+        let mut exp = Expected {
+            blobs: blobs.cloned(),
+            ..Expected::default()
+        };
         for (_, s, undo) in events {
             let entries = match s.undo() {
                 Some(Undo::Restore { entries }) => entries.as_slice(),
@@ -154,35 +175,50 @@ impl Expected {
                 }
             }
         }
-        // A new tree recorded entry by entry (an exec's `dir-created` with its contents):
-        // revl witnessed every path in it, so it owns their directories' entries like a
-        // directory it made empty (an entry it did not record is drift), rather than
-        // knowing the tree only by one digest.
-        let listed: Vec<String> = after
+        for img in &after {
+            self.set(img.clone());
+        }
+        self.own_trees(&after);
+    }
+
+    /// A new tree recorded entry by entry (an exec's `dir-created` with its contents, or a
+    /// directory a rewind restored from its listing): revl witnessed every path in it, so
+    /// each of its directories owns its entries like one revl made empty (an entry it did
+    /// not record is drift), instead of knowing the tree only by one digest. `imgs` holds
+    /// the top's image with its tree digest and every entry's image; a directory with a
+    /// digest and entries listed below it is such a top. One pass: a set of the parents of
+    /// every path, then each directory's ancestors.
+    fn own_trees(&mut self, imgs: &[Image]) {
+        let parents: std::collections::HashSet<&str> = imgs
             .iter()
-            .filter(|d| d.kind == Some(FileKind::Dir))
-            .filter(|d| {
-                let below = format!("{}/", d.path);
-                after.iter().any(|a| a.path.starts_with(&below))
-            })
-            .map(|d| d.path.clone())
+            .filter_map(|a| a.path.rsplit_once('/').map(|(p, _)| p))
             .collect();
+        let tops: std::collections::HashSet<&str> = imgs
+            .iter()
+            .filter(|d| d.kind == Some(FileKind::Dir) && d.digest.is_some())
+            .map(|d| d.path.as_str())
+            .filter(|p| parents.contains(p))
+            .collect();
+        if tops.is_empty() {
+            return;
+        }
         let mut owned: Vec<String> = Vec::new();
-        if !listed.is_empty() {
-            for a in &after {
-                let inside = listed
-                    .iter()
-                    .any(|l| a.path == *l || a.path.starts_with(&format!("{l}/")));
-                if inside && a.kind == Some(FileKind::Dir) {
-                    owned.push(a.path.clone());
+        for d in imgs.iter().filter(|a| a.kind == Some(FileKind::Dir)) {
+            let mut at = d.path.as_str();
+            loop {
+                if tops.contains(at) {
+                    owned.push(d.path.clone());
+                    break;
+                }
+                match at.rsplit_once('/') {
+                    Some((parent, _)) => at = parent,
+                    None => break,
                 }
             }
         }
-        for img in after {
-            self.set(img);
-        }
         for d in owned {
             self.trees.remove(&d);
+            self.listings.remove(&d);
             if let Some(i) = self.images.get_mut(&d) {
                 i.digest = None;
             }
@@ -199,8 +235,23 @@ impl Expected {
             self.set(e.image());
             if let RestoreEntry::Dir { path, tree, .. } = e {
                 self.listings.insert(path.clone(), tree.clone());
+                // With the blob store at hand, the restored tree is known entry by entry.
+                if let Some(items) = self.listing(tree) {
+                    let mut imgs = vec![e.image()];
+                    imgs.extend(listing_images(path, items));
+                    for img in imgs.iter().skip(1) {
+                        self.set(img.clone());
+                    }
+                    self.own_trees(&imgs);
+                }
             }
         }
+    }
+
+    /// A directory listing from the blob store, when this Expected has one.
+    fn listing(&self, tree: &str) -> Option<Vec<crate::undo::TreeItem>> {
+        let b = self.blobs.as_ref()?.get(tree, None).ok()?;
+        serde_json::from_slice(&b).ok()
     }
 
     /// Drift reported entry by entry: a restored directory whose tree digest differs is
@@ -227,26 +278,9 @@ impl Expected {
                 out.push(d);
                 continue;
             };
-            let want: BTreeMap<String, Image> = items
+            let want: BTreeMap<String, Image> = listing_images(&d.path, items)
                 .into_iter()
-                .map(|it| {
-                    let path = format!("{}/{}", d.path, it.path);
-                    let digest = match it.kind {
-                        FileKind::Symlink => it
-                            .target
-                            .as_deref()
-                            .map(|t| crate::util::blake3_hex(t.as_bytes())),
-                        FileKind::Dir => None,
-                        _ => it.digest,
-                    };
-                    let img = Image {
-                        digest,
-                        kind: Some(it.kind),
-                        mode: it.mode,
-                        path: path.clone(),
-                    };
-                    (path, img)
-                })
+                .map(|i| (i.path.clone(), i))
                 .collect();
             let mut found: Vec<Drift> = Vec::new();
             let mut seen_paths = BTreeSet::new();
@@ -267,9 +301,12 @@ impl Expected {
                     found.push(Drift::new(p.clone(), w.clone(), Image::absent(p.clone())));
                 }
             }
-            if found.is_empty() {
-                out.push(d);
-            } else {
+            // The directory's own mode is reported too when it changed.
+            let own_mode = d.expected.mode.is_some() && d.expected.mode != d.actual.mode;
+            if found.is_empty() || own_mode {
+                found.push(d);
+            }
+            {
                 found.sort_by(|a, b| a.path.cmp(&b.path));
                 out.extend(found);
             }
@@ -498,6 +535,29 @@ impl Expected {
     }
 }
 
+/// The images of a directory listing's entries, below `dir`.
+fn listing_images(dir: &str, items: Vec<crate::undo::TreeItem>) -> Vec<Image> {
+    items
+        .into_iter()
+        .map(|it| {
+            let digest = match it.kind {
+                FileKind::Symlink => it
+                    .target
+                    .as_deref()
+                    .map(|t| crate::util::blake3_hex(t.as_bytes())),
+                FileKind::Dir => None,
+                _ => it.digest,
+            };
+            Image {
+                digest,
+                kind: Some(it.kind),
+                mode: it.mode,
+                path: format!("{dir}/{}", it.path),
+            }
+        })
+        .collect()
+}
+
 /// The post-images a file effect left, from its recorded detail.
 pub(crate) fn after_images(s: &Step) -> Vec<Image> {
     EffectDetail::parse(s.detail())
@@ -514,7 +574,7 @@ pub fn of_plan(
     ws: &Workspace,
     blobs: &crate::blobs::BlobStore,
 ) -> Result<Vec<Drift>> {
-    let mut exp = Expected::of(steps);
+    let mut exp = Expected::of_in(steps, blobs);
     let mut checked: Vec<String> = Vec::new();
     let mut out = Vec::new();
     for i in plan.runs() {

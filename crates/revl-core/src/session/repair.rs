@@ -86,7 +86,7 @@ impl Session {
                     // An in-place write whose intent carries its bytes may have been
                     // acknowledged: roll it forward, never back. Bytes that are neither the
                     // preimage nor the new ones (changed by hand meanwhile) are preserved first.
-                    let mut exp = Expected::of(&self.state.steps);
+                    let mut exp = Expected::of_in(&self.state.steps, &self.blobs);
                     exp.done(entries, after.images.clone());
                     self.redo_over(u, &exp)?;
                 }
@@ -115,7 +115,7 @@ impl Session {
                     // Roll back, as an unwind does: what changed by hand since is preserved
                     // first (against the state the change intended; its own preimage is not
                     // drift).
-                    let mut exp = Expected::of(&self.state.steps);
+                    let mut exp = Expected::of_in(&self.state.steps, &self.blobs);
                     exp.done(entries, after.images.clone());
                     self.preserve_drift(intent.step, entries, &exp)?;
                     self.ws.restore(entries, &self.blobs, intent.step)?;

@@ -96,7 +96,7 @@ impl Session {
             return Ok(None);
         };
         // What the log says each path holds now (redoing a write changes no step).
-        let exp = crate::drift::Expected::of(&self.state.steps);
+        let exp = crate::drift::Expected::of_in(&self.state.steps, &self.blobs);
         for u in &old {
             let undone = self
                 .state

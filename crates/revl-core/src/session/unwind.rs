@@ -78,7 +78,9 @@ impl Session {
                     if let (Some(entries), false) = (&restore, self.detached) {
                         let exp = match &mut expected {
                             Some(e) => e,
-                            None => expected.insert(Expected::of(&self.state.steps)),
+                            None => {
+                                expected.insert(Expected::of_in(&self.state.steps, &self.blobs))
+                            }
                         };
                         let kept = self.preserve_drift(i, entries, exp)?;
                         out.preserved.extend(kept);

@@ -559,3 +559,51 @@ fn compare_counts_a_branch_of_a_branch_along_the_whole_lineage() {
         c.dump()
     );
 }
+
+#[test]
+fn a_chmod_and_a_write_inside_a_users_directory_claim_nothing_else_in_it() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    fs::create_dir(ws.join("src")).unwrap();
+    fs::write(ws.join("src/mine.rs"), "fn main() {}").unwrap();
+    sh_exec(&w, &sid, "chmod 700 src && echo x > src/n");
+    let v = w.json(&["verify", &sid]);
+    assert_eq!(
+        v.code,
+        Some(0),
+        "no drift: src/ is the user's\n{}",
+        v.dump()
+    );
+    let back = w.json(&["step-back", &sid, "--to", "0"]);
+    assert!(preserved_paths(back.ok()).is_empty(), "{}", back.dump());
+    assert_eq!(
+        fs::read_to_string(ws.join("src/mine.rs")).unwrap(),
+        "fn main() {}"
+    );
+}
+
+#[test]
+fn hand_made_bytes_in_a_restored_directory_survive_a_later_write_and_an_abort() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    sh_exec(&w, &sid, "mkdir build && echo a > build/a");
+    w.json(&["exec", &sid, "--", "rm", "-rf", "build"]).ok();
+    w.json(&["step-back", &sid, "--to", "1"]).ok();
+    w.json(&["write", &sid, "build/c", "--content", "c"]).ok();
+    fs::write(ws.join("build/NOTES.txt"), "notes").unwrap();
+    let v = w.json(&["verify", &sid]);
+    let drift: Vec<&str> = v.doc()["drift"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(drift, vec!["build/NOTES.txt"], "{}", v.dump());
+    let a = w.json(&["abort", &sid]);
+    assert_eq!(
+        preserved_paths(a.ok()),
+        vec!["build/NOTES.txt"],
+        "{}",
+        a.dump()
+    );
+}
