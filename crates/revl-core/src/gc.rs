@@ -87,6 +87,12 @@ impl Store {
                     .entry(p.digest.clone())
                     .or_insert_with(|| (id.clone(), p.step, p.path.clone()));
             }
+            // Records `recover --truncate-corrupt` moved aside still name hand-made bytes.
+            for (step, path, digest) in moved_aside_preserved(&self.session_dir(&id)) {
+                hand_made
+                    .entry(digest)
+                    .or_insert_with(|| (id.clone(), step, path));
+            }
             match st.life() {
                 Life::Committed | Life::Aborted => {
                     closed += 1;
@@ -164,6 +170,11 @@ impl Store {
 fn reachable_from(st: &State, blobs: &crate::blobs::BlobStore, out: &mut BTreeSet<String>) {
     out.extend(st.manifest_digest.clone());
     out.extend(st.preserved.iter().map(|p| p.digest.clone()));
+    // A pending intent's post-images (a large write's bytes, stored before the intent):
+    // repair may roll it forward.
+    if let Some(after) = st.intent.as_ref().and_then(|i| i.after.as_ref()) {
+        out.extend(after.images.iter().filter_map(|i| i.digest.clone()));
+    }
     let pending = st.intent.as_ref().and_then(|i| i.undo.as_ref());
     let undos = st.steps.iter().filter_map(|s| s.undo()).chain(pending);
     for u in undos {
@@ -194,4 +205,37 @@ fn reachable_from(st: &State, blobs: &crate::blobs::BlobStore, out: &mut BTreeSe
                 .filter_map(|i| i.digest),
         );
     }
+}
+
+/// The `preserved` records in the files `recover --truncate-corrupt` moved aside next to a
+/// session's WAL (`wal.jsonl.unreadable-from-line-N`): `(step, path, digest)` of each line
+/// that parses as one. Hand-made bytes stay kept while any record names them.
+fn moved_aside_preserved(dir: &std::path::Path) -> Vec<(u64, String, String)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("wal.jsonl.unreadable-from-line-") {
+            continue;
+        }
+        let Ok(text) = std::fs::read(e.path()) else {
+            continue;
+        };
+        for line in text.split(|b| *b == b'\n') {
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+                continue;
+            };
+            if v["record"] != "preserved" {
+                continue;
+            }
+            if let (Some(step), Some(path), Some(d)) =
+                (v["step"].as_u64(), v["path"].as_str(), v["digest"].as_str())
+            {
+                out.push((step, path.to_string(), d.to_string()));
+            }
+        }
+    }
+    out
 }

@@ -657,7 +657,16 @@ fn history_depth(w: &OfflineWal, depth: usize) -> Result<(Vec<(i64, Step)>, i64)
     };
     // A branch forked before every step (-1) starts at its parent's start.
     let at = at.to_i64().max(0);
-    let (mut out, base) = match w.parent_wal()?.filter(|_| depth < 64) {
+    if depth >= 64 {
+        return Err(Error::bad_args(
+            format!(
+                "session {}: its lineage is more than 64 forks deep (or its WALs name each other in a loop)",
+                w.session()
+            ),
+            "compare sessions nearer to each other in the lineage",
+        ));
+    }
+    let (mut out, base) = match w.parent_wal()? {
         Some(path) => {
             let (parent, parent_base) = history_depth(&open(&path)?, depth + 1)?;
             let fork_pos = parent_base + at;

@@ -836,7 +836,7 @@ pub fn fork(v: &ForkReport) -> String {
     if v.preserved.is_none() {
         drift_rows(
             &mut out,
-            "CHANGED OUTSIDE REVL (will be preserved in the blob store, then rewound)",
+            "CHANGED OUTSIDE REVL (what is there is preserved in the blob store before the rewind runs over it; a deletion is only reported)",
             &v.drift,
         );
     }

@@ -11,7 +11,7 @@ use serde_json::Value;
 impl Session {
     // ---- writing the WAL: every append also goes through State::apply ----
 
-    fn writer(&mut self) -> Result<&mut WalWriter> {
+    pub(super) fn writer(&mut self) -> Result<&mut WalWriter> {
         if let Some(c) = &self.corrupt {
             // Read as far as it is intact: nothing is ever written after a corrupt line.
             return Err(crate::wal::corrupt_error(

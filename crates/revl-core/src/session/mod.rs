@@ -270,11 +270,18 @@ impl Store {
                 if how == Attach::Write {
                     return Err(e);
                 }
-                // Reads still work while a repair is blocked: the WAL as it stands.
+                // Reads still work while a repair is blocked: the WAL as it stands, with
+                // the repairs that did run before it.
                 let mut again = self.attach_with(id, None, how)?;
                 again.lock = s.lock.take();
+                again.repairs = std::mem::take(&mut s.repairs);
+                let then = if e.code == Code::Io {
+                    "the next writing command tries again"
+                } else {
+                    "fix the cause first"
+                };
                 again.repair_blocked = Some(format!(
-                    "an interrupted operation could not be repaired yet ({}; {}): shown as the WAL stands; the next writing command repairs it",
+                    "an interrupted operation could not be repaired ({}; {}): shown as the WAL stands; {then}",
                     e.message, e.hint
                 ));
                 return Ok(again);

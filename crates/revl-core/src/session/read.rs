@@ -334,7 +334,7 @@ impl Session {
         Err(Error::new(
             Code::MissingPreimage,
             format!("the content of {rel} (digest {digest}) is kept nowhere"),
-            "it was changed outside revl since, and revl kept no copy of it (revl keeps what its writes wrote, and the files up to 4 KiB an exec changed, up to 1 MiB a step; larger exec outputs only by digest)",
+            "revl holds no copy of these bytes (it keeps what its writes wrote, an exec's files up to 4 KiB, and every blob until `revl gc --apply`); `revl timeline` names the step that made them",
         ))
     }
 }

@@ -141,7 +141,7 @@ fn the_user_guide_is_a_tested_transcript() {
     let mut script = String::from("cd \"$GUIDE_ROOT\"\n");
     for (i, c) in cmds.iter().enumerate() {
         script.push_str(&format!(
-            "printf '\\n@@CMD {i}@@\\n'\n{{\n{}\n}} 2>&1\nprintf '\\n@@END {i}@@\\n'\n",
+            "printf '\\n@@CMD {i}@@\\n'\n{{\n{}\n}} 2>&1\nprintf '\\n@@END {i} %d@@\\n' $?\n",
             c.text
         ));
     }
@@ -175,9 +175,16 @@ fn the_user_guide_is_a_tested_transcript() {
     // Rewritten from the end, so that earlier line numbers stay valid.
     for (i, c) in cmds.iter().enumerate().rev() {
         let start = format!("@@CMD {i}@@\n");
-        let end = format!("\n@@END {i}@@");
-        let got = match (all.find(&start), all.find(&end)) {
-            (Some(a), Some(b)) if a + start.len() <= b => &all[a + start.len()..b],
+        let end = format!("\n@@END {i} ");
+        let (got, rc) = match (all.find(&start), all.find(&end)) {
+            (Some(a), Some(b)) if a + start.len() <= b => {
+                let rc: i32 = all[b + end.len()..]
+                    .split("@@")
+                    .next()
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(-1);
+                (&all[a + start.len()..b], rc)
+            }
             _ => {
                 failures.push(format!(
                     "line {}: `{}` did not run to its end\n{all}",
@@ -188,6 +195,22 @@ fn the_user_guide_is_a_tested_transcript() {
             }
         };
         let got_lines: Vec<&str> = got.lines().collect();
+        // Every command exits 0 unless its comment says otherwise (`# … (exit N)`).
+        let want_rc: i32 = c
+            .text
+            .split_once(" # ")
+            .and_then(|(_, comment)| comment.split("exit ").nth(1))
+            .and_then(|t| t.split(|ch: char| !ch.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        if rc != want_rc {
+            failures.push(format!(
+                "docs/user-guide.md line {}: `{}` exited {rc}, the guide says {want_rc} (mark another code in its comment: `# … (exit N)`)\n{got}",
+                c.line + 1,
+                c.text
+            ));
+            continue;
+        }
         // A hand-made pattern (some lines, and a line of only `…`) is kept as written.
         let pattern = c.expected.len() > 1 && c.expected.iter().any(|l| l.trim() == "…");
         if bless && !c.expected.is_empty() && !pattern {
