@@ -93,11 +93,25 @@ const STAGES: &[&str] = &[
     "bring up the loopback interface",
     "enter the working directory",
     "drop capabilities",
+    "make /proc's host-wide files read-only",
+    "start the command in its own user namespace",
+    "start a new session without a controlling terminal",
+    "clear the command's capabilities",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
 
-/// The device nodes the sandbox's `/dev` holds.
-const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+/// The device nodes the sandbox's `/dev` holds (bound read-only; no `tty`: the command has
+/// no controlling terminal, SPEC 20.2).
+const DEV_NODES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+/// The host-wide parts of `/proc` that a fresh `/proc` would leave writable (as bubblewrap
+/// does, they are bound read-only over themselves): a sysctl needs no capability for uid 0.
+const PROC_RO: [&std::ffi::CStr; 4] = [
+    c"/proc/sys",
+    c"/proc/sysrq-trigger",
+    c"/proc/irq",
+    c"/proc/bus",
+];
 
 /// What the children tell revl through the shared page.
 #[repr(C)]
@@ -160,6 +174,10 @@ struct Prepared {
     unshare: libc::c_int,
     /// `uid_map`, `gid_map` contents when a user namespace is made.
     maps: Option<(CString, CString)>,
+    /// As root: the command's own user namespace (identity-mapped, made by PID 1, which
+    /// writes its maps): uid 0 there holds no capability over the host or the sandbox's
+    /// mounts, network and /proc.
+    command_userns: bool,
     merged: CString,
     overlay_opts: CString,
     dev_host: Vec<CString>,
@@ -259,6 +277,7 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
             parent: unsafe { libc::getpid() },
             unshare,
             maps,
+            command_userns: root,
             merged: cstr(&merged)?,
             overlay_opts: CString::new(opts).map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "a path holds NUL")
@@ -439,9 +458,17 @@ unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> 
 /// # Safety
 /// Raw system calls only.
 unsafe fn raw_fork() -> std::io::Result<libc::pid_t> {
+    raw_clone(0)
+}
+
+/// [`raw_fork`] with extra clone flags (a new user namespace).
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn raw_clone(flags: libc::c_int) -> std::io::Result<libc::pid_t> {
     ok(libc::syscall(
         libc::SYS_clone,
-        libc::SIGCHLD as libc::c_long,
+        (libc::SIGCHLD | flags) as libc::c_long,
         0 as libc::c_long,
         0 as libc::c_long,
         0 as libc::c_long,
@@ -488,8 +515,31 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     // PID 1.
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
     setup(p, &at)?;
-    let cmd = raw_fork()?;
+    at(21);
+    let mut sync = [-1 as libc::c_int; 2];
+    let cmd = if p.command_userns {
+        ok(libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) as libc::c_long)?;
+        raw_clone(libc::CLONE_NEWUSER)?
+    } else {
+        raw_fork()?
+    };
     if cmd > 0 {
+        if p.command_userns {
+            libc::close(sync[0]);
+            // The whole id range, as is: files keep their owners; the capabilities of
+            // uid 0 there reach only that (empty) namespace.
+            let full = b"0 0 4294967295\n";
+            if let Err(e) = write_child_map(cmd, b"uid_map\0", full)
+                .and_then(|_| write_child_map(cmd, b"gid_map\0", full))
+            {
+                libc::kill(cmd, libc::SIGKILL);
+                return Err(e);
+            }
+            libc::write(sync[1], b"1".as_ptr().cast(), 1);
+            libc::close(sync[1]);
+        }
+        // PID 1 needs no capability from here on: it only waits.
+        clear_caps()?;
         close_all();
         let status = reap_until(cmd);
         board.status.store(status, Ordering::SeqCst);
@@ -499,7 +549,134 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     }
     // The command's process: exec follows.
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
+    if p.command_userns {
+        // Wait for PID 1 to map the ids (EOF: it failed and reported why).
+        libc::close(sync[1]);
+        let mut b = 0u8;
+        if libc::read(sync[0], (&mut b as *mut u8).cast(), 1) != 1 {
+            libc::_exit(125);
+        }
+        libc::close(sync[0]);
+    }
+    confine(&at)?;
     at(STAGE_EXEC);
+    Ok(())
+}
+
+/// The command's own process, last before exec: a new session without a controlling
+/// terminal (no TIOCSTI into the caller's terminal, no `kill(0, …)` reaching revl's
+/// process group), and every capability set cleared.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn confine(at: &dyn Fn(i32)) -> std::io::Result<()> {
+    at(22);
+    ok(libc::setsid() as libc::c_long)?;
+    at(23);
+    drop_bounding()?;
+    clear_caps()?;
+    Ok(())
+}
+
+/// Drop every capability from the bounding set and clear the ambient set, and set
+/// `no_new_privs`.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn drop_bounding() -> std::io::Result<()> {
+    ok(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
+    for cap in 0..64 {
+        // EINVAL past the last capability this kernel knows.
+        if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0
+            && *libc::__errno_location() != libc::EINVAL
+        {
+            return Err(fail());
+        }
+    }
+    ok(libc::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL,
+        0,
+        0,
+        0,
+    ) as libc::c_long)?;
+    Ok(())
+}
+
+/// Clear the effective, permitted and inheritable sets (what revl inherited included).
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn clear_caps() -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let d = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    ok(libc::syscall(
+        libc::SYS_capset,
+        &h as *const Header,
+        d.as_ptr(),
+    ))?;
+    Ok(())
+}
+
+/// Write `/proc/PID/NAME` (a child's id map) from a stack buffer: no allocation.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn write_child_map(pid: libc::pid_t, name: &[u8], data: &[u8]) -> std::io::Result<()> {
+    let mut path = [0u8; 64];
+    let mut n = 0;
+    for b in b"/proc/" {
+        path[n] = *b;
+        n += 1;
+    }
+    let mut digits = [0u8; 12];
+    let mut d = 0;
+    let mut v = pid as u32;
+    loop {
+        digits[d] = b'0' + (v % 10) as u8;
+        d += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    while d > 0 {
+        d -= 1;
+        path[n] = digits[d];
+        n += 1;
+    }
+    path[n] = b'/';
+    n += 1;
+    for b in name {
+        path[n] = *b;
+        n += 1;
+    }
+    let fd = ok(libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC) as libc::c_long)?
+        as libc::c_int;
+    let w = libc::write(fd, data.as_ptr().cast(), data.len());
+    libc::close(fd);
+    if w < 0 {
+        return Err(fail());
+    }
     Ok(())
 }
 
@@ -589,13 +766,25 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
             clone_flags,
         ))? as libc::c_int;
     }
-    at(9);
     let ro = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
+    for fd in dev_fds.iter().take(p.dev_host.len()) {
+        // Read-only binds: the node still reads and writes, its inode (mode, owner,
+        // times) cannot be changed.
+        ok(libc::syscall(
+            libc::SYS_mount_setattr,
+            *fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &ro as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+    }
+    at(9);
     ok(libc::syscall(
         libc::SYS_mount_setattr,
         libc::AT_FDCWD,
@@ -665,6 +854,30 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         std::ptr::null(),
     ) as libc::c_long)?;
+    at(20);
+    for path in PROC_RO {
+        if libc::mount(
+            path.as_ptr(),
+            path.as_ptr(),
+            null,
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        ) < 0
+        {
+            if *libc::__errno_location() == libc::ENOENT {
+                continue;
+            }
+            return Err(fail());
+        }
+        ok(libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            AT_RECURSIVE,
+            &ro as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+    }
     at(17);
     let sock =
         ok(libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) as libc::c_long)?
@@ -682,21 +895,6 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
     at(18);
     ok(libc::chdir(p.cwd.as_ptr()) as libc::c_long)?;
     at(19);
-    ok(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
-    for cap in 0..64 {
-        // EINVAL past the last capability this kernel knows.
-        if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0
-            && *libc::__errno_location() != libc::EINVAL
-        {
-            return Err(fail());
-        }
-    }
-    ok(libc::prctl(
-        libc::PR_CAP_AMBIENT,
-        libc::PR_CAP_AMBIENT_CLEAR_ALL,
-        0,
-        0,
-        0,
-    ) as libc::c_long)?;
+    drop_bounding()?;
     Ok(())
 }

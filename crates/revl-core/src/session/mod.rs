@@ -98,7 +98,12 @@ impl Session {
         self.repair_blocked.as_deref()
     }
 
-    pub(crate) fn repaired(&mut self, what: &'static str, step: Option<u64>, detail: impl Into<String>) {
+    pub(crate) fn repaired(
+        &mut self,
+        what: &'static str,
+        step: Option<u64>,
+        detail: impl Into<String>,
+    ) {
         self.repairs.push(Repaired {
             what,
             step,
@@ -239,7 +244,6 @@ impl Store {
         }
         Ok(s)
     }
-
 }
 
 /// A confirm's `--hash` is the whole SHA-256 the report printed (64 hex characters). Anything

@@ -24,7 +24,9 @@ impl Session {
                 .map(|s| {
                     let mut v = StepView::of(s);
                     // Which fork rewound it: the serial fork that froze this session.
-                    if let (Some("fork"), Some(f)) = (v.undone_by.as_deref(), &self.state.fork_frozen) {
+                    if let (Some("fork"), Some(f)) =
+                        (v.undone_by.as_deref(), &self.state.fork_frozen)
+                    {
                         v.rewound_by = Some(format!(
                             "the fork at step {} that made branch {}",
                             f.at, f.branch

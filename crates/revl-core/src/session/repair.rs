@@ -106,7 +106,10 @@ impl Session {
                     self.repaired(
                         "intent-rolled-forward",
                         Some(intent.step),
-                        format!("step {} ({}) was complete on disk when revl stopped: recorded it", intent.step, intent.label),
+                        format!(
+                            "step {} ({}) was complete on disk when revl stopped: recorded it",
+                            intent.step, intent.label
+                        ),
                     );
                 } else {
                     // Roll back, as an unwind does: what changed by hand since is preserved

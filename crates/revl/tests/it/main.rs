@@ -12,6 +12,7 @@ mod exec;
 mod fork;
 mod foundation;
 mod fuzz;
+mod hardening;
 mod lineage;
 mod mcp_clients;
 mod outbound;

@@ -102,8 +102,9 @@ fn a_fork_over_an_exec_made_directory_lists_and_preserves_hand_made_entries() {
     let branch = c.doc()["branch"].as_str().unwrap().to_string();
     let t = w.run(&["timeline", &sid]);
     assert!(
-        t.stdout
-            .contains(&format!("[undone by the fork at step 0 that made branch {branch}]")),
+        t.stdout.contains(&format!(
+            "[undone by the fork at step 0 that made branch {branch}]"
+        )),
         "{}",
         t.stdout
     );
@@ -447,7 +448,10 @@ fn attach_repairs_say_what_they_did_and_reads_work_while_a_repair_is_blocked() {
     let blocked = w.json_env(&["status", &sid], &[("REVL_FAILPOINT", "io.enospc:1")]);
     let doc = blocked.ok();
     assert!(
-        doc["repairPending"].as_str().unwrap_or_default().contains("could not be repaired yet"),
+        doc["repairPending"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("could not be repaired yet"),
         "{}",
         blocked.dump()
     );
@@ -480,7 +484,8 @@ fn attach_repairs_say_what_they_did_and_reads_work_while_a_repair_is_blocked() {
     assert_ne!(died.code, Some(0), "{}", died.dump());
     let text = w.run(&["timeline", &sid2]);
     assert!(
-        text.stdout.contains("repaired on attach: removed an incomplete last WAL line"),
+        text.stdout
+            .contains("repaired on attach: removed an incomplete last WAL line"),
         "{}",
         text.dump()
     );
