@@ -31,6 +31,9 @@ pub mod report;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod sandbox;
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub mod seccomp;
 pub mod session;
 pub mod state;
 pub mod step;

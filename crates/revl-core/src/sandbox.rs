@@ -97,6 +97,8 @@ const STAGES: &[&str] = &[
     "start the command in its own user namespace",
     "start a new session without a controlling terminal",
     "clear the command's capabilities",
+    "join a fresh session keyring",
+    "install the seccomp filter",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
 
@@ -178,6 +180,9 @@ struct Prepared {
     /// writes its maps): uid 0 there holds no capability over the host or the sandbox's
     /// mounts, network and /proc.
     command_userns: bool,
+    /// The seccomp filters (built before the fork; empty where seccompiler does not know
+    /// the architecture).
+    seccomp: Vec<seccompiler::BpfProgram>,
     merged: CString,
     overlay_opts: CString,
     dev_host: Vec<CString>,
@@ -278,6 +283,7 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
             unshare,
             maps,
             command_userns: root,
+            seccomp: crate::seccomp::programs().unwrap_or_default(),
             merged: cstr(&merged)?,
             overlay_opts: CString::new(opts).map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "a path holds NUL")
@@ -558,7 +564,7 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
         }
         libc::close(sync[0]);
     }
-    confine(&at)?;
+    confine(p, &at)?;
     at(STAGE_EXEC);
     Ok(())
 }
@@ -569,12 +575,27 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
 ///
 /// # Safety
 /// Raw system calls only.
-unsafe fn confine(at: &dyn Fn(i32)) -> std::io::Result<()> {
+unsafe fn confine(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
     at(22);
     ok(libc::setsid() as libc::c_long)?;
+    at(24);
+    // A new anonymous session keyring: the caller's session keyring (and, as root, root's
+    // user keyring) is out of reach; the filter then refuses the keyring calls.
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    if libc::syscall(
+        libc::SYS_keyctl,
+        KEYCTL_JOIN_SESSION_KEYRING,
+        0 as libc::c_long,
+    ) < 0
+        && *libc::__errno_location() != libc::ENOSYS
+    {
+        return Err(fail());
+    }
     at(23);
     drop_bounding()?;
     clear_caps()?;
+    at(25);
+    crate::seccomp::install(&p.seccomp)?;
     Ok(())
 }
 

@@ -248,3 +248,130 @@ fn device_nodes_are_bound_read_only() {
         "the host's /dev/full changed"
     );
 }
+
+/// A probe of the seccomp filter: each call, with the errno it got.
+const SYSCALL_PROBE: &str = r#"
+import ctypes, os, socket, errno, fcntl, termios
+libc = ctypes.CDLL(None, use_errno=True)
+def sc(name, nr, *a):
+    r = libc.syscall(nr, *[ctypes.c_long(x) for x in a])
+    print(name, errno.errorcode.get(ctypes.get_errno(), "?") if r < 0 else "ALLOWED")
+sc("io_uring_setup", 425, 1, 0)
+sc("io_uring_enter", 426, 0, 0, 0, 0, 0)
+sc("io_uring_register", 427, 0, 0, 0, 0)
+sc("keyctl", 250, 0, -3)
+sc("add_key", 248, 0, 0, 0, 0, 0)
+sc("request_key", 249, 0, 0, 0, 0)
+sc("ptrace", 101, 0x4206, 1, 0, 0)
+sc("process_vm_readv", 310, 1, 0, 0, 0, 0, 0)
+sc("bpf", 321, 0, 0, 0)
+sc("perf_event_open", 298, 0, 0, 0, 0, 0)
+sc("userfaultfd", 323, 0)
+sc("kexec_load", 246, 0, 0, 0, 0)
+sc("init_module", 175, 0, 0, 0)
+sc("finit_module", 313, 0, 0, 0)
+sc("delete_module", 176, 0, 0)
+sc("mount", 165, 0, 0, 0, 0, 0)
+sc("umount2", 166, 0, 0)
+sc("pivot_root", 155, 0, 0)
+sc("open_tree", 428, -100, 0, 0)
+sc("move_mount", 429, 0, 0, 0, 0, 0)
+sc("fsopen", 430, 0, 0)
+sc("setns", 308, 0, 0)
+sc("unshare-user", 272, 0x10000000)
+sc("unshare-net", 272, 0x40000000)
+sc("unshare-mnt", 272, 0x20000)
+sc("clone-newuser", 56, 0x10000000 | 17, 0, 0, 0, 0)
+sc("clone3", 435, 0, 0)
+sc("x32-getpid", 0x40000000 + 39)
+for name, fam, typ in [("vsock", 40, 1), ("netlink", 16, 3), ("packet", 17, 3), ("appletalk", 5, 2)]:
+    try:
+        socket.socket(fam, typ).close(); print("socket-" + name, "ALLOWED")
+    except OSError as e:
+        print("socket-" + name, errno.errorcode[e.errno])
+try:
+    fcntl.ioctl(1, termios.TIOCSTI, b"x"); print("tiocsti ALLOWED")
+except OSError as e:
+    print("tiocsti", errno.errorcode[e.errno])
+for fam in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
+    socket.socket(fam).close()
+pid = os.fork()
+if pid == 0:
+    os._exit(3)
+print("fork", os.waitpid(pid, 0)[1] >> 8)
+"#;
+
+/// SPEC 20.2 / finding 6: the seccomp filter refuses each listed call with EPERM (clone3
+/// with ENOSYS, so that the C library falls back to clone); ordinary calls still work.
+#[test]
+fn the_seccomp_filter_refuses_the_dangerous_calls_with_eperm() {
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("skipped: the probe uses x86-64 system call numbers");
+        return;
+    }
+    let w = World::new();
+    let (sid, _ws) = w.session();
+    let doc = w
+        .json(&["exec", &sid, "--", "python3", "-c", SYSCALL_PROBE])
+        .ok()
+        .clone();
+    let out = stdout(&doc);
+    let mut seen = 0;
+    for line in out.lines() {
+        let (name, res) = line.split_once(' ').unwrap();
+        match name {
+            "fork" => assert_eq!(res, "3", "{doc}"),
+            "clone3" => assert_eq!(res, "ENOSYS", "{doc}"),
+            _ => assert_eq!(res, "EPERM", "{name}: {doc}"),
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 34, "every probe ran: {doc}");
+}
+
+/// Finding 6: the command gets a fresh session keyring: a key in the caller's session
+/// keyring can be neither read nor changed (checked from outside, after the run).
+#[test]
+fn the_callers_session_keyring_is_out_of_reach() {
+    let w = World::new();
+    let (sid, _ws) = w.session();
+    let attack = r#"
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+kid = libc.syscall(250, 10, ctypes.c_long(-3), b"user", b"revl-probe", 0)  # KEYCTL_SEARCH
+buf = ctypes.create_string_buffer(64)
+n = libc.syscall(250, 11, kid, buf, 64) if kid > 0 else -1          # KEYCTL_READ
+print("READ", buf.raw[:n] if n > 0 else n)
+libc.syscall(248, b"user", b"revl-probe", b"CHANGED", 7, ctypes.c_long(-3))  # add_key
+"#;
+    let driver = r#"
+import ctypes, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.syscall(250, 1, b"revl-test") > 0                       # JOIN_SESSION_KEYRING
+kid = libc.syscall(248, b"user", b"revl-probe", b"SECRET", 6, ctypes.c_long(-3))
+assert kid > 0
+p = subprocess.run(sys.argv[1:], capture_output=True)
+sys.stdout.write(p.stdout.decode())
+buf = ctypes.create_string_buffer(64)
+n = libc.syscall(250, 11, kid, buf, 64)
+sys.stderr.write("KEY:" + buf.raw[:n].decode() + "\n")
+"#;
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(driver)
+        .arg(bin())
+        .arg("--store")
+        .arg(&w.store)
+        .args(["--json", "exec", &sid, "--", "python3", "-c", attack])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", w.root())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}\n{err}", String::from_utf8_lossy(&out.stdout)));
+    assert!(!stdout(&doc).contains("SECRET"), "the key was read: {doc}");
+    assert!(stdout(&doc).contains("READ -1"), "{doc}");
+    assert!(err.contains("KEY:SECRET\n"), "the key was changed: {err}");
+}
