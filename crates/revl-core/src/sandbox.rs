@@ -46,6 +46,11 @@ pub struct Spec<'a> {
     /// An empty directory of revl's on a filesystem that can hold an overlay upper layer,
     /// outside the workspace: `upper/`, `work/` and `merged/` are made in it.
     pub scratch: &'a Path,
+    /// Paths the command must not read (the store, the manifest's `[exec] hide`): each is
+    /// masked inside the sandbox by an empty read-only tmpfs (a directory) or an empty
+    /// file (a file). A path that does not exist is skipped; one that holds the workspace
+    /// is refused.
+    pub hide: &'a [PathBuf],
 }
 
 /// A command that ran: its outcome, and the upper layer holding what it wrote.
@@ -99,6 +104,7 @@ const STAGES: &[&str] = &[
     "clear the command's capabilities",
     "join a fresh session keyring",
     "install the seccomp filter",
+    "hide the store and the manifest's hidden paths",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
 
@@ -193,6 +199,10 @@ struct Prepared {
     ws_chain: Vec<CString>,
     workspace: CString,
     cwd: CString,
+    /// Masked paths: (path, is a directory), files first.
+    hide: Vec<(CString, bool)>,
+    /// An empty read-only file of revl's, bound over each hidden file.
+    empty: CString,
 }
 
 fn cstr(p: &Path) -> std::io::Result<CString> {
@@ -266,6 +276,30 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
         at.push(c);
         ws_chain.push(cstr(&at)?);
     }
+    let mut hide = Vec::new();
+    for h in spec.hide {
+        // Resolved on the host (a symlink is masked where it leads); absent: nothing to hide.
+        let Ok(real) = h.canonicalize() else {
+            continue;
+        };
+        if spec.workspace.starts_with(&real) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is to be hidden from the command, but it holds the workspace {}",
+                    h.display(),
+                    spec.workspace.display()
+                ),
+            ));
+        }
+        hide.push((cstr(&real)?, real.is_dir()));
+    }
+    // Files first: their mask is bound from `empty`, in the scratch directory, which a
+    // directory mask (the store's) may cover.
+    hide.sort_by_key(|(_, dir)| *dir);
+    let empty = spec.scratch.join("empty");
+    std::fs::write(&empty, b"")?;
+    std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
     let mut dev_host = Vec::new();
     let mut dev_target = Vec::new();
     for n in DEV_NODES {
@@ -294,6 +328,8 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
             ws_chain,
             workspace: cstr(spec.workspace)?,
             cwd: cstr(spec.cwd)?,
+            hide,
+            empty: cstr(&empty)?,
         },
         upper,
     ))
@@ -389,6 +425,7 @@ pub fn probe(dir: &Path) -> Result<(), String> {
         env: &[],
         timeout: Some(Duration::from_secs(30)),
         scratch: &scratch,
+        hide: &[],
     };
     match run(&spec, &mut || Ok(())) {
         Ok(o) if o.ran.code == Some(0) => Ok(()),
@@ -867,6 +904,43 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
         MOVE_MOUNT_F_EMPTY_PATH,
     ))?;
     libc::close(overlay);
+    at(26);
+    for (path, dir) in &p.hide {
+        let r = if *dir {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                path.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=555,size=4k,nr_inodes=1".as_ptr().cast(),
+            )
+        } else {
+            libc::mount(
+                p.empty.as_ptr(),
+                path.as_ptr(),
+                null,
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        if r < 0 {
+            // Not in the sandbox's view (under the private /tmp, say): nothing to hide.
+            if *libc::__errno_location() == libc::ENOENT {
+                continue;
+            }
+            return Err(fail());
+        }
+        if !*dir {
+            ok(libc::syscall(
+                libc::SYS_mount_setattr,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                0 as libc::c_uint,
+                &ro as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            ))?;
+        }
+    }
     at(16);
     ok(libc::mount(
         c"proc".as_ptr(),

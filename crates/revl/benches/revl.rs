@@ -520,6 +520,7 @@ fn bench_exec() {
             env: &[],
             timeout: None,
             scratch: &scratch,
+            hide: &[],
         };
         let t = Instant::now();
         let o = revl_core::sandbox::run(&spec, &mut || Ok(())).unwrap();

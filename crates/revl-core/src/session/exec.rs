@@ -148,6 +148,7 @@ impl Session {
             ("REVL_SESSION".to_string(), self.id.clone()),
             ("REVL_STEP".to_string(), step.to_string()),
         ];
+        let hide = self.hidden_from_exec(&root)?;
         let spec = sandbox::Spec {
             argv: &o.argv,
             workspace: &root,
@@ -155,6 +156,7 @@ impl Session {
             env: &env,
             timeout: Some(o.timeout.unwrap_or(DEFAULT_TIMEOUT)),
             scratch: &scratch,
+            hide: &hide,
         };
         let intent = Record::Intent {
             step,
@@ -214,6 +216,25 @@ impl Session {
                 sandbox: true,
             }),
         })
+    }
+
+    /// What the sandbox masks: the store (every session's WAL, blobs and scratch; its
+    /// parts when it holds the workspace) and the manifest's `[exec] hide`.
+    #[cfg(target_os = "linux")]
+    fn hidden_from_exec(&self, ws: &Path) -> Result<Vec<PathBuf>> {
+        let store = self.store.root();
+        let store = store.canonicalize().unwrap_or_else(|_| store.to_path_buf());
+        let mut hide = if ws.starts_with(&store) {
+            ["sessions", "blobs", "scratch"]
+                .iter()
+                .map(|d| store.join(d))
+                .collect()
+        } else {
+            vec![store]
+        };
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        hide.extend(self.manifest()?.exec.hide_paths(home.as_deref()));
+        Ok(hide)
     }
 
     fn void(&mut self, step: u64, why: &str) -> Result<()> {
