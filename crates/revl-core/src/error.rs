@@ -38,6 +38,8 @@ pub enum Code {
     ExecFailed,
     /// v2: the exec sandbox cannot be set up on this machine (nothing ran).
     SandboxUnavailable,
+    /// v3: an exec went past one of its limits (`--max-bytes`): nothing was applied.
+    LimitExceeded,
 }
 
 impl Code {
@@ -70,6 +72,7 @@ impl Code {
             Code::Absent => "absent",
             Code::ExecFailed => "exec-failed",
             Code::SandboxUnavailable => "sandbox-unavailable",
+            Code::LimitExceeded => "limit-exceeded",
         }
     }
 

@@ -48,7 +48,7 @@ pub mod workspace;
 
 pub use error::{Code, Error, Remedy, Result};
 pub use failpoint::Failpoints;
-pub use session::{ExecOptions, Session, StepBackMode, GUARANTEE};
+pub use session::{ExecLimits, ExecOptions, Session, StepBackMode, GUARANTEE};
 pub use store::Store;
 pub use workspace::FileOp;
 

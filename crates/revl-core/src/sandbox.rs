@@ -23,7 +23,7 @@
 //! failed is written to a shared page, so a refusal can say which part of the sandbox this
 //! machine does not allow (`sandbox-unavailable`).
 
-use crate::proc::{run_command, Ran};
+use crate::proc::{run_command_watched, Ran};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -51,6 +51,33 @@ pub struct Spec<'a> {
     /// file (a file). A path that does not exist is skipped; one that holds the workspace
     /// is refused.
     pub hide: &'a [PathBuf],
+    pub limits: Limits,
+}
+
+/// Resource limits (SPEC 20.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `RLIMIT_AS` of each process.
+    pub memory: Option<u64>,
+    /// Processes at once: a `pids` cgroup where revl may make one, else `RLIMIT_NPROC`
+    /// (which the kernel does not apply to uid 0).
+    pub pids: u64,
+    /// `RLIMIT_CPU` of each process.
+    pub cpu_seconds: Option<u64>,
+    /// What the upper layer may hold (the bytes of its files); each file is also capped by
+    /// `RLIMIT_FSIZE` just past it.
+    pub max_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            memory: None,
+            pids: 4096,
+            cpu_seconds: None,
+            max_bytes: 16 << 30,
+        }
+    }
 }
 
 /// A command that ran: its outcome, and the upper layer holding what it wrote.
@@ -74,6 +101,8 @@ pub enum Failure {
     /// It was running when the caller's `started` failed (it was killed), or waiting for it
     /// failed.
     Started(std::io::Error),
+    /// It went past `--max-bytes` and was stopped: which limit, and by how much.
+    LimitExceeded(String),
 }
 
 /// The steps of the set-up, in order; the shared page holds the index of the one under way.
@@ -105,6 +134,8 @@ const STAGES: &[&str] = &[
     "join a fresh session keyring",
     "install the seccomp filter",
     "hide the store and the manifest's hidden paths",
+    "set the resource limits",
+    "join the pids cgroup",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
 
@@ -203,6 +234,10 @@ struct Prepared {
     hide: Vec<(CString, bool)>,
     /// An empty read-only file of revl's, bound over each hidden file.
     empty: CString,
+    /// `(resource, limit)` pairs for setrlimit.
+    rlimits: [(libc::__rlimit_resource_t, u64); 4],
+    /// `cgroup.procs` of the command's pids cgroup, open for writing (-1: none).
+    cgroup_procs: libc::c_int,
 }
 
 fn cstr(p: &Path) -> std::io::Result<CString> {
@@ -237,7 +272,133 @@ pub fn xattr_prefix() -> &'static str {
     }
 }
 
-fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
+/// The bytes the files of `dir` hold (their apparent sizes: a sparse file counts whole,
+/// as a copy of it might), stopping early past `cap`.
+fn tree_bytes(dir: &Path, cap: u64) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() {
+                total = total.saturating_add(m.len());
+                if total > cap {
+                    return total;
+                }
+            }
+        }
+    }
+    total
+}
+
+/// A `pids` cgroup of revl's own for one command (cgroup v2 where the controller is
+/// delegated to revl's cgroup, else the v1 `pids` hierarchy), removed when dropped.
+pub struct PidsCgroup {
+    dir: PathBuf,
+    procs: std::fs::File,
+}
+
+impl PidsCgroup {
+    /// Make one holding at most `max` tasks; `None` where revl may not.
+    pub fn new(max: u64) -> Option<PidsCgroup> {
+        let base = pids_cgroup_base()?;
+        let dir = base.join(format!(
+            "revl-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        std::fs::create_dir(&dir).ok()?;
+        let made = (|| {
+            std::fs::write(dir.join("pids.max"), max.to_string())?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))
+        })();
+        match made {
+            Ok(procs) => Some(PidsCgroup { dir, procs }),
+            Err(_) => {
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        // Its last tasks may still be exiting: a few tries.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Where revl's own cgroup of a `pids` controller lies, if it may make children there.
+fn pids_cgroup_base() -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // v2: the unified hierarchy, with pids enabled for revl's cgroup's children.
+    if let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) {
+        for m in mounts.lines() {
+            let f: Vec<&str> = m.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            if f.get(sep + 1) == Some(&"cgroup2") {
+                let base = Path::new(f[4]).join(path.trim_start_matches('/'));
+                let ctl = std::fs::read_to_string(base.join("cgroup.subtree_control"))
+                    .unwrap_or_default();
+                if ctl.split_whitespace().any(|c| c == "pids") {
+                    return Some(base);
+                }
+            }
+        }
+    }
+    // v1: the pids hierarchy.
+    let path = own.lines().find_map(|l| {
+        let mut it = l.splitn(3, ':');
+        let (_, ctl, path) = (it.next()?, it.next()?, it.next()?);
+        ctl.split(',').any(|c| c == "pids").then_some(path)
+    })?;
+    for m in mounts.lines() {
+        let f: Vec<&str> = m.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        if f.get(sep + 1) == Some(&"cgroup")
+            && f.get(sep + 3)
+                .is_some_and(|o| o.split(',').any(|c| c == "pids"))
+        {
+            let base = Path::new(f[4]).join(path.trim_start_matches('/'));
+            return base.is_dir().then_some(base);
+        }
+    }
+    None
+}
+
+/// How the limits are enforced here: `"cgroup"` where revl may make a pids cgroup, else
+/// `"rlimit"`.
+pub fn limits_mode() -> &'static str {
+    if is_root() && pids_cgroup_base().is_some() {
+        "cgroup"
+    } else {
+        "rlimit"
+    }
+}
+
+fn prepare(
+    spec: &Spec,
+    board: usize,
+    cgroup: Option<&PidsCgroup>,
+) -> std::io::Result<(Prepared, PathBuf)> {
     let root = is_root();
     let upper = spec.scratch.join("upper");
     let work = spec.scratch.join("work");
@@ -330,6 +491,22 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
             cwd: cstr(spec.cwd)?,
             hide,
             empty: cstr(&empty)?,
+            rlimits: [
+                (
+                    libc::RLIMIT_AS,
+                    spec.limits.memory.unwrap_or(libc::RLIM_INFINITY),
+                ),
+                (libc::RLIMIT_NPROC, spec.limits.pids),
+                (
+                    libc::RLIMIT_CPU,
+                    spec.limits.cpu_seconds.unwrap_or(libc::RLIM_INFINITY),
+                ),
+                (libc::RLIMIT_FSIZE, spec.limits.max_bytes.saturating_add(1)),
+            ],
+            cgroup_procs: cgroup.map_or(-1, |c| {
+                use std::os::fd::AsRawFd;
+                c.procs.as_raw_fd()
+            }),
         },
         upper,
     ))
@@ -343,7 +520,14 @@ pub fn run(
     started: &mut dyn FnMut() -> std::io::Result<()>,
 ) -> Result<Outcome, Failure> {
     let shared = Shared::new().map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
-    let (prepared, upper) = prepare(spec, shared.ptr as usize)
+    // As root, the pids limit is a cgroup's (the kernel does not apply RLIMIT_NPROC to
+    // uid 0); unprivileged, RLIMIT_NPROC counts the sandbox's own user namespace.
+    let cgroup = if is_root() {
+        PidsCgroup::new(spec.limits.pids)
+    } else {
+        None
+    };
+    let (prepared, upper) = prepare(spec, shared.ptr as usize, cgroup.as_ref())
         .map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
     let Some((prog, args)) = spec.argv.split_first() else {
         return Err(Failure::NotStarted(std::io::Error::new(
@@ -366,7 +550,31 @@ pub fn run(
         said = true;
         started()
     };
-    match run_command(cmd, None, spec.timeout, &mut started) {
+    let max = spec.limits.max_bytes;
+    let watched = upper.clone();
+    let mut over = None;
+    let mut stop = || {
+        let n = tree_bytes(&watched, max);
+        if n > max {
+            over = Some(n);
+        }
+        n > max
+    };
+    let result = run_command_watched(cmd, None, spec.timeout, &mut started, &mut stop);
+    drop(cgroup);
+    if result.is_ok() && over.is_none() {
+        // What it wrote after the last look.
+        let n = tree_bytes(&upper, max);
+        if n > max {
+            over = Some(n);
+        }
+    }
+    if let Some(n) = over {
+        return Err(Failure::LimitExceeded(format!(
+            "--max-bytes {max}: the command wrote more than {max} bytes ({n} seen)"
+        )));
+    }
+    match result {
         Ok(mut ran) => {
             let b = shared.board();
             if !ran.timed_out && b.done.load(Ordering::SeqCst) == 0 {
@@ -426,6 +634,7 @@ pub fn probe(dir: &Path) -> Result<(), String> {
         timeout: Some(Duration::from_secs(30)),
         scratch: &scratch,
         hide: &[],
+        limits: Limits::default(),
     };
     match run(&spec, &mut || Ok(())) {
         Ok(o) if o.ran.code == Some(0) => Ok(()),
@@ -440,6 +649,7 @@ pub fn probe(dir: &Path) -> Result<(), String> {
         Err(Failure::Unavailable(why)) => Err(why),
         Err(Failure::NotStarted(e)) => Err(format!("cannot start /bin/sh in the sandbox: {e}")),
         Err(Failure::Started(e)) => Err(format!("waiting for the probe failed: {e}")),
+        Err(Failure::LimitExceeded(why)) => Err(why),
     }
 }
 
@@ -534,6 +744,11 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     if libc::getppid() != p.parent {
         libc::_exit(125);
     }
+    if p.cgroup_procs >= 0 {
+        at(28);
+        ok(libc::write(p.cgroup_procs, b"0".as_ptr().cast(), 1) as libc::c_long)?;
+        libc::close(p.cgroup_procs);
+    }
     at(2);
     ok(libc::unshare(p.unshare) as libc::c_long)?;
     if let Some((uid_map, gid_map)) = &p.maps {
@@ -627,6 +842,16 @@ unsafe fn confine(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
         && *libc::__errno_location() != libc::ENOSYS
     {
         return Err(fail());
+    }
+    at(27);
+    for (res, lim) in p.rlimits {
+        if lim != libc::RLIM_INFINITY {
+            let r = libc::rlimit {
+                rlim_cur: lim,
+                rlim_max: lim,
+            };
+            ok(libc::setrlimit(res, &r) as libc::c_long)?;
+        }
     }
     at(23);
     drop_bounding()?;

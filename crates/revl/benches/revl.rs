@@ -521,6 +521,7 @@ fn bench_exec() {
             timeout: None,
             scratch: &scratch,
             hide: &[],
+            limits: Default::default(),
         };
         let t = Instant::now();
         let o = revl_core::sandbox::run(&spec, &mut || Ok(())).unwrap();

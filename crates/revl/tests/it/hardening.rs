@@ -579,3 +579,109 @@ fn a_bad_exec_hide_is_refused_at_new() {
         out.err(2, "bad-manifest");
     }
 }
+
+/// SPEC 20.2 limits: past `--max-bytes` the command is stopped, nothing is applied and no
+/// step is recorded (exit 1, limit-exceeded); `--pids`, `--memory` and `--cpu-seconds` act
+/// as the kernel does; a bad SIZE is refused before anything runs.
+#[test]
+fn limits_stop_a_command_that_writes_forks_or_allocates_too_much() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    let before = snapshot(&ws);
+    let out = w.json(&[
+        "exec",
+        &sid,
+        "--max-bytes",
+        "1M",
+        "--",
+        "sh",
+        "-c",
+        "echo small > s; head -c 3000000 /dev/zero > big; echo after",
+    ]);
+    let msg = out.err(1, "limit-exceeded");
+    assert!(msg.contains("--max-bytes"), "{msg}");
+    assert_snap_eq(&before, &snapshot(&ws), "nothing applied");
+    assert_eq!(w.head(&sid), 0, "no step recorded");
+
+    let doc = w
+        .json(&[
+            "exec",
+            &sid,
+            "--pids",
+            "16",
+            "--",
+            "sh",
+            "-c",
+            "n=0; for i in $(seq 1 40); do sleep 3 & n=$((n+1)); done; echo started",
+        ])
+        .ok()
+        .clone();
+    assert!(
+        stderr(&doc).contains("fork") || stderr(&doc).contains("Resource temporarily"),
+        "a fork past --pids failed: {doc}"
+    );
+    let doc = w
+        .json(&[
+            "exec",
+            &sid,
+            "--memory",
+            "100M",
+            "--",
+            "python3",
+            "-c",
+            "x = bytearray(400 * 1024 * 1024)",
+        ])
+        .ok()
+        .clone();
+    assert!(stderr(&doc).contains("MemoryError"), "{doc}");
+    let doc = w
+        .json(&[
+            "exec",
+            &sid,
+            "--cpu-seconds",
+            "1",
+            "--timeout",
+            "30",
+            "--",
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ])
+        .ok()
+        .clone();
+    assert!(
+        doc["signal"] == 9 || doc["signal"] == 24,
+        "stopped by the CPU limit: {doc}"
+    );
+    assert_eq!(doc["timedOut"], false);
+    for bad in [
+        vec!["--max-bytes", "lots"],
+        vec!["--memory", "0"],
+        vec!["--pids", "0"],
+    ] {
+        let mut a = vec!["exec", sid.as_str()];
+        a.extend(bad.iter().copied());
+        a.extend(["--", "true"]);
+        w.json(&a).err(2, "bad-args");
+    }
+}
+
+/// Finding 8: a sparse 20 GB file is never hashed or copied whole: the default
+/// `--max-bytes` (16G) caps each file, so it never reaches the workspace at that size.
+#[test]
+fn a_huge_sparse_file_is_refused_by_the_default_limit() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    let t = std::time::Instant::now();
+    let out = w.json(&[
+        "exec",
+        &sid,
+        "--",
+        "sh",
+        "-c",
+        "truncate -s 20G sparse; echo done",
+    ]);
+    assert!(t.elapsed().as_secs() < 60, "{}", out.dump());
+    let size = fs::metadata(ws.join("sparse")).map_or(0, |m| m.len());
+    assert!(size <= 16 << 30, "a {size}-byte file reached the workspace");
+}
