@@ -136,6 +136,7 @@ const STAGES: &[&str] = &[
     "hide the store and the manifest's hidden paths",
     "set the resource limits",
     "join the pids cgroup",
+    "restrict writes with Landlock",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
 
@@ -238,6 +239,59 @@ struct Prepared {
     rlimits: [(libc::__rlimit_resource_t, u64); 4],
     /// `cgroup.procs` of the command's pids cgroup, open for writing (-1: none).
     cgroup_procs: libc::c_int,
+    /// The kernel's Landlock ABI (0: none), and where writes stay allowed under it.
+    landlock_abi: i32,
+    landlock_rules: Vec<(CString, u64)>,
+}
+
+// Landlock (a second fence on writes, SPEC 20.2): the filesystem rights revl handles.
+const LL_WRITE_FILE: u64 = 1 << 1;
+const LL_REMOVE_DIR: u64 = 1 << 4;
+const LL_REMOVE_FILE: u64 = 1 << 5;
+const LL_MAKE_CHAR: u64 = 1 << 6;
+const LL_MAKE_DIR: u64 = 1 << 7;
+const LL_MAKE_REG: u64 = 1 << 8;
+const LL_MAKE_SOCK: u64 = 1 << 9;
+const LL_MAKE_FIFO: u64 = 1 << 10;
+const LL_MAKE_BLOCK: u64 = 1 << 11;
+const LL_MAKE_SYM: u64 = 1 << 12;
+const LL_REFER: u64 = 1 << 13;
+const LL_TRUNCATE: u64 = 1 << 14;
+
+/// The write rights Landlock ABI `abi` knows.
+fn landlock_writes(abi: i32) -> u64 {
+    let mut r = LL_WRITE_FILE
+        | LL_REMOVE_DIR
+        | LL_REMOVE_FILE
+        | LL_MAKE_CHAR
+        | LL_MAKE_DIR
+        | LL_MAKE_REG
+        | LL_MAKE_SOCK
+        | LL_MAKE_FIFO
+        | LL_MAKE_BLOCK
+        | LL_MAKE_SYM;
+    if abi >= 2 {
+        r |= LL_REFER;
+    }
+    if abi >= 3 {
+        r |= LL_TRUNCATE;
+    }
+    r
+}
+
+/// The Landlock ABI version of this kernel (0: none, or disabled).
+pub fn landlock_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: the version query reads no memory (NULL attribute, size 0).
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    v.max(0) as i32
 }
 
 fn cstr(p: &Path) -> std::io::Result<CString> {
@@ -387,7 +441,7 @@ fn pids_cgroup_base() -> Option<PathBuf> {
 /// How the limits are enforced here: `"cgroup"` where revl may make a pids cgroup, else
 /// `"rlimit"`.
 pub fn limits_mode() -> &'static str {
-    if is_root() && pids_cgroup_base().is_some() {
+    if is_root() && PidsCgroup::new(1).is_some() {
         "cgroup"
     } else {
         "rlimit"
@@ -461,6 +515,19 @@ fn prepare(
     let empty = spec.scratch.join("empty");
     std::fs::write(&empty, b"")?;
     std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
+    // Writes stay allowed in the workspace view and the sandbox's private /tmp, /dev/shm
+    // and /run; to the device nodes (not making or removing any); nowhere else.
+    let abi = landlock_abi();
+    let all = landlock_writes(abi);
+    let mut landlock_rules = vec![
+        (cstr(spec.workspace)?, all),
+        (c"/tmp".to_owned(), all),
+        (c"/dev/shm".to_owned(), all),
+        (c"/dev".to_owned(), all & (LL_WRITE_FILE | LL_TRUNCATE)),
+    ];
+    if Path::new("/run").is_dir() {
+        landlock_rules.push((c"/run".to_owned(), all));
+    }
     let mut dev_host = Vec::new();
     let mut dev_target = Vec::new();
     for n in DEV_NODES {
@@ -507,6 +574,8 @@ fn prepare(
                 use std::os::fd::AsRawFd;
                 c.procs.as_raw_fd()
             }),
+            landlock_abi: abi,
+            landlock_rules,
         },
         upper,
     ))
@@ -856,8 +925,61 @@ unsafe fn confine(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
     at(23);
     drop_bounding()?;
     clear_caps()?;
+    if p.landlock_abi > 0 {
+        at(29);
+        landlock(p)?;
+    }
     at(25);
     crate::seccomp::install(&p.seccomp)?;
+    Ok(())
+}
+
+/// Landlock: the write rights are handled, and granted only beneath `p.landlock_rules`.
+///
+/// # Safety
+/// Raw system calls only (`no_new_privs` is set).
+unsafe fn landlock(p: &Prepared) -> std::io::Result<()> {
+    #[repr(C)]
+    struct RulesetAttr {
+        handled_access_fs: u64,
+    }
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    let attr = RulesetAttr {
+        handled_access_fs: landlock_writes(p.landlock_abi),
+    };
+    let ruleset = ok(libc::syscall(
+        libc::SYS_landlock_create_ruleset,
+        &attr as *const RulesetAttr,
+        std::mem::size_of::<RulesetAttr>(),
+        0 as libc::c_uint,
+    ))? as libc::c_int;
+    for (path, access) in &p.landlock_rules {
+        let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        if fd < 0 {
+            continue; // not in this sandbox (no /run): nothing to allow
+        }
+        let rule = PathBeneath {
+            allowed_access: *access,
+            parent_fd: fd,
+        };
+        const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+        let r = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &rule as *const PathBeneath,
+            0 as libc::c_uint,
+        );
+        libc::close(fd);
+        ok(r)?;
+    }
+    let r = libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0 as libc::c_uint);
+    libc::close(ruleset);
+    ok(r)?;
     Ok(())
 }
 

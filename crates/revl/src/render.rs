@@ -318,9 +318,27 @@ pub fn doctor(v: &revl_core::doctor::Doctor) -> String {
         None => format!("{name:<8} yes"),
         Some(why) => format!("{name:<8} no: {why}"),
     };
+    let sb = &v.sandbox;
+    let mut sandbox = match &sb.why {
+        None => format!("{:<8} yes", "sandbox"),
+        Some(why) => format!("{:<8} no: {why}", "sandbox"),
+    };
+    if let Some(fix) = &sb.fix {
+        sandbox.push_str(&format!("\n         fix: {fix}"));
+    }
+    sandbox.push_str(&format!(
+        "\n         layers: namespaces (user namespace: {}), overlay, seccomp {}, landlock {}, limits by {}",
+        sb.userns,
+        if sb.seccomp { "yes" } else { "no" },
+        match sb.landlock.as_i64() {
+            Some(n) => format!("ABI {n}"),
+            None => "no".to_string(),
+        },
+        sb.limits
+    ));
     format!(
         "{}\n{}\nrunning as {}",
-        line("sandbox", &v.sandbox),
+        sandbox,
         line("reflink", &v.reflink),
         if v.root {
             "root"

@@ -138,9 +138,13 @@ impl ExecOptions {
 }
 
 fn unavailable(why: impl std::fmt::Display) -> Error {
+    let why = why.to_string();
+    let fix = crate::doctor::refusal_fix(&why, crate::doctor::is_root())
+        .map(|f| format!("; fix: {f}"))
+        .unwrap_or_default();
     Error::new(
         Code::SandboxUnavailable,
-        format!("the exec sandbox cannot be set up here: {why}"),
+        format!("the exec sandbox cannot be set up here: {why}{fix}"),
         "run the command unconfined (recorded as an opaque step that a fork cannot cross); `revl doctor` says what this machine lacks",
     )
     .with_remedy(Remedy::Unconfined)

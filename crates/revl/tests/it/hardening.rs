@@ -685,3 +685,57 @@ fn a_huge_sparse_file_is_refused_by_the_default_limit() {
     let size = fs::metadata(ws.join("sparse")).map_or(0, |m| m.len());
     assert!(size <= 16 << 30, "a {size}-byte file reached the workspace");
 }
+
+/// SPEC 20.2: `doctor --json` reports each layer, and a refusal names the exact fix. The
+/// refusal is made without touching the host: in a user namespace of the test's own, whose
+/// `user.max_user_namespaces` (a per-namespace setting) is 0, revl's sandbox cannot make
+/// the command's user namespace.
+#[test]
+fn doctor_reports_every_layer_and_the_fix_for_a_refusal() {
+    let w = World::new();
+    let doc = w.json(&["doctor"]).ok().clone();
+    let sb = &doc["sandbox"];
+    assert_eq!(sb["available"], true, "{doc}");
+    assert_eq!(sb["seccomp"], true, "{doc}");
+    assert!(
+        sb["landlock"] == false || sb["landlock"].as_u64().is_some_and(|n| n >= 1),
+        "{doc}"
+    );
+    assert!(
+        sb["limits"] == "cgroup" || sb["limits"] == "rlimit",
+        "{doc}"
+    );
+    if sb["landlock"] != false {
+        // The second fence: the sandbox's own /dev is a writable tmpfs, Landlock alone
+        // refuses making a file there.
+        let (sid, _ws) = w.session();
+        let doc = sh_exec(&w, &sid, "touch /dev/made-here && echo MADE");
+        assert!(!stdout(&doc).contains("MADE"), "{doc}");
+        assert!(stderr(&doc).contains("Permission denied"), "{doc}");
+    }
+    let host = fs::read_to_string("/proc/sys/user/max_user_namespaces").unwrap();
+    let out = Command::new("unshare")
+        .args(["-U", "-r", "sh", "-c"])
+        .arg(format!(
+            "echo 0 > /proc/sys/user/max_user_namespaces && exec {} --json --store {} doctor",
+            bin(),
+            w.path("nostore").display()
+        ))
+        .env("HOME", w.root())
+        .output()
+        .unwrap();
+    assert_eq!(
+        fs::read_to_string("/proc/sys/user/max_user_namespaces").unwrap(),
+        host
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(doc["sandbox"]["available"], false, "{doc}");
+    assert!(
+        doc["sandbox"]["fix"]
+            .as_str()
+            .unwrap_or("")
+            .contains("sysctl -w user.max_user_namespaces="),
+        "{doc}"
+    );
+}
