@@ -175,6 +175,13 @@ fn defang(abs: &Path) -> Result<fs::Metadata> {
     fs::symlink_metadata(abs).map_err(|e| io(abs, e))
 }
 
+const NON_UTF8_TARGET: &str =
+    "its target is not UTF-8 (revl records symlink targets as UTF-8 text); it is not applied";
+
+fn utf8_target(abs: &Path) -> bool {
+    fs::read_link(abs).is_ok_and(|t| t.to_str().is_some())
+}
+
 /// A whiteout: the overlay's mark of a deleted path.
 fn is_whiteout(m: &fs::Metadata) -> bool {
     m.file_type().is_char_device() && m.rdev() == 0
@@ -291,6 +298,8 @@ fn walk(
                     }));
                 }
             }
+        } else if t.is_symlink() && !utf8_target(&abs) {
+            out.ignored.push(ignored(rel, NON_UTF8_TARGET));
         } else if t.is_file() || t.is_symlink() {
             if t.is_file() {
                 strip_overlay_attrs(&abs, prefix);
@@ -452,6 +461,9 @@ fn tidy_tree(
             if m.nlink() > 1 {
                 split_link(&abs)?;
             }
+        } else if t.is_symlink() && !utf8_target(&abs) {
+            fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
+            ignored_out.push(ignored(rel, NON_UTF8_TARGET));
         } else if !t.is_symlink() {
             fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
             ignored_out.push(ignored(rel, special_why(&t)));

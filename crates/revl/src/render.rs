@@ -274,6 +274,21 @@ pub fn stepped(v: &Stepped) -> String {
     format!("step {}  {}", v.step, v.label)
 }
 
+/// `s` with every control character but newline and tab shown as `\xNN`: a file name or
+/// output a hostile command chose never drives the terminal (escape sequences, a carriage
+/// return that hides a line).
+pub fn visible(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 pub fn exec(v: &ExecReport) -> String {
     let status = match (v.exit_code, &v.sandboxed) {
         (Some(c), _) => format!("exit {c}"),
@@ -291,7 +306,7 @@ pub fn exec(v: &ExecReport) -> String {
     };
     if let Some(s) = &v.sandboxed {
         for c in &s.changes {
-            let _ = write!(out, "\n  {:<11} {}", c.change, c.path);
+            let _ = write!(out, "\n  {:<11} {}", c.change, visible(&c.path));
             if let Some(why) = &c.why {
                 let _ = write!(out, "  ({why})");
             }
@@ -307,7 +322,7 @@ pub fn exec(v: &ExecReport) -> String {
     {
         if !t.is_empty() {
             let more = if cut { " (cut at 1 MiB)" } else { "" };
-            let _ = write!(out, "\n--- {k}{more} ---\n{}", t.trim_end());
+            let _ = write!(out, "\n--- {k}{more} ---\n{}", visible(t.trim_end()));
         }
     }
     out

@@ -739,3 +739,64 @@ fn doctor_reports_every_layer_and_the_fix_for_a_refusal() {
         "{doc}"
     );
 }
+
+/// Finding 9: a file name with control characters never reaches the terminal raw (text
+/// output shows them escaped); a symlink whose target is not UTF-8 is ignored with a why
+/// (it used to be applied, then block later execs in its directory).
+#[test]
+fn hostile_names_and_link_targets_are_shown_escaped_or_ignored() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    let out = w.run(&[
+        "exec",
+        &sid,
+        "--",
+        "sh",
+        "-c",
+        "touch \"$(printf 'evil\\033]0;pwned\\007\\rname')\"; printf 'out\\033[2J\\n'",
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(
+        !out.stdout.contains('\u{1b}') && !out.stdout.contains('\r'),
+        "a control character reached the terminal: {:?}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("evil\\x1b]0;pwned\\x07\\x0dname"),
+        "{}",
+        out.stdout
+    );
+    let doc = sh_exec(
+        &w,
+        &sid,
+        "mkdir -p sub && ln -s \"$(printf 'bad\\377target')\" sub/l && ln -s \"$(printf 'x\\376')\" top",
+    );
+    let ch = doc["changes"].as_array().unwrap();
+    let top = ch.iter().find(|c| c["path"] == "top").unwrap();
+    assert_eq!(top["change"], "ignored", "{doc}");
+    assert!(top["why"].as_str().unwrap().contains("not UTF-8"));
+    let l = ch.iter().find(|c| c["path"] == "sub/l").unwrap();
+    assert_eq!(l["change"], "ignored", "{doc}");
+    assert!(fs::symlink_metadata(ws.join("top")).is_err());
+    assert!(fs::symlink_metadata(ws.join("sub/l")).is_err());
+    // The directory still takes later commands.
+    let doc = sh_exec(&w, &sid, "echo ok > sub/f");
+    assert_eq!(doc["changes"][0]["path"], "sub/f", "{doc}");
+}
+
+/// Finding 9: verify reports no drift after a step-back over an exec that replaced a
+/// symlink with a directory (the restored link was taken for a mode change).
+#[test]
+fn verify_sees_no_drift_after_rewinding_a_symlink_replaced_by_a_directory() {
+    let w = World::new();
+    let ws = w.ws("ws");
+    fs::write(ws.join("a.txt"), "a\n").unwrap();
+    std::os::unix::fs::symlink("a.txt", ws.join("l")).unwrap();
+    let sid = w.new_session(&ws);
+    let before = snapshot(&ws);
+    sh_exec(&w, &sid, "rm l && mkdir l && echo x > l/f");
+    w.json(&["step-back", &sid, "--to", "0"]).ok();
+    assert_snap_eq(&before, &snapshot(&ws), "rewound");
+    let v = w.json(&["verify", &sid]);
+    assert_eq!(v.code, Some(0), "false drift: {}", v.dump());
+}
