@@ -1338,8 +1338,12 @@ impl Workspace {
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) => {
                 let tmp = abs.with_file_name(format!(".revl-{step}.tmp"));
                 remove_any(&tmp)?;
-                copy_any(src, &tmp)?;
-                fs::rename(&tmp, &abs).map_err(|e| io(&abs, e))
+                // A copy that fails (a full disk) leaves nothing half-made behind.
+                copy_any(src, &tmp)
+                    .and_then(|_| fs::rename(&tmp, &abs).map_err(|e| io(&abs, e)))
+                    .inspect_err(|_| {
+                        let _ = remove_any(&tmp);
+                    })
             }
             Err(e) => Err(io(&abs, e)),
         }
@@ -1672,10 +1676,15 @@ fn copy_any(src: &Path, dst: &Path) -> Result<()> {
         fsync_dir(dst)?;
         fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))
     } else {
-        fs::copy(src, dst).map_err(|e| io(dst, e))?;
-        File::open(dst)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| io(dst, e))
+        // Holes stay holes: a sparse file is not made dense.
+        (|| {
+            let mut from = File::open(src)?;
+            let mut to = File::create_new(dst)?;
+            crate::util::copy_sparse(&mut from, &mut to)?;
+            to.set_permissions(m.permissions())?;
+            to.sync_all()
+        })()
+        .map_err(|e| io(dst, e))
     }
 }
 

@@ -800,3 +800,43 @@ fn verify_sees_no_drift_after_rewinding_a_symlink_replaced_by_a_directory() {
     let v = w.json(&["verify", &sid]);
     assert_eq!(v.code, Some(0), "false drift: {}", v.dump());
 }
+
+/// Finding 9: a full disk while an exec's change set is copied in (across a mount inside
+/// the workspace) leaves no `.revl-*` staging behind, and the next exec runs. The small
+/// filesystem is a tmpfs mounted in a private mount namespace: nothing changes on the host.
+#[test]
+fn a_full_disk_during_apply_leaves_no_staging_behind() {
+    if !is_root() {
+        eprintln!("skipped: needs root to mount");
+        return;
+    }
+    let w = World::new();
+    let (sid, ws) = w.session();
+    fs::create_dir(ws.join("mnt")).unwrap();
+    let revl = format!("{} --store {}", bin(), w.store.display());
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs {ws}/mnt || exit 9; \
+         {revl} exec {sid} -- sh -c 'head -c 3000000 /dev/urandom > mnt/big; mkdir mnt/d; head -c 2000000 /dev/urandom > mnt/d/x'; \
+         echo first=$?; ls -A {ws}/mnt; \
+         {revl} exec {sid} -- sh -c 'echo ok > mnt/small'; echo second=$?; ls -A {ws}/mnt",
+        ws = ws.display(),
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .env("HOME", w.root())
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        so.contains("first=1"),
+        "the first exec failed on the full disk: {so}\n{se}"
+    );
+    assert!(se.contains("No space left"), "{se}");
+    assert!(!so.contains(".revl-"), "staging left behind: {so}");
+    assert!(
+        so.contains("second=0"),
+        "the session is not wedged: {so}\n{se}"
+    );
+    assert!(so.trim_end().ends_with("small"), "{so}");
+}
