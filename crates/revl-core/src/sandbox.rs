@@ -10,13 +10,17 @@
 //! minimal init: it reaps orphans, and when the command exits it writes the command's wait
 //! status to a page shared with revl and exits, whereupon the kernel kills every process
 //! left in the namespace. Each of the three dies with its parent (`PR_SET_PDEATHSIG`), so a
-//! timeout (revl kills the first) or revl's own death takes the whole tree. The mounts: the tree is made private; the
-//! overlay is mounted and cloned (detached) while the host is still visible; every mount is
-//! made read-only at once (`mount_setattr(AT_RECURSIVE)`); private tmpfs on `/tmp`,
-//! `/dev/shm` and `/run`; a tmpfs `/dev` with bind mounts of six host nodes; the overlay moved
-//! to the workspace's own path; a fresh `/proc`; the loopback interface up. Last, every
-//! capability is dropped from the bounding and ambient sets and `no_new_privs` is set, so
-//! nothing the command runs can remount, unmount or regain privileges.
+//! timeout (revl kills the first) or revl's own death takes the whole tree. The mounts: the
+//! tree is made private; the overlay is mounted and cloned (detached) while the host is
+//! still visible, with five device nodes (cloned read-only); every mount is made read-only
+//! at once (`mount_setattr(AT_RECURSIVE)`); private tmpfs on `/tmp`, `/dev/shm` and `/run`;
+//! a tmpfs `/dev` with the nodes (no `tty`); the overlay moved to the workspace's own path;
+//! the store and `[exec] hide` masked; a fresh `/proc` whose `sys`, `sysrq-trigger`, `irq`
+//! and `bus` are read-only; the loopback interface up. As root the command is cloned into a
+//! user namespace of its own (identity maps written by PID 1), so its uid 0 holds no host
+//! capability. Last, in the command's process: `setsid`, a fresh session keyring, the
+//! rlimits, every capability set cleared with `no_new_privs`, Landlock, and the seccomp
+//! filter (docs/security.md).
 //!
 //! Everything the child does between fork and exec is a raw system call (through `libc`) on
 //! data prepared before the fork: no allocation, no lock, as `pre_exec` requires. Which step
