@@ -185,24 +185,6 @@ pub fn sync_tree(root: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_789), (2026, 12, 2));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
-
-    #[test]
-    fn jcs_sorts_keys() {
-        let v = serde_json::json!({"b": 1, "a": [2, {"d": 1, "c": "x"}]});
-        assert_eq!(jcs(&v), r#"{"a":[2,{"c":"x","d":1}],"b":1}"#);
-    }
-}
-
 /// Copy all of `from` into `to` (both at offset 0, `to` empty), keeping holes: only the
 /// data extents are copied (`SEEK_DATA`/`SEEK_HOLE`), so a sparse file stays sparse. Where
 /// the filesystem cannot say, the whole file is copied.
@@ -227,4 +209,22 @@ pub fn copy_sparse(from: &mut std::fs::File, to: &mut std::fs::File) -> std::io:
         off = hole;
     }
     to.set_len(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_789), (2026, 12, 2));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn jcs_sorts_keys() {
+        let v = serde_json::json!({"b": 1, "a": [2, {"d": 1, "c": "x"}]});
+        assert_eq!(jcs(&v), r#"{"a":[2,{"c":"x","d":1}],"b":1}"#);
+    }
 }
