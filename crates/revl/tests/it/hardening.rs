@@ -840,3 +840,92 @@ fn a_full_disk_during_apply_leaves_no_staging_behind() {
     );
     assert!(so.trim_end().ends_with("small"), "{so}");
 }
+
+/// The same layers hold for an unprivileged user (`nobody` through `setpriv` when the suite
+/// runs as root): the seccomp filter, no capability, read-only /proc/sys, a session of its
+/// own, and the store masked.
+#[test]
+fn the_layers_hold_for_an_unprivileged_user_too() {
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("skipped: the probe uses x86-64 system call numbers");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("revl-unpriv-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let d = dir.path();
+    fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir(d.join("ws")).unwrap();
+    fs::create_dir(d.join("store")).unwrap();
+    let root = is_root();
+    if root {
+        let st = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(d.join("ws"))
+            .arg(d.join("store"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let run = |args: &[&str]| -> Value {
+        let mut cmd = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", bin()]);
+            c
+        } else {
+            Command::new(bin())
+        };
+        let out = cmd
+            .arg("--store")
+            .arg(d.join("store"))
+            .arg("--json")
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap())
+            .env("HOME", d)
+            .current_dir(d)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        assert!(
+            out.status.success(),
+            "{args:?}: {doc} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        doc
+    };
+    let doc = run(&["new", "--workspace", d.join("ws").to_str().unwrap()]);
+    let sid = doc["session"].as_str().unwrap().to_string();
+    let doc = run(&["exec", &sid, "--", "python3", "-c", SYSCALL_PROBE]);
+    for line in stdout(&doc).lines() {
+        let (name, res) = line.split_once(' ').unwrap();
+        match name {
+            "fork" => assert_eq!(res, "3", "{doc}"),
+            "clone3" => assert_eq!(res, "ENOSYS", "{doc}"),
+            _ => assert_eq!(res, "EPERM", "{name}: {doc}"),
+        }
+    }
+    let doc = run(&[
+        "exec",
+        &sid,
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "grep -q ' /proc/sys ro,' /proc/self/mountinfo && echo SYS-RO; \
+             grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status; \
+             set -- $(cut -d' ' -f5-7 /proc/self/stat); echo \"pid=$$ sid=$2 tty=$3\"; \
+             ls -A {}/store | wc -l",
+            d.display()
+        ),
+    ]);
+    let out = stdout(&doc);
+    assert!(out.contains("SYS-RO"), "{doc}");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(out.contains(&format!("{set}:\t0000000000000000")), "{doc}");
+    }
+    assert!(out.contains(" tty=0"), "{doc}");
+    assert!(out.trim_end().ends_with('0'), "the store is masked: {doc}");
+}
