@@ -241,7 +241,8 @@ struct Prepared {
     empty: CString,
     /// `(resource, limit)` pairs for setrlimit.
     rlimits: [(libc::__rlimit_resource_t, u64); 4],
-    /// `cgroup.procs` of the command's pids cgroup, open for writing (-1: none).
+    /// `tasks` (v1) or `cgroup.procs` (v2) of the command's pids cgroup, open for writing
+    /// (-1: none).
     cgroup_procs: libc::c_int,
     /// The kernel's Landlock ABI (0: none), and where writes stay allowed under it.
     landlock_abi: i32,
@@ -375,9 +376,15 @@ impl PidsCgroup {
         std::fs::create_dir(&dir).ok()?;
         let made = (|| {
             std::fs::write(dir.join("pids.max"), max.to_string())?;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(dir.join("cgroup.procs"))
+            // v1: the first child (one thread) moves itself through `tasks`, which spares
+            // the RCU grace period a whole-process move through `cgroup.procs` waits for.
+            let tasks = dir.join("tasks");
+            let file = if tasks.exists() {
+                tasks
+            } else {
+                dir.join("cgroup.procs")
+            };
+            std::fs::OpenOptions::new().write(true).open(file)
         })();
         match made {
             Ok(procs) => Some(PidsCgroup { dir, procs }),
@@ -818,6 +825,9 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
         libc::_exit(125);
     }
     if p.cgroup_procs >= 0 {
+        // Into the pids cgroup before anything is forked. "0" (this very thread, which is
+        // the whole process) is the one move the kernel makes without waiting for an RCU
+        // grace period (~10 ms).
         at(28);
         ok(libc::write(p.cgroup_procs, b"0".as_ptr().cast(), 1) as libc::c_long)?;
         libc::close(p.cgroup_procs);
@@ -1046,6 +1056,24 @@ unsafe fn clear_caps() -> std::io::Result<()> {
     Ok(())
 }
 
+/// `v` in decimal at the start of `buf`; its length.
+fn decimal(mut v: u32, buf: &mut [u8; 12]) -> usize {
+    let mut digits = [0u8; 12];
+    let mut d = 0;
+    loop {
+        digits[d] = b'0' + (v % 10) as u8;
+        d += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..d {
+        buf[i] = digits[d - 1 - i];
+    }
+    d
+}
+
 /// Write `/proc/PID/NAME` (a child's id map) from a stack buffer: no allocation.
 ///
 /// # Safety
@@ -1058,21 +1086,9 @@ unsafe fn write_child_map(pid: libc::pid_t, name: &[u8], data: &[u8]) -> std::io
         n += 1;
     }
     let mut digits = [0u8; 12];
-    let mut d = 0;
-    let mut v = pid as u32;
-    loop {
-        digits[d] = b'0' + (v % 10) as u8;
-        d += 1;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    while d > 0 {
-        d -= 1;
-        path[n] = digits[d];
-        n += 1;
-    }
+    let d = decimal(pid as u32, &mut digits);
+    path[n..n + d].copy_from_slice(&digits[..d]);
+    n += d;
     path[n] = b'/';
     n += 1;
     for b in name {

@@ -816,7 +816,7 @@ fn a_full_disk_during_apply_leaves_no_staging_behind() {
     let revl = format!("{} --store {}", bin(), w.store.display());
     let script = format!(
         "mount -t tmpfs -o size=1m tmpfs {ws}/mnt || exit 9; \
-         {revl} exec {sid} -- sh -c 'head -c 3000000 /dev/urandom > mnt/big; mkdir mnt/d; head -c 2000000 /dev/urandom > mnt/d/x'; \
+         {revl} exec {sid} -- sh -c 'mkdir mnt/d; head -c 3000000 /dev/urandom > mnt/d/x'; \
          echo first=$?; ls -A {ws}/mnt; \
          {revl} exec {sid} -- sh -c 'echo ok > mnt/small'; echo second=$?; ls -A {ws}/mnt",
         ws = ws.display(),
