@@ -137,6 +137,51 @@ fn special_why(t: &fs::FileType) -> &'static str {
     }
 }
 
+/// Names beginning `.revl-` are revl's own (staging and temporary files): a command's are
+/// never applied, and never deleted from the workspace.
+fn reserved(name: &str) -> bool {
+    name.starts_with(".revl-")
+}
+
+const RESERVED_WHY: &str =
+    "names beginning .revl- are reserved for revl's own temporary files; it is not applied";
+
+fn remove(abs: &Path) -> Result<()> {
+    fs::remove_dir_all(abs)
+        .or_else(|_| fs::remove_file(abs))
+        .map_err(|e| io(abs, e))
+}
+
+/// What a command leaves in the upper layer never grants privileges in the workspace: the
+/// setuid and setgid bits of a file (and the setuid bit of a directory, which means
+/// nothing) are cleared, and a file's `security.capability` is removed, before anything
+/// is observed or moved in. A directory keeps its setgid bit: it grants nothing (new
+/// entries take the directory's group). The metadata, as it now is.
+fn defang(abs: &Path) -> Result<fs::Metadata> {
+    let m = fs::symlink_metadata(abs).map_err(|e| io(abs, e))?;
+    let t = m.file_type();
+    if t.is_symlink() || !(t.is_file() || t.is_dir()) {
+        return Ok(m);
+    }
+    let mode = m.permissions().mode() & 0o7777;
+    let strip = if t.is_dir() { 0o4000 } else { 0o6000 };
+    if t.is_file() {
+        let _ = rustix::fs::lremovexattr(abs, "security.capability");
+    }
+    if mode & strip == 0 {
+        return Ok(m);
+    }
+    fs::set_permissions(abs, fs::Permissions::from_mode(mode & !strip)).map_err(|e| io(abs, e))?;
+    fs::symlink_metadata(abs).map_err(|e| io(abs, e))
+}
+
+const NON_UTF8_TARGET: &str =
+    "its target is not UTF-8 (revl records symlink targets as UTF-8 text); it is not applied";
+
+fn utf8_target(abs: &Path) -> bool {
+    fs::read_link(abs).is_ok_and(|t| t.to_str().is_some())
+}
+
 /// A whiteout: the overlay's mark of a deleted path.
 fn is_whiteout(m: &fs::Metadata) -> bool {
     m.file_type().is_char_device() && m.rdev() == 0
@@ -189,7 +234,11 @@ fn walk(
             continue;
         };
         let rel = join(rel_dir, name);
-        let m = fs::symlink_metadata(&abs).map_err(|e| io(&abs, e))?;
+        if reserved(name) {
+            out.ignored.push(ignored(rel, RESERVED_WHY));
+            continue;
+        }
+        let m = defang(&abs)?;
         let t = m.file_type();
         let real = ws.lstat_rel(&rel)?;
         let real_kind = real.as_ref().map_or(FileKind::Absent, |(k, _, _)| *k);
@@ -249,6 +298,8 @@ fn walk(
                     }));
                 }
             }
+        } else if t.is_symlink() && !utf8_target(&abs) {
+            out.ignored.push(ignored(rel, NON_UTF8_TARGET));
         } else if t.is_file() || t.is_symlink() {
             if t.is_file() {
                 strip_overlay_attrs(&abs, prefix);
@@ -361,7 +412,13 @@ fn split_link(p: &Path) -> Result<()> {
         }
         n += 1;
     };
-    fs::copy(p, &tmp).map_err(|e| io(p, e))?;
+    (|| {
+        let mut from = fs::File::open(p)?;
+        let mut to = fs::File::create_new(&tmp)?;
+        crate::util::copy_sparse(&mut from, &mut to)?;
+        to.set_permissions(from.metadata()?.permissions())
+    })()
+    .map_err(|e| io(p, e))?;
     fs::rename(&tmp, p).map_err(|e| io(p, e))
 }
 
@@ -377,12 +434,9 @@ fn tidy_tree(
     for name in sorted_entries(dir)? {
         let abs = dir.join(&name);
         let m = fs::symlink_metadata(&abs).map_err(|e| io(&abs, e))?;
-        let t = m.file_type();
         let shown = join(rel_dir, &name.to_string_lossy());
         let Some(name) = name.to_str() else {
-            fs::remove_dir_all(&abs)
-                .or_else(|_| fs::remove_file(&abs))
-                .map_err(|e| io(&abs, e))?;
+            remove(&abs)?;
             ignored_out.push(ignored(
                 shown,
                 "its name is not UTF-8 (revl records paths as UTF-8 text)",
@@ -390,6 +444,13 @@ fn tidy_tree(
             continue;
         };
         let rel = join(rel_dir, name);
+        if reserved(name) && !is_whiteout(&m) {
+            remove(&abs)?;
+            ignored_out.push(ignored(rel, RESERVED_WHY));
+            continue;
+        }
+        let m = defang(&abs)?;
+        let t = m.file_type();
         if is_whiteout(&m) {
             fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
         } else if t.is_dir() {
@@ -400,6 +461,9 @@ fn tidy_tree(
             if m.nlink() > 1 {
                 split_link(&abs)?;
             }
+        } else if t.is_symlink() && !utf8_target(&abs) {
+            fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
+            ignored_out.push(ignored(rel, NON_UTF8_TARGET));
         } else if !t.is_symlink() {
             fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
             ignored_out.push(ignored(rel, special_why(&t)));

@@ -321,7 +321,10 @@ impl Expected {
     fn set(&mut self, img: Image) {
         // A mode-only image (a chmod, or its undo) changes the mode and nothing else: what is
         // below the path, and a directory's digest of its tree, stay as they were.
-        let mode_only = img.digest.is_none() && img.kind != Some(FileKind::Absent);
+        // A symlink's image (a restored link) names no digest either, and is not one.
+        let mode_only = img.digest.is_none()
+            && img.kind != Some(FileKind::Absent)
+            && img.kind != Some(FileKind::Symlink);
         if mode_only {
             if let Some(e) = self.images.get_mut(&img.path) {
                 e.mode = img.mode;

@@ -41,6 +41,8 @@ pub enum Code {
     /// A WAL holds a record (CRC-correct) this revl cannot decode: a newer revl wrote it.
     /// Refused whole, never truncated (the WAL version policy, docs/wal-format.md).
     NewerWal,
+    /// v3: an exec went past one of its limits (`--max-bytes`): nothing was applied.
+    LimitExceeded,
 }
 
 impl Code {
@@ -74,6 +76,7 @@ impl Code {
             Code::ExecFailed => "exec-failed",
             Code::SandboxUnavailable => "sandbox-unavailable",
             Code::NewerWal => "newer-wal",
+            Code::LimitExceeded => "limit-exceeded",
         }
     }
 

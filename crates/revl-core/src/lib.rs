@@ -31,6 +31,9 @@ pub mod report;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod sandbox;
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+pub mod seccomp;
 pub mod session;
 pub mod state;
 pub mod step;
@@ -45,7 +48,7 @@ pub mod workspace;
 
 pub use error::{Code, Error, Remedy, Result};
 pub use failpoint::Failpoints;
-pub use session::{ExecOptions, Session, StepBackMode, GUARANTEE};
+pub use session::{ExecLimits, ExecOptions, Session, StepBackMode, GUARANTEE};
 pub use store::Store;
 pub use workspace::FileOp;
 

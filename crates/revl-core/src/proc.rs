@@ -208,10 +208,23 @@ pub fn run_to(
 /// the program is running; if it fails, the command is killed and its error returned.
 /// `sink`, if given, sees the outputs as they are read.
 pub fn run_command(
+    cmd: Command,
+    stdin: Option<Vec<u8>>,
+    timeout: Option<Duration>,
+    started: &mut dyn FnMut() -> std::io::Result<()>,
+    sink: Option<OutputSink>,
+) -> std::io::Result<Ran> {
+    run_command_watched(cmd, stdin, timeout, started, &mut || false, sink)
+}
+
+/// [`run_command`], and `stop` is asked about every 100 ms while the command runs: `true`
+/// kills it (as a timeout does, without `timed_out`).
+pub fn run_command_watched(
     mut cmd: Command,
     stdin: Option<Vec<u8>>,
     timeout: Option<Duration>,
     started: &mut dyn FnMut() -> std::io::Result<()>,
+    stop: &mut dyn FnMut() -> bool,
     sink: Option<OutputSink>,
 ) -> std::io::Result<Ran> {
     cmd.stdin(if stdin.is_some() {
@@ -244,6 +257,7 @@ pub fn run_command(
         });
     }
     let start = Instant::now();
+    let mut last_watch = start;
     let mut timed_out = false;
     let mut nap = Duration::from_micros(200);
     let status = loop {
@@ -254,6 +268,13 @@ pub fn run_command(
             timed_out = true;
             let _ = child.kill();
             break child.wait()?;
+        }
+        if last_watch.elapsed() >= Duration::from_millis(100) {
+            last_watch = Instant::now();
+            if stop() {
+                let _ = child.kill();
+                break child.wait()?;
+            }
         }
         std::thread::sleep(nap);
         nap = (nap * 2).min(Duration::from_millis(5));

@@ -10,20 +10,24 @@
 //! minimal init: it reaps orphans, and when the command exits it writes the command's wait
 //! status to a page shared with revl and exits, whereupon the kernel kills every process
 //! left in the namespace. Each of the three dies with its parent (`PR_SET_PDEATHSIG`), so a
-//! timeout (revl kills the first) or revl's own death takes the whole tree. The mounts: the tree is made private; the
-//! overlay is mounted and cloned (detached) while the host is still visible; every mount is
-//! made read-only at once (`mount_setattr(AT_RECURSIVE)`); private tmpfs on `/tmp`,
-//! `/dev/shm` and `/run`; a tmpfs `/dev` with bind mounts of six host nodes; the overlay moved
-//! to the workspace's own path; a fresh `/proc`; the loopback interface up. Last, every
-//! capability is dropped from the bounding and ambient sets and `no_new_privs` is set, so
-//! nothing the command runs can remount, unmount or regain privileges.
+//! timeout (revl kills the first) or revl's own death takes the whole tree. The mounts: the
+//! tree is made private; the overlay is mounted and cloned (detached) while the host is
+//! still visible, with five device nodes (cloned read-only); every mount is made read-only
+//! at once (`mount_setattr(AT_RECURSIVE)`); private tmpfs on `/tmp`, `/dev/shm` and `/run`;
+//! a tmpfs `/dev` with the nodes (no `tty`); the overlay moved to the workspace's own path;
+//! the store and `[exec] hide` masked; a fresh `/proc` whose `sys`, `sysrq-trigger`, `irq`
+//! and `bus` are read-only; the loopback interface up. As root the command is cloned into a
+//! user namespace of its own (identity maps written by PID 1), so its uid 0 holds no host
+//! capability. Last, in the command's process: `setsid`, a fresh session keyring, the
+//! rlimits, every capability set cleared with `no_new_privs`, Landlock, and the seccomp
+//! filter (docs/security.md).
 //!
 //! Everything the child does between fork and exec is a raw system call (through `libc`) on
 //! data prepared before the fork: no allocation, no lock, as `pre_exec` requires. Which step
 //! failed is written to a shared page, so a refusal can say which part of the sandbox this
 //! machine does not allow (`sandbox-unavailable`).
 
-use crate::proc::{run_command, OutputSink, Ran};
+use crate::proc::{run_command_watched, OutputSink, Ran};
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -46,6 +50,38 @@ pub struct Spec<'a> {
     /// An empty directory of revl's on a filesystem that can hold an overlay upper layer,
     /// outside the workspace: `upper/`, `work/` and `merged/` are made in it.
     pub scratch: &'a Path,
+    /// Paths the command must not read (the store, the manifest's `[exec] hide`): each is
+    /// masked inside the sandbox by an empty read-only tmpfs (a directory) or an empty
+    /// file (a file). A path that does not exist is skipped; one that holds the workspace
+    /// is refused.
+    pub hide: &'a [PathBuf],
+    pub limits: Limits,
+}
+
+/// Resource limits (SPEC 20.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `RLIMIT_AS` of each process.
+    pub memory: Option<u64>,
+    /// Processes at once: a `pids` cgroup where revl may make one, else `RLIMIT_NPROC`
+    /// (which the kernel does not apply to uid 0).
+    pub pids: u64,
+    /// `RLIMIT_CPU` of each process.
+    pub cpu_seconds: Option<u64>,
+    /// What the upper layer may hold (the bytes of its files); each file is also capped by
+    /// `RLIMIT_FSIZE` just past it.
+    pub max_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            memory: None,
+            pids: 4096,
+            cpu_seconds: None,
+            max_bytes: 16 << 30,
+        }
+    }
 }
 
 /// A command that ran: its outcome, and the upper layer holding what it wrote.
@@ -69,6 +105,8 @@ pub enum Failure {
     /// It was running when the caller's `started` failed (it was killed), or waiting for it
     /// failed.
     Started(std::io::Error),
+    /// It went past `--max-bytes` and was stopped: which limit, and by how much.
+    LimitExceeded(String),
 }
 
 /// The steps of the set-up, in order; the shared page holds the index of the one under way.
@@ -93,11 +131,31 @@ const STAGES: &[&str] = &[
     "bring up the loopback interface",
     "enter the working directory",
     "drop capabilities",
+    "make /proc's host-wide files read-only",
+    "start the command in its own user namespace",
+    "start a new session without a controlling terminal",
+    "clear the command's capabilities",
+    "join a fresh session keyring",
+    "install the seccomp filter",
+    "hide the store and the manifest's hidden paths",
+    "set the resource limits",
+    "join the pids cgroup",
+    "restrict writes with Landlock",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
 
-/// The device nodes the sandbox's `/dev` holds.
-const DEV_NODES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+/// The device nodes the sandbox's `/dev` holds (bound read-only; no `tty`: the command has
+/// no controlling terminal, SPEC 20.2).
+const DEV_NODES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+/// The host-wide parts of `/proc` that a fresh `/proc` would leave writable (as bubblewrap
+/// does, they are bound read-only over themselves): a sysctl needs no capability for uid 0.
+const PROC_RO: [&std::ffi::CStr; 4] = [
+    c"/proc/sys",
+    c"/proc/sysrq-trigger",
+    c"/proc/irq",
+    c"/proc/bus",
+];
 
 /// What the children tell revl through the shared page.
 #[repr(C)]
@@ -160,6 +218,13 @@ struct Prepared {
     unshare: libc::c_int,
     /// `uid_map`, `gid_map` contents when a user namespace is made.
     maps: Option<(CString, CString)>,
+    /// As root: the command's own user namespace (identity-mapped, made by PID 1, which
+    /// writes its maps): uid 0 there holds no capability over the host or the sandbox's
+    /// mounts, network and /proc.
+    command_userns: bool,
+    /// The seccomp filters (built before the fork; empty where seccompiler does not know
+    /// the architecture).
+    seccomp: Vec<seccompiler::BpfProgram>,
     merged: CString,
     overlay_opts: CString,
     dev_host: Vec<CString>,
@@ -170,6 +235,68 @@ struct Prepared {
     ws_chain: Vec<CString>,
     workspace: CString,
     cwd: CString,
+    /// Masked paths: (path, is a directory), files first.
+    hide: Vec<(CString, bool)>,
+    /// An empty read-only file of revl's, bound over each hidden file.
+    empty: CString,
+    /// `(resource, limit)` pairs for setrlimit.
+    rlimits: [(libc::__rlimit_resource_t, u64); 4],
+    /// `tasks` (v1) or `cgroup.procs` (v2) of the command's pids cgroup, open for writing
+    /// (-1: none).
+    cgroup_procs: libc::c_int,
+    /// The kernel's Landlock ABI (0: none), and where writes stay allowed under it.
+    landlock_abi: i32,
+    landlock_rules: Vec<(CString, u64)>,
+}
+
+// Landlock (a second fence on writes, SPEC 20.2): the filesystem rights revl handles.
+const LL_WRITE_FILE: u64 = 1 << 1;
+const LL_REMOVE_DIR: u64 = 1 << 4;
+const LL_REMOVE_FILE: u64 = 1 << 5;
+const LL_MAKE_CHAR: u64 = 1 << 6;
+const LL_MAKE_DIR: u64 = 1 << 7;
+const LL_MAKE_REG: u64 = 1 << 8;
+const LL_MAKE_SOCK: u64 = 1 << 9;
+const LL_MAKE_FIFO: u64 = 1 << 10;
+const LL_MAKE_BLOCK: u64 = 1 << 11;
+const LL_MAKE_SYM: u64 = 1 << 12;
+const LL_REFER: u64 = 1 << 13;
+const LL_TRUNCATE: u64 = 1 << 14;
+
+/// The write rights Landlock ABI `abi` knows.
+fn landlock_writes(abi: i32) -> u64 {
+    let mut r = LL_WRITE_FILE
+        | LL_REMOVE_DIR
+        | LL_REMOVE_FILE
+        | LL_MAKE_CHAR
+        | LL_MAKE_DIR
+        | LL_MAKE_REG
+        | LL_MAKE_SOCK
+        | LL_MAKE_FIFO
+        | LL_MAKE_BLOCK
+        | LL_MAKE_SYM;
+    if abi >= 2 {
+        r |= LL_REFER;
+    }
+    if abi >= 3 {
+        r |= LL_TRUNCATE;
+    }
+    r
+}
+
+/// The Landlock ABI version of this kernel (0: none, or disabled).
+pub fn landlock_abi() -> i32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: the version query reads no memory (NULL attribute, size 0).
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    v.max(0) as i32
 }
 
 fn cstr(p: &Path) -> std::io::Result<CString> {
@@ -204,7 +331,139 @@ pub fn xattr_prefix() -> &'static str {
     }
 }
 
-fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
+/// The bytes the files of `dir` hold (their apparent sizes: a sparse file counts whole,
+/// as a copy of it might), stopping early past `cap`.
+fn tree_bytes(dir: &Path, cap: u64) -> u64 {
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() {
+                total = total.saturating_add(m.len());
+                if total > cap {
+                    return total;
+                }
+            }
+        }
+    }
+    total
+}
+
+/// A `pids` cgroup of revl's own for one command (cgroup v2 where the controller is
+/// delegated to revl's cgroup, else the v1 `pids` hierarchy), removed when dropped.
+pub struct PidsCgroup {
+    dir: PathBuf,
+    procs: std::fs::File,
+}
+
+impl PidsCgroup {
+    /// Make one holding at most `max` tasks; `None` where revl may not.
+    pub fn new(max: u64) -> Option<PidsCgroup> {
+        let base = pids_cgroup_base()?;
+        let dir = base.join(format!(
+            "revl-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        std::fs::create_dir(&dir).ok()?;
+        let made = (|| {
+            std::fs::write(dir.join("pids.max"), max.to_string())?;
+            // v1: the first child (one thread) moves itself through `tasks`, which spares
+            // the RCU grace period a whole-process move through `cgroup.procs` waits for.
+            let tasks = dir.join("tasks");
+            let file = if tasks.exists() {
+                tasks
+            } else {
+                dir.join("cgroup.procs")
+            };
+            std::fs::OpenOptions::new().write(true).open(file)
+        })();
+        match made {
+            Ok(procs) => Some(PidsCgroup { dir, procs }),
+            Err(_) => {
+                let _ = std::fs::remove_dir(&dir);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        // Its last tasks may still be exiting: a few tries.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Where revl's own cgroup of a `pids` controller lies, if it may make children there.
+fn pids_cgroup_base() -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // v2: the unified hierarchy, with pids enabled for revl's cgroup's children.
+    if let Some(path) = own.lines().find_map(|l| l.strip_prefix("0::")) {
+        for m in mounts.lines() {
+            let f: Vec<&str> = m.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            if f.get(sep + 1) == Some(&"cgroup2") {
+                let base = Path::new(f[4]).join(path.trim_start_matches('/'));
+                let ctl = std::fs::read_to_string(base.join("cgroup.subtree_control"))
+                    .unwrap_or_default();
+                if ctl.split_whitespace().any(|c| c == "pids") {
+                    return Some(base);
+                }
+            }
+        }
+    }
+    // v1: the pids hierarchy.
+    let path = own.lines().find_map(|l| {
+        let mut it = l.splitn(3, ':');
+        let (_, ctl, path) = (it.next()?, it.next()?, it.next()?);
+        ctl.split(',').any(|c| c == "pids").then_some(path)
+    })?;
+    for m in mounts.lines() {
+        let f: Vec<&str> = m.split(' ').collect();
+        let Some(sep) = f.iter().position(|x| *x == "-") else {
+            continue;
+        };
+        if f.get(sep + 1) == Some(&"cgroup")
+            && f.get(sep + 3)
+                .is_some_and(|o| o.split(',').any(|c| c == "pids"))
+        {
+            let base = Path::new(f[4]).join(path.trim_start_matches('/'));
+            return base.is_dir().then_some(base);
+        }
+    }
+    None
+}
+
+/// How the limits are enforced here: `"cgroup"` where revl may make a pids cgroup, else
+/// `"rlimit"`.
+pub fn limits_mode() -> &'static str {
+    if is_root() && PidsCgroup::new(1).is_some() {
+        "cgroup"
+    } else {
+        "rlimit"
+    }
+}
+
+fn prepare(
+    spec: &Spec,
+    board: usize,
+    cgroup: Option<&PidsCgroup>,
+) -> std::io::Result<(Prepared, PathBuf)> {
     let root = is_root();
     let upper = spec.scratch.join("upper");
     let work = spec.scratch.join("work");
@@ -243,6 +502,43 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
         at.push(c);
         ws_chain.push(cstr(&at)?);
     }
+    let mut hide = Vec::new();
+    for h in spec.hide {
+        // Resolved on the host (a symlink is masked where it leads); absent: nothing to hide.
+        let Ok(real) = h.canonicalize() else {
+            continue;
+        };
+        if spec.workspace.starts_with(&real) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "{} is to be hidden from the command, but it holds the workspace {}",
+                    h.display(),
+                    spec.workspace.display()
+                ),
+            ));
+        }
+        hide.push((cstr(&real)?, real.is_dir()));
+    }
+    // Files first: their mask is bound from `empty`, in the scratch directory, which a
+    // directory mask (the store's) may cover.
+    hide.sort_by_key(|(_, dir)| *dir);
+    let empty = spec.scratch.join("empty");
+    std::fs::write(&empty, b"")?;
+    std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
+    // Writes stay allowed in the workspace view and the sandbox's private /tmp, /dev/shm
+    // and /run; to the device nodes (not making or removing any); nowhere else.
+    let abi = landlock_abi();
+    let all = landlock_writes(abi);
+    let mut landlock_rules = vec![
+        (cstr(spec.workspace)?, all),
+        (c"/tmp".to_owned(), all),
+        (c"/dev/shm".to_owned(), all),
+        (c"/dev".to_owned(), all & (LL_WRITE_FILE | LL_TRUNCATE)),
+    ];
+    if Path::new("/run").is_dir() {
+        landlock_rules.push((c"/run".to_owned(), all));
+    }
     let mut dev_host = Vec::new();
     let mut dev_target = Vec::new();
     for n in DEV_NODES {
@@ -259,6 +555,8 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
             parent: unsafe { libc::getpid() },
             unshare,
             maps,
+            command_userns: root,
+            seccomp: crate::seccomp::programs().unwrap_or_default(),
             merged: cstr(&merged)?,
             overlay_opts: CString::new(opts).map_err(|_| {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, "a path holds NUL")
@@ -269,6 +567,26 @@ fn prepare(spec: &Spec, board: usize) -> std::io::Result<(Prepared, PathBuf)> {
             ws_chain,
             workspace: cstr(spec.workspace)?,
             cwd: cstr(spec.cwd)?,
+            hide,
+            empty: cstr(&empty)?,
+            rlimits: [
+                (
+                    libc::RLIMIT_AS,
+                    spec.limits.memory.unwrap_or(libc::RLIM_INFINITY),
+                ),
+                (libc::RLIMIT_NPROC, spec.limits.pids),
+                (
+                    libc::RLIMIT_CPU,
+                    spec.limits.cpu_seconds.unwrap_or(libc::RLIM_INFINITY),
+                ),
+                (libc::RLIMIT_FSIZE, spec.limits.max_bytes.saturating_add(1)),
+            ],
+            cgroup_procs: cgroup.map_or(-1, |c| {
+                use std::os::fd::AsRawFd;
+                c.procs.as_raw_fd()
+            }),
+            landlock_abi: abi,
+            landlock_rules,
         },
         upper,
     ))
@@ -291,7 +609,14 @@ pub fn run_to(
     sink: Option<OutputSink>,
 ) -> Result<Outcome, Failure> {
     let shared = Shared::new().map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
-    let (prepared, upper) = prepare(spec, shared.ptr as usize)
+    // As root, the pids limit is a cgroup's (the kernel does not apply RLIMIT_NPROC to
+    // uid 0); unprivileged, RLIMIT_NPROC counts the sandbox's own user namespace.
+    let cgroup = if is_root() {
+        PidsCgroup::new(spec.limits.pids)
+    } else {
+        None
+    };
+    let (prepared, upper) = prepare(spec, shared.ptr as usize, cgroup.as_ref())
         .map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
     let Some((prog, args)) = spec.argv.split_first() else {
         return Err(Failure::NotStarted(std::io::Error::new(
@@ -314,7 +639,31 @@ pub fn run_to(
         said = true;
         started()
     };
-    match run_command(cmd, None, spec.timeout, &mut started, sink) {
+    let max = spec.limits.max_bytes;
+    let watched = upper.clone();
+    let mut over = None;
+    let mut stop = || {
+        let n = tree_bytes(&watched, max);
+        if n > max {
+            over = Some(n);
+        }
+        n > max
+    };
+    let result = run_command_watched(cmd, None, spec.timeout, &mut started, &mut stop, sink);
+    drop(cgroup);
+    if result.is_ok() && over.is_none() {
+        // What it wrote after the last look.
+        let n = tree_bytes(&upper, max);
+        if n > max {
+            over = Some(n);
+        }
+    }
+    if let Some(n) = over {
+        return Err(Failure::LimitExceeded(format!(
+            "--max-bytes {max}: the command wrote more than {max} bytes ({n} seen)"
+        )));
+    }
+    match result {
         Ok(mut ran) => {
             let b = shared.board();
             if !ran.timed_out && b.done.load(Ordering::SeqCst) == 0 {
@@ -373,6 +722,8 @@ pub fn probe(dir: &Path) -> Result<(), String> {
         env: &[],
         timeout: Some(Duration::from_secs(30)),
         scratch: &scratch,
+        hide: &[],
+        limits: Limits::default(),
     };
     match run(&spec, &mut || Ok(())) {
         Ok(o) if o.ran.code == Some(0) => Ok(()),
@@ -387,6 +738,7 @@ pub fn probe(dir: &Path) -> Result<(), String> {
         Err(Failure::Unavailable(why)) => Err(why),
         Err(Failure::NotStarted(e)) => Err(format!("cannot start /bin/sh in the sandbox: {e}")),
         Err(Failure::Started(e)) => Err(format!("waiting for the probe failed: {e}")),
+        Err(Failure::LimitExceeded(why)) => Err(why),
     }
 }
 
@@ -448,9 +800,17 @@ unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> 
 /// # Safety
 /// Raw system calls only.
 unsafe fn raw_fork() -> std::io::Result<libc::pid_t> {
+    raw_clone(0)
+}
+
+/// [`raw_fork`] with extra clone flags (a new user namespace).
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn raw_clone(flags: libc::c_int) -> std::io::Result<libc::pid_t> {
     ok(libc::syscall(
         libc::SYS_clone,
-        libc::SIGCHLD as libc::c_long,
+        (libc::SIGCHLD | flags) as libc::c_long,
         0 as libc::c_long,
         0 as libc::c_long,
         0 as libc::c_long,
@@ -472,6 +832,14 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     // revl may have died before the death signal was armed: then nothing may run.
     if libc::getppid() != p.parent {
         libc::_exit(125);
+    }
+    if p.cgroup_procs >= 0 {
+        // Into the pids cgroup before anything is forked. "0" (this very thread, which is
+        // the whole process) is the one move the kernel makes without waiting for an RCU
+        // grace period (~10 ms).
+        at(28);
+        ok(libc::write(p.cgroup_procs, b"0".as_ptr().cast(), 1) as libc::c_long)?;
+        libc::close(p.cgroup_procs);
     }
     at(2);
     ok(libc::unshare(p.unshare) as libc::c_long)?;
@@ -497,8 +865,31 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     // PID 1.
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
     setup(p, &at)?;
-    let cmd = raw_fork()?;
+    at(21);
+    let mut sync = [-1 as libc::c_int; 2];
+    let cmd = if p.command_userns {
+        ok(libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) as libc::c_long)?;
+        raw_clone(libc::CLONE_NEWUSER)?
+    } else {
+        raw_fork()?
+    };
     if cmd > 0 {
+        if p.command_userns {
+            libc::close(sync[0]);
+            // The whole id range, as is: files keep their owners; the capabilities of
+            // uid 0 there reach only that (empty) namespace.
+            let full = b"0 0 4294967295\n";
+            if let Err(e) = write_child_map(cmd, b"uid_map\0", full)
+                .and_then(|_| write_child_map(cmd, b"gid_map\0", full))
+            {
+                libc::kill(cmd, libc::SIGKILL);
+                return Err(e);
+            }
+            libc::write(sync[1], b"1".as_ptr().cast(), 1);
+            libc::close(sync[1]);
+        }
+        // PID 1 needs no capability from here on: it only waits.
+        clear_caps()?;
         close_all();
         let status = reap_until(cmd);
         board.status.store(status, Ordering::SeqCst);
@@ -508,7 +899,218 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     }
     // The command's process: exec follows.
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
+    if p.command_userns {
+        // Wait for PID 1 to map the ids (EOF: it failed and reported why).
+        libc::close(sync[1]);
+        let mut b = 0u8;
+        if libc::read(sync[0], (&mut b as *mut u8).cast(), 1) != 1 {
+            libc::_exit(125);
+        }
+        libc::close(sync[0]);
+    }
+    confine(p, &at)?;
     at(STAGE_EXEC);
+    Ok(())
+}
+
+/// The command's own process, last before exec: a new session without a controlling
+/// terminal (no TIOCSTI into the caller's terminal, no `kill(0, …)` reaching revl's
+/// process group), and every capability set cleared.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn confine(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
+    at(22);
+    ok(libc::setsid() as libc::c_long)?;
+    at(24);
+    // A new anonymous session keyring: the caller's session keyring (and, as root, root's
+    // user keyring) is out of reach; the filter then refuses the keyring calls.
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    if libc::syscall(
+        libc::SYS_keyctl,
+        KEYCTL_JOIN_SESSION_KEYRING,
+        0 as libc::c_long,
+    ) < 0
+        && *libc::__errno_location() != libc::ENOSYS
+    {
+        return Err(fail());
+    }
+    at(27);
+    for (res, lim) in p.rlimits {
+        if lim != libc::RLIM_INFINITY {
+            let r = libc::rlimit {
+                rlim_cur: lim,
+                rlim_max: lim,
+            };
+            ok(libc::setrlimit(res, &r) as libc::c_long)?;
+        }
+    }
+    at(23);
+    drop_bounding()?;
+    clear_caps()?;
+    if p.landlock_abi > 0 {
+        at(29);
+        landlock(p)?;
+    }
+    at(25);
+    crate::seccomp::install(&p.seccomp)?;
+    Ok(())
+}
+
+/// Landlock: the write rights are handled, and granted only beneath `p.landlock_rules`.
+///
+/// # Safety
+/// Raw system calls only (`no_new_privs` is set).
+unsafe fn landlock(p: &Prepared) -> std::io::Result<()> {
+    #[repr(C)]
+    struct RulesetAttr {
+        handled_access_fs: u64,
+    }
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    let attr = RulesetAttr {
+        handled_access_fs: landlock_writes(p.landlock_abi),
+    };
+    let ruleset = ok(libc::syscall(
+        libc::SYS_landlock_create_ruleset,
+        &attr as *const RulesetAttr,
+        std::mem::size_of::<RulesetAttr>(),
+        0 as libc::c_uint,
+    ))? as libc::c_int;
+    for (path, access) in &p.landlock_rules {
+        let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        if fd < 0 {
+            continue; // not in this sandbox (no /run): nothing to allow
+        }
+        let rule = PathBeneath {
+            allowed_access: *access,
+            parent_fd: fd,
+        };
+        const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+        let r = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &rule as *const PathBeneath,
+            0 as libc::c_uint,
+        );
+        libc::close(fd);
+        ok(r)?;
+    }
+    let r = libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0 as libc::c_uint);
+    libc::close(ruleset);
+    ok(r)?;
+    Ok(())
+}
+
+/// Drop every capability from the bounding set and clear the ambient set, and set
+/// `no_new_privs`.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn drop_bounding() -> std::io::Result<()> {
+    ok(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
+    for cap in 0..64 {
+        // EINVAL past the last capability this kernel knows.
+        if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0
+            && *libc::__errno_location() != libc::EINVAL
+        {
+            return Err(fail());
+        }
+    }
+    ok(libc::prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL,
+        0,
+        0,
+        0,
+    ) as libc::c_long)?;
+    Ok(())
+}
+
+/// Clear the effective, permitted and inheritable sets (what revl inherited included).
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn clear_caps() -> std::io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let h = Header {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    };
+    let d = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    ok(libc::syscall(
+        libc::SYS_capset,
+        &h as *const Header,
+        d.as_ptr(),
+    ))?;
+    Ok(())
+}
+
+/// `v` in decimal at the start of `buf`; its length.
+fn decimal(mut v: u32, buf: &mut [u8; 12]) -> usize {
+    let mut digits = [0u8; 12];
+    let mut d = 0;
+    loop {
+        digits[d] = b'0' + (v % 10) as u8;
+        d += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..d {
+        buf[i] = digits[d - 1 - i];
+    }
+    d
+}
+
+/// Write `/proc/PID/NAME` (a child's id map) from a stack buffer: no allocation.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn write_child_map(pid: libc::pid_t, name: &[u8], data: &[u8]) -> std::io::Result<()> {
+    let mut path = [0u8; 64];
+    let mut n = 0;
+    for b in b"/proc/" {
+        path[n] = *b;
+        n += 1;
+    }
+    let mut digits = [0u8; 12];
+    let d = decimal(pid as u32, &mut digits);
+    path[n..n + d].copy_from_slice(&digits[..d]);
+    n += d;
+    path[n] = b'/';
+    n += 1;
+    for b in name {
+        path[n] = *b;
+        n += 1;
+    }
+    let fd = ok(libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC) as libc::c_long)?
+        as libc::c_int;
+    let w = libc::write(fd, data.as_ptr().cast(), data.len());
+    libc::close(fd);
+    if w < 0 {
+        return Err(fail());
+    }
     Ok(())
 }
 
@@ -598,13 +1200,25 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
             clone_flags,
         ))? as libc::c_int;
     }
-    at(9);
     let ro = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
+    for fd in dev_fds.iter().take(p.dev_host.len()) {
+        // Read-only binds: the node still reads and writes, its inode (mode, owner,
+        // times) cannot be changed.
+        ok(libc::syscall(
+            libc::SYS_mount_setattr,
+            *fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &ro as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+    }
+    at(9);
     ok(libc::syscall(
         libc::SYS_mount_setattr,
         libc::AT_FDCWD,
@@ -666,6 +1280,43 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
         MOVE_MOUNT_F_EMPTY_PATH,
     ))?;
     libc::close(overlay);
+    at(26);
+    for (path, dir) in &p.hide {
+        let r = if *dir {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                path.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=555,size=4k,nr_inodes=1".as_ptr().cast(),
+            )
+        } else {
+            libc::mount(
+                p.empty.as_ptr(),
+                path.as_ptr(),
+                null,
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        if r < 0 {
+            // Not in the sandbox's view (under the private /tmp, say): nothing to hide.
+            if *libc::__errno_location() == libc::ENOENT {
+                continue;
+            }
+            return Err(fail());
+        }
+        if !*dir {
+            ok(libc::syscall(
+                libc::SYS_mount_setattr,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                0 as libc::c_uint,
+                &ro as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            ))?;
+        }
+    }
     at(16);
     ok(libc::mount(
         c"proc".as_ptr(),
@@ -674,6 +1325,30 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         std::ptr::null(),
     ) as libc::c_long)?;
+    at(20);
+    for path in PROC_RO {
+        if libc::mount(
+            path.as_ptr(),
+            path.as_ptr(),
+            null,
+            libc::MS_BIND | libc::MS_REC,
+            std::ptr::null(),
+        ) < 0
+        {
+            if *libc::__errno_location() == libc::ENOENT {
+                continue;
+            }
+            return Err(fail());
+        }
+        ok(libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            AT_RECURSIVE,
+            &ro as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+    }
     at(17);
     let sock =
         ok(libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) as libc::c_long)?
@@ -691,21 +1366,6 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
     at(18);
     ok(libc::chdir(p.cwd.as_ptr()) as libc::c_long)?;
     at(19);
-    ok(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
-    for cap in 0..64 {
-        // EINVAL past the last capability this kernel knows.
-        if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0
-            && *libc::__errno_location() != libc::EINVAL
-        {
-            return Err(fail());
-        }
-    }
-    ok(libc::prctl(
-        libc::PR_CAP_AMBIENT,
-        libc::PR_CAP_AMBIENT_CLEAR_ALL,
-        0,
-        0,
-        0,
-    ) as libc::c_long)?;
+    drop_bounding()?;
     Ok(())
 }

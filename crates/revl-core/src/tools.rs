@@ -53,6 +53,72 @@ pub struct Tool {
 #[derive(Debug, Clone, Default)]
 pub struct Manifest {
     pub tools: Vec<Tool>,
+    /// The `[exec]` table: how sandboxed commands run.
+    pub exec: ExecSection,
+}
+
+/// `[exec]` (SPEC 20.2): `hide = ["/abs/path", "~/rel", ...]`, paths the sandbox masks (an
+/// empty read-only tmpfs over a directory, an empty file over a file), so that a command
+/// cannot read them. `~/` is the home directory of whoever runs `exec`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecSection {
+    pub hide: Vec<String>,
+}
+
+impl ExecSection {
+    /// The hidden paths, `~/` expanded with `home` (none: such entries are skipped).
+    pub fn hide_paths(&self, home: Option<&Path>) -> Vec<std::path::PathBuf> {
+        self.hide
+            .iter()
+            .filter_map(|h| match h.strip_prefix("~/") {
+                Some(rest) => home.map(|d| d.join(rest)),
+                None => Some(std::path::PathBuf::from(h)),
+            })
+            .collect()
+    }
+
+    fn parse(v: &toml::Value, file: &str) -> Result<ExecSection> {
+        let bad = |field: &str, why: &str| {
+            Error::new(
+                Code::BadManifest,
+                format!("{file}: [exec], field `{field}`: {why}"),
+                "fix the manifest (see docs/user-guide.md, \"The manifest\") and create the session again",
+            )
+        };
+        let Some(t) = v.as_table() else {
+            return Err(bad("exec", "must be a table ([exec])"));
+        };
+        let mut out = ExecSection::default();
+        for (k, v) in t {
+            match k.as_str() {
+                "hide" => {
+                    let Some(list) = v.as_array() else {
+                        return Err(bad("hide", "must be an array of paths"));
+                    };
+                    for p in list {
+                        match p.as_str() {
+                            Some(s) if s.starts_with('/') || s.starts_with("~/") => {
+                                if s.split('/').any(|c| c == "..") {
+                                    return Err(bad("hide", &format!("{s:?} holds `..`")));
+                                }
+                                out.hide.push(s.to_string())
+                            }
+                            _ => {
+                                return Err(bad(
+                                    "hide",
+                                    &format!(
+                                        "{p:?} is not an absolute path or one starting with ~/"
+                                    ),
+                                ))
+                            }
+                        }
+                    }
+                }
+                _ => return Err(bad(k, "unknown key (only `hide`)")),
+            }
+        }
+        Ok(out)
+    }
 }
 
 const TOOL_KEYS: &[&str] = &[
@@ -91,16 +157,25 @@ impl Manifest {
             )
         })?;
         for k in table.keys() {
-            if k != "tool" {
+            if k != "tool" && k != "exec" {
                 return Err(bad(
                     "-",
                     k,
-                    "unknown top-level key (only [[tool]] tables are allowed)".into(),
+                    "unknown top-level key (only [[tool]] tables and [exec] are allowed)".into(),
                 ));
             }
         }
+        let exec = match table.get("exec") {
+            Some(v) => ExecSection::parse(v, file)?,
+            None => ExecSection::default(),
+        };
         let list = match table.get("tool") {
-            None => return Ok(Manifest::default()),
+            None => {
+                return Ok(Manifest {
+                    tools: Vec::new(),
+                    exec,
+                })
+            }
             Some(toml::Value::Array(a)) => a.clone(),
             Some(_) => {
                 return Err(bad(
@@ -358,7 +433,7 @@ impl Manifest {
                 }
             }
         }
-        Ok(Manifest { tools })
+        Ok(Manifest { tools, exec })
     }
 
     pub fn tool(&self, name: &str) -> Option<&Tool> {

@@ -185,6 +185,32 @@ pub fn sync_tree(root: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// Copy all of `from` into `to` (both at offset 0, `to` empty), keeping holes: only the
+/// data extents are copied (`SEEK_DATA`/`SEEK_HOLE`), so a sparse file stays sparse. Where
+/// the filesystem cannot say, the whole file is copied.
+pub fn copy_sparse(from: &mut std::fs::File, to: &mut std::fs::File) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = from.metadata()?.len();
+    let mut off = 0u64;
+    while off < len {
+        let data = match rustix::fs::seek(&*from, rustix::fs::SeekFrom::Data(off)) {
+            Ok(d) => d,
+            Err(rustix::io::Errno::NXIO) => break, // only a hole is left
+            Err(rustix::io::Errno::INVAL) if off == 0 => 0, // no SEEK_DATA here
+            Err(e) => return Err(e.into()),
+        };
+        let hole = rustix::fs::seek(&*from, rustix::fs::SeekFrom::Hole(data)).unwrap_or(len);
+        from.seek(SeekFrom::Start(data))?;
+        to.seek(SeekFrom::Start(data))?;
+        let n = std::io::copy(&mut (&mut *from).take(hole - data), to)?;
+        if n < hole - data {
+            break; // it shrank meanwhile
+        }
+        off = hole;
+    }
+    to.set_len(len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1273,20 +1273,14 @@ impl Workspace {
             match renameat(&root, tmp_name, &dir, name) {
                 Ok(()) => fsync(&dir).map_err(|e| io(&self.abs(rel), e.into())),
                 Err(rustix::io::Errno::XDEV) => {
+                    // Across a mount point: copied next to its place, through the directory
+                    // handle, into a name made here (O_EXCL | O_NOFOLLOW: whatever was at
+                    // that name, a planted symlink included, is removed, never followed).
                     let abs = self.abs(rel);
-                    let staged = abs.with_file_name(format!(".revl-restore-{step}.tmp"));
-                    copy_any(tmp, &staged)?;
+                    let staged = format!(".revl-restore-{step}.tmp");
+                    stage_copy_at(&dir, &staged, tmp).map_err(|e| io(&abs, e))?;
                     let _ = fs::remove_file(tmp);
-                    renameat(
-                        &dir,
-                        staged
-                            .file_name()
-                            .and_then(|n| n.to_str())
-                            .unwrap_or_default(),
-                        &dir,
-                        name,
-                    )
-                    .map_err(|e| io(&abs, e.into()))?;
+                    renameat(&dir, staged.as_str(), &dir, name).map_err(|e| io(&abs, e.into()))?;
                     fsync(&dir).map_err(|e| io(&abs, e.into()))
                 }
                 Err(e) => Err(io(&self.abs(rel), e.into())),
@@ -1344,8 +1338,12 @@ impl Workspace {
             Err(e) if e.raw_os_error() == Some(rustix::io::Errno::XDEV.raw_os_error()) => {
                 let tmp = abs.with_file_name(format!(".revl-{step}.tmp"));
                 remove_any(&tmp)?;
-                copy_any(src, &tmp)?;
-                fs::rename(&tmp, &abs).map_err(|e| io(&abs, e))
+                // A copy that fails (a full disk) leaves nothing half-made behind.
+                copy_any(src, &tmp)
+                    .and_then(|_| fs::rename(&tmp, &abs).map_err(|e| io(&abs, e)))
+                    .inspect_err(|_| {
+                        let _ = remove_any(&tmp);
+                    })
             }
             Err(e) => Err(io(&abs, e)),
         }
@@ -1636,6 +1634,32 @@ fn unwitnessed(rel: &str, k: FileKind) -> Error {
     )
 }
 
+/// Copy the file or symlink `src` into `name` of the directory `dir`: what is at `name`
+/// is unlinked (never followed), the copy is made with `O_CREAT | O_EXCL | O_NOFOLLOW`
+/// (sparse-aware: holes stay holes), gets `src`'s mode and is made durable.
+fn stage_copy_at(dir: &std::os::fd::OwnedFd, name: &str, src: &Path) -> std::io::Result<()> {
+    use rustix::fs::{openat, symlinkat, unlinkat, AtFlags, Mode, OFlags};
+    match unlinkat(dir, name, AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let m = fs::symlink_metadata(src)?;
+    if m.file_type().is_symlink() {
+        return symlinkat(fs::read_link(src)?, dir, name).map_err(Into::into);
+    }
+    let fd = openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let mut to = File::from(fd);
+    let mut from = File::open(src)?;
+    crate::util::copy_sparse(&mut from, &mut to)?;
+    to.set_permissions(fs::Permissions::from_mode(m.permissions().mode() & 0o7777))?;
+    to.sync_all()
+}
+
 /// Copy a file (content and mode), a symlink or a whole tree from `src` to `dst` (absent).
 fn copy_any(src: &Path, dst: &Path) -> Result<()> {
     let m = fs::symlink_metadata(src).map_err(|e| io(src, e))?;
@@ -1652,10 +1676,15 @@ fn copy_any(src: &Path, dst: &Path) -> Result<()> {
         fsync_dir(dst)?;
         fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))
     } else {
-        fs::copy(src, dst).map_err(|e| io(dst, e))?;
-        File::open(dst)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| io(dst, e))
+        // Holes stay holes: a sparse file is not made dense.
+        (|| {
+            let mut from = File::open(src)?;
+            let mut to = File::create_new(dst)?;
+            crate::util::copy_sparse(&mut from, &mut to)?;
+            to.set_permissions(m.permissions())?;
+            to.sync_all()
+        })()
+        .map_err(|e| io(dst, e))
     }
 }
 

@@ -124,6 +124,19 @@ pub struct ExecArgs {
     /// refuses to cross. Only where the sandbox is unavailable.
     #[serde(default)]
     pub unconfined: Option<bool>,
+    /// Address space per process, bytes or with K/M/G (e.g. "512M"); unlimited by default.
+    #[serde(default)]
+    pub memory: Option<String>,
+    /// Processes the command may have at once (default 4096).
+    #[serde(default)]
+    pub pids: Option<u64>,
+    /// CPU seconds per process; unlimited by default (the timeout still applies).
+    #[serde(default)]
+    pub cpu_seconds: Option<u64>,
+    /// What the change set may add, bytes or with K/M/G (default 16G): past it the command
+    /// is stopped, nothing is applied (error limit-exceeded).
+    #[serde(default)]
+    pub max_bytes: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

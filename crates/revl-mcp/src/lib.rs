@@ -511,6 +511,15 @@ impl RevlServer {
             cwd: a.cwd,
             unconfined: a.unconfined.unwrap_or(false),
             output: None,
+            limits: match revl_core::ExecLimits::parse(
+                a.memory.as_deref(),
+                a.pids,
+                a.cpu_seconds,
+                a.max_bytes.as_deref(),
+            ) {
+                Ok(l) => l,
+                Err(e) => return error_result(&e),
+            },
         };
         self.on_session(move |s| s.exec_with(&o)).await
     }

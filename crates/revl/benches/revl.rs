@@ -520,6 +520,8 @@ fn bench_exec() {
             env: &[],
             timeout: None,
             scratch: &scratch,
+            hide: &[],
+            limits: Default::default(),
         };
         let t = Instant::now();
         let o = revl_core::sandbox::run(&spec, &mut || Ok(())).unwrap();

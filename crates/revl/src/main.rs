@@ -169,6 +169,20 @@ enum Cmd {
         /// refuses to cross (for machines where the sandbox cannot be set up).
         #[arg(long)]
         unconfined: bool,
+        /// Address space per process (SIZE: bytes, or with K/M/G): an allocation past it
+        /// fails. Unlimited by default.
+        #[arg(long, value_name = "SIZE")]
+        memory: Option<String>,
+        /// Processes the command may have at once (default 4096): a fork past it fails.
+        #[arg(long, value_name = "N")]
+        pids: Option<u64>,
+        /// CPU seconds per process (SIGXCPU, then SIGKILL). Unlimited by default.
+        #[arg(long, value_name = "N")]
+        cpu_seconds: Option<u64>,
+        /// What the change set may add (SIZE, default 16G): past it the command is stopped,
+        /// nothing is applied (exit 1, limit-exceeded).
+        #[arg(long, value_name = "SIZE")]
+        max_bytes: Option<String>,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "ARGV")]
         argv: Vec<String>,
@@ -801,9 +815,19 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             timeout,
             cwd,
             unconfined,
+            memory,
+            pids,
+            cpu_seconds,
+            max_bytes,
             argv,
         } => {
             let timeout = revl_core::ExecOptions::timeout_secs(*timeout)?;
+            let limits = revl_core::ExecLimits::parse(
+                memory.as_deref(),
+                *pids,
+                *cpu_seconds,
+                max_bytes.as_deref(),
+            )?;
             let mut s = attach(&store, session)?;
             // In text mode the command's output streams to the terminal as it runs; the
             // summary follows it. --json keeps the captured document alone.
@@ -814,6 +838,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 cwd: cwd.clone(),
                 unconfined: *unconfined,
                 output: stream.as_ref().map(Streamed::sink),
+                limits,
             })?;
             let text = match &stream {
                 Some(st) => st.then(render::exec(&revl_core::report::ExecReport {

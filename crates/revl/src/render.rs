@@ -275,6 +275,21 @@ pub fn stepped(v: &Stepped) -> String {
     format!("step {}  {}", v.step, v.label)
 }
 
+/// `s` with every control character but newline and tab shown as `\xNN`: a file name or
+/// output a hostile command chose never drives the terminal (escape sequences, a carriage
+/// return that hides a line).
+pub fn visible(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 pub fn exec(v: &ExecReport) -> String {
     let status = match (v.exit_code, &v.sandboxed) {
         (Some(c), _) => format!("exit {c}"),
@@ -292,7 +307,7 @@ pub fn exec(v: &ExecReport) -> String {
     };
     if let Some(s) = &v.sandboxed {
         for c in &s.changes {
-            let _ = write!(out, "\n  {:<11} {}", c.change, c.path);
+            let _ = write!(out, "\n  {:<11} {}", c.change, visible(&c.path));
             if let Some(why) = &c.why {
                 let _ = write!(out, "  ({why})");
             }
@@ -308,7 +323,7 @@ pub fn exec(v: &ExecReport) -> String {
     {
         if !t.is_empty() {
             let more = if cut { " (cut at 1 MiB)" } else { "" };
-            let _ = write!(out, "\n--- {k}{more} ---\n{}", t.trim_end());
+            let _ = write!(out, "\n--- {k}{more} ---\n{}", visible(t.trim_end()));
         }
     }
     out
@@ -319,9 +334,27 @@ pub fn doctor(v: &revl_core::doctor::Doctor) -> String {
         None => format!("{name:<8} yes"),
         Some(why) => format!("{name:<8} no: {why}"),
     };
+    let sb = &v.sandbox;
+    let mut sandbox = match &sb.why {
+        None => format!("{:<8} yes", "sandbox"),
+        Some(why) => format!("{:<8} no: {why}", "sandbox"),
+    };
+    if let Some(fix) = &sb.fix {
+        sandbox.push_str(&format!("\n         fix: {fix}"));
+    }
+    sandbox.push_str(&format!(
+        "\n         layers: namespaces (user namespace: {}), overlay, seccomp {}, landlock {}, limits by {}",
+        sb.userns,
+        if sb.seccomp { "yes" } else { "no" },
+        match sb.landlock.as_i64() {
+            Some(n) => format!("ABI {n}"),
+            None => "no".to_string(),
+        },
+        sb.limits
+    ));
     format!(
         "{}\n{}\nrunning as {}",
-        line("sandbox", &v.sandbox),
+        sandbox,
         line("reflink", &v.reflink),
         if v.root {
             "root"

@@ -38,6 +38,86 @@ pub struct ExecOptions {
     /// Also given the command's stdout and stderr while it runs, whole (the report keeps
     /// them capped, head and tail): `revl exec` in a terminal streams them to its own.
     pub output: Option<crate::proc::OutputSink>,
+    /// `--memory`, `--pids`, `--cpu-seconds`, `--max-bytes` (SPEC 20.2).
+    pub limits: ExecLimits,
+}
+
+/// The default `--pids` (SPEC 20.2).
+pub const DEFAULT_PIDS: u64 = 4096;
+/// The default `--max-bytes`: 16 GiB.
+pub const DEFAULT_MAX_BYTES: u64 = 16 << 30;
+
+/// An exec's resource limits (SPEC 20.2); `None` is the default (`pids` 4096, `max_bytes`
+/// 16 GiB, memory and CPU unlimited).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecLimits {
+    /// Bytes of address space per process (`RLIMIT_AS`): an allocation past it fails.
+    pub memory: Option<u64>,
+    /// Processes (and threads) the command may have at once: a fork past it fails.
+    pub pids: Option<u64>,
+    /// CPU seconds per process (`RLIMIT_CPU`): SIGXCPU, then SIGKILL.
+    pub cpu_seconds: Option<u64>,
+    /// What the change set may add (the bytes of the files the command wrote): past it the
+    /// command is stopped, nothing is applied, `limit-exceeded`.
+    pub max_bytes: Option<u64>,
+}
+
+impl ExecLimits {
+    /// From the CLI's or MCP's words: SIZE is bytes or with a K/M/G suffix (powers of 1024).
+    pub fn parse(
+        memory: Option<&str>,
+        pids: Option<u64>,
+        cpu_seconds: Option<u64>,
+        max_bytes: Option<&str>,
+    ) -> Result<ExecLimits> {
+        let positive = |what: &str, n: Option<u64>| match n {
+            Some(0) => Err(Error::bad_args(
+                format!("{what} 0 is not a positive number"),
+                format!("give a positive {what}, or leave it out for the default"),
+            )),
+            n => Ok(n),
+        };
+        Ok(ExecLimits {
+            memory: positive(
+                "memory",
+                memory.map(|m| parse_size("memory", m)).transpose()?,
+            )?,
+            pids: positive("pids", pids)?,
+            cpu_seconds: positive("cpu-seconds", cpu_seconds)?,
+            max_bytes: positive(
+                "max-bytes",
+                max_bytes.map(|m| parse_size("max-bytes", m)).transpose()?,
+            )?,
+        })
+    }
+
+    pub fn pids_or_default(&self) -> u64 {
+        self.pids.unwrap_or(DEFAULT_PIDS)
+    }
+
+    pub fn max_bytes_or_default(&self) -> u64 {
+        self.max_bytes.unwrap_or(DEFAULT_MAX_BYTES)
+    }
+}
+
+/// `SIZE`: bytes, or a number with a K, M or G suffix (powers of 1024).
+pub fn parse_size(what: &str, s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| {
+            Error::bad_args(
+                format!("{what} {s:?} is not a size"),
+                "give bytes, or a number with K, M or G (powers of 1024), e.g. 512M",
+            )
+        })
 }
 
 impl ExecOptions {
@@ -61,9 +141,13 @@ impl ExecOptions {
 }
 
 fn unavailable(why: impl std::fmt::Display) -> Error {
+    let why = why.to_string();
+    let fix = crate::doctor::refusal_fix(&why, crate::doctor::is_root())
+        .map(|f| format!("; fix: {f}"))
+        .unwrap_or_default();
     Error::new(
         Code::SandboxUnavailable,
-        format!("the exec sandbox cannot be set up here: {why}"),
+        format!("the exec sandbox cannot be set up here: {why}{fix}"),
         "run the command unconfined (recorded as an opaque step that a fork cannot cross); `revl doctor` says what this machine lacks",
     )
     .with_remedy(Remedy::Unconfined)
@@ -151,6 +235,7 @@ impl Session {
             ("REVL_SESSION".to_string(), self.id.clone()),
             ("REVL_STEP".to_string(), step.to_string()),
         ];
+        let hide = self.hidden_from_exec(&root)?;
         let spec = sandbox::Spec {
             argv: &o.argv,
             workspace: &root,
@@ -158,6 +243,13 @@ impl Session {
             env: &env,
             timeout: Some(o.timeout.unwrap_or(DEFAULT_TIMEOUT)),
             scratch: &scratch,
+            hide: &hide,
+            limits: sandbox::Limits {
+                memory: o.limits.memory,
+                pids: o.limits.pids_or_default(),
+                cpu_seconds: o.limits.cpu_seconds,
+                max_bytes: o.limits.max_bytes_or_default(),
+            },
         };
         let intent = Record::Intent {
             step,
@@ -187,6 +279,14 @@ impl Session {
                 let _ = crate::workspace::remove_any(&scratch);
                 return Err(match f {
                     Failure::Unavailable(why) => unavailable(why),
+                    Failure::LimitExceeded(why) => {
+                        self.void(step, &format!("stopped: {why}"))?;
+                        Error::new(
+                            Code::LimitExceeded,
+                            format!("the command was stopped and nothing was applied: {why}"),
+                            "give a larger --max-bytes, or make the command write less",
+                        )
+                    }
                     Failure::NotStarted(e) => Error::new(
                         Code::ExecFailed,
                         format!("could not start {}: {e}", o.argv[0]),
@@ -221,6 +321,25 @@ impl Session {
                 sandbox: true,
             }),
         })
+    }
+
+    /// What the sandbox masks: the store (every session's WAL, blobs and scratch; its
+    /// parts when it holds the workspace) and the manifest's `[exec] hide`.
+    #[cfg(target_os = "linux")]
+    fn hidden_from_exec(&self, ws: &Path) -> Result<Vec<PathBuf>> {
+        let store = self.store.root();
+        let store = store.canonicalize().unwrap_or_else(|_| store.to_path_buf());
+        let mut hide = if ws.starts_with(&store) {
+            ["sessions", "blobs", "scratch"]
+                .iter()
+                .map(|d| store.join(d))
+                .collect()
+        } else {
+            vec![store]
+        };
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        hide.extend(self.manifest()?.exec.hide_paths(home.as_deref()));
+        Ok(hide)
     }
 
     fn void(&mut self, step: u64, why: &str) -> Result<()> {

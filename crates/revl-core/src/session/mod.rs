@@ -24,7 +24,7 @@ mod repair;
 mod settle;
 mod unwind;
 
-pub use exec::{ExecOptions, DEFAULT_TIMEOUT};
+pub use exec::{parse_size, ExecLimits, ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
 pub use unwind::StepBackMode;
 

@@ -14,6 +14,7 @@ mod fork;
 mod foundation;
 mod fuzz;
 mod guide;
+mod hardening;
 mod lineage;
 mod mcp_clients;
 mod outbound;

@@ -14,9 +14,16 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The revl binary under test.
+/// The revl binary under test: this build's, or `$REVL_TEST_BIN` (to replay a test
+/// against an older build and see it fail before a fix).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_revl")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("REVL_TEST_BIN")
+            .ok()
+            .filter(|b| !b.is_empty())
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_revl").to_string())
+    })
 }
 
 /// The revl binary in a clean environment (only `PATH`, `HOME` and `LC_ALL=C`), run in
