@@ -208,7 +208,8 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
             ex = await ok(s, "revl_exec", {"argv": ["sh", "-c", "echo built > out.txt; mkdir -p gen && echo g > gen/g"],
                                            "timeout": 30})
             check(ex.get("sandbox") is True and [(c["path"], c["change"]) for c in ex["changes"]]
-                  == [("gen", "dir-created"), ("out.txt", "created")], "revl_exec reports its change set", ex)
+                  == [("gen", "dir-created"), ("gen/g", "created"), ("out.txt", "created")],
+                  "revl_exec reports its change set, a new tree entry by entry", ex)
             check(on_disk(ws, "out.txt") == b"built\n", "the change set is applied to the workspace")
             await ok(s, "revl_exec", {"argv": ["sh", "-c", "pwd > here"], "cwd": "gen"})
             check(on_disk(ws, "gen/here") == (str(ws.resolve()) + "/gen\n").encode(), "revl_exec runs in cwd")

@@ -31,7 +31,7 @@ pub use unwind::StepBackMode;
 use crate::blobs::BlobStore;
 use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
-use crate::state::State;
+use crate::state::{Life, State};
 use crate::step::{Step, StepKind};
 use crate::store::Store;
 use crate::util::now_rfc3339;
@@ -265,6 +265,12 @@ impl Store {
             repairs: Vec::new(),
             repair_blocked: None,
         };
+        // A command that writes cuts a torn last line before anything else (opening the
+        // writer does it and says so), so the repair is reported with the others; a read
+        // leaves it, reported as `torn` (SPEC 3.1).
+        if how == Attach::Write && s.lock.is_some() && s.torn && s.state.life() == Life::Live {
+            s.writer()?;
+        }
         if s.lock.is_some() && s.corrupt.is_none() {
             if let Err(e) = s.repair() {
                 if how == Attach::Write {

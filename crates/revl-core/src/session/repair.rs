@@ -17,11 +17,6 @@ impl Session {
     /// session's, then its parent's); an intent without outcome; a step-back, a commit and an
     /// abort without their closing records.
     pub(super) fn repair(&mut self) -> Result<()> {
-        // A torn last line is cut now (opening the writer does it and says so), not by the
-        // verb's first write, so the repair is reported with everything else.
-        if self.torn && self.state.life() == Life::Live {
-            self.writer()?;
-        }
         // A write stages its content before its intent is durable: if the intent was torn,
         // nothing names the temp file; it can only be the next step's.
         if self.state.life() == Life::Live {
