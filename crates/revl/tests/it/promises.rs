@@ -24,8 +24,8 @@ fn sh_exec(w: &World, sid: &str, script: &str) -> Value {
 /// file made by hand inside it.
 fn build_dir_with_hand_notes(w: &World) -> (String, std::path::PathBuf) {
     let (sid, ws) = w.session();
-    sh_exec(&w, &sid, "mkdir build && echo obj > build/a.o");
-    sh_exec(&w, &sid, "echo obj2 > build/b.o");
+    sh_exec(w, &sid, "mkdir build && echo obj > build/a.o");
+    sh_exec(w, &sid, "echo obj2 > build/b.o");
     fs::write(ws.join("build/NOTES.txt"), "notes\n").unwrap();
     (sid, ws)
 }
