@@ -366,6 +366,7 @@ impl PidsCgroup {
     /// Make one holding at most `max` tasks; `None` where revl may not.
     pub fn new(max: u64) -> Option<PidsCgroup> {
         let base = pids_cgroup_base()?;
+        sweep_stale(&base);
         let dir = base.join(format!(
             "revl-{}-{}",
             std::process::id(),
@@ -404,6 +405,28 @@ impl Drop for PidsCgroup {
                 return;
             }
             std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Remove the empty cgroups a revl that was killed (no `Drop`) left: `revl-PID-…` whose
+/// PID is gone. A cgroup still holding a task refuses the removal.
+fn sweep_stale(base: &Path) {
+    let Ok(rd) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("revl-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir(e.path());
         }
     }
 }

@@ -929,3 +929,70 @@ fn the_layers_hold_for_an_unprivileged_user_too() {
     assert!(out.contains(" tty=0"), "{doc}");
     assert!(out.trim_end().ends_with('0'), "the store is masked: {doc}");
 }
+
+/// The `pids` cgroup an exec makes (as root) is removed after it, and one a killed revl
+/// left behind is removed by the next exec: no host state accumulates.
+#[test]
+fn no_pids_cgroup_outlives_an_exec_or_a_killed_revl() {
+    if !is_root() {
+        eprintln!("skipped: revl makes a pids cgroup only as root");
+        return;
+    }
+    let w = World::new();
+    let (sid, _ws) = w.session();
+    let doc = w.json(&["doctor"]).ok().clone();
+    if doc["sandbox"]["limits"] != "cgroup" {
+        eprintln!("skipped: no pids cgroup here");
+        return;
+    }
+    let ours = || -> Vec<String> {
+        let mut out = Vec::new();
+        for base in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"] {
+            for e in fs::read_dir(base).into_iter().flatten().flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.starts_with("revl-") {
+                    out.push(n);
+                }
+            }
+        }
+        out
+    };
+    // A killed revl: SIGKILL while its command sleeps.
+    let mut child = w
+        .command_for(&[
+            "--store",
+            w.store.to_str().unwrap(),
+            "exec",
+            &sid,
+            "--",
+            "sleep",
+            "30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mine = format!("revl-{pid}-");
+    let t = std::time::Instant::now();
+    while !ours().iter().any(|n| n.starts_with(&mine)) {
+        assert!(t.elapsed().as_secs() < 20, "no cgroup appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Its sandbox dies with it; the next exec removes what it left.
+    let t = std::time::Instant::now();
+    loop {
+        w.json(&["exec", &sid, "--", "true"]).ok();
+        if !ours().iter().any(|n| n.starts_with(&mine)) {
+            break;
+        }
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "a killed revl's cgroup stayed: {:?}",
+            ours()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
