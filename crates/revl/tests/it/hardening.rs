@@ -996,3 +996,45 @@ fn no_pids_cgroup_outlives_an_exec_or_a_killed_revl() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Finding 8: a sparse file stays sparse in the blob store and when a rewind puts it back
+/// (its holes are not written out as zeros: 256 MiB of holes take no disk).
+#[test]
+fn a_sparse_file_stays_sparse_in_the_blob_store_and_when_restored() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    sh_exec(&w, &sid, "truncate -s 256M sparse && printf tail >> sparse");
+    let before = fs::metadata(ws.join("sparse")).unwrap();
+    assert!(
+        before.blocks() * 512 < 4 << 20,
+        "the test file itself is sparse"
+    );
+    // Deleting it captures its bytes into the blob store; the step-back writes them back.
+    sh_exec(&w, &sid, "rm sparse");
+    let mut blobs_disk = 0u64;
+    let mut stack = vec![w.store.join("blobs")];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                blobs_disk += m.blocks() * 512;
+            }
+        }
+    }
+    assert!(
+        blobs_disk < 8 << 20,
+        "the blob store holds {blobs_disk} bytes on disk for 256 MiB of holes"
+    );
+    w.json(&["step-back", &sid, "--to", "1"]).ok();
+    let after = fs::metadata(ws.join("sparse")).unwrap();
+    assert_eq!(after.len(), before.len());
+    assert!(
+        after.blocks() * 512 < 8 << 20,
+        "restored densely: {} bytes on disk",
+        after.blocks() * 512
+    );
+    let v = w.json(&["verify", &sid]);
+    assert_eq!(v.code, Some(0), "{}", v.dump());
+}
