@@ -85,10 +85,8 @@ fn proc_sys_is_read_only_and_the_command_holds_no_capability() {
 /// permitted ones at exec) never reach the command.
 #[test]
 fn inherited_capabilities_never_reach_the_command() {
-    if !is_root() {
-        eprintln!("skipped: needs root to hand revl inheritable capabilities");
-        return;
-    }
+    // A test that cannot run fails, saying why (a skip would print `ok`).
+    assert!(is_root(), "this test needs root (to hand revl inheritable capabilities): run the suite as root, as .ci/run does");
     let w = World::new();
     let (sid, _ws) = w.session();
     let mut cmd = Command::new("setpriv");
@@ -306,10 +304,11 @@ print("fork", os.waitpid(pid, 0)[1] >> 8)
 /// with ENOSYS, so that the C library falls back to clone); ordinary calls still work.
 #[test]
 fn the_seccomp_filter_refuses_the_dangerous_calls_with_eperm() {
-    if std::env::consts::ARCH != "x86_64" {
-        eprintln!("skipped: the probe uses x86-64 system call numbers");
-        return;
-    }
+    assert_eq!(
+        std::env::consts::ARCH,
+        "x86_64",
+        "the probe uses x86-64 system call numbers"
+    );
     let w = World::new();
     let (sid, _ws) = w.session();
     let doc = w
@@ -472,10 +471,11 @@ fn revl_names_are_reserved_and_cross_mount_staging_never_follows_a_link() {
 
     // The staging: a tmpfs mounted inside the workspace, in a private mount namespace
     // (nothing changes on the host); the link planted by hand where a rewind stages.
-    if !is_root() {
-        eprintln!("cross-mount part skipped: needs root to mount");
-        return;
-    }
+    // A test that cannot run fails, saying why (a skip would print `ok`).
+    assert!(
+        is_root(),
+        "this test needs root to mount: run the suite as root, as .ci/run does"
+    );
     let (sid, ws) = {
         let ws = w.ws("ws2");
         (w.new_session(&ws), ws)
@@ -812,10 +812,11 @@ fn verify_sees_no_drift_after_rewinding_a_symlink_replaced_by_a_directory() {
 /// filesystem is a tmpfs mounted in a private mount namespace: nothing changes on the host.
 #[test]
 fn a_full_disk_during_apply_leaves_no_staging_behind() {
-    if !is_root() {
-        eprintln!("skipped: needs root to mount");
-        return;
-    }
+    // A test that cannot run fails, saying why (a skip would print `ok`).
+    assert!(
+        is_root(),
+        "this test needs root to mount: run the suite as root, as .ci/run does"
+    );
     let w = World::new();
     let (sid, ws) = w.session();
     fs::create_dir(ws.join("mnt")).unwrap();
@@ -852,10 +853,11 @@ fn a_full_disk_during_apply_leaves_no_staging_behind() {
 /// own, and the store masked.
 #[test]
 fn the_layers_hold_for_an_unprivileged_user_too() {
-    if std::env::consts::ARCH != "x86_64" {
-        eprintln!("skipped: the probe uses x86-64 system call numbers");
-        return;
-    }
+    assert_eq!(
+        std::env::consts::ARCH,
+        "x86_64",
+        "the probe uses x86-64 system call numbers"
+    );
     let dir = tempfile::Builder::new()
         .prefix("revl-unpriv-")
         .tempdir_in("/var/tmp")
@@ -940,17 +942,18 @@ fn the_layers_hold_for_an_unprivileged_user_too() {
 /// left behind is removed by the next exec: no host state accumulates.
 #[test]
 fn no_pids_cgroup_outlives_an_exec_or_a_killed_revl() {
-    if !is_root() {
-        eprintln!("skipped: revl makes a pids cgroup only as root");
-        return;
-    }
+    // A test that cannot run fails, saying why (a skip would print `ok`).
+    assert!(
+        is_root(),
+        "this test needs root (revl makes a pids cgroup only as root): run the suite as root, as .ci/run does"
+    );
     let w = World::new();
     let (sid, _ws) = w.session();
     let doc = w.json(&["doctor"]).ok().clone();
-    if doc["sandbox"]["limits"] != "cgroup" {
-        eprintln!("skipped: no pids cgroup here");
-        return;
-    }
+    assert_eq!(
+        doc["sandbox"]["limits"], "cgroup",
+        "as root revl limits pids with a cgroup; doctor says it cannot here: {doc}"
+    );
     let ours = || -> Vec<String> {
         let mut out = Vec::new();
         for base in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup"] {
