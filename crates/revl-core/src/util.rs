@@ -6,6 +6,51 @@ use sha2::Digest as _;
 /// Canonical JSON (RFC 8785) for documents of strings, integers, booleans, lists and
 /// objects: compact, object keys sorted. `serde_json::Value` keeps objects in a BTreeMap,
 /// so plain compact serialisation is canonical for the ASCII keys revl uses.
+/// Text as a terminal may show it: every control character (C0, DEL, and C1 as UTF-8)
+/// written as `\xNN` (a newline or tab as `\n`, `\t`), newlines and tabs kept as they are
+/// when `keep_lines`. A name or output a hostile
+/// command chose never drives the terminal (escape sequences, a carriage return that hides
+/// a line). Works on bytes, so a stream cut anywhere is escaped the same way.
+pub fn visible_bytes(raw: &[u8], keep_lines: bool) -> std::borrow::Cow<'_, [u8]> {
+    let ctl = |i: usize| -> usize {
+        let b = raw[i];
+        if (b < 0x20 && !(keep_lines && (b == b'\n' || b == b'\t'))) || b == 0x7f {
+            1
+        } else if b == 0xc2 && raw.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)) {
+            2
+        } else {
+            0
+        }
+    };
+    if !(0..raw.len()).any(|i| ctl(i) > 0) {
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    let mut out = Vec::with_capacity(raw.len() + 16);
+    let mut i = 0;
+    while i < raw.len() {
+        match ctl(i) {
+            0 => out.push(raw[i]),
+            n => {
+                for b in &raw[i..i + n] {
+                    match b {
+                        b'\n' => out.extend_from_slice(b"\\n"),
+                        b'\t' => out.extend_from_slice(b"\\t"),
+                        _ => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+                    }
+                }
+                i += n - 1;
+            }
+        }
+        i += 1;
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// [`visible_bytes`] for text.
+pub fn visible(s: &str, keep_lines: bool) -> String {
+    String::from_utf8_lossy(&visible_bytes(s.as_bytes(), keep_lines)).into_owned()
+}
+
 pub fn jcs(v: &Value) -> String {
     serde_json::to_string(v).expect("a serde_json::Value always serialises")
 }

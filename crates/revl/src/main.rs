@@ -530,24 +530,6 @@ fn with_repairs(mut out: Outcome) -> Outcome {
 #[derive(Default)]
 struct Streamed(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
-/// Bytes as a terminal may show them: ASCII control characters other than newline and tab
-/// written as `\xNN`.
-fn escape_controls(raw: &[u8]) -> std::borrow::Cow<'_, [u8]> {
-    let bad = |b: &u8| (*b < 0x20 && *b != b'\n' && *b != b'\t') || *b == 0x7f;
-    if !raw.iter().any(bad) {
-        return std::borrow::Cow::Borrowed(raw);
-    }
-    let mut out = Vec::with_capacity(raw.len() + 16);
-    for b in raw {
-        if bad(b) {
-            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
-        } else {
-            out.push(*b);
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
-
 impl Streamed {
     fn sink(&self) -> revl_core::proc::OutputSink {
         let open = self.0.clone();
@@ -555,7 +537,7 @@ impl Streamed {
             use std::io::Write;
             // The command's output is shown as it runs, its control characters escaped
             // (newlines and tabs kept): a command cannot rewrite or hide what revl prints.
-            let escaped = escape_controls(raw);
+            let escaped = revl_core::util::visible_bytes(raw, true);
             let bytes: &[u8] = &escaped;
             let _ = match which {
                 revl_core::proc::Stream::Stdout => {

@@ -275,19 +275,9 @@ pub fn stepped(v: &Stepped) -> String {
     format!("step {}  {}", v.step, v.label)
 }
 
-/// `s` with every control character but newline and tab shown as `\xNN`: a file name or
-/// output a hostile command chose never drives the terminal (escape sequences, a carriage
-/// return that hides a line).
+/// Output or names shown in text: control characters escaped, lines kept.
 pub fn visible(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() && c != '\n' && c != '\t' {
-            let _ = write!(out, "\\x{:02x}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    revl_core::util::visible(s, true)
 }
 
 pub fn exec(v: &ExecReport) -> String {
@@ -1182,21 +1172,9 @@ pub fn gc_preserved(kept: &[revl_core::gc::PreservedBlob]) -> String {
     out
 }
 
-/// A path or name as a terminal shows it: control characters escaped (a name cannot hide
-/// or rewrite lines of a report).
+/// A path or name as a terminal shows it: on one line, control characters escaped.
 pub fn path_text(p: &str) -> String {
-    if !p.chars().any(char::is_control) {
-        return p.to_string();
-    }
-    p.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    revl_core::util::visible(p, false)
 }
 
 /// A session id as text shows it: its first 8 characters.

@@ -608,16 +608,7 @@ pub fn exec_label(argv: &[String], changes: Option<usize>) -> String {
         } else {
             a.clone()
         };
-        let a: String = a
-            .chars()
-            .flat_map(|c| {
-                if c.is_control() {
-                    c.escape_default().collect::<Vec<_>>()
-                } else {
-                    vec![c]
-                }
-            })
-            .collect();
+        let a = crate::util::visible(&a, false);
         let plain = !a.is_empty()
             && a.chars()
                 .all(|c| c.is_alphanumeric() || "-_./=:,+@%^".contains(c));
