@@ -1127,14 +1127,11 @@ unsafe fn write_child_map(pid: libc::pid_t, name: &[u8], data: &[u8]) -> std::io
         path[n] = *b;
         n += 1;
     }
-    let fd = ok(libc::open(path.as_ptr().cast(), libc::O_WRONLY | libc::O_CLOEXEC) as libc::c_long)?
-        as libc::c_int;
-    let w = libc::write(fd, data.as_ptr().cast(), data.len());
-    libc::close(fd);
-    if w < 0 {
-        return Err(fail());
-    }
-    Ok(())
+    // `path` is zeroed past `n`: a C string.
+    write_proc(
+        std::ffi::CStr::from_bytes_until_nul(&path).map_err(|_| fail())?,
+        data,
+    )
 }
 
 /// Hold nothing open: not the command's output pipes, not `Command`'s exec-error pipe.
