@@ -43,6 +43,8 @@ pub enum Code {
     NewerWal,
     /// v3: an exec went past one of its limits (`--max-bytes`): nothing was applied.
     LimitExceeded,
+    /// v3: a Python function tool (SPEC 18) this process does not hold: nothing recorded.
+    ToolUnavailable,
 }
 
 impl Code {
@@ -77,6 +79,7 @@ impl Code {
             Code::SandboxUnavailable => "sandbox-unavailable",
             Code::NewerWal => "newer-wal",
             Code::LimitExceeded => "limit-exceeded",
+            Code::ToolUnavailable => "tool-unavailable",
         }
     }
 

@@ -14,6 +14,7 @@
 // calls between fork and exec (see `sandbox`).
 #![deny(unsafe_code)]
 
+pub mod api;
 pub mod blobs;
 pub mod changeset;
 pub mod classify;
@@ -51,11 +52,3 @@ pub use failpoint::Failpoints;
 pub use session::{ExecLimits, ExecOptions, Session, StepBackMode, GUARANTEE};
 pub use store::Store;
 pub use workspace::FileOp;
-
-/// A verb's own-shape negative (SPEC 9): a stale commit or fork hash (`refused: true`) or an
-/// emission without approval (`approvalRequired: true`). Front ends map it to exit 1 (CLI)
-/// or `isError: true` (MCP).
-pub fn is_negative(doc: &serde_json::Value) -> bool {
-    doc.get("refused") == Some(&serde_json::Value::Bool(true))
-        || doc.get("approvalRequired") == Some(&serde_json::Value::Bool(true))
-}

@@ -18,6 +18,18 @@ pub struct Store {
     root: PathBuf,
     pub(crate) fp: Failpoints,
     pub(crate) lock_wait: Duration,
+    /// The process's runner of Python function tools (SPEC 18), if it has one.
+    host: Option<Host>,
+}
+
+/// A [`ToolHost`](crate::tools::ToolHost), shared by the sessions of a store handle.
+#[derive(Clone)]
+struct Host(std::sync::Arc<dyn crate::tools::ToolHost>);
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ToolHost")
+    }
 }
 
 /// Summary of one session, as `sessions` lists it.
@@ -60,7 +72,42 @@ impl Store {
             root,
             fp,
             lock_wait: LOCK_WAIT,
+            host: None,
         })
+    }
+
+    /// Open (creating) the store at `root` to make a session on `workspace`: a store inside
+    /// the workspace, or a workspace inside the store, is refused before anything is created.
+    pub fn open_for(root: &Path, workspace: &Path, fp: Failpoints) -> Result<Store> {
+        check_overlap(&resolve_future(root)?, &resolve_future(workspace)?)?;
+        Store::open(root, fp)
+    }
+
+    /// The same store, whose sessions run Python function tools through `host`.
+    pub fn with_tool_host(mut self, host: std::sync::Arc<dyn crate::tools::ToolHost>) -> Self {
+        self.host = Some(Host(host));
+        self
+    }
+
+    /// The runner of Python function tools of this store handle, if any.
+    pub fn tool_host(&self) -> Option<&dyn crate::tools::ToolHost> {
+        self.host.as_ref().map(|h| &*h.0)
+    }
+
+    /// The live session whose workspace is `dir` (canonical paths compared), if any. A
+    /// workspace directory that was deleted still names its session (by the path it had).
+    pub fn live_session_of(&self, dir: &Path) -> Result<Option<String>> {
+        let canon = match fs::canonicalize(dir) {
+            Ok(c) => c,
+            Err(_) => resolve_future(dir)?,
+        };
+        for id in self.session_ids()? {
+            let Ok(info) = self.info(&id) else { continue };
+            if info.state == Life::Live && Path::new(&info.workspace) == canon {
+                return Ok(Some(id));
+            }
+        }
+        Ok(None)
     }
 
     /// Override the lock wait (tests of `busy`).

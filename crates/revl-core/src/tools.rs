@@ -31,7 +31,13 @@ impl Class {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Runner {
     Argv(Vec<String>),
-    Http { method: String, url: String },
+    Http {
+        method: String,
+        url: String,
+    },
+    /// A Python function, `module:qualname` (SPEC 18): declared through the Python package
+    /// only, and run only by a process that holds it (a [`ToolHost`]).
+    Python(String),
 }
 
 #[derive(Debug, Clone)]
@@ -129,6 +135,7 @@ const TOOL_KEYS: &[&str] = &[
     "scope",
     "run",
     "http",
+    "python",
     "undo",
     "undo_idempotent",
     "compensate",
@@ -136,9 +143,23 @@ const TOOL_KEYS: &[&str] = &[
     "timeout_seconds",
 ];
 
+/// Where a manifest's text comes from: a user's file, where a `python` tool is refused (a
+/// Python function is declared through the Python package, which also holds it), or the
+/// copy in the store, which records such tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    File,
+    Stored,
+}
+
 impl Manifest {
-    /// Parse and validate. `file` names the manifest in errors.
+    /// Parse and validate a manifest file. `file` names the manifest in errors.
     pub fn parse(text: &str, file: &str) -> Result<Manifest> {
+        Manifest::parse_from(text, file, Source::File)
+    }
+
+    /// Parse and validate; `python` tools only from [`Source::Stored`].
+    pub fn parse_from(text: &str, file: &str, source: Source) -> Result<Manifest> {
         let bad = |tool: &str, field: &str, why: String| {
             Error::new(
                 Code::BadManifest,
@@ -249,7 +270,31 @@ impl Manifest {
                 }
                 Some(v) => Some(normalise_scope(v).map_err(|why| bad(n, "scope", why))?),
             };
+            let python = match (t.get("python"), source) {
+                (None, _) => None,
+                (Some(_), Source::File) => {
+                    return Err(bad(
+                        n,
+                        "python",
+                        "a Python function is declared through the Python package (`@revl.tool`, passed in `tools=`), not in a manifest file".into(),
+                    ))
+                }
+                (Some(toml::Value::String(s)), Source::Stored) if python_target_ok(s) => {
+                    Some(s.clone())
+                }
+                (Some(_), Source::Stored) => {
+                    return Err(bad(n, "python", "must be \"module:qualname\"".into()))
+                }
+            };
             let runner = match (t.get("run"), t.get("http")) {
+                _ if python.is_some() && (t.contains_key("run") || t.contains_key("http")) => {
+                    return Err(bad(
+                        n,
+                        "python",
+                        "give exactly one of `run`, `http` or `python`".into(),
+                    ))
+                }
+                _ if python.is_some() => Runner::Python(python.clone().unwrap_or_default()),
                 (Some(_), Some(_)) => {
                     return Err(bad(
                         n,
@@ -626,8 +671,146 @@ pub fn check_args(tool: &Tool, args: &Value, inverse: bool) -> Result<()> {
     Ok(())
 }
 
+/// The process's own tool runner for [`Runner::Python`] tools (SPEC 18): the Python package
+/// registers the functions a process passed in `tools=`; nothing else runs them. A process
+/// without a host (the CLI, the MCP server) holds no such function.
+pub trait ToolHost: Send + Sync {
+    /// Whether this process holds the function `target` (`module:qualname`) as tool `tool`.
+    fn holds(&self, tool: &str, target: &str) -> bool;
+    /// Run it. A forward call gets the call's args; an inverse gets the forward call's args
+    /// and witness. The witness is the function's return value; an exception is
+    /// `error: {type: <exception type>, message}`.
+    fn run(&self, call: HostCall<'_>) -> ToolRun;
+}
+
+/// One call of a host's function.
+#[derive(Debug, Clone, Copy)]
+pub struct HostCall<'a> {
+    pub tool: &'a Tool,
+    /// `module:qualname`.
+    pub target: &'a str,
+    pub args: &'a Value,
+    /// `Some` for an inverse (an undo or a compensation): the forward call's witness.
+    pub witness: Option<&'a Value>,
+    /// An emission's or held send's idempotency key.
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// `module:qualname`, each part dotted Python identifiers.
+fn python_target_ok(s: &str) -> bool {
+    let ident = |p: &str| {
+        !p.is_empty()
+            && p.split('.').all(|w| {
+                let mut c = w.chars();
+                c.next().is_some_and(|f| f == '_' || f.is_alphabetic())
+                    && c.all(|x| x == '_' || x.is_alphanumeric())
+            })
+    };
+    matches!(s.split_once(':'), Some((m, q)) if ident(m) && q.split('.').all(|w| w == "<locals>" || ident(w)))
+}
+
+/// Refuse (`tool-unavailable`) a tool this process cannot run: a Python function the
+/// process's [`ToolHost`] does not hold. Checked before anything is recorded.
+pub fn check_runnable(tool: &Tool, host: Option<&dyn ToolHost>) -> Result<()> {
+    match &tool.runner {
+        Runner::Python(target) if !host.is_some_and(|h| h.holds(&tool.name, target)) => {
+            Err(unavailable(tool, target))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn unavailable(tool: &Tool, target: &str) -> Error {
+    Error::new(
+        Code::ToolUnavailable,
+        format!(
+            "tool {:?} is the Python function {target}, which this process does not hold; nothing was recorded",
+            tool.name
+        ),
+        format!(
+            "run this from a Python process that passes {target} in `tools=` (revl.Store(...).session(id, tools=[...]))"
+        ),
+    )
+}
+
+/// A Python tool as the package declares it (`@revl.tool`): written into the manifest copy
+/// as a `[[tool]]` table with `python = "module:qualname"`, then validated with every other
+/// tool by [`Manifest::parse_from`].
+#[derive(Debug, Clone, Default)]
+pub struct DeclaredTool {
+    pub name: String,
+    pub class: String,
+    /// An array of tokens or a table `{caps, confined?, sandbox?}`, as in a manifest.
+    pub scope: Option<Value>,
+    pub python: String,
+    pub undo: Option<String>,
+    pub compensate: Option<String>,
+    pub approval: Option<String>,
+    pub service: Option<String>,
+    pub method: Option<String>,
+    pub undo_idempotent: Option<bool>,
+}
+
+impl DeclaredTool {
+    /// The `[[tool]]` table (TOML) the manifest copy records.
+    pub fn to_toml(&self) -> String {
+        // A JSON string is a valid TOML basic string.
+        let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+        let mut out = String::from("\n[[tool]]\n");
+        out += &format!(
+            "name = {}\nclass = {}\npython = {}\n",
+            q(&self.name),
+            q(&self.class),
+            q(&self.python)
+        );
+        for (k, v) in [
+            ("undo", &self.undo),
+            ("compensate", &self.compensate),
+            ("approval", &self.approval),
+            ("service", &self.service),
+            ("method", &self.method),
+        ] {
+            if let Some(v) = v {
+                out += &format!("{k} = {}\n", q(v));
+            }
+        }
+        if let Some(b) = self.undo_idempotent {
+            out += &format!("undo_idempotent = {b}\n");
+        }
+        if let Some(scope) = &self.scope {
+            out += &format!("scope = {}\n", toml_value(scope));
+        }
+        out
+    }
+}
+
+/// A JSON value as a TOML inline value (strings, booleans, numbers, arrays, tables).
+fn toml_value(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(toml_value).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(m) => format!(
+            "{{ {} }}",
+            m.iter()
+                .map(|(k, v)| format!(
+                    "{} = {}",
+                    serde_json::to_string(k).unwrap_or_default(),
+                    toml_value(v)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        // `null` has no TOML form: an empty string, which validation then names.
+        Value::Null => "\"\"".into(),
+        other => other.to_string(),
+    }
+}
+
 /// Run a tool. `stdin_doc` is `{"args", "witness"}`; `env` adds REVL_* variables;
-/// `idem_key` sets `REVL_IDEMPOTENCY_KEY` / the `Idempotency-Key` header.
+/// `idem_key` sets `REVL_IDEMPOTENCY_KEY` / the `Idempotency-Key` header. A Python tool
+/// runs through `host` ([`check_runnable`] first).
 pub fn run_tool(
     tool: &Tool,
     args: &Value,
@@ -635,9 +818,22 @@ pub fn run_tool(
     cwd: &Path,
     env: &[(String, String)],
     idem_key: Option<&str>,
+    host: Option<&dyn ToolHost>,
 ) -> Result<ToolRun> {
     let doc = json!({"args": args, "witness": witness.cloned().unwrap_or(Value::Null)});
     match &tool.runner {
+        Runner::Python(target) => {
+            let Some(host) = host.filter(|h| h.holds(&tool.name, target)) else {
+                return Err(unavailable(tool, target));
+            };
+            Ok(host.run(HostCall {
+                tool,
+                target,
+                args,
+                witness,
+                idempotency_key: idem_key,
+            }))
+        }
         Runner::Argv(template) => {
             let argv: Vec<String> = template
                 .iter()

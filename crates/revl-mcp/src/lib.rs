@@ -21,6 +21,7 @@ mod args;
 mod transport;
 
 use args::*;
+use revl_core::api::Answer;
 use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -31,7 +32,7 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -146,35 +147,34 @@ pub fn resolve_target(store: &Store, target: &Target) -> Result<(String, Option<
     }
 }
 
-/// The live session whose workspace is `dir` (canonical paths compared), if any. A
-/// workspace directory that was deleted still names its session (by the path it had), so
-/// the server serves that session (whose verbs then say what is missing) instead of
-/// refusing to start.
+/// The live session whose workspace is `dir`, if any ([`Store::live_session_of`]).
 pub fn live_session_of(store: &Store, dir: &Path) -> Result<Option<String>, Error> {
-    let canon = match std::fs::canonicalize(dir) {
-        Ok(c) => c,
-        Err(_) => revl_core::store::resolve_future(dir)?,
-    };
-    for id in store.session_ids()? {
-        let Ok(info) = store.info(&id) else { continue };
-        if info.state == revl_core::state::Life::Live && Path::new(&info.workspace) == canon {
-            return Ok(Some(id));
-        }
-    }
-    Ok(None)
+    store.live_session_of(dir)
 }
 
-/// A verb's own-shape negative (SPEC 9): a stale hash's `refused: true`, `approvalRequired`.
-fn is_negative(doc: &Value) -> bool {
-    revl_core::is_negative(doc)
+/// A verb's document, and whether the verb refused with it (a stale hash, an approval
+/// required): such a result goes out with `isError: true`.
+struct Reply {
+    doc: Value,
+    refused: bool,
+}
+
+impl Reply {
+    /// The answer's document with what attaching repaired.
+    fn of<T: Answer>(r: &T, repaired: &[revl_core::session::Repaired]) -> Reply {
+        Reply {
+            doc: revl_core::api::with_repairs(r.document(), repaired),
+            refused: r.refusal().is_some(),
+        }
+    }
 }
 
 /// The document as structured content and the same JSON as text.
-fn result_of(doc: Value) -> CallToolResult {
-    if is_negative(&doc) {
-        CallToolResult::structured_error(doc)
+fn result_of(r: Reply) -> CallToolResult {
+    if r.refused {
+        CallToolResult::structured_error(r.doc)
     } else {
-        CallToolResult::structured(doc)
+        CallToolResult::structured(r.doc)
     }
 }
 
@@ -227,7 +227,7 @@ impl RevlServer {
     /// never a crash.
     async fn blocking<F>(&self, f: F) -> CallToolResult
     where
-        F: FnOnce(&Store, &mut String) -> Result<Value, Error> + Send + 'static,
+        F: FnOnce(&Store, &mut String) -> Result<Reply, Error> + Send + 'static,
     {
         let store = self.store.clone();
         let current = self.current.clone();
@@ -237,7 +237,7 @@ impl RevlServer {
         })
         .await;
         match joined {
-            Ok(Ok(Ok(doc))) => result_of(doc),
+            Ok(Ok(Ok(reply))) => result_of(reply),
             Ok(Ok(Err(e))) => error_result(&e),
             Ok(Err(_)) | Err(_) => error_result(&Error::new(
                 Code::Io,
@@ -252,14 +252,14 @@ impl RevlServer {
     async fn on_session<F, T>(&self, f: F) -> CallToolResult
     where
         F: FnOnce(&mut Session) -> Result<T, Error> + Send + 'static,
-        T: serde::Serialize,
+        T: Answer,
     {
         self.blocking(move |store, cur| {
             let mut s = store.attach(cur)?;
             let doc = f(&mut s);
             let repaired = s.repairs().to_vec();
             drop(s);
-            doc.map(|d| with_repairs(revl_core::report::to_json(&d), &repaired))
+            doc.map(|d| Reply::of(&d, &repaired))
         })
         .await
     }
@@ -285,10 +285,12 @@ impl RevlServer {
     )]
     async fn revl_new(&self, Parameters(a): Parameters<NewArgs>) -> CallToolResult {
         self.blocking(move |store, cur| {
-            let s = store.new_session(Path::new(&a.workspace), a.manifest.as_deref().map(Path::new))?;
-            let doc = json!({"session": s.id(), "workspace": s.state().workspace, "wal": s.wal_path().display().to_string()});
+            let s = store.new_session(
+                Path::new(&a.workspace),
+                a.manifest.as_deref().map(Path::new),
+            )?;
             *cur = s.id().to_string();
-            Ok(doc)
+            Ok(Reply::of(&revl_core::api::Created::of(&s), &[]))
         })
         .await
     }
@@ -407,14 +409,16 @@ impl RevlServer {
         )
     )]
     async fn revl_read(&self, Parameters(a): Parameters<ReadArgs>) -> CallToolResult {
-        self.on_session(move |s| match a.at {
-            Some(k) => s
-                .read_at(&a.path, k)
-                .map(|r| revl_core::report::to_json(&r)),
-            None => s
-                .workspace()
-                .read(&a.path)
-                .map(|r| revl_core::report::to_json(&r)),
+        self.blocking(move |store, cur| {
+            let s = store.attach(cur)?;
+            let repaired = s.repairs().to_vec();
+            match a.at {
+                Some(k) => s.read_at(&a.path, k).map(|r| Reply::of(&r, &repaired)),
+                None => s
+                    .workspace()
+                    .read(&a.path)
+                    .map(|r| Reply::of(&r, &repaired)),
+            }
         })
         .await
     }
@@ -596,7 +600,7 @@ impl RevlServer {
         )
     )]
     async fn revl_sessions(&self) -> CallToolResult {
-        self.blocking(|store, _| store.sessions().map(|r| revl_core::report::to_json(&r)))
+        self.blocking(|store, _| store.sessions().map(|r| Reply::of(&r, &[])))
             .await
     }
 
@@ -658,7 +662,7 @@ impl RevlServer {
             let left = a.left.clone().unwrap_or_else(|| cur.clone());
             let report =
                 revl_core::session::diff::diff_in(store, &left, &a.right, a.path.as_deref())?;
-            Ok(revl_core::report::to_json(&report))
+            Ok(Reply::of(&report, &[]))
         })
         .await
     }
@@ -680,7 +684,7 @@ impl RevlServer {
     async fn revl_log(&self) -> CallToolResult {
         self.blocking(move |store, cur| {
             let report = revl_core::log::log(store, Some(cur.as_str()))?;
-            Ok(revl_core::report::to_json(&report))
+            Ok(Reply::of(&report, &[]))
         })
         .await
     }
@@ -710,7 +714,7 @@ impl RevlServer {
             let repaired = s.repairs().to_vec();
             if let Some(into) = &a.into {
                 let doc = s.fork_confirm_into(&a.hash, Path::new(into))?;
-                return Ok(with_repairs(revl_core::report::to_json(&doc), &repaired));
+                return Ok(Reply::of(&doc, &repaired));
             }
             let doc = s.fork_confirm(&a.hash)?;
             drop(s);
@@ -718,7 +722,7 @@ impl RevlServer {
                 eprintln!("revl mcp: forked; now serving branch {branch} (parent {cur} is frozen)");
                 *cur = branch.clone();
             }
-            Ok(with_repairs(revl_core::report::to_json(&doc), &repaired))
+            Ok(Reply::of(&doc, &repaired))
         })
         .await
     }
@@ -848,16 +852,4 @@ impl ServerHandler for RevlServer {
             Err(e) => Err(e),
         }
     }
-}
-
-/// A tool's result with what attaching repaired (`repaired`, as the CLI's `--json` has it):
-/// a repair is durable even when nobody asked for it, and an agent must be told.
-fn with_repairs(mut doc: Value, repaired: &[revl_core::session::Repaired]) -> Value {
-    if let (false, Value::Object(m)) = (repaired.is_empty(), &mut doc) {
-        m.insert(
-            "repaired".into(),
-            revl_core::report::to_json(&repaired.to_vec()),
-        );
-    }
-    doc
 }

@@ -6,7 +6,7 @@ use crate::error::{Code, Error, Remedy, Result};
 use crate::report::CallResult;
 use crate::session::Session;
 use crate::step::{Step, StepKind};
-use crate::tools::{check_args, run_tool, Class, Manifest, Tool};
+use crate::tools::{check_args, run_tool, Class, DeclaredTool, Manifest, Source, Tool};
 use crate::undo::Undo;
 use crate::util::{new_id, sha256_jcs};
 use crate::wal::Record;
@@ -21,34 +21,61 @@ impl crate::store::Store {
         given: Option<&Path>,
         workspace: &Path,
     ) -> Result<Option<String>> {
+        self.import_manifest_with(given, workspace, &[])
+    }
+
+    /// [`Store::import_manifest`](crate::store::Store) plus the Python function tools a
+    /// front end declared (SPEC 18): each becomes a `[[tool]]` table with `python =
+    /// "module:qualname"` in the stored copy, validated with the file's tools as one manifest.
+    pub fn import_manifest_with(
+        &self,
+        given: Option<&Path>,
+        workspace: &Path,
+        python: &[DeclaredTool],
+    ) -> Result<Option<String>> {
         let path = match given {
-            Some(p) => p.to_path_buf(),
-            None => {
-                let p = workspace.join("revl.toml");
-                if !p.is_file() {
-                    return Ok(None);
-                }
-                p
-            }
+            Some(p) => Some(p.to_path_buf()),
+            None => Some(workspace.join("revl.toml")).filter(|p| p.is_file()),
         };
-        let bytes = std::fs::read(&path).map_err(|e| {
-            Error::new(
-                Code::BadManifest,
-                format!("cannot read manifest {}: {e}", path.display()),
-                "give a readable revl.toml as the manifest",
-            )
-            .with_remedy(Remedy::GiveManifest)
-            .with_cause(e)
-        })?;
-        let text = String::from_utf8(bytes.clone()).map_err(|_| {
-            Error::new(
-                Code::BadManifest,
-                format!("{}: not UTF-8", path.display()),
-                "save the manifest as UTF-8",
-            )
-        })?;
-        Manifest::parse(&text, &path.display().to_string())?;
-        Ok(Some(self.blobs().put(&bytes)?))
+        let mut text = String::new();
+        let mut file = "tools=".to_string();
+        if let Some(path) = &path {
+            let bytes = std::fs::read(path).map_err(|e| {
+                Error::new(
+                    Code::BadManifest,
+                    format!("cannot read manifest {}: {e}", path.display()),
+                    "give a readable revl.toml as the manifest",
+                )
+                .with_remedy(Remedy::GiveManifest)
+                .with_cause(e)
+            })?;
+            text = String::from_utf8(bytes).map_err(|_| {
+                Error::new(
+                    Code::BadManifest,
+                    format!("{}: not UTF-8", path.display()),
+                    "save the manifest as UTF-8",
+                )
+            })?;
+            file = path.display().to_string();
+            // The file alone first: a `python` key in it is refused there.
+            Manifest::parse(&text, &file)?;
+        }
+        if path.is_none() && python.is_empty() {
+            return Ok(None);
+        }
+        if !python.is_empty() {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            for t in python {
+                text += &t.to_toml();
+            }
+            if path.is_some() {
+                file = format!("{file} with the Python tools of tools=");
+            }
+        }
+        Manifest::parse_from(&text, &file, Source::Stored)?;
+        Ok(Some(self.blobs().put(text.as_bytes())?))
     }
 }
 
@@ -71,9 +98,10 @@ impl Session {
             None => Ok(Manifest::default()),
             Some(d) => {
                 let bytes = self.blobs.get(d, None)?;
-                Manifest::parse(
+                Manifest::parse_from(
                     &String::from_utf8_lossy(&bytes),
                     &format!("manifest blob {d}"),
+                    Source::Stored,
                 )
             }
         }
@@ -96,6 +124,7 @@ impl Session {
             .ok_or_else(|| manifest.unknown_tool(name))?;
         object_args(&args)?;
         check_args(&tool, &args, false)?;
+        crate::tools::check_runnable(&tool, self.store.tool_host())?;
         match tool.class {
             Class::Inverse => Err(Error::bad_args(
                 format!(
@@ -154,7 +183,15 @@ impl Session {
         let label = format!("{}.{}", tool.service, tool.method);
         self.intent(step, "effect", &label, &tool.name)?;
         self.fp.point("effect.after-intent");
-        let run = run_tool(tool, &args, None, self.ws.root(), &self.env(step), None)?;
+        let run = run_tool(
+            tool,
+            &args,
+            None,
+            self.ws.root(),
+            &self.env(step),
+            None,
+            self.store.tool_host(),
+        )?;
         self.fp.point("effect.after-change");
         if run.timed_out() {
             // Unknown outcome: an opaque step, so a fork over it is refused.
@@ -280,6 +317,7 @@ impl Session {
             self.ws.root(),
             &self.env(step),
             Some(&key),
+            self.store.tool_host(),
         )?;
         self.fp.point("effect.after-change");
         let mut detail = json!({"key": key, "service": tool.service, "method": tool.method, "args": args, "witness": run.witness});
@@ -330,7 +368,15 @@ impl Session {
         let step = self.state.next_index();
         let label = format!("{}/opaque", tool.name);
         self.intent(step, "opaque", &label, &tool.name)?;
-        let run = run_tool(tool, &args, None, self.ws.root(), &self.env(step), None)?;
+        let run = run_tool(
+            tool,
+            &args,
+            None,
+            self.ws.root(),
+            &self.env(step),
+            None,
+            self.store.tool_host(),
+        )?;
         let outcome = match &run.error {
             None => "ok".to_string(),
             Some(e) => e
@@ -351,6 +397,29 @@ impl Session {
         self.append(Record::Step(rec), false)?;
         self.sync()?;
         Ok(CallResult::ran(step, seq, label, None, run))
+    }
+
+    /// Refuse (`tool-unavailable`) before an unwind records anything if one of the
+    /// inverses it would run is a Python function this process does not hold.
+    pub(crate) fn check_inverse_tools(&self, run: &[u64]) -> Result<()> {
+        let mut manifest = None;
+        for &i in run {
+            let s = &self.state.steps[i as usize];
+            let name = match (&s.kind, s.undo()) {
+                (StepKind::Effect, Some(Undo::Tool { tool })) => tool.as_str(),
+                (StepKind::Compensation, _) => {
+                    s.detail().get("tool").and_then(Value::as_str).unwrap_or("")
+                }
+                _ => continue,
+            };
+            if manifest.is_none() {
+                manifest = Some(self.manifest()?);
+            }
+            if let Some(t) = manifest.as_ref().and_then(|m| m.tool(name)) {
+                crate::tools::check_runnable(t, self.store.tool_host())?;
+            }
+        }
+        Ok(())
     }
 
     /// Run a manifest inverse: an effect's undo tool or a compensation.
@@ -407,6 +476,7 @@ impl Session {
             self.ws.root(),
             &self.env(s.index),
             None,
+            self.store.tool_host(),
         )?;
         match run.error {
             None => Ok(()),

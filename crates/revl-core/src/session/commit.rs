@@ -128,6 +128,13 @@ impl Session {
             });
         }
         let manifest = self.manifest()?;
+        // A held send this process cannot run (a Python function it does not hold) refuses
+        // the whole commit before anything is recorded.
+        for seq in &self.state.queue {
+            if let Some(t) = manifest.tool(&self.state.deferred[seq].tool) {
+                crate::tools::check_runnable(t, self.store.tool_host())?;
+            }
+        }
         // The deliverable's files are durable before the commit is: after it, no later write
         // of this session would fsync them, and no repair of this session would redo them.
         self.settle(true)?;
@@ -147,6 +154,7 @@ impl Session {
                         self.ws.root(),
                         &self.env(d.after_step),
                         Some(&key),
+                        self.store.tool_host(),
                     )?
                     .error
                 }
@@ -212,6 +220,7 @@ impl Session {
                 "the manifest copy is damaged",
             )
         })?;
+        crate::tools::check_runnable(&tool, self.store.tool_host())?;
         let key = format!("{}-{seq}", self.id);
         let run = run_tool(
             &tool,
@@ -220,6 +229,7 @@ impl Session {
             self.ws.root(),
             &self.env(d.after_step),
             Some(&key),
+            self.store.tool_host(),
         )?;
         match run.error {
             None => {

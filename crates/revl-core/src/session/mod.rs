@@ -129,6 +129,17 @@ impl Store {
     /// `new --workspace DIR`: create a session (refusing a workspace that has, or is nested
     /// in or around, a live session) and return it attached.
     pub fn new_session(&self, workspace: &Path, manifest: Option<&Path>) -> Result<Session> {
+        self.new_session_with(workspace, manifest, &[])
+    }
+
+    /// [`Store::new_session`] with Python function tools declared by a front end (SPEC 18),
+    /// recorded in the session's manifest copy beside the file's tools.
+    pub fn new_session_with(
+        &self,
+        workspace: &Path,
+        manifest: Option<&Path>,
+        python: &[crate::tools::DeclaredTool],
+    ) -> Result<Session> {
         // Every check runs on the path the workspace will have, before anything is created.
         let ws = crate::store::resolve_future(workspace)?;
         if ws.exists() && !ws.is_dir() {
@@ -139,7 +150,7 @@ impl Store {
             .with_remedy(Remedy::GiveWorkspace));
         }
         crate::store::check_overlap(self.root(), &ws)?;
-        let manifest_digest = self.import_manifest(manifest, &ws)?;
+        let manifest_digest = self.import_manifest_with(manifest, &ws, python)?;
         let _store_lock = self.store_lock()?;
         for h in self.workspace_holders()? {
             let (id, other) = (&h.id, Path::new(&h.workspace));

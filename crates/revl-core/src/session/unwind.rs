@@ -212,8 +212,11 @@ impl Session {
         }
     }
 
-    /// Refuse (`missing-preimage`) before anything runs if a blob an inverse needs is gone.
+    /// Refuse before anything runs if an inverse cannot: a blob it needs is gone
+    /// (`missing-preimage`), or it is a Python function this process does not hold
+    /// (`tool-unavailable`).
     pub(crate) fn check_preimages(&self, run: &[u64]) -> Result<()> {
+        self.check_inverse_tools(run)?;
         for &i in run {
             let s = &self.state.steps[i as usize];
             let Some(Undo::Restore { entries }) = s.undo() else {

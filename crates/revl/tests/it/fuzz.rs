@@ -333,6 +333,10 @@ fn check_accepted(m: &Manifest) -> Result<(), TestCaseError> {
             revl_core::tools::Runner::Http { url, .. } => {
                 prop_assert!(url.starts_with("http://") || url.starts_with("https://"));
             }
+            // A manifest file never declares a Python function (only the package does).
+            revl_core::tools::Runner::Python(target) => {
+                prop_assert!(false, "a manifest file declared python = {target:?}");
+            }
         }
         prop_assert!(t.timeout > Duration::ZERO);
     }

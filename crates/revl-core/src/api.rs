@@ -1,0 +1,145 @@
+//! What every front end (the CLI, the MCP server, the Python package) takes from the core,
+//! so that none of them decides anything: where the default store is, what a verb's answer
+//! is (a result, or one of the two refusals that have their own document), the repairs an
+//! attach made, and the `new` document. Front ends format these; they never read a JSON
+//! document back to tell a refusal from a result.
+
+use crate::error::{Code, Error, Result};
+use crate::report::{to_json, CallResult, CommitResult, ForkReport};
+use crate::session::{Repaired, Session};
+use serde::Serialize;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// The store a front end uses when none is given: `$REVL_STORE`, else
+/// `$XDG_STATE_HOME/revl`, else `~/.local/state/revl`.
+pub fn default_store_root() -> Result<PathBuf> {
+    if let Some(s) = std::env::var_os("REVL_STORE").filter(|s| !s.is_empty()) {
+        return Ok(PathBuf::from(s));
+    }
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|s| !s.is_empty()) {
+        return Ok(PathBuf::from(x).join("revl"));
+    }
+    match std::env::var_os("HOME").filter(|s| !s.is_empty()) {
+        Some(h) => Ok(PathBuf::from(h).join(".local/state/revl")),
+        None => Err(Error::new(
+            Code::Usage,
+            "no store: HOME is not set",
+            "pass --store DIR or set REVL_STORE",
+        )),
+    }
+}
+
+/// A verb's own-shape refusal (SPEC 9): its document says what happened; front ends map it
+/// to exit 1 (CLI), `isError: true` (MCP), or an exception carrying the document (Python).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A commit or fork confirm whose hash no longer matches (`refused: true`): nothing ran.
+    StaleHash,
+    /// An emission without a usable approval (`approvalRequired: true`): nothing fired.
+    ApprovalRequired { ticket: String },
+}
+
+impl Refusal {
+    /// The error code the refusal goes by (`stale-hash`, `approval-required`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::StaleHash => "stale-hash",
+            Refusal::ApprovalRequired { .. } => "approval-required",
+        }
+    }
+}
+
+/// A verb's typed result: its JSON document (the CLI's `--json`), and whether it is a
+/// refusal.
+pub trait Answer: Serialize {
+    /// `Some` when the verb refused with its own document.
+    fn refusal(&self) -> Option<Refusal> {
+        None
+    }
+
+    fn document(&self) -> Value
+    where
+        Self: Sized,
+    {
+        to_json(self)
+    }
+}
+
+impl Answer for CallResult {
+    fn refusal(&self) -> Option<Refusal> {
+        match self {
+            CallResult::ApprovalRequired { ticket, .. } => Some(Refusal::ApprovalRequired {
+                ticket: ticket.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl Answer for CommitResult {
+    fn refusal(&self) -> Option<Refusal> {
+        matches!(self, CommitResult::Refused { .. }).then_some(Refusal::StaleHash)
+    }
+}
+
+impl Answer for ForkReport {
+    fn refusal(&self) -> Option<Refusal> {
+        (self.refused == Some(true)).then_some(Refusal::StaleHash)
+    }
+}
+
+macro_rules! plain_answers {
+    ($($t:ty),* $(,)?) => { $(impl Answer for $t {})* };
+}
+
+plain_answers!(
+    crate::report::Stepped,
+    crate::report::ExecReport,
+    crate::report::Timeline,
+    crate::report::Inspect,
+    crate::report::Status,
+    crate::report::Verify,
+    crate::report::CommitPlan,
+    crate::report::StepBackReport,
+    crate::report::AbortReport,
+    crate::report::ReadAt,
+    crate::report::FileRead,
+    crate::report::Listing,
+    crate::report::Sessions,
+    crate::report::Approval,
+    crate::report::Resent,
+    crate::report::ModelNote,
+    crate::log::Log,
+    crate::log::Approvals,
+    crate::lineage::Compare,
+    crate::session::diff::DiffReport,
+    Created,
+);
+
+/// `new`: the session made, its workspace and its WAL.
+#[derive(Debug, Clone, Serialize)]
+pub struct Created {
+    pub session: String,
+    pub workspace: String,
+    pub wal: String,
+}
+
+impl Created {
+    pub fn of(s: &Session) -> Created {
+        Created {
+            session: s.id().to_string(),
+            workspace: s.state().workspace.clone(),
+            wal: s.wal_path().display().to_string(),
+        }
+    }
+}
+
+/// A verb's document with what attaching repaired (`repaired: [...]`): a repair is durable
+/// even when nobody asked for it, and whoever called must be told.
+pub fn with_repairs(mut doc: Value, repaired: &[Repaired]) -> Value {
+    if let (false, Value::Object(m)) = (repaired.is_empty(), &mut doc) {
+        m.insert("repaired".into(), to_json(&repaired.to_vec()));
+    }
+    doc
+}
