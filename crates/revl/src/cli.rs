@@ -1,18 +1,12 @@
 //! The `revl` command line: parse, call a core verb, render. No rules live here.
 
-mod demo;
-mod render;
-mod view;
+use crate::{demo, render, view};
 
 use clap::{Parser, Subcommand};
 use revl_core::report::to_json;
 use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
-
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser, Debug)]
 #[command(name = "revl", version, about = "Branch and rewind agent sessions without leaving residue in the world.", long_about = None)]
@@ -439,20 +433,7 @@ impl Outcome {
 }
 
 fn default_store() -> Result<PathBuf, Error> {
-    if let Some(s) = std::env::var_os("REVL_STORE").filter(|s| !s.is_empty()) {
-        return Ok(PathBuf::from(s));
-    }
-    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|s| !s.is_empty()) {
-        return Ok(PathBuf::from(x).join("revl"));
-    }
-    match std::env::var_os("HOME").filter(|s| !s.is_empty()) {
-        Some(h) => Ok(PathBuf::from(h).join(".local/state/revl")),
-        None => Err(Error::new(
-            Code::Usage,
-            "no store: HOME is not set",
-            "pass --store DIR or set REVL_STORE",
-        )),
-    }
+    revl_core::api::default_store_root()
 }
 
 fn open_store(cli: &Cli) -> Result<Store, Error> {
@@ -460,7 +441,12 @@ fn open_store(cli: &Cli) -> Result<Store, Error> {
         Some(s) => s.clone(),
         None => default_store()?,
     };
-    let mut store = Store::open(&root, revl_core::Failpoints::from_env())?;
+    let fp = revl_core::Failpoints::from_env();
+    // `new` refuses an overlapping store before anything is created.
+    let mut store = match &cli.cmd {
+        Cmd::New { workspace, .. } => Store::open_for(&root, workspace, fp)?,
+        _ => Store::open(&root, fp)?,
+    };
     if let Some(ms) = std::env::var("REVL_LOCK_WAIT_MS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -511,9 +497,7 @@ fn with_repairs(mut out: Outcome) -> Outcome {
     if done.is_empty() {
         return out;
     }
-    if let Value::Object(m) = &mut out.doc {
-        m.insert("repaired".into(), to_json(&done));
-    }
+    out.doc = revl_core::api::with_repairs(std::mem::take(&mut out.doc), &done);
     let mut lines: Vec<String> = done
         .iter()
         .map(|r| format!("repaired on attach: {}", r.detail))
@@ -597,17 +581,6 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         _ => {}
     }
-    if let Cmd::New { workspace, .. } = &cli.cmd {
-        // Refuse an overlapping store before Store::open creates anything.
-        let root = match &cli.store {
-            Some(s) => s.clone(),
-            None => default_store()?,
-        };
-        revl_core::store::check_overlap(
-            &revl_core::store::resolve_future(&root)?,
-            &revl_core::store::resolve_future(workspace)?,
-        )?;
-    }
     let store = open_store(cli)?;
     let effect = |session: &str, op: FileOp| -> Result<Outcome, Error> {
         let mut s = attach(&store, session)?;
@@ -645,14 +618,12 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             manifest,
         } => {
             let s = store.new_session(workspace, manifest.as_deref())?;
-            let doc = serde_json::json!({"session": s.id(), "workspace": s.state().workspace, "wal": s.wal_path().display().to_string()});
+            let r = revl_core::api::Created::of(&s);
             let text = format!(
                 "session   {}\nworkspace {}\nwal       {}",
-                s.id(),
-                s.state().workspace,
-                s.wal_path().display()
+                r.session, r.workspace, r.wal
             );
-            Ok(Outcome::ok(doc, text))
+            Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::Sessions => {
             let r = store.sessions()?;
@@ -904,7 +875,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             })?;
             let mut s = attach(&store, session)?;
             let r = s.call(tool, args)?;
-            Ok(negative_aware(to_json(&r), render::call(&r)))
+            Ok(answered(&r, render::call(&r)))
         }
         Cmd::Commit { session } => {
             let s = attach(&store, session)?;
@@ -914,7 +885,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::CommitConfirm { session, hash } => {
             let mut s = attach(&store, session)?;
             let r = s.commit_confirm(hash)?;
-            Ok(negative_aware(to_json(&r), render::commit_done(&r)))
+            Ok(answered(&r, render::commit_done(&r)))
         }
         Cmd::Abort { session } => {
             let mut s = attach(&store, session)?;
@@ -971,7 +942,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 Some(dir) => s.fork_confirm_into(hash, dir)?,
                 None => s.fork_confirm(hash)?,
             };
-            Ok(negative_aware(to_json(&report), render::fork(&report)))
+            Ok(answered(&report, render::fork(&report)))
         }
         Cmd::Recover {
             session,
@@ -1104,28 +1075,28 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
     }
 }
 
-/// A verb's own-shape negative (`refused: true`, `approvalRequired: true`) exits 1.
-fn negative_aware(doc: Value, t: String) -> Outcome {
-    let negative = revl_core::is_negative(&doc);
+/// A verb's own-shape refusal (a stale hash, an approval required) exits 1.
+fn answered(r: &impl revl_core::api::Answer, t: String) -> Outcome {
+    use revl_core::api::Refusal;
+    let doc = r.document();
+    let refusal = r.refusal();
     // The text already says it on stdout; stderr gets one line, not the same text again.
-    if negative {
-        let line = if doc.get("approvalRequired").is_some() {
-            format!(
-                "approval required (ticket {}): nothing was sent",
-                doc.get("ticket").and_then(Value::as_str).unwrap_or("-")
-            )
-        } else {
+    match &refusal {
+        Some(Refusal::ApprovalRequired { ticket }) => {
+            eprintln!("revl: approval required (ticket {ticket}): nothing was sent")
+        }
+        Some(Refusal::StaleHash) => eprintln!(
+            "revl: {}",
             doc.get("reason")
                 .and_then(Value::as_str)
                 .unwrap_or("refused")
-                .to_string()
-        };
-        eprintln!("revl: {line}");
+        ),
+        None => {}
     }
     Outcome {
         doc,
         text: t,
-        exit: if negative { 1 } else { 0 },
+        exit: u8::from(refusal.is_some()),
         printed: false,
     }
 }
@@ -1163,8 +1134,8 @@ fn wants_json(args: &[std::ffi::OsString]) -> bool {
         .any(|a| a.as_os_str() == "--json")
 }
 
-fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+/// Run the command line `args` (the program name first) and return its exit code.
+pub fn main_with(args: Vec<std::ffi::OsString>) -> u8 {
     let json = wants_json(&args);
     let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
@@ -1172,7 +1143,7 @@ fn main() -> ExitCode {
             use clap::error::ErrorKind;
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 let _ = e.print();
-                return ExitCode::SUCCESS;
+                return 0;
             }
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
                 // The help goes to stdout; stderr gets the one-line error every failure has.
@@ -1218,7 +1189,7 @@ fn main() -> ExitCode {
             } else if !out.text.is_empty() {
                 println!("{}", out.text);
             }
-            ExitCode::from(out.exit)
+            out.exit
         }
         Ok(Err(e)) => {
             // A repair is durable even when the verb then failed: say so (text only; the
@@ -1266,7 +1237,7 @@ fn cli_remedy(r: &Remedy) -> String {
     }
 }
 
-fn fail(e: &Error, json: bool) -> ExitCode {
+fn fail(e: &Error, json: bool) -> u8 {
     let hint = e.hint_with(cli_remedy);
     if json {
         println!(
@@ -1275,5 +1246,5 @@ fn fail(e: &Error, json: bool) -> ExitCode {
         );
     }
     eprintln!("revl: {}: {} (hint: {hint})", e.code.as_str(), e.message);
-    ExitCode::from(e.code.exit_code() as u8)
+    e.code.exit_code() as u8
 }

@@ -1,8 +1,8 @@
 //! `revl demo`: the whole story on a temporary store and workspace, through the library,
 //! against a real loopback HTTP sink.
 
-use crate::Outcome;
-use revl::sink::Sink;
+use crate::cli::Outcome;
+use crate::sink::Sink;
 use revl_core::report::{CallResult, Stepped};
 use revl_core::{Error, Failpoints, FileOp, Store};
 use serde_json::json;

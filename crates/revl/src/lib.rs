@@ -1,3 +1,12 @@
-//! Support code shared by the `revl` binary and its tests.
+//! The `revl` command line as a library: the `revl` binary and the Python package's `revl`
+//! command run this same code (same flags, same documents); and support code shared with the
+//! tests.
+
+mod cli;
+mod demo;
+mod render;
+mod view;
 
 pub mod sink;
+
+pub use cli::main_with;
