@@ -1,0 +1,380 @@
+"""``revl.Store`` and ``revl.Session``: revl's verbs from Python.
+
+Every method is one call into revl's core (``revl._revl``) with the GIL released; results are
+the typed objects of :mod:`revl.results`, errors the exceptions of :mod:`revl.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable, Mapping, Sequence, TypeVar, Union
+
+from . import _revl
+from .errors import ApprovalRequired, StaleHash
+from .results import (
+    AbortReport,
+    CallResult,
+    CommitPlan,
+    CommitResult,
+    Compare,
+    Created,
+    Diff,
+    ExecResult,
+    FileRead,
+    ForkReport,
+    Inspect,
+    Listing,
+    Log,
+    ModelNote,
+    Result,
+    Sessions,
+    Status,
+    StepBackReport,
+    Stepped,
+    Timeline,
+    Verify,
+)
+from .tools import Tool
+
+PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T", bound=Result)
+
+
+def _host(tools: Iterable[Tool[Any]]) -> _revl.NativeHost | None:
+    held: dict[str, tuple[str, Any]] = {}
+    for t in tools:
+        if not isinstance(t, Tool):
+            raise TypeError(
+                f"tools= takes functions decorated with @revl.tool, not {type(t).__name__}"
+            )
+        held[t.name] = (t.target, t.fn)
+    return _revl.NativeHost(held) if held else None
+
+
+def _result(cls: type[T], answer: tuple[str, str | None, str | None]) -> T:
+    """The typed result of a verb; a refusal with its own document is raised with it."""
+    text, refusal, ticket = answer
+    doc = json.loads(text)
+    result = cls(doc)
+    if refusal == "stale-hash":
+        raise StaleHash(
+            str(doc.get("reason") or "stale hash: nothing ran"),
+            "ask again (commit() or fork(at)) and confirm with the new hash",
+            document=result,
+        )
+    if refusal == "approval-required":
+        raise ApprovalRequired(
+            f"approval required for {doc.get('tool')}: nothing was sent",
+            str(doc.get("hint") or ""),
+            document=result,
+            ticket=ticket or "",
+        )
+    return result
+
+
+class Store:
+    """A revl store: where sessions, their WALs and the content they witnessed live.
+
+    ``path`` defaults as the ``revl`` command's ``--store`` does: ``$REVL_STORE``, else
+    ``$XDG_STATE_HOME/revl``, else ``~/.local/state/revl``. Nothing is created until a
+    session is.
+    """
+
+    def __init__(self, path: PathLike | None = None) -> None:
+        self._native = _revl.NativeStore(os.fspath(path) if path is not None else None)
+
+    @property
+    def path(self) -> str:
+        return self._native.root
+
+    def __repr__(self) -> str:
+        return f"revl.Store({self.path!r})"
+
+    def new(
+        self,
+        workspace: PathLike,
+        manifest: PathLike | None = None,
+        tools: Sequence[Tool[Any]] = (),
+    ) -> Session:
+        """Create a session on ``workspace`` (created if missing) and return it.
+
+        ``manifest`` is a ``revl.toml`` (default: the workspace's own, if any); ``tools`` are
+        Python functions decorated with :func:`revl.tool`, recorded in the session's
+        manifest beside the file's tools and runnable by this process.
+        """
+        tools = tuple(tools)
+        host = _host(tools)
+        decls = json.dumps([t.declaration() for t in tools])
+        text, _, _ = self._native.new_session(
+            os.fspath(workspace),
+            os.fspath(manifest) if manifest is not None else None,
+            decls,
+            host,
+        )
+        created = Created(json.loads(text))
+        return Session(self, created.session, tools, _host_obj=host, created=created)
+
+    def session(self, id_or_prefix: str, tools: Sequence[Tool[Any]] = ()) -> Session:
+        """Attach to a session by id or unique prefix; ``tools`` are the Python functions
+        its manifest names that this process may run."""
+        full = self._native.resolve(id_or_prefix)
+        return Session(self, full, tuple(tools))
+
+    def sessions(self) -> Sessions:
+        return _result(Sessions, self._native.sessions())
+
+    def log(self, session: Session | str | None = None) -> Log:
+        """The lineage of the store's sessions (or of one session's family)."""
+        sid = session.id if isinstance(session, Session) else session
+        return _result(Log, self._native.log(sid))
+
+
+class Session:
+    """One revl session, named by its id. Each call attaches (takes the session's lock,
+    rebuilds from the WAL, repairs an interrupted operation), runs one verb and lets go, so a
+    ``revl approve`` from a terminal works while this object is alive."""
+
+    def __init__(
+        self,
+        store: Store,
+        id: str,
+        tools: Sequence[Tool[Any]] = (),
+        *,
+        _host_obj: _revl.NativeHost | None = None,
+        created: Created | None = None,
+    ) -> None:
+        self.store = store
+        self.tools: tuple[Tool[Any], ...] = tuple(tools)
+        host = _host_obj if _host_obj is not None else _host(self.tools)
+        self._native = _revl.NativeSession(store._native, id, host)
+        self._host = host
+        self.created = created
+
+    @property
+    def id(self) -> str:
+        """The session's 32-hex id."""
+        return self._native.id
+
+    def __repr__(self) -> str:
+        return f"revl.Session({self.id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Session)
+            and other.id == self.id
+            and other.store.path == self.store.path
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.store.path, self.id))
+
+    # ---- file effects ----
+
+    def write(self, path: str, content: str | bytes) -> Stepped:
+        """Write a file (text is written as UTF-8): one witnessed, rewindable step."""
+        data = content.encode() if isinstance(content, str) else bytes(content)
+        return _result(Stepped, self._native.write(path, data))
+
+    def delete(self, path: str) -> Stepped:
+        return _result(Stepped, self._native.delete(path))
+
+    def rename(self, src: str, dst: str) -> Stepped:
+        return _result(Stepped, self._native.rename(src, dst))
+
+    def mkdir(self, path: str) -> Stepped:
+        return _result(Stepped, self._native.mkdir(path))
+
+    def chmod(self, path: str, mode: int | str) -> Stepped:
+        """``mode``: an int such as ``0o644``, or the CLI's octal string (``"644"``)."""
+        text = format(mode, "o") if isinstance(mode, int) and not isinstance(mode, bool) else str(mode)
+        return _result(Stepped, self._native.chmod(path, text))
+
+    # ---- reads (record nothing) ----
+
+    def read(self, path: str, at: int | None = None) -> bytes:
+        """The file's bytes now, or right after step ``at`` (``-1``: before every step)."""
+        return self._native.read(path, at)
+
+    def read_doc(self, path: str, at: int | None = None) -> FileRead:
+        """The document of ``revl read [--at K] --json`` (text or base64, mode, digest)."""
+        return _result(FileRead, self._native.read_doc(path, at))
+
+    def list(self, path: str | None = None) -> Listing:
+        return _result(Listing, self._native.list(path))
+
+    def timeline(self) -> Timeline:
+        return _result(Timeline, self._native.timeline())
+
+    def inspect(self, at: int) -> Inspect:
+        return _result(Inspect, self._native.inspect(at))
+
+    def status(self) -> Status:
+        return _result(Status, self._native.status())
+
+    def verify(self) -> Verify:
+        """Compare the workspace with what revl witnessed: drift is data, not an error."""
+        return _result(Verify, self._native.verify())
+
+    # ---- other steps ----
+
+    def provide(self, key: str, value: str) -> Stepped:
+        return _result(Stepped, self._native.provide(key, value))
+
+    def boundary(self, label: str | None = None) -> Stepped:
+        return _result(Stepped, self._native.boundary(label))
+
+    def call(self, tool: str | Tool[Any], args: Mapping[str, Any] | None = None) -> CallResult:
+        """Call a declared tool by its class: a held send is queued, an effect or emission
+        runs and is recorded. An emission without approval raises
+        :class:`revl.ApprovalRequired` (nothing fired)."""
+        name = tool.name if isinstance(tool, Tool) else tool
+        return _result(CallResult, self._native.call(name, json.dumps(dict(args or {}))))
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        timeout: float | None = None,
+        cwd: str | None = None,
+        net: bool | Sequence[str] | None = None,
+        *,
+        unconfined: bool = False,
+        memory: str | int | None = None,
+        pids: int | None = None,
+        cpu_seconds: int | None = None,
+        max_bytes: str | int | None = None,
+    ) -> ExecResult:
+        """Run a command in revl's sandbox; its file changes are one rewindable step."""
+        if isinstance(argv, str):
+            raise TypeError("exec takes an argv list, e.g. ['sh', '-c', 'make test'], not a string")
+        return _result(
+            ExecResult,
+            self._native.exec(
+                [str(a) for a in argv],
+                timeout,
+                cwd,
+                unconfined,
+                None if memory is None else str(memory),
+                pids,
+                cpu_seconds,
+                None if max_bytes is None else str(max_bytes),
+                _net(net),
+            ),
+        )
+
+    # ---- rewinds ----
+
+    def step_back(self, to: int, mode: str = "scoped", force: bool = False) -> StepBackReport:
+        """Rewind this session to step ``to``; ``mode`` is ``"scoped"`` or
+        ``"compensating"``."""
+        return _result(StepBackReport, self._native.step_back(to, mode, force))
+
+    def fork(self, at: int) -> ForkReport:
+        """Enumerate a fork at step ``at``: what it would restore, drop and report, and the
+        ``hash`` to confirm it with. Nothing changes."""
+        return _result(ForkReport, self._native.fork(at))
+
+    def fork_confirm(self, hash: str, into: PathLike | None = None) -> ForkReport:
+        """Perform the enumerated fork (``into``: a parallel branch in that directory). The
+        result's ``branch`` is the branch, attached with this session's tools."""
+        text, refusal, ticket = self._native.fork_confirm(
+            hash, os.fspath(into) if into is not None else None
+        )
+        report = _result(ForkReport, (text, refusal, ticket))
+        if report.branch_id is None:
+            return report
+        branch = Session(self.store, report.branch_id, self.tools, _host_obj=self._host)
+        return ForkReport(report.to_dict(), branch=branch)
+
+    def commit(self) -> CommitPlan:
+        """The commit plan (nothing fires); confirm with ``commit_confirm(plan.hash)``."""
+        return _result(CommitPlan, self._native.commit())
+
+    def commit_confirm(self, hash: str) -> CommitResult:
+        """Fire the held sends once each, in order; a stale hash raises
+        :class:`revl.StaleHash` (nothing fired)."""
+        return _result(CommitResult, self._native.commit_confirm(hash))
+
+    def abort(self) -> AbortReport:
+        return _result(AbortReport, self._native.abort())
+
+    def note_model(
+        self,
+        step: int,
+        model: str,
+        *,
+        tokens_in: int | None = None,
+        tokens_out: int | None = None,
+        latency_seconds: float | None = None,
+        attempts: int | None = None,
+        attempt_ceiling: int | None = None,
+        outcome: str | None = None,
+        cost: float | None = None,
+        currency: str | None = None,
+    ) -> ModelNote:
+        """Record which model decided step ``step`` and what it cost (metadata only)."""
+        fields = {
+            "step": step,
+            "model": model,
+            "tokensIn": tokens_in,
+            "tokensOut": tokens_out,
+            "latencySeconds": latency_seconds,
+            "attempts": attempts,
+            "attemptCeiling": attempt_ceiling,
+            "outcome": outcome,
+            "cost": cost,
+            "currency": currency,
+        }
+        return _result(ModelNote, self._native.note_model(json.dumps(fields)))
+
+
+def _net(net: bool | Sequence[str] | None) -> list[str] | None:
+    """``net=True``: the whole declared set (``[]``); a list: those destinations."""
+    if net is None or net is False:
+        return None
+    if net is True:
+        return []
+    if isinstance(net, str):
+        return [net]
+    return [str(d) for d in net]
+
+
+def _session_id(s: Session | str) -> str:
+    return s.id if isinstance(s, Session) else s
+
+
+def _store_of(*sides: Session | str, store: Store | None) -> Store:
+    if store is not None:
+        return store
+    for s in sides:
+        if isinstance(s, Session):
+            return s.store
+    return Store()
+
+
+def compare(a: Session | str, b: Session | str, *, store: Store | None = None) -> Compare:
+    """Compare two sessions of one lineage (``revl compare``), read from their WALs."""
+    st = _store_of(a, b, store=store)
+    return _result(Compare, st._native.compare(_session_id(a), _session_id(b)))
+
+
+def diff(
+    a: Session | str,
+    b: Session | str,
+    path: str | None = None,
+    *,
+    at: tuple[int | None, int | None] = (None, None),
+    store: Store | None = None,
+) -> Diff:
+    """Differences between two sessions' content (``revl diff``); ``at`` picks a step on
+    either side (default: each side's head). Differences are data."""
+    st = _store_of(a, b, store=store)
+
+    def side(s: Session | str, k: int | None) -> str:
+        sid = _session_id(s)
+        return sid if k is None else f"{sid}@{k}"
+
+    return _result(Diff, st._native.diff(side(a, at[0]), side(b, at[1]), path))
+
+
+__all__ = ["Store", "Session", "compare", "diff"]

@@ -1,0 +1,355 @@
+"""Typed results of revl's verbs.
+
+Each result wraps the JSON document the ``revl`` command prints with ``--json`` for the same
+call: ``to_dict()`` returns exactly that document, and each of its keys is an attribute named
+in snake_case (``afterStep`` is ``after_step``). A key the document leaves out (an optional
+field) reads as ``None``. Nested values are plain ``dict``/``list`` values, as in the document.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._session import Session
+
+_CAMEL = re.compile(r"_([a-z0-9])")
+
+
+def _camel(name: str) -> str:
+    return _CAMEL.sub(lambda m: m.group(1).upper(), name)
+
+
+def _fields(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        names.update(getattr(klass, "__annotations__", {}))
+    return names
+
+
+class Result:
+    """A verb's result: its document's keys as attributes; ``to_dict()`` is the document."""
+
+    repaired: list[dict[str, Any]] | None
+    """What attaching repaired before the verb ran (absent when nothing needed repair)."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.__dict__["_doc"] = doc
+
+    def to_dict(self) -> dict[str, Any]:
+        """The CLI's ``--json`` document for the same call (a copy)."""
+        return copy.deepcopy(self.__dict__["_doc"])
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        doc: dict[str, Any] = self.__dict__["_doc"]
+        for key in (_camel(name), name):
+            if key in doc:
+                return doc[key]
+        if name in _fields(type(self)):
+            return None
+        raise AttributeError(
+            f"{type(self).__name__} has no field {name!r}; its document has: "
+            + ", ".join(sorted(doc))
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        doc: dict[str, Any] = self.__dict__["_doc"]
+        shown = ", ".join(f"{k}={doc[k]!r}" for k in list(doc)[:6])
+        more = ", ..." if len(doc) > 6 else ""
+        return f"{type(self).__name__}({shown}{more})"
+
+
+class Stepped(Result):
+    """A verb that recorded one step: a file effect, ``provide``, ``boundary``."""
+
+    step: int
+    seq: int
+    label: str
+
+
+class ExecResult(Result):
+    """``exec``: the step it recorded and the command's outcome."""
+
+    step: int
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    signal: int | None
+    timed_out: bool | None
+    stdout_truncated: bool | None
+    stderr_truncated: bool | None
+    changes: list[dict[str, Any]] | None
+    sandbox: bool | None
+    net_step: int | None
+
+
+class CallResult(Result):
+    """``call``: a held send queued (``queued``, ``seq``, ``after_step``), or a tool that ran
+    and was recorded (``step``, ``witness``, …)."""
+
+    seq: int
+    queued: bool | None
+    after_step: int | None
+    note: str | None
+    step: int | None
+    label: str | None
+    key: str | None
+    exit_code: int | None
+    stdout: str | None
+    stderr: str | None
+    witness: Any
+    approval_required: bool | None
+    ticket: str | None
+    tool: str | None
+    args_digest: str | None
+    hint: str | None
+
+
+class Timeline(Result):
+    session: str
+    state: str
+    head: int
+    torn: bool
+    steps: list[dict[str, Any]]
+    accumulated: list[int]
+    guarantee: str
+    busy: bool | None
+    corrupt: dict[str, Any] | None
+
+
+class Inspect(Result):
+    at: int
+    at_label: str
+    active_provisions: dict[str, str]
+    accumulated: list[int]
+    ahead_of_here: list[int]
+    emissions_so_far: list[int]
+
+
+class Status(Result):
+    session: str
+    state: str
+    workspace: str
+    wal: str
+    head: int
+    torn: bool
+    provisions: dict[str, str]
+    queue: list[dict[str, Any]]
+    owed: list[dict[str, Any]]
+    parent: str | None
+    forked_at: int | None
+    branch: str | None
+    frozen_at: int | None
+    abandoned_forks: list[dict[str, Any]] | None
+    busy: bool | None
+    repair_pending: str | None
+    corrupt: dict[str, Any] | None
+
+
+class Verify(Result):
+    """``verify``: drift is data (an empty ``drift`` list: none), never an exception."""
+
+    session: str
+    drift: list[dict[str, Any]]
+    note: str
+    busy: bool | None
+
+
+class Rewind(Result):
+    """What a rewind reports (fork, step-back): what ran, what crossed, what is left."""
+
+    emissions_crossed: list[dict[str, Any]]
+    emissions_compensated: list[dict[str, Any]]
+    unrestored: list[dict[str, Any]]
+    dropped_deferred: list[dict[str, Any]]
+    preserved: list[dict[str, Any]] | None
+    failed: list[dict[str, Any]] | None
+    guarantee: str
+
+
+class ForkReport(Rewind):
+    """``fork`` (an enumeration: ``hash`` to confirm with) and ``fork_confirm`` (a performed
+    fork: ``branch`` is the branch as an attached :class:`~revl.Session`; ``branch_id`` its
+    id)."""
+
+    forked: bool
+    at: int
+    at_label: str
+    parent: str
+    rewound: dict[str, Any]
+    would_cross_on_rewind: list[dict[str, Any]]
+    drift: list[dict[str, Any]]
+    residue: dict[str, Any]
+    warning_emissions: str
+    held_sends_by_mode: dict[str, Any] | None
+    hash: str | None
+    refused: bool | None
+    reason: str | None
+    lineage: dict[str, Any] | None
+    mode: str | None
+    into: str | None
+    parent_keeps: dict[str, Any] | None
+    clone: str | None
+    bytes_copied: int | None
+
+    def __init__(self, doc: dict[str, Any], branch: Session | None = None) -> None:
+        super().__init__(doc)
+        self.__dict__["branch"] = branch
+
+    branch: Session | None
+
+    @property
+    def branch_id(self) -> str | None:
+        """The branch's session id (the document's ``branch``)."""
+        value = self.__dict__["_doc"].get("branch")
+        return value if isinstance(value, str) else None
+
+    @property
+    def clean(self) -> bool:
+        """Whether nothing crossed or stayed unrestored (``residue.clean``)."""
+        return bool(self.__dict__["_doc"].get("residue", {}).get("clean", False))
+
+
+class StepBackReport(Rewind):
+    to: int
+    to_label: str
+    compensate: bool | None
+    inverses_ran: list[dict[str, Any]]
+    provisions_withdrawn: list[dict[str, Any]]
+    compensations_ran: list[dict[str, Any]] | None
+    would_cross_on_rewind: list[dict[str, Any]] | None
+    live: bool
+
+
+class AbortReport(Result):
+    aborted: bool
+    replayed: list[int]
+    compensations_ran: list[dict[str, Any]]
+    dropped_deferred: list[dict[str, Any]]
+    failed: list[dict[str, Any]]
+    preserved: list[dict[str, Any]]
+
+
+class CommitPlan(Result):
+    """``commit``: the plan (nothing fires); confirm with ``commit_confirm(plan.hash)``."""
+
+    session: str
+    deferred: list[dict[str, Any]]
+    witnessed: dict[str, Any]
+    hash: str
+
+
+class CommitResult(Result):
+    """``commit_confirm``: the held sends that fired (``flushed``) and those that failed
+    (``flush_residue``, each with its ``type`` and ``message``)."""
+
+    committed: bool
+    flushed: list[int]
+    flush_residue: list[dict[str, Any]]
+    discharged: list[int]
+    refused: bool | None
+    reason: str | None
+    plan: dict[str, Any] | None
+
+
+class ModelNote(Result):
+    recorded: bool
+    step: int
+    outcome: str
+    llm: dict[str, Any]
+
+
+class Listing(Result):
+    path: str
+    entries: list[dict[str, Any]]
+
+
+class FileRead(Result):
+    """The document of ``read`` (``Session.read`` returns the bytes themselves)."""
+
+    path: str
+    mode: str | None
+    at: int | None
+    digest: str | None
+    content: str | None
+    content_base64: str | None
+
+
+class Created(Result):
+    """``new``: the session made."""
+
+    session: str
+    workspace: str
+    wal: str
+
+
+class Sessions(Result):
+    sessions: list[dict[str, Any]]
+
+
+class Log(Result):
+    """``log``: the lineage of the store's sessions."""
+
+    sessions: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+
+
+class Compare(Result):
+    """``compare``: two sessions of one lineage, side by side."""
+
+    kind: str
+    schema_version: str
+    relation: str
+    comparable: bool
+    diverged_at: int | None
+    left: dict[str, Any]
+    right: dict[str, Any]
+    not_comparable: list[dict[str, Any]]
+    why: str | None
+    delta: dict[str, Any] | None
+
+
+class Diff(Result):
+    """``diff``: differences are data (an empty ``paths`` list: none)."""
+
+    left: str
+    right: str
+    paths: list[dict[str, Any]]
+
+
+__all__ = [
+    "Result",
+    "Stepped",
+    "ExecResult",
+    "CallResult",
+    "Timeline",
+    "Inspect",
+    "Status",
+    "Verify",
+    "Rewind",
+    "ForkReport",
+    "StepBackReport",
+    "AbortReport",
+    "CommitPlan",
+    "CommitResult",
+    "ModelNote",
+    "Listing",
+    "FileRead",
+    "Created",
+    "Sessions",
+    "Log",
+    "Compare",
+    "Diff",
+]

@@ -1,0 +1,594 @@
+//! `revl._revl`: the native half of the Python package `revl` (SPEC 18).
+//!
+//! It converts and never decides: every verb is a `revl-core` call; results go back as the
+//! JSON document the CLI prints for the same call (the Python layer wraps it in a typed
+//! object), refusals as the core's typed [`Refusal`], errors as `revl.RevlError` subclasses
+//! by code. Blocking work runs with the GIL released (`Python::detach`), so two threads on
+//! two sessions run at once. A panic is caught and raised as a `RevlError`, never a crash.
+//!
+//! A `NativeSession` names a session by id and attaches for each call (taking the session
+//! lock, rebuilding from the WAL, repairing), as the MCP server does: `revl approve` from a
+//! terminal works while a Python process holds the object.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use revl_core::api::{self, Answer, Refusal};
+use revl_core::session::Repaired;
+use revl_core::tools::{DeclaredTool, HostCall, ToolHost, ToolRun};
+use revl_core::{Code, Error, ExecLimits, ExecOptions, FileOp, Session, StepBackMode, Store};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// A verb's answer as Python receives it: the document (JSON text), the refusal's code if
+/// the verb refused with its document, and an approval ticket.
+type Doc = (String, Option<&'static str>, Option<String>);
+
+fn answer<T: Answer>(r: &T, repaired: &[Repaired]) -> Doc {
+    let doc = api::with_repairs(r.document(), repaired).to_string();
+    match r.refusal() {
+        None => (doc, None, None),
+        Some(Refusal::StaleHash) => (doc, Some(Refusal::StaleHash.code()), None),
+        Some(Refusal::ApprovalRequired { ticket }) => {
+            (doc, Some("approval-required"), Some(ticket))
+        }
+    }
+}
+
+/// The core error as the `revl.RevlError` subclass of its code (built by `revl.errors`).
+fn raise(py: Python<'_>, e: &Error) -> PyErr {
+    let made = py.import("revl.errors").and_then(|m| {
+        m.getattr("_from_native")?
+            .call1((e.code.as_str(), &e.message, &e.hint, e.step))
+    });
+    match made {
+        Ok(exc) => PyErr::from_value(exc),
+        Err(err) => err,
+    }
+}
+
+fn internal(what: String) -> Error {
+    Error::new(
+        Code::Io,
+        format!("internal error: {what}"),
+        "this is a bug in revl; the WAL is intact; report it with the call you made",
+    )
+}
+
+/// Run `f` without the GIL; a core error or a panic becomes a Python exception.
+fn blocking<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send) -> PyResult<T> {
+    let out = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    match out {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(raise(py, &e)),
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(raise(py, &internal(what)))
+        }
+    }
+}
+
+/// Open the store at `root` as the CLI does (creating it if missing), with this process's
+/// Python tools.
+fn open(root: &std::path::Path, host: &Option<Arc<Host>>) -> Result<Store, Error> {
+    let mut store = Store::open(root, revl_core::Failpoints::from_env())?;
+    if let Some(ms) = std::env::var("REVL_LOCK_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        store = store.with_lock_wait(std::time::Duration::from_millis(ms));
+    }
+    Ok(match host {
+        Some(h) => store.with_tool_host(h.clone()),
+        None => store,
+    })
+}
+
+// ---- Python functions as tools ----
+
+/// The Python functions a process passed in `tools=`: tool name → (`module:qualname`,
+/// function).
+struct Host {
+    tools: HashMap<String, (String, Py<PyAny>)>,
+}
+
+impl ToolHost for Host {
+    fn holds(&self, tool: &str, target: &str) -> bool {
+        self.tools.get(tool).is_some_and(|(t, _)| t == target)
+    }
+
+    fn run(&self, call: HostCall<'_>) -> ToolRun {
+        let Some((_, f)) = self.tools.get(&call.tool.name) else {
+            return failed("missing-tool", format!("{} is not held", call.target));
+        };
+        Python::attach(|py| match call_python(py, f, &call) {
+            Ok(witness) => ToolRun {
+                exit_code: None,
+                status: None,
+                stdout: String::new(),
+                stderr: String::new(),
+                witness,
+                error: None,
+            },
+            Err(e) => {
+                let ty = e
+                    .get_type(py)
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "Exception".into());
+                let msg = e.value(py).to_string();
+                failed(
+                    &ty,
+                    format!("{} ({}) raised {ty}: {msg}", call.tool.name, call.target),
+                )
+            }
+        })
+    }
+}
+
+fn failed(ty: &str, message: String) -> ToolRun {
+    ToolRun {
+        exit_code: None,
+        status: None,
+        stdout: String::new(),
+        stderr: String::new(),
+        witness: Value::Null,
+        error: Some(json!({"type": ty, "message": message})),
+    }
+}
+
+/// Call the function: a forward call with the call's args as keyword arguments, an inverse
+/// with `args=` and `witness=`. Its return value, as JSON, is the witness (a value that is
+/// not JSON is recorded as its `repr()`: the function did run).
+fn call_python(py: Python<'_>, f: &Py<PyAny>, call: &HostCall<'_>) -> PyResult<Value> {
+    let json = py.import("json")?;
+    let loads = json.getattr("loads")?;
+    let kwargs = PyDict::new(py);
+    match call.witness {
+        None => {
+            let args = loads.call1((call.args.to_string(),))?;
+            kwargs.update(args.cast::<pyo3::types::PyMapping>()?)?;
+        }
+        Some(w) => {
+            kwargs.set_item("args", loads.call1((call.args.to_string(),))?)?;
+            kwargs.set_item("witness", loads.call1((w.to_string(),))?)?;
+        }
+    }
+    let ret = f.bind(py).call((), Some(&kwargs))?;
+    let text: PyResult<String> = json
+        .getattr("dumps")?
+        .call1((&ret,))
+        .and_then(|t| t.extract());
+    Ok(match text {
+        Ok(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
+        Err(_) => Value::String(ret.repr().map(|r| r.to_string()).unwrap_or_default()),
+    })
+}
+
+/// The tools a process holds, handed to every session it opens.
+#[pyclass(frozen, module = "revl._revl")]
+struct NativeHost {
+    inner: Arc<Host>,
+}
+
+#[pymethods]
+impl NativeHost {
+    /// `tools`: tool name → (`module:qualname`, function).
+    #[new]
+    fn new(tools: HashMap<String, (String, Py<PyAny>)>) -> Self {
+        NativeHost {
+            inner: Arc::new(Host { tools }),
+        }
+    }
+}
+
+fn declared(spec: &Value) -> DeclaredTool {
+    let s = |k: &str| spec.get(k).and_then(Value::as_str).map(str::to_string);
+    DeclaredTool {
+        name: s("name").unwrap_or_default(),
+        class: s("class").unwrap_or_default(),
+        scope: spec.get("scope").filter(|v| !v.is_null()).cloned(),
+        python: s("python").unwrap_or_default(),
+        undo: s("undo"),
+        compensate: s("compensate"),
+        approval: s("approval"),
+        service: s("service"),
+        method: s("method"),
+        undo_idempotent: spec.get("undo_idempotent").and_then(Value::as_bool),
+    }
+}
+
+// ---- the store ----
+
+#[pyclass(frozen, module = "revl._revl")]
+struct NativeStore {
+    root: PathBuf,
+}
+
+#[pymethods]
+impl NativeStore {
+    /// The store at `path`, or the default (`$REVL_STORE`, …). Nothing is created until a
+    /// verb needs it.
+    #[new]
+    #[pyo3(signature = (path=None))]
+    fn new(py: Python<'_>, path: Option<PathBuf>) -> PyResult<Self> {
+        let root = match path {
+            Some(p) => p,
+            None => blocking(py, api::default_store_root)?,
+        };
+        Ok(NativeStore { root })
+    }
+
+    #[getter]
+    fn root(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    /// `new`: returns the `new` document (its `session` is the id).
+    #[pyo3(signature = (workspace, manifest=None, tools_json="[]".to_string(), host=None))]
+    fn new_session(
+        &self,
+        py: Python<'_>,
+        workspace: PathBuf,
+        manifest: Option<PathBuf>,
+        tools_json: String,
+        host: Option<Py<NativeHost>>,
+    ) -> PyResult<Doc> {
+        let host = host.map(|h| h.get().inner.clone());
+        let root = self.root.clone();
+        blocking(py, move || {
+            let specs: Vec<Value> = serde_json::from_str(&tools_json)
+                .map_err(|e| internal(format!("tool declarations: {e}")))?;
+            let python: Vec<DeclaredTool> = specs.iter().map(declared).collect();
+            let mut store = Store::open_for(&root, &workspace, revl_core::Failpoints::from_env())?;
+            if let Some(h) = host {
+                store = store.with_tool_host(h);
+            }
+            let s = store.new_session_with(&workspace, manifest.as_deref(), &python)?;
+            Ok(answer(&api::Created::of(&s), &[]))
+        })
+    }
+
+    /// The full id of a session, from an id or a unique prefix.
+    fn resolve(&self, py: Python<'_>, given: String) -> PyResult<String> {
+        let root = self.root.clone();
+        blocking(py, move || open(&root, &None)?.resolve(&given))
+    }
+
+    fn sessions(&self, py: Python<'_>) -> PyResult<Doc> {
+        let root = self.root.clone();
+        blocking(py, move || {
+            Ok(answer(&open(&root, &None)?.sessions()?, &[]))
+        })
+    }
+
+    #[pyo3(signature = (session=None))]
+    fn log(&self, py: Python<'_>, session: Option<String>) -> PyResult<Doc> {
+        let root = self.root.clone();
+        blocking(py, move || {
+            let store = open(&root, &None)?;
+            Ok(answer(
+                &revl_core::log::log(&store, session.as_deref())?,
+                &[],
+            ))
+        })
+    }
+
+    /// `compare LEFT RIGHT` of two sessions of this store (read from their WALs).
+    fn compare(&self, py: Python<'_>, left: String, right: String) -> PyResult<Doc> {
+        let root = self.root.clone();
+        blocking(py, move || {
+            let store = open(&root, &None)?;
+            let (l, r) = (store.resolve(&left)?, store.resolve(&right)?);
+            let report = revl_core::lineage::compare(&store.wal_path(&l), &store.wal_path(&r))?;
+            Ok(answer(&report, &[]))
+        })
+    }
+
+    /// `diff LEFT RIGHT [PATH]`: each side a session id, optionally `ID@K`.
+    #[pyo3(signature = (left, right, path=None))]
+    fn diff(
+        &self,
+        py: Python<'_>,
+        left: String,
+        right: String,
+        path: Option<String>,
+    ) -> PyResult<Doc> {
+        let root = self.root.clone();
+        blocking(py, move || {
+            let store = open(&root, &None)?;
+            let report = revl_core::session::diff::diff_in(&store, &left, &right, path.as_deref())?;
+            Ok(answer(&report, &[]))
+        })
+    }
+}
+
+// ---- a session ----
+
+#[pyclass(frozen, module = "revl._revl")]
+struct NativeSession {
+    root: PathBuf,
+    id: String,
+    host: Option<Arc<Host>>,
+}
+
+/// How a verb attaches: to write (lock, repair), or to read (never waits for a lock).
+#[derive(Clone, Copy)]
+enum How {
+    Write,
+    Read,
+}
+
+impl NativeSession {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        how: How,
+        f: impl FnOnce(&mut Session) -> Result<T, Error> + Send,
+    ) -> PyResult<(T, Vec<Repaired>)> {
+        blocking(py, || {
+            let store = open(&self.root, &self.host)?;
+            let mut s = match how {
+                How::Write => store.attach(&self.id)?,
+                How::Read => store.attach_read(&self.id)?,
+            };
+            let out = f(&mut s)?;
+            let repaired = s.repairs().to_vec();
+            // The lock is released (the session dropped) before the result goes out.
+            drop(s);
+            Ok((out, repaired))
+        })
+    }
+
+    fn verb<T: Answer + Send>(
+        &self,
+        py: Python<'_>,
+        how: How,
+        f: impl FnOnce(&mut Session) -> Result<T, Error> + Send,
+    ) -> PyResult<Doc> {
+        let (r, repaired) = self.with(py, how, f)?;
+        Ok(answer(&r, &repaired))
+    }
+
+    fn effect(&self, py: Python<'_>, op: FileOp) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.file_effect(op))
+    }
+}
+
+#[pymethods]
+impl NativeSession {
+    #[new]
+    #[pyo3(signature = (store, id, host=None))]
+    fn new(store: &NativeStore, id: String, host: Option<Py<NativeHost>>) -> Self {
+        NativeSession {
+            root: store.root.clone(),
+            id,
+            host: host.map(|h| h.get().inner.clone()),
+        }
+    }
+
+    #[getter]
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn write(&self, py: Python<'_>, path: String, content: Vec<u8>) -> PyResult<Doc> {
+        self.effect(py, FileOp::Write { path, content })
+    }
+
+    fn delete(&self, py: Python<'_>, path: String) -> PyResult<Doc> {
+        self.effect(py, FileOp::Delete { path })
+    }
+
+    fn rename(&self, py: Python<'_>, src: String, dst: String) -> PyResult<Doc> {
+        self.effect(py, FileOp::Rename { from: src, to: dst })
+    }
+
+    fn mkdir(&self, py: Python<'_>, path: String) -> PyResult<Doc> {
+        self.effect(py, FileOp::Mkdir { path })
+    }
+
+    /// `mode`: the CLI's octal string (`"644"`, `"0o644"`).
+    fn chmod(&self, py: Python<'_>, path: String, mode: String) -> PyResult<Doc> {
+        let mode = blocking(py, || revl_core::workspace::parse_mode(&mode))?;
+        self.effect(py, FileOp::Chmod { path, mode })
+    }
+
+    /// The file's bytes now, or right after step `at`.
+    #[pyo3(signature = (path, at=None))]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        at: Option<i64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (bytes, _) = self.with(py, How::Read, move |s| {
+            let (content, b64) = match at {
+                Some(k) => {
+                    let r = s.read_at(&path, k)?;
+                    (r.content, r.content_base64)
+                }
+                None => {
+                    let r = s.workspace().read(&path)?;
+                    (r.content, r.content_base64)
+                }
+            };
+            match (content, b64) {
+                (Some(c), _) => Ok(c.into_bytes()),
+                (None, Some(b)) => revl_core::workspace::unb64(&b),
+                (None, None) => Ok(Vec::new()),
+            }
+        })?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// The document of `read` (`{path, mode, content | contentBase64}`, with `at`).
+    #[pyo3(signature = (path, at=None))]
+    fn read_doc(&self, py: Python<'_>, path: String, at: Option<i64>) -> PyResult<Doc> {
+        match at {
+            Some(k) => self.verb(py, How::Read, move |s| s.read_at(&path, k)),
+            None => self.verb(py, How::Read, move |s| s.workspace().read(&path)),
+        }
+    }
+
+    #[pyo3(signature = (path=None))]
+    fn list(&self, py: Python<'_>, path: Option<String>) -> PyResult<Doc> {
+        self.verb(py, How::Read, move |s| s.workspace().list(path.as_deref()))
+    }
+
+    fn provide(&self, py: Python<'_>, key: String, value: String) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.provide(&key, &value))
+    }
+
+    #[pyo3(signature = (label=None))]
+    fn boundary(&self, py: Python<'_>, label: Option<String>) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.boundary(label.as_deref()))
+    }
+
+    /// `args_json`: the call's args as a JSON object.
+    fn call(&self, py: Python<'_>, tool: String, args_json: String) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| {
+            let args: Value = serde_json::from_str(&args_json).map_err(|e| {
+                Error::bad_args(
+                    format!("args are not JSON: {e}"),
+                    "give args as a dict of JSON values",
+                )
+            })?;
+            s.call(&tool, args)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (argv, timeout=None, cwd=None, unconfined=false, memory=None, pids=None, cpu_seconds=None, max_bytes=None, net=None))]
+    fn exec(
+        &self,
+        py: Python<'_>,
+        argv: Vec<String>,
+        timeout: Option<f64>,
+        cwd: Option<String>,
+        unconfined: bool,
+        memory: Option<String>,
+        pids: Option<u64>,
+        cpu_seconds: Option<u64>,
+        max_bytes: Option<String>,
+        net: Option<Vec<String>>,
+    ) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| {
+            if net.is_some() {
+                return Err(Error::bad_args(
+                    "this revl has no declared egress: exec runs without network",
+                    "leave net= out",
+                ));
+            }
+            let limits =
+                ExecLimits::parse(memory.as_deref(), pids, cpu_seconds, max_bytes.as_deref())?;
+            s.exec_with(&ExecOptions {
+                argv,
+                timeout: ExecOptions::timeout_secs(timeout)?,
+                cwd,
+                unconfined,
+                output: None,
+                limits,
+            })
+        })
+    }
+
+    fn timeline(&self, py: Python<'_>) -> PyResult<Doc> {
+        self.verb(py, How::Read, |s| Ok(s.timeline()))
+    }
+
+    fn inspect(&self, py: Python<'_>, at: i64) -> PyResult<Doc> {
+        self.verb(py, How::Read, move |s| s.inspect(at))
+    }
+
+    fn status(&self, py: Python<'_>) -> PyResult<Doc> {
+        self.verb(py, How::Read, |s| Ok(s.status()))
+    }
+
+    fn verify(&self, py: Python<'_>) -> PyResult<Doc> {
+        self.verb(py, How::Read, |s| s.verify())
+    }
+
+    /// `mode`: `"scoped"` or `"compensating"` (with `force`).
+    #[pyo3(signature = (to, mode="scoped".to_string(), force=false))]
+    fn step_back(&self, py: Python<'_>, to: i64, mode: String, force: bool) -> PyResult<Doc> {
+        let mode = match (mode.as_str(), force) {
+            ("scoped", false) => StepBackMode::Scoped,
+            ("compensating", force) => StepBackMode::Compensating { force },
+            ("scoped", true) => {
+                return Err(raise(
+                    py,
+                    &Error::bad_args(
+                        "force applies to a compensating step-back only",
+                        "pass mode=\"compensating\" with force=True",
+                    ),
+                ))
+            }
+            (other, _) => {
+                return Err(raise(
+                    py,
+                    &Error::bad_args(
+                        format!("step_back mode {other:?} is not \"scoped\" or \"compensating\""),
+                        "pass mode=\"scoped\" (the default) or mode=\"compensating\"",
+                    ),
+                ))
+            }
+        };
+        self.verb(py, How::Write, move |s| s.step_back(to, mode))
+    }
+
+    fn fork(&self, py: Python<'_>, at: i64) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.fork(at))
+    }
+
+    #[pyo3(signature = (hash, into=None))]
+    fn fork_confirm(&self, py: Python<'_>, hash: String, into: Option<PathBuf>) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| match &into {
+            Some(dir) => s.fork_confirm_into(&hash, dir),
+            None => s.fork_confirm(&hash),
+        })
+    }
+
+    fn commit(&self, py: Python<'_>) -> PyResult<Doc> {
+        self.verb(py, How::Write, |s| s.commit())
+    }
+
+    fn commit_confirm(&self, py: Python<'_>, hash: String) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.commit_confirm(&hash))
+    }
+
+    fn abort(&self, py: Python<'_>) -> PyResult<Doc> {
+        self.verb(py, How::Write, |s| s.abort())
+    }
+
+    /// `fields_json`: the note's fields as the CLI names them (`step`, `model`, `tokensIn`, …).
+    fn note_model(&self, py: Python<'_>, fields_json: String) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| {
+            let args: Value = serde_json::from_str(&fields_json)
+                .map_err(|e| internal(format!("note_model fields: {e}")))?;
+            s.note_model(&args)
+        })
+    }
+}
+
+/// The `revl` command line (the same as the Rust binary's), run in this process; returns
+/// its exit code.
+#[pyfunction]
+fn cli_main(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> u8 {
+    py.detach(move || revl::main_with(argv))
+}
+
+#[pymodule]
+fn _revl(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeStore>()?;
+    m.add_class::<NativeSession>()?;
+    m.add_class::<NativeHost>()?;
+    m.add_function(wrap_pyfunction!(cli_main, m)?)?;
+    m.add("WAL_VERSION", revl_core::wal::WAL_VERSION)?;
+    Ok(())
+}
