@@ -1,4 +1,5 @@
 # The native module (Rust, PyO3): revl's core behind the typed layer of revl/_session.py.
+import builtins
 from typing import Any
 
 # (document JSON, refusal code or None, approval ticket or None)
@@ -45,7 +46,7 @@ class NativeSession:
     def call(self, tool: str, args_json: str) -> Answer: ...
     def exec(
         self,
-        argv: list[str],
+        argv: builtins.list[str],
         timeout: float | None = None,
         cwd: str | None = None,
         unconfined: bool = False,
@@ -53,7 +54,7 @@ class NativeSession:
         pids: int | None = None,
         cpu_seconds: int | None = None,
         max_bytes: str | None = None,
-        net: list[str] | None = None,
+        net: builtins.list[str] | None = None,
     ) -> Answer: ...
     def timeline(self) -> Answer: ...
     def inspect(self, at: int) -> Answer: ...

@@ -60,7 +60,7 @@ class Result:
         raise AttributeError(f"{type(self).__name__} is read-only")
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.to_dict() == self.to_dict()  # type: ignore[attr-defined]
+        return isinstance(other, Result) and type(other) is type(self) and other.to_dict() == self.to_dict()
 
     __hash__ = None  # type: ignore[assignment]
 

@@ -22,6 +22,7 @@ mod parallel;
 mod power_cut;
 mod promises;
 mod prop_stepback;
+mod python;
 mod redo;
 mod resource;
 mod rough_edges;

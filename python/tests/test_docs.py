@@ -1,0 +1,60 @@
+"""docs/python.md is literal: its ```python blocks run, in order, in one namespace, in a
+scratch directory, as a newcomer following the page would run them."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+DOC = pathlib.Path(os.environ.get("REVL_REPO", pathlib.Path(__file__).parents[2])) / "docs/python.md"
+
+
+def blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_every_python_block_of_the_reference_runs(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = blocks(DOC.read_text())
+    assert len(code) >= 6, f"{DOC} lost its examples"
+    monkeypatch.chdir(tmp_path)
+    ns: dict[str, object] = {"__name__": "__docs__"}
+    for i, block in enumerate(code):
+        try:
+            exec(compile(block, f"{DOC.name} block {i + 1}", "exec"), ns)
+        except BaseException as e:  # noqa: BLE001 - say which block failed
+            raise AssertionError(f"{DOC.name}, python block {i + 1} failed: {e!r}\n{block}") from e
+    out = capsys.readouterr().out
+    # The first example sent exactly one email, at the commit.
+    lines = (tmp_path / "outbox.jsonl").read_text().splitlines()
+    assert lines == ['{"to": "ana@example.com", "subject": "Fixed"}'], lines
+    assert "parent-branch" in out and "['src/app.py']" in out
+    assert "ConnectionError" in out
+    # The approval line it printed is a command that works: a human approves from a terminal.
+    approve = next(l for l in out.splitlines() if l.startswith("revl --store store approve "))
+    # The `revl` command installed with the package, beside this interpreter.
+    exe = str(pathlib.Path(sys.executable).parent / "revl")
+    done = subprocess.run([exe, *approve.split()[1:]], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    e = ns["e"]
+    post = ns["post_message"]
+    res = e.call(post, {"text": "deploying"})  # type: ignore[attr-defined]
+    assert res.witness == {"posted": "deploying"}
+
+
+def test_the_readme_python_example_runs(tmp_path: pathlib.Path) -> None:
+    readme = DOC.parents[1] / "README.md"
+    (block,) = blocks(readme.read_text())
+    # Its paths moved under this test's directory (the README uses /tmp).
+    block = block.replace("/tmp/", f"{tmp_path}/")
+    ns: dict[str, object] = {"__name__": "__readme__"}
+    exec(compile(block, "README.md python block", "exec"), ns)
+    s = ns["s"]
+    assert s.status().state == "committed"  # type: ignore[attr-defined]
+    assert (tmp_path / "ws/reply.md").read_bytes() == b"Thanks, fixed.\n"
