@@ -6,7 +6,9 @@
 //!
 //! Sections: write, attach, partition, offline, topology, fork, restore, enqueue, commit,
 //! exec, parallel (parallel fork on ext4, and on XFS and btrfs images when run as root),
-//! view (the lineage page at 500 sessions and 10,000 steps).
+//! view (the lineage page at 500 sessions and 10,000 steps), python (the Python binding's
+//! cost per call next to the Rust library's; needs `REVL_BENCH_PYTHON`, an interpreter with
+//! the package installed).
 //! Timings are medians of repeated runs (wall clock, release build). A benchmark never fails a
 //! test: the goals are checked by reading the table.
 
@@ -807,6 +809,196 @@ fn bench_view() {
     );
 }
 
+/// The Python binding against the Rust library, per call: a witnessed 4 KiB overwrite and
+/// the enqueue of a held send. The binding attaches for every call (the session lock is
+/// taken per call, so `revl approve` works while a Python object lives), so its baseline is
+/// the Rust library doing the same (attach, verb, drop); a Rust program that keeps one
+/// session attached is shown too.
+fn bench_python() {
+    println!("\nthe Python binding, per call, next to the Rust library (300 rounds each, medians)");
+    let Some(py) = std::env::var_os("REVL_BENCH_PYTHON") else {
+        println!("  (not run: set REVL_BENCH_PYTHON to a python with the package installed, e.g. a venv after `pip install ./python`)");
+        return;
+    };
+    let rounds = 300u32;
+    let tmp = tempfile::tempdir().unwrap();
+    let st = store(tmp.path());
+    let m = tmp.path().join("revl.toml");
+    std::fs::write(&m, MANIFEST.replace("URL", "http://127.0.0.1:9/unused")).unwrap();
+    let id = st
+        .new_session(&tmp.path().join("ws"), Some(&m))
+        .unwrap()
+        .id()
+        .to_string();
+    let content: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    let write = |s: &mut revl_core::Session, round: u32| {
+        let mut c = content.clone();
+        c[0] = round as u8;
+        s.file_effect(FileOp::Write {
+            path: "f.bin".into(),
+            content: c,
+        })
+        .unwrap();
+    };
+    // Python runs in its own process, driven round by round: one Rust call, then the same
+    // call from Python, so both see the same disk and WALs of the same length.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../python/bench/binding.py");
+    let mut child = match std::process::Command::new(&py)
+        .arg(&script)
+        .arg(tmp.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            println!("  (not run: cannot start {}: {e})", py.to_string_lossy());
+            return;
+        }
+    };
+    let mut to_py = child.stdin.take().unwrap();
+    let mut from_py = std::io::BufReader::new(child.stdout.take().unwrap());
+    {
+        use std::io::BufRead;
+        let mut ready = String::new();
+        let _ = from_py.read_line(&mut ready);
+        if ready.trim() != "ready" {
+            println!(
+                "  (not run: the Python side did not start; is the package installed in {}?)",
+                py.to_string_lossy()
+            );
+            return;
+        }
+    }
+    let mut ask = |line: String| -> Option<Duration> {
+        use std::io::BufRead;
+        writeln!(to_py, "{line}").ok()?;
+        to_py.flush().ok()?;
+        let mut answer = String::new();
+        from_py.read_line(&mut answer).ok()?;
+        answer
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .map(Duration::from_secs_f64)
+    };
+    let (mut w_attach, mut q_attach, mut w_py, mut q_py) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Who goes first alternates by round: an fsync pays for what the other side just wrote.
+    for round in 0..rounds {
+        let rust_write = || {
+            let t = Instant::now();
+            let mut s = st.attach(&id).unwrap();
+            write(&mut s, round);
+            drop(s);
+            t.elapsed()
+        };
+        let rust_enqueue = || {
+            let t = Instant::now();
+            let mut s = st.attach(&id).unwrap();
+            s.call("send", json!({"n": round, "to": "a@b.c"})).unwrap();
+            drop(s);
+            t.elapsed()
+        };
+        let python_first = round % 2 == 1;
+        if !python_first {
+            w_attach.push(rust_write());
+        }
+        let Some(d) = ask(format!("write {round}")) else {
+            println!("  (the Python side stopped)");
+            return;
+        };
+        w_py.push(d);
+        if python_first {
+            w_attach.push(rust_write());
+            q_attach.push(rust_enqueue());
+        }
+        let Some(d) = ask(format!("enqueue {round}")) else {
+            println!("  (the Python side stopped)");
+            return;
+        };
+        q_py.push(d);
+        if !python_first {
+            q_attach.push(rust_enqueue());
+        }
+    }
+    drop(to_py);
+    let _ = child.wait();
+    let (mut w_held, mut q_held) = (Vec::new(), Vec::new());
+    let mut held = st
+        .new_session(&tmp.path().join("ws-held"), Some(&m))
+        .unwrap();
+    for round in 0..rounds {
+        let t = Instant::now();
+        write(&mut held, round);
+        w_held.push(t.elapsed());
+        let t = Instant::now();
+        held.call("send", json!({"n": round, "to": "a@b.c"}))
+            .unwrap();
+        q_held.push(t.elapsed());
+    }
+    let (w_py, q_py) = (median(w_py), median(q_py));
+    let (wa, qa) = (median(w_attach), median(q_attach));
+    row("witnessed 4 KiB write: Python (attach per call)", fmt(w_py));
+    row(
+        "witnessed 4 KiB write: Rust library, attach per call",
+        fmt(wa),
+    );
+    row(
+        "  Python / Rust, same work (goal: at most 1.10)",
+        format!("{:.2}", w_py.as_secs_f64() / wa.as_secs_f64()),
+    );
+    row(
+        "witnessed 4 KiB write: Rust, one session kept attached",
+        fmt(median(w_held)),
+    );
+    row("enqueue a held send: Python (attach per call)", fmt(q_py));
+    row(
+        "enqueue a held send: Rust library, attach per call",
+        fmt(qa),
+    );
+    row(
+        "  Python / Rust, same work (goal: at most 1.10)",
+        format!("{:.2}", q_py.as_secs_f64() / qa.as_secs_f64()),
+    );
+    row(
+        "enqueue a held send: Rust, one session kept attached",
+        fmt(median(q_held)),
+    );
+    // What a user waits for before the first call, and what they download.
+    let import = |code: &str| {
+        time(11, || {
+            let ok = std::process::Command::new(&py)
+                .args(["-c", code])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        })
+    };
+    let (bare, with) = (import("pass"), import("import revl"));
+    row(
+        "`import revl` (python -c 'import revl' minus python -c pass)",
+        fmt(with.saturating_sub(bare)),
+    );
+    // Where `pip install ./python` left the wheel (the tests build in target/python).
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let wheels = [target.join("python/wheels"), target.join("wheels")];
+    for e in wheels
+        .iter()
+        .flat_map(std::fs::read_dir)
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("revl-"))
+    {
+        let size = e.metadata().map(|m| m.len()).unwrap_or(0);
+        row(
+            &format!("wheel {}", e.file_name().to_string_lossy()),
+            format!("{:.1} MiB", size as f64 / (1 << 20) as f64),
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -851,6 +1043,9 @@ fn main() {
     }
     if want("view") {
         bench_view();
+    }
+    if want("python") {
+        bench_python();
     }
     let _ = encode_line;
 }

@@ -21,13 +21,27 @@ See docs/python.md for every class and method.
 
 from __future__ import annotations
 
-from . import aio, errors, results
+from typing import TYPE_CHECKING, Any
+
+from . import errors, results
 from ._session import Session, Store, compare, diff
 from .errors import *  # noqa: F403  (one exception class per error code)
 from .errors import __all__ as _errors_all
 from .tools import Tool, tool
 
+if TYPE_CHECKING:
+    from . import aio
+
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    # `revl.aio` imports asyncio (most of a cold `import revl`): only when it is used.
+    if name == "aio":
+        import importlib
+
+        return importlib.import_module(".aio", __name__)
+    raise AttributeError(f"module 'revl' has no attribute {name!r}")
 
 __all__ = [
     "Store",
