@@ -76,13 +76,7 @@ fn blocking<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send
 /// Open the store at `root` as the CLI does (creating it if missing), with this process's
 /// Python tools.
 fn open(root: &std::path::Path, host: &Option<Arc<Host>>) -> Result<Store, Error> {
-    let mut store = Store::open(root, revl_core::Failpoints::from_env())?;
-    if let Some(ms) = std::env::var("REVL_LOCK_WAIT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        store = store.with_lock_wait(std::time::Duration::from_millis(ms));
-    }
+    let store = api::open_store(root, None)?;
     Ok(match host {
         Some(h) => store.with_tool_host(h.clone()),
         None => store,
@@ -245,7 +239,7 @@ impl NativeStore {
             let specs: Vec<Value> = serde_json::from_str(&tools_json)
                 .map_err(|e| internal(format!("tool declarations: {e}")))?;
             let python: Vec<DeclaredTool> = specs.iter().map(declared).collect();
-            let mut store = Store::open_for(&root, &workspace, revl_core::Failpoints::from_env())?;
+            let mut store = api::open_store(&root, Some(&workspace))?;
             if let Some(h) = host {
                 store = store.with_tool_host(h);
             }

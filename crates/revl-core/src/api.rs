@@ -7,6 +7,7 @@
 use crate::error::{Code, Error, Result};
 use crate::report::{to_json, CallResult, CommitResult, ForkReport};
 use crate::session::{Repaired, Session};
+use crate::store::Store;
 use serde::Serialize;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -28,6 +29,25 @@ pub fn default_store_root() -> Result<PathBuf> {
             "pass --store DIR or set REVL_STORE",
         )),
     }
+}
+
+/// Open (creating) the store at `root` as every front end does: crash points from
+/// `REVL_FAILPOINT` (tests), the lock wait from `REVL_LOCK_WAIT_MS` (tests of `busy`). With
+/// `new_workspace`, for `new` on it: an overlapping store and workspace are refused before
+/// anything is created.
+pub fn open_store(root: &std::path::Path, new_workspace: Option<&std::path::Path>) -> Result<Store> {
+    let fp = crate::Failpoints::from_env();
+    let mut store = match new_workspace {
+        Some(ws) => Store::open_for(root, ws, fp)?,
+        None => Store::open(root, fp)?,
+    };
+    if let Some(ms) = std::env::var("REVL_LOCK_WAIT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        store = store.with_lock_wait(std::time::Duration::from_millis(ms));
+    }
+    Ok(store)
 }
 
 /// A verb's own-shape refusal (SPEC 9): its document says what happened; front ends map it

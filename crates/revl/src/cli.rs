@@ -441,19 +441,11 @@ fn open_store(cli: &Cli) -> Result<Store, Error> {
         Some(s) => s.clone(),
         None => default_store()?,
     };
-    let fp = revl_core::Failpoints::from_env();
-    // `new` refuses an overlapping store before anything is created.
-    let mut store = match &cli.cmd {
-        Cmd::New { workspace, .. } => Store::open_for(&root, workspace, fp)?,
-        _ => Store::open(&root, fp)?,
+    let new_ws = match &cli.cmd {
+        Cmd::New { workspace, .. } => Some(workspace.as_path()),
+        _ => None,
     };
-    if let Some(ms) = std::env::var("REVL_LOCK_WAIT_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        store = store.with_lock_wait(std::time::Duration::from_millis(ms));
-    }
-    Ok(store)
+    revl_core::api::open_store(&root, new_ws)
 }
 
 fn parse_k(s: &str, what: &str) -> Result<i64, Error> {

@@ -1,0 +1,93 @@
+"""The `revl` command installed with the package: the same command line as the Rust binary."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+import revl
+
+from conftest import REVL_CLI, CliRun
+
+# A manifest tool that never reads the JSON revl writes to its stdin: the pipe is closed by
+# the time revl writes (or soon after). The Rust binary ignores SIGPIPE (EPIPE is an error
+# it handles); the installed command must behave the same.
+NO_STDIN_MANIFEST = """
+[[tool]]
+name = "stamp"
+class = "effect"
+scope = ["fs"]
+run = ["true"]
+undo = "unstamp"
+
+[[tool]]
+name = "unstamp"
+class = "inverse"
+scope = ["fs"]
+run = ["true"]
+"""
+
+
+def test_the_command_is_installed_with_the_package(cli: Callable[..., CliRun]) -> None:
+    assert REVL_CLI.parent == Path(sys.executable).parent
+    run = cli("--version", json_out=False)
+    assert run.rc == 0 and run.stdout.startswith("revl "), run.stdout
+    run = cli("sessions")
+    assert run.rc == 0 and run.doc == {"sessions": []}
+
+
+def test_cli_and_python_share_a_session(
+    session: revl.Session, cli: Callable[..., CliRun], base: Path
+) -> None:
+    run = cli("write", session.id, "from-cli.txt", "--content", "hi")
+    assert run.rc == 0 and run.doc["step"] == 1
+    assert session.read("from-cli.txt") == b"hi"
+    session.write("from-py.txt", "yo")
+    run = cli("read", session.id, "from-py.txt")
+    assert run.rc == 0 and run.doc["content"] == "yo"
+    # a prefix of at least 6 works for the CLI too
+    assert cli("status", session.id[:6]).doc["head"] == 2
+
+
+def test_cli_usage_error_exits_2(cli: Callable[..., CliRun]) -> None:
+    run = cli("frobnicate")
+    assert run.rc == 2
+    assert run.doc["error"]["code"] == "usage"
+
+
+def test_a_tool_that_does_not_read_stdin_does_not_kill_the_installed_command(
+    store: revl.Store, base: Path, cli: Callable[..., CliRun]
+) -> None:
+    manifest = base / "m.toml"
+    manifest.write_text(NO_STDIN_MANIFEST)
+    s = store.new(base / "ws", manifest=manifest)
+    # in this Python process (SIGPIPE ignored, as Python sets it): always fine
+    for _ in range(10):
+        assert s.call("stamp", {}).step is not None
+    rcs = [cli("call", s.id, "stamp", "--args", "{}").rc for _ in range(10)]
+    assert rcs == [0] * 10, (
+        f"the installed `revl call` died {sum(rc != 0 for rc in rcs)}/10 times "
+        f"(exit codes {sorted(set(rcs))}; 141 or -13 = killed by SIGPIPE)"
+    )
+    kinds = [st["kind"] for st in s.timeline().steps]
+    assert "opaque" not in kinds, "a killed call left an 'interrupted: outcome unknown' step"
+    assert kinds.count("effect") == 20
+
+
+def test_a_held_send_that_does_not_read_stdin_does_not_kill_commit_confirm(
+    store: revl.Store, base: Path, cli: Callable[..., CliRun]
+) -> None:
+    manifest = base / "q.toml"
+    manifest.write_text('[[tool]]\nname = "q"\nclass = "deferred"\nscope = ["net"]\nrun = ["true"]\n')
+    outcomes = []
+    for i in range(8):
+        s = store.new(base / f"ws{i}", manifest=manifest)
+        s.call("q", {})
+        run = cli("commit-confirm", s.id, "--hash", s.commit().hash)
+        st = s.status()
+        outcomes.append((run.rc, st.state, len(st.owed)))
+    assert outcomes == [(0, "committed", 0)] * 8, (
+        "the installed `revl commit-confirm` was killed mid-flush (rc -13: SIGPIPE), leaving "
+        f"the send owed with an unknown outcome: {outcomes}"
+    )
