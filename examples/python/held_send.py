@@ -2,18 +2,22 @@
 
 Run it with the package installed (``pip install ./python``)::
 
-    python examples/python/held_send.py /tmp/revl-example
+    python examples/python/held_send.py [DIR]
+
+DIR is a new or empty directory (default: a fresh temporary one).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import revl
 
-OUTBOX = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/revl-example") / "outbox.jsonl"
+BASE = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="revl-example-"))
+OUTBOX = BASE / "outbox.jsonl"
 
 
 @revl.tool(cls="deferred", scope=["mail"])
@@ -26,7 +30,10 @@ def send_email(to: str, subject: str, body: str) -> dict[str, str]:
 
 
 def main() -> int:
-    base = OUTBOX.parent
+    base = BASE
+    if base.exists() and any(base.iterdir()):
+        print(f"{base} is not empty: give a new or empty directory", file=sys.stderr)
+        return 2
     store = revl.Store(base / "store")
     session = store.new(base / "workspace", tools=[send_email])
 

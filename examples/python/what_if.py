@@ -1,18 +1,24 @@
 """"What if I had answered differently?": fork a session at a step, answer again, compare.
 
-    python examples/python/what_if.py /tmp/revl-what-if
+    python examples/python/what_if.py [DIR]
+
+DIR is a new or empty directory (default: a fresh temporary one).
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 import revl
 
 
 def main() -> int:
-    base = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/revl-what-if")
+    base = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="revl-example-"))
+    if base.exists() and any(base.iterdir()):
+        print(f"{base} is not empty: give a new or empty directory", file=sys.stderr)
+        return 2
     store = revl.Store(base / "store")
     s = store.new(base / "workspace")
     s.write("answer.txt", "first answer\n")          # step 1

@@ -154,9 +154,26 @@ fn call_python(py: Python<'_>, f: &Py<PyAny>, call: &HostCall<'_>) -> PyResult<V
         }
     }
     let ret = f.bind(py).call((), Some(&kwargs))?;
+    // A coroutine (an `async def` slipped past `@revl.tool`) did not run: a failure, never a
+    // witness (a held send would otherwise be recorded as sent).
+    if py
+        .import("inspect")?
+        .getattr("isawaitable")?
+        .call1((&ret,))?
+        .is_truthy()?
+    {
+        if ret.hasattr("close")? {
+            let _ = ret.call_method0("close");
+        }
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "returned an awaitable: revl tools are plain functions (an async def never ran)",
+        ));
+    }
+    let dump_kw = PyDict::new(py);
+    dump_kw.set_item("allow_nan", false)?;
     let text: PyResult<String> = json
         .getattr("dumps")?
-        .call1((&ret,))
+        .call((&ret,), Some(&dump_kw))
         .and_then(|t| t.extract());
     Ok(match text {
         Ok(t) => serde_json::from_str(&t).unwrap_or(Value::Null),
@@ -215,6 +232,10 @@ impl NativeStore {
             Some(p) => p,
             None => blocking(py, api::default_store_root)?,
         };
+        // Absolute now: a later `os.chdir` (the program's or a tool's) must not move the
+        // store, and two spellings of one store are one store.
+        let root =
+            std::path::absolute(&root).map_err(|e| raise(py, &Error::io(root.display(), e)))?;
         Ok(NativeStore { root })
     }
 
@@ -311,11 +332,14 @@ struct NativeSession {
     host: Option<Arc<Host>>,
 }
 
-/// How a verb attaches: to write (lock, repair), or to read (never waits for a lock).
+/// How a verb attaches: to write (lock, repair), to read (never waits for a lock), or to
+/// show (`status`, `timeline`: as the CLI does, a WAL corrupt past its header shows its
+/// intact prefix with `corrupt` instead of raising).
 #[derive(Clone, Copy)]
 enum How {
     Write,
     Read,
+    Show,
 }
 
 impl NativeSession {
@@ -330,6 +354,7 @@ impl NativeSession {
             let mut s = match how {
                 How::Write => store.attach(&self.id)?,
                 How::Read => store.attach_read(&self.id)?,
+                How::Show => store.attach_prefix(&self.id)?,
             };
             let out = f(&mut s)?;
             let repaired = s.repairs().to_vec();
@@ -493,7 +518,7 @@ impl NativeSession {
     }
 
     fn timeline(&self, py: Python<'_>) -> PyResult<Doc> {
-        self.verb(py, How::Read, |s| Ok(s.timeline()))
+        self.verb(py, How::Show, |s| Ok(s.timeline()))
     }
 
     fn inspect(&self, py: Python<'_>, at: i64) -> PyResult<Doc> {
@@ -501,7 +526,7 @@ impl NativeSession {
     }
 
     fn status(&self, py: Python<'_>) -> PyResult<Doc> {
-        self.verb(py, How::Read, |s| Ok(s.status()))
+        self.verb(py, How::Show, |s| Ok(s.status()))
     }
 
     fn verify(&self, py: Python<'_>) -> PyResult<Doc> {

@@ -11,6 +11,13 @@
                                                  attach WITH the effect and its undo (which
                                                  POSTs too), then status, fork(0) and
                                                  step_back(0); print what each said, as JSON
+    _crash_child.py start-stepback STORE WORKSPACE URL
+                                                 two effects (rooms A, B), then step_back(0)
+                                                 under REVL_FAILPOINT: the process aborts
+                                                 after the first undo ran
+    _crash_child.py finish-stepback STORE SESSION URL
+                                                 attach WITH the functions; print status
+                                                 and timeline, as JSON
     _crash_child.py resend STORE SESSION URL SEQ
                                                  attach WITH the function and resend SEQ
                                                  (the operator's retry); print its document
@@ -94,6 +101,19 @@ def main() -> None:
             seen["fork"] = e.code
         seen["step_back"] = s.step_back(0).to_dict()
         print(json.dumps(seen), flush=True)
+        return
+    if MODE == "start-stepback":
+        s = store.new(WHERE, tools=[reserve, unreserve])
+        s.call(reserve, {"room": "A"})
+        s.call(reserve, {"room": "B"})
+        print(json.dumps({"session": s.id}), flush=True)
+        s.step_back(0)
+        print(json.dumps({"unexpected": "step_back returned"}), flush=True)
+        return
+    if MODE == "finish-stepback":
+        s = store.session(WHERE, tools=[reserve, unreserve])
+        done = {"status": s.status().to_dict(), "timeline": s.timeline().to_dict()}
+        print(json.dumps(done), flush=True)
         return
     if MODE == "resend":
         s = store.session(WHERE, tools=[send])

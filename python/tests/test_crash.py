@@ -20,11 +20,15 @@ from conftest import CliRun
 CHILD = Path(__file__).with_name("_crash_child.py")
 
 
-def child(base: Path, *args: str) -> subprocess.Popen[str]:
+def child(base: Path, *args: str, failpoint: str | None = None) -> subprocess.Popen[str]:
     # cwd outside the source tree: the child imports the installed revl
+    env = dict(os.environ)
+    if failpoint is not None:
+        env["REVL_FAILPOINT"] = failpoint
     return subprocess.Popen(
         [sys.executable, str(CHILD), *args],
         cwd=base,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -136,3 +140,42 @@ def test_sigkill_mid_effect_call_the_step_is_opaque_and_its_undo_never_runs(
     assert [u["index"] for u in seen["step_back"]["unrestored"]] == [2]
     assert sink.bodies == [{"reserve": "12B"}], "the undo never ran, nothing re-ran"
     assert not (base / "ws/draft.txt").exists(), "the host-confined step before it was rewound"
+
+
+def test_a_crashed_step_back_waits_for_a_process_with_the_undo_function(
+    base: Path, store_dir: Path, sink: Sink, cli: Callable[..., CliRun]
+) -> None:
+    """A step-back crashes after its first Python undo ran. A process without the functions
+    (the CLI) must not finish it by recording the other undo as failed: its reads show the
+    repair pending, its writes refuse with tool-unavailable, the WAL is untouched. A Python
+    process with the functions finishes the rewind: room A's undo runs, nothing is failed."""
+    agent = child(
+        base, "start-stepback", str(store_dir), str(base / "ws"), sink.url,
+        failpoint="step-back.mid-replay",
+    )
+    out, err = agent.communicate(timeout=60)
+    assert agent.returncode != 0, "the fail point aborts the process"
+    sid = json.loads(out.splitlines()[0])["session"]
+    assert sink.bodies == [{"reserve": "A"}, {"reserve": "B"}, {"undo": {"room": "B"}}]
+
+    wal = Path(revl.Store(store_dir).session(sid).status().wal)
+    before = file_digest(wal)
+    shown = cli("status", sid)
+    assert shown.rc == 0, shown.stderr
+    assert shown.doc.get("repairPending"), shown.doc
+    write = cli("write", sid, "x.txt", "--content", "y")
+    assert write.rc == 1 and write.doc["error"]["code"] == "tool-unavailable", write.doc
+    assert file_digest(wal) == before, "a process without the functions recorded nothing"
+    assert len(sink.bodies) == 3
+
+    after = child(base, "finish-stepback", str(store_dir), sid, sink.url)
+    out, err = after.communicate(timeout=60)
+    assert after.returncode == 0, err
+    seen: dict[str, Any] = json.loads(out)
+    assert [r["what"] for r in seen["status"]["repaired"]] == ["step-back-finished"]
+    assert {"undo": {"room": "A"}} in sink.bodies[3:]
+    recs = [json.loads(line) for line in wal.read_text().splitlines()]
+    done = [r for r in recs if r["record"] == "step-back-done"]
+    assert len(done) == 1 and not done[0].get("failed"), done
+    undone = sorted(r["step"] for r in recs if r["record"] == "undone")
+    assert undone == [1, 2], undone

@@ -58,3 +58,16 @@ def test_the_readme_python_example_runs(tmp_path: pathlib.Path) -> None:
     s = ns["s"]
     assert s.status().state == "committed"  # type: ignore[attr-defined]
     assert (tmp_path / "ws/reply.md").read_bytes() == b"Thanks, fixed.\n"
+
+
+@pytest.mark.parametrize("name", ["held_send.py", "what_if.py"])
+def test_the_examples_run_and_refuse_a_used_directory(tmp_path: pathlib.Path, name: str) -> None:
+    script = DOC.parents[1] / "examples/python" / name
+    where = tmp_path / "run"
+    ran = subprocess.run([sys.executable, str(script), str(where)], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert (where / "store").is_dir()
+    again = subprocess.run([sys.executable, str(script), str(where)], cwd=tmp_path, capture_output=True, text=True)
+    assert again.returncode == 2 and "not empty" in again.stderr, again.stderr
+    fresh = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True)
+    assert fresh.returncode == 0, fresh.stderr

@@ -471,3 +471,74 @@ def test_exec_failed_and_tool_failed(store: revl.Store, base: Path) -> None:
         s.call(fails)
     check(tf, revl.ToolFailed)
     assert tf.value.step == 1 and "KeyError" in tf.value.message
+
+
+def test_wrong_types_and_non_finite_numbers_are_refused_before_anything_is_recorded(
+    session: revl.Session,
+) -> None:
+    before = session.timeline().to_dict()
+    with pytest.raises(TypeError, match="str or bytes"):
+        session.write("f.txt", 5)  # type: ignore[arg-type]
+    with pytest.raises(revl.BadArgs) as exc:
+        session.note_model(1, "m", latency_seconds=float("nan"))
+    check(exc, revl.BadArgs)
+    assert session.timeline().to_dict() == before
+
+
+def test_an_async_function_cannot_be_a_tool() -> None:
+    async def send(to: str) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="async"):
+        revl.tool(cls="deferred", scope=["mail"])(send)
+
+
+def test_the_store_path_is_absolute_so_chdir_does_not_move_it(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(base)
+    st = revl.Store("rel-store")
+    s = st.new("ws-rel")
+    assert Path(st.path).is_absolute() and Path(st.path) == base / "rel-store"
+    (base / "elsewhere").mkdir()
+    monkeypatch.chdir(base / "elsewhere")
+    assert s.status().state == "live"
+    assert [e["session"] for e in st.sessions().sessions] == [s.id]
+    assert not (base / "elsewhere" / "rel-store").exists()
+
+
+def test_status_of_a_corrupt_wal_is_the_cli_document(
+    store: revl.Store, base: Path, cli: Any
+) -> None:
+    s = store.new(base / "wsc")
+    s.write("a.txt", "1")
+    s.write("b.txt", "2")
+    wal = Path(s.status().wal)
+    lines = wal.read_bytes().splitlines(keepends=True)
+    lines[-1] = b'{"not": "a record"}\n'
+    lines.append(b'{"still": "not"}\n')
+    wal.write_bytes(b"".join(lines))
+    shown = s.status()
+    assert shown.corrupt is not None
+    run = cli("status", s.id)
+    assert run.doc == shown.to_dict()
+    t = s.timeline()
+    assert t.corrupt is not None and cli("timeline", s.id).doc == t.to_dict()
+
+
+def test_an_undo_named_by_object_is_held_with_its_tool(store: revl.Store, base: Path) -> None:
+    undone: list[Any] = []
+
+    @revl.tool(cls="inverse", scope={"caps": ["t"], "confined": True})
+    def unhold(args: dict[str, Any], witness: Any) -> None:
+        undone.append(args["n"])
+
+    @revl.tool(cls="effect", scope={"caps": ["t"], "confined": True}, undo=unhold)
+    def hold(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    s = store.new(base / "wsu", tools=[hold])  # unhold not listed
+    assert {t.name for t in s.tools} == {"hold", "unhold"}
+    s.call(hold, {"n": 3})
+    s.step_back(0)
+    assert undone == [3]

@@ -87,6 +87,24 @@ def _guard(raw: N) -> N:
     return cast(N, _Guarded(raw))
 
 
+def _with_inverses(tools: Iterable[Tool[Any]]) -> tuple[Tool[Any], ...]:
+    """``tools`` and the decorated functions their ``undo=``/``compensate=`` name: an
+    inverse passed by object is held without being listed again."""
+    out: list[Tool[Any]] = []
+    seen: set[int] = set()
+    todo = list(tools)
+    while todo:
+        t = todo.pop(0)
+        if isinstance(t, Tool):
+            # the same object once; two objects with one name stay two (a bad manifest)
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            todo.extend(x for x in (t.undo, t.compensate) if isinstance(x, Tool))
+        out.append(t)
+    return tuple(out)
+
+
 def _host(tools: Iterable[Tool[Any]]) -> _revl.NativeHost | None:
     held: dict[str, tuple[str, Any]] = {}
     for t in tools:
@@ -152,7 +170,7 @@ class Store:
         Python functions decorated with :func:`revl.tool`, recorded in the session's
         manifest beside the file's tools and runnable by this process.
         """
-        tools = tuple(tools)
+        tools = _with_inverses(tools)
         host = _host(tools)
         decls = json.dumps([t.declaration() for t in tools])
         text, _, _ = self._native.new_session(
@@ -194,7 +212,7 @@ class Session:
         created: Created | None = None,
     ) -> None:
         self.store = store
-        self.tools: tuple[Tool[Any], ...] = tuple(tools)
+        self.tools: tuple[Tool[Any], ...] = _with_inverses(tools)
         host = _host_obj if _host_obj is not None else _host(self.tools)
         self._native: _revl.NativeSession = _guard(
             _converted("Session", _revl.NativeSession, store._raw, id, host)
@@ -224,7 +242,14 @@ class Session:
 
     def write(self, path: str, content: str | bytes) -> Stepped:
         """Write a file (text is written as UTF-8): one witnessed, rewindable step."""
-        data = content.encode() if isinstance(content, str) else bytes(content)
+        if isinstance(content, str):
+            data = content.encode()
+        elif isinstance(content, (bytes, bytearray, memoryview)):
+            data = bytes(content)
+        else:
+            raise TypeError(
+                f"write: content must be str or bytes, not {type(content).__name__}"
+            )
         return _result(Stepped, self._native.write(path, data))
 
     def delete(self, path: str) -> Stepped:
@@ -382,7 +407,14 @@ class Session:
             "cost": cost,
             "currency": currency,
         }
-        return _result(ModelNote, self._native.note_model(json.dumps(fields)))
+        try:
+            text = json.dumps(fields, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise BadArgs(
+                f"note_model: {e}",
+                "give numbers as finite ints or floats and names as strings",
+            ) from None
+        return _result(ModelNote, self._native.note_model(text))
 
 
 def _net(net: bool | Sequence[str] | None) -> list[str] | None:

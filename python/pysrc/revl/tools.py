@@ -14,6 +14,7 @@ checked by revl's core when the session is created, the same rules as a manifest
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, Generic, Literal, Mapping, Sequence, TypeVar, Union, overload
 
 R = TypeVar("R")
@@ -40,6 +41,12 @@ class Tool(Generic[R]):
         method: str | None,
         undo_idempotent: bool | None,
     ) -> None:
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(
+                f"@revl.tool: {fn.__qualname__} is async; revl runs a tool as a plain call "
+                "(a coroutine would never run): declare a def that does the work, e.g. "
+                "with asyncio.run(...) inside"
+            )
         self.fn = fn
         self.cls = cls
         self.scope = scope

@@ -180,6 +180,11 @@ impl Session {
         crash_point: &str,
     ) -> Result<std::result::Result<(), Failed>> {
         let s = self.state.steps[i as usize].clone();
+        // A Python inverse this process does not hold is not a failed undo: nothing is
+        // recorded and the caller gets `tool-unavailable`. Live verbs refused earlier
+        // (before anything ran); here it is a repair finishing a crashed rewind, which stays
+        // pending (reads show it) until a process with the function attaches.
+        self.check_inverse_tools(&[i])?;
         if unwind::needs_fence(&s) && !self.detached {
             self.append(Record::ReplayFence { step: i }, true)?;
         }
