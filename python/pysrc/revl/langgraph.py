@@ -113,7 +113,8 @@ class RevlSaver(InMemorySaver):
     thread to a revl session and each root checkpoint to a position on its timeline.
 
     ``store``: a :class:`revl.Store` or its path (default: the CLI's default store).
-    ``workspace_root``: where threads' workspaces are made (``<root>/<thread>``), unless
+    ``workspace_root``: where threads' workspaces are made (``<root>/<thread>``; default:
+    ``<store>-threads``, beside the store), unless
     ``workspace`` (a callable from thread id to path) says otherwise. ``tools``: the Python
     tools (``@revl.tool``) the threads' sessions may run. ``on_crossed``: what a time travel
     does when the fork is not clean (something crossed after the checkpoint): ``"raise"``
@@ -137,9 +138,10 @@ class RevlSaver(InMemorySaver):
         super().__init__()
         if on_crossed not in ("raise", "proceed"):
             raise ValueError(f'on_crossed must be "raise" or "proceed", not {on_crossed!r}')
-        if workspace_root is None and workspace is None:
-            raise ValueError("give workspace_root (a directory) or workspace (thread id -> path)")
         self.store = store if isinstance(store, Store) else Store(store)
+        if workspace_root is None and workspace is None:
+            # Beside the store, never in it (a workspace may not hold or sit in a store).
+            workspace_root = self.store.path.rstrip("/") + "-threads"
         self.workspace_root = os.fspath(workspace_root) if workspace_root is not None else None
         self._workspace = workspace
         self.tools: tuple[Tool[Any], ...] = tuple(tools)
@@ -400,14 +402,16 @@ class RevlSaver(InMemorySaver):
         if thread_id is None:
             raise ValueError("session(config): the run's config has no thread_id")
         thread_id = str(thread_id)
-        here = (conf.get("checkpoint_map") or {}).get("")
-        addressed = (config.get("metadata") or {}).get("checkpoint_id") or conf.get("checkpoint_id")
+        here_any = (conf.get("checkpoint_map") or {}).get("")
+        here = str(here_any) if here_any is not None else None
+        addressed_any = (config.get("metadata") or {}).get("checkpoint_id") or conf.get("checkpoint_id")
+        addressed = str(addressed_any) if addressed_any is not None else None
         with self._lock:
             st = self._threads.setdefault(thread_id, _Thread())
-            if self._known(thread_id, here):
+            if here is not None and self._known(thread_id, here):
                 if here != st.tip:
                     self._travel(thread_id, here)
-            elif self._known(thread_id, addressed) and addressed != st.tip:
+            elif addressed is not None and self._known(thread_id, addressed) and addressed != st.tip:
                 if may_wait and conf.get(_DURABILITY_KEY) != "exit":
                     return time.monotonic() + _PUT_WAIT_SECONDS
                 self._travel(thread_id, addressed)
@@ -435,6 +439,47 @@ class RevlSaver(InMemorySaver):
                 return aio.Session(got)
             deadline = got if deadline is None else deadline
             await asyncio.sleep(0.01)
+
+    def position_of(self, config: RunnableConfig) -> tuple[Session, int]:
+        """The live session of the config's thread and the position its checkpoint is
+        bound to (:class:`CheckpointUnreachable` if it is not a position of that session)."""
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        cid = conf.get("checkpoint_id")
+        with self._lock:
+            st = self._threads.setdefault(thread_id, _Thread())
+            cid = str(cid) if cid is not None else st.tip
+            s = self._ensure_session(thread_id)
+            pos = self._position_on_line(st, cid) if cid is not None else s.head
+            if pos is None:
+                raise CheckpointUnreachable(
+                    f"checkpoint {cid} of thread {thread_id!r} is not a position of its live session {s.id}",
+                    "branch from a checkpoint of the current line (get_state_history lists them)",
+                )
+            return s, pos
+
+    def branch(self, config: RunnableConfig, into: PathLike) -> Session:
+        """A parallel branch (SPEC 14) of the thread's session at the checkpoint the config
+        names (default: the latest), in its own workspace ``into``: for exploring several
+        alternatives from one checkpoint at once. The thread, its line and its checkpoints
+        are unchanged. A branch over something that crossed follows ``on_crossed``."""
+        with self._lock:
+            s, pos = self.position_of(config)
+            preview = s.fork_preview(pos)
+            if not preview.clean and self.on_crossed == "raise":
+                raise ForkNotClean(
+                    f"a branch of session {s.id} at step {pos} would start over what already "
+                    "left the host; nothing was changed",
+                    'pass on_crossed="proceed" to branch anyway',
+                    report=preview,
+                )
+            parent_dir = os.path.dirname(os.path.abspath(os.fspath(into)))
+            os.makedirs(parent_dir, exist_ok=True)
+            plan = s.fork(pos)
+            assert plan.hash is not None
+            branch = s.fork_confirm(plan.hash, into=into).branch
+            assert branch is not None
+            return branch
 
     def thread_session(self, thread_id: str) -> Session | None:
         """The live line's session of a thread (``None`` before its first effect)."""
@@ -464,11 +509,12 @@ class RevlSaver(InMemorySaver):
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "")
-        parent = conf.get("checkpoint_id")
+        parent_any = conf.get("checkpoint_id")
+        parent = str(parent_any) if parent_any is not None else None
         cid = checkpoint["id"]
         with self._lock:
             st = self._threads.setdefault(thread_id, _Thread())
-            if ns == "" and self._known(thread_id, parent) and parent != st.tip:
+            if ns == "" and parent is not None and self._known(thread_id, parent) and parent != st.tip:
                 self._travel(thread_id, parent)  # raises before anything is stored
             if ns == "" and st.unreported is not None:
                 extended: dict[str, Any] = {**metadata, "revl": {"fork": st.unreported}}
