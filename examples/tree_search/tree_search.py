@@ -142,15 +142,28 @@ def split(amount, n):
 ]
 
 
+SOURCES = {
+    "invoice.py": BUGGY.encode(),
+    "test_invoice.py": TESTS.encode(),
+    "README.md": b"# invoice\n\nRun `python3 test_invoice.py`.\n",
+}
+
+# Vendored data: what makes a real checkout cost something to copy (4 KiB a file). The same
+# code makes it for every method; under revl it runs as one `exec` (one step, like a checkout).
+VENDOR = """
+import hashlib, os, sys
+for i in range(int(sys.argv[1])):
+    d = f"vendor/pkg{i // 50:03d}"
+    os.makedirs(d, exist_ok=True)
+    with open(f"{d}/data{i:05d}.txt", "wb") as f:
+        f.write(hashlib.sha256(str(i).encode()).hexdigest().encode() * 64)
+"""
+
+
 def project_files(vendor_files: int) -> dict[str, bytes]:
-    files = {
-        "invoice.py": BUGGY.encode(),
-        "test_invoice.py": TESTS.encode(),
-        "README.md": b"# invoice\n\nRun `python3 test_invoice.py`.\n",
-    }
+    files = dict(SOURCES)
     for i in range(vendor_files):
-        # Vendored data: what makes a real checkout cost something to copy.
-        body = hashlib.sha256(str(i).encode()).hexdigest().encode() * 64  # 4 KiB
+        body = hashlib.sha256(str(i).encode()).hexdigest().encode() * 64
         files[f"vendor/pkg{i // 50:03d}/data{i:05d}.txt"] = body
     return files
 
@@ -239,6 +252,10 @@ def tree(path: Path) -> dict[str, str]:
     return out
 
 
+def tree_of(files: dict[str, bytes]) -> dict[str, str]:
+    return {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
+
+
 def differing(a: dict[str, str], b: dict[str, str]) -> int:
     return len({k for k in a.keys() | b.keys() if a.get(k) != b.get(k)})
 
@@ -274,12 +291,11 @@ def run_revl(base: Path, n: int, vendor_files: int, sink: Sink) -> dict[str, Any
 
     store = base / "store"
     saver = RevlSaver(store=store, workspace_root=base / "threads", tools=[report])
-    files = project_files(vendor_files)
-
     def setup(state: SearchState, config: RunnableConfig) -> dict[str, list[str]]:
         s = session(config)
-        for path, body in files.items():
+        for path, body in SOURCES.items():
             s.write(path, body)
+        s.exec(["python3", "-B", "-c", VENDOR, str(vendor_files)])
         return {"candidates": []}
 
     def propose(state: SearchState) -> dict[str, list[str]]:
@@ -299,6 +315,7 @@ def run_revl(base: Path, n: int, vendor_files: int, sink: Sink) -> dict[str, Any
     checkpoint = app.get_state(cfg)  # the one checkpoint every branch starts from
     ws = Path(saver.workspace_of("search"))
     at_checkpoint = tree(ws)
+    assert at_checkpoint == tree_of(project_files(vendor_files)), "the same project every way"
     store_before = du(store)
     code = dict(CANDIDATES)
 

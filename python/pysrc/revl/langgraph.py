@@ -84,8 +84,15 @@ def _unb64(v: list[str]) -> tuple[str, bytes]:
     return (v[0], base64.b64decode(v[1]))
 
 
+_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+
+
 def safe_name(thread_id: str) -> str:
-    """A file name for a thread id: its readable part and a hash of the whole id."""
+    """A file name for a thread id: the id itself when it is already a plain file name
+    (letters, digits, ``._-``, at most 100, not starting with a dot); otherwise its readable
+    part and a hash of the whole id (so distinct ids never share a workspace)."""
+    if _SAFE.fullmatch(thread_id):
+        return thread_id
     readable = re.sub(r"[^A-Za-z0-9._-]", "_", thread_id)[:48].lstrip(".") or "thread"
     return f"{readable}-{hashlib.sha256(thread_id.encode()).hexdigest()[:16]}"
 
