@@ -412,3 +412,32 @@ def test_async_graph_and_asession(base: Path, sink: Sink, store_dir: Path) -> No
     step = max(t["index"] for t in lines[0].timeline().to_dict()["steps"] if t["label"] == "fs.write note.txt")
     assert lines[0].read("note.txt", at=step) == b"two"
     assert json.dumps(saver.last_travel("a"))  # a plain document
+
+
+def test_a_new_saver_on_the_same_store_travels_back(base: Path, sink: Sink, store_dir: Path) -> None:
+    """Checkpoints and their positions survive the process: a fresh RevlSaver reads the
+    journal and the WALs' bind records, and time travel from it rewinds as before."""
+    first = RevlSaver(store=store_dir, workspace_root=base / "threads", tools=[mail_tool(sink)])
+    script = Script()
+    app = build(first, script, sink)
+    cfg: RunnableConfig = {"configurable": {"thread_id": "r"}}
+    script.add(AIMessage(content="Hello!"))
+    app.invoke(human("hello"), cfg)
+    k1 = app.get_state(cfg)
+    script.add(*draft_script(OLD, 1, commit=False))
+    app.invoke(human("Draft"), cfg)
+    old = first.thread_session("r")
+    assert old is not None
+    journal = Path(store_dir) / "langgraph" / "r.jsonl"
+    assert journal.exists()
+
+    second = RevlSaver(store=store_dir, workspace_root=base / "threads", tools=[mail_tool(sink)])
+    app2 = build(second, script, sink)
+    assert [h.config for h in app2.get_state_history(cfg)] == [h.config for h in app.get_state_history(cfg)]
+    assert second.thread_session("r") == old
+    script.add(*draft_script(NEW, 2, commit=True))
+    app2.invoke(human("formally"), k1.config)
+    assert sink.wait_for(1)
+    assert sink.bodies == [{"to": "ann@example.com", "body": NEW}]
+    assert (Path(second.workspace_of("r")) / "reply.txt").read_bytes() == NEW.encode()
+    assert [s.id for s in second.thread_sessions("r")][0] == old.id
