@@ -15,8 +15,10 @@ use pyo3::types::{PyBytes, PyDict};
 use revl_core::api::{self, Answer, Refusal};
 use revl_core::session::Repaired;
 use revl_core::tools::{DeclaredTool, HostCall, ToolHost, ToolRun};
-use revl_core::{Code, Error, ExecLimits, ExecOptions, FileOp, Session, StepBackMode, Store};
-use serde_json::{json, Value};
+use revl_core::{
+    Code, Error, ExecLimits, ExecOptions, FileOp, Remedy, Session, StepBackMode, Store,
+};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -39,12 +41,35 @@ fn answer<T: Answer>(r: &T, repaired: &[Repaired]) -> Doc {
 /// The core error as the `revl.RevlError` subclass of its code (built by `revl.errors`).
 fn raise(py: Python<'_>, e: &Error) -> PyErr {
     let made = py.import("revl.errors").and_then(|m| {
-        m.getattr("_from_native")?
-            .call1((e.code.as_str(), &e.message, &e.hint, e.step))
+        m.getattr("_from_native")?.call1((
+            e.code.as_str(),
+            &e.message,
+            e.hint_with(py_remedy),
+            e.step,
+        ))
     });
     match made {
         Ok(exc) => PyErr::from_value(exc),
         Err(err) => err,
+    }
+}
+
+/// A remedy in Python's words (the CLI words the same remedies as flags).
+fn py_remedy(r: &Remedy) -> String {
+    match r {
+        Remedy::ListSessions => {
+            "Store.sessions() lists them; Store(root) picks another store".into()
+        }
+        Remedy::Timeline => "Session.timeline() lists the steps".into(),
+        Remedy::ListPath => "Session.list(path) shows what is there".into(),
+        Remedy::Status => "Session.status()".into(),
+        Remedy::NewSession => "Store.new(workspace)".into(),
+        Remedy::PassArg(name) => format!("pass args={{\"{name}\": ...}}"),
+        Remedy::ArgsObject => "pass args as a dict".into(),
+        Remedy::GiveStore => "Store(root) or REVL_STORE".into(),
+        Remedy::GiveManifest => "Store.new(workspace, manifest=FILE)".into(),
+        Remedy::GiveWorkspace => "Store.new(workspace)".into(),
+        Remedy::Unconfined => "Session.exec(argv, unconfined=True)".into(),
     }
 }
 
@@ -62,14 +87,7 @@ fn blocking<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Error> + Send
     match out {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(raise(py, &e)),
-        Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            Err(raise(py, &internal(what)))
-        }
+        Err(p) => Err(raise(py, &Error::from_panic(&*p, "the call you made"))),
     }
 }
 
@@ -98,17 +116,10 @@ impl ToolHost for Host {
 
     fn run(&self, call: HostCall<'_>) -> ToolRun {
         let Some((_, f)) = self.tools.get(&call.tool.name) else {
-            return failed("missing-tool", format!("{} is not held", call.target));
+            return ToolRun::failed("missing-tool", format!("{} is not held", call.target));
         };
         Python::attach(|py| match call_python(py, f, &call) {
-            Ok(witness) => ToolRun {
-                exit_code: None,
-                status: None,
-                stdout: String::new(),
-                stderr: String::new(),
-                witness,
-                error: None,
-            },
+            Ok(witness) => ToolRun::ok(witness),
             Err(e) => {
                 let ty = e
                     .get_type(py)
@@ -116,23 +127,12 @@ impl ToolHost for Host {
                     .map(|n| n.to_string())
                     .unwrap_or_else(|_| "Exception".into());
                 let msg = e.value(py).to_string();
-                failed(
+                ToolRun::failed(
                     &ty,
                     format!("{} ({}) raised {ty}: {msg}", call.tool.name, call.target),
                 )
             }
         })
-    }
-}
-
-fn failed(ty: &str, message: String) -> ToolRun {
-    ToolRun {
-        exit_code: None,
-        status: None,
-        stdout: String::new(),
-        stderr: String::new(),
-        witness: Value::Null,
-        error: Some(json!({"type": ty, "message": message})),
     }
 }
 
@@ -554,6 +554,12 @@ impl NativeSession {
 
     fn commit_confirm(&self, py: Python<'_>, hash: String) -> PyResult<Doc> {
         self.verb(py, How::Write, move |s| s.commit_confirm(&hash))
+    }
+
+    /// `resend --seq S`: fire one owed or failed held send of a committed session once more.
+    /// A Python tool's send can be retried only from a process that has its function.
+    fn resend(&self, py: Python<'_>, seq: u64) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.resend(seq))
     }
 
     fn abort(&self, py: Python<'_>) -> PyResult<Doc> {

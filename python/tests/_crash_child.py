@@ -11,6 +11,9 @@
                                                  attach WITH the effect and its undo (which
                                                  POSTs too), then status, fork(0) and
                                                  step_back(0); print what each said, as JSON
+    _crash_child.py resend STORE SESSION URL SEQ
+                                                 attach WITH the function and resend SEQ
+                                                 (the operator's retry); print its document
     _crash_child.py attach STORE SESSION URL HASH
                                                  attach WITH the function (so a wrong re-fire
                                                  would reach URL), then status, commit,
@@ -91,6 +94,10 @@ def main() -> None:
             seen["fork"] = e.code
         seen["step_back"] = s.step_back(0).to_dict()
         print(json.dumps(seen), flush=True)
+        return
+    if MODE == "resend":
+        s = store.session(WHERE, tools=[send])
+        print(json.dumps(s.resend(int(HASH)).to_dict()), flush=True)
         return
     s = store.session(WHERE, tools=[send])
     out: dict[str, object] = {"status": s.status().to_dict()}

@@ -217,6 +217,6 @@ def test_aio_diff_takes_at_like_revl_diff(store_dir: Path, base: Path) -> None:
     assert sync.paths == []
 
     async def main() -> Any:
-        return await revl.aio.diff(revl.aio.Session(a), revl.aio.Session(b), at=(1, None))  # type: ignore[call-arg]
+        return await revl.aio.diff(revl.aio.Session(a), revl.aio.Session(b), at=(1, None))
 
     assert asyncio.run(main()) == sync

@@ -100,6 +100,14 @@ def test_sigkill_mid_commit_nothing_sent_twice_and_the_send_is_owed(
     assert file_digest(wal) == before
     assert sink.count == 1
 
+    # the operator's retry from a process that has the function: that one send, once
+    again = child(base, "resend", str(store_dir), sid, sink.url, str(queued[0]))
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    assert json.loads(out) == {"resent": True, "seq": queued[0], "flushed": True}
+    assert sink.count == 2 and sink.bodies[-1] == {"n": 1}
+    assert cli("status", sid).doc["owed"] == [o for o in first["owed"] if o["seq"] != queued[0]]
+
 
 def test_sigkill_mid_effect_call_the_step_is_opaque_and_its_undo_never_runs(
     base: Path, store_dir: Path, sink: Sink

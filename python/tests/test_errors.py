@@ -128,6 +128,22 @@ def test_a_session_object_for_an_id_the_store_does_not_hold(store: revl.Store, s
     assert not (Path(store.path) / "sessions" / ("f" * 32)).exists(), "nothing was created"
 
 
+def test_arguments_python_cannot_hand_to_rust_are_bad_args(session: revl.Session) -> None:
+    """A step past 64 bits or a path with a lone surrogate is the caller's mistake, raised
+    as revl.BadArgs with a hint, not as a bare OverflowError or UnicodeEncodeError; nothing
+    is recorded."""
+    before = session.timeline().to_dict()
+    with pytest.raises(revl.BadArgs) as exc:
+        session.inspect(2**70)
+    check(exc, revl.BadArgs)
+    assert "out of range" in exc.value.message
+    with pytest.raises(revl.BadArgs) as exc:
+        session.write("bad\udc80name.txt", "x")
+    check(exc, revl.BadArgs)
+    assert "Unicode" in exc.value.message
+    assert session.timeline().to_dict() == before
+
+
 def test_path_outside(session: revl.Session, base: Path) -> None:
     for bad in ("../x", "/etc/passwd", "a/../../x"):
         with pytest.raises(revl.PathOutside) as exc:

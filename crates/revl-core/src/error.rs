@@ -140,6 +140,23 @@ pub struct Error {
     pub cause: Option<Cause>,
 }
 
+impl Error {
+    /// A panic caught by a front end (`catch_unwind`'s payload), as the one-line internal
+    /// error every front end reports instead of a stack trace.
+    pub fn from_panic(payload: &(dyn std::any::Any + Send), when: &str) -> Error {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Error::new(
+            Code::Io,
+            format!("internal error: {what}"),
+            format!("this is a bug in revl; the WAL is intact; report it with {when}"),
+        )
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)

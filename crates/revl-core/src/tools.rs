@@ -635,6 +635,26 @@ pub struct ToolRun {
 }
 
 impl ToolRun {
+    /// A run that returned `witness` (a host's function, which has no exit code or status).
+    pub fn ok(witness: Value) -> ToolRun {
+        ToolRun {
+            exit_code: None,
+            status: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            witness,
+            error: None,
+        }
+    }
+
+    /// A run that failed before producing anything: `{type, message}` is its error.
+    pub fn failed(ty: &str, message: String) -> ToolRun {
+        ToolRun {
+            error: Some(json!({"type": ty, "message": message})),
+            ..ToolRun::ok(Value::Null)
+        }
+    }
+
     pub fn timed_out(&self) -> bool {
         self.error
             .as_ref()
@@ -852,16 +872,10 @@ pub fn run_tool(
             ) {
                 Ok(r) => r,
                 Err(e) => {
-                    return Ok(ToolRun {
-                        exit_code: None,
-                        status: None,
-                        stdout: String::new(),
-                        stderr: String::new(),
-                        witness: Value::Null,
-                        error: Some(
-                            json!({"type": "spawn", "message": format!("could not start {}: {e}", argv[0])}),
-                        ),
-                    })
+                    return Ok(ToolRun::failed(
+                        "spawn",
+                        format!("could not start {}: {e}", argv[0]),
+                    ))
                 }
             };
             let stdout = String::from_utf8_lossy(&ran.stdout).into_owned();
@@ -926,14 +940,7 @@ pub fn http_call(
     if let Some(k) = idem_key {
         req = req.header("Idempotency-Key", k);
     }
-    let fail = |ty: &str, message: String| ToolRun {
-        exit_code: None,
-        status: None,
-        stdout: String::new(),
-        stderr: String::new(),
-        witness: Value::Null,
-        error: Some(json!({"type": ty, "message": message})),
-    };
+    let fail = ToolRun::failed;
     let req = match req.body(body.to_string().into_bytes()) {
         Ok(r) => r,
         Err(e) => return fail("http", format!("{name}: bad request to {url}: {e}")),

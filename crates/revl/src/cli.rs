@@ -1140,7 +1140,8 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> u8 {
             if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
                 // The help goes to stdout; stderr gets the one-line error every failure has.
                 if !json {
-                    print!("{}", e.render());
+                    use std::io::Write as _;
+                    let _ = write!(std::io::stdout().lock(), "{}", e.render());
                 }
                 let err = Error::new(Code::Usage, "a command is required", "see `revl --help`");
                 return fail(&err, json);
@@ -1174,12 +1175,9 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> u8 {
             let out = with_repairs(out);
             if out.printed {
             } else if cli.json && !out.doc.is_null() {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&out.doc).unwrap_or_default()
-                );
+                out_line(&serde_json::to_string_pretty(&out.doc).unwrap_or_default());
             } else if !out.text.is_empty() {
-                println!("{}", out.text);
+                out_line(&out.text);
             }
             out.exit
         }
@@ -1189,24 +1187,12 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> u8 {
             if !cli.json {
                 let out = with_repairs(Outcome::ok(Value::Null, String::new()));
                 if !out.text.is_empty() {
-                    println!("{}", out.text);
+                    out_line(&out.text);
                 }
             }
             fail(&e, cli.json)
         }
-        Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            let err = Error::new(
-                Code::Io,
-                format!("internal error: {what}"),
-                "this is a bug in revl; the WAL is intact, report it with the command you ran",
-            );
-            fail(&err, cli.json)
-        }
+        Err(p) => fail(&Error::from_panic(&*p, "the command you ran"), cli.json),
     }
 }
 
@@ -1232,11 +1218,27 @@ fn cli_remedy(r: &Remedy) -> String {
 fn fail(e: &Error, json: bool) -> u8 {
     let hint = e.hint_with(cli_remedy);
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&e.to_json_with_hint(&hint)).unwrap_or_default()
-        );
+        out_line(&serde_json::to_string_pretty(&e.to_json_with_hint(&hint)).unwrap_or_default());
     }
-    eprintln!("revl: {}: {} (hint: {hint})", e.code.as_str(), e.message);
+    err_line(&format!(
+        "revl: {}: {} (hint: {hint})",
+        e.code.as_str(),
+        e.message
+    ));
     e.code.exit_code() as u8
+}
+
+/// One line to stdout. A closed stdout (`revl log | head`) is the reader's choice, not an
+/// error: the line is dropped and the exit code stays the verb's. (`println!` would panic,
+/// and in the Python package's `revl`, where SIGPIPE is ignored, print a stack trace.)
+fn out_line(s: &str) {
+    use std::io::Write as _;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{s}").and_then(|()| o.flush());
+}
+
+/// One line to stderr, never a panic.
+fn err_line(s: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr().lock(), "{s}");
 }

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable, Mapping, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar, Union, cast
 
 from . import _revl
-from .errors import ApprovalRequired, StaleHash
+from .errors import ApprovalRequired, BadArgs, StaleHash
 from .results import (
     AbortReport,
     CallResult,
     CommitPlan,
     CommitResult,
+    Resent,
     Compare,
     Created,
     Diff,
@@ -41,6 +42,51 @@ from .tools import Tool
 
 PathLike = Union[str, "os.PathLike[str]"]
 T = TypeVar("T", bound=Result)
+
+
+N = TypeVar("N")
+
+
+def _converted(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call into the native layer; an argument it cannot take (a number past 64 bits, a
+    string that is not valid Unicode) is :class:`revl.BadArgs`, as the CLI's would be."""
+    try:
+        return call(*args, **kwargs)
+    except OverflowError as e:
+        raise BadArgs(
+            f"{what}: a number is out of range ({e})",
+            "give steps, sequence numbers and limits as non-negative integers below 2**64",
+        ) from None
+    except UnicodeEncodeError as e:
+        raise BadArgs(
+            f"{what}: a string is not valid Unicode ({e.reason} at index {e.start})",
+            "give paths, names and text as valid Unicode (no lone surrogates); "
+            "pass bytes for binary content",
+        ) from None
+
+
+class _Guarded:
+    """A native object whose methods raise :class:`revl.BadArgs` for arguments the
+    conversion to Rust refuses (see :func:`_converted`)."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._raw, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return _converted(name, attr, *args, **kwargs)
+
+        return call
+
+
+def _guard(raw: N) -> N:
+    return cast(N, _Guarded(raw))
 
 
 def _host(tools: Iterable[Tool[Any]]) -> _revl.NativeHost | None:
@@ -84,7 +130,10 @@ class Store:
     """
 
     def __init__(self, path: PathLike | None = None) -> None:
-        self._native = _revl.NativeStore(os.fspath(path) if path is not None else None)
+        self._raw = _converted(
+            "Store", _revl.NativeStore, os.fspath(path) if path is not None else None
+        )
+        self._native: _revl.NativeStore = _guard(self._raw)
 
     @property
     def path(self) -> str:
@@ -149,7 +198,9 @@ class Session:
         self.store = store
         self.tools: tuple[Tool[Any], ...] = tuple(tools)
         host = _host_obj if _host_obj is not None else _host(self.tools)
-        self._native = _revl.NativeSession(store._native, id, host)
+        self._native: _revl.NativeSession = _guard(
+            _converted("Session", _revl.NativeSession, store._raw, id, host)
+        )
         self._host = host
         self.created = created
 
@@ -317,6 +368,12 @@ class Session:
         """Fire the held sends once each, in order; a stale hash raises
         :class:`revl.StaleHash` (nothing fired)."""
         return _result(CommitResult, self._native.commit_confirm(hash))
+
+    def resend(self, seq: int) -> Resent:
+        """Fire one owed or failed held send of a committed session once more (``revl
+        resend --seq``), explicitly: an operator's retry. A Python tool's send needs this
+        process to have its function (the ``revl`` command cannot run it)."""
+        return _result(Resent, self._native.resend(seq))
 
     def abort(self) -> AbortReport:
         return _result(AbortReport, self._native.abort())

@@ -18,6 +18,7 @@ from .results import (
     CallResult,
     CommitPlan,
     CommitResult,
+    Resent,
     Compare,
     Diff,
     ExecResult,
@@ -154,6 +155,9 @@ class Session:
     async def commit_confirm(self, hash: str) -> CommitResult:
         return await asyncio.to_thread(self.sync.commit_confirm, hash)
 
+    async def resend(self, seq: int) -> Resent:
+        return await asyncio.to_thread(self.sync.resend, seq)
+
     async def abort(self) -> AbortReport:
         return await asyncio.to_thread(self.sync.abort)
 
@@ -183,12 +187,18 @@ async def diff(
     b: Session | str,
     path: str | None = None,
     *,
+    at: tuple[int | None, int | None] = (None, None),
     store: Store | None = None,
 ) -> Diff:
     sa = a.sync if isinstance(a, Session) else a
     sb = b.sync if isinstance(b, Session) else b
     return await asyncio.to_thread(
-        _session.diff, sa, sb, path, store=store.sync if store is not None else None
+        _session.diff,
+        sa,
+        sb,
+        path,
+        at=at,
+        store=store.sync if store is not None else None,
     )
 
 

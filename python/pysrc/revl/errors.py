@@ -32,7 +32,10 @@ class RevlError(Exception):
         return f"{self.code}: {self.message} (hint: {self.hint})" if self.hint else f"{self.code}: {self.message}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The error document the CLI prints with ``--json``."""
+        """The error document, shaped like the CLI's ``--json`` one (``{"error": {code,
+        message, hint[, step]}}``). ``code`` and ``message`` are the CLI's; ``hint`` is the
+        binding's: where a remedy names a command-line flag, the CLI words it as flags and
+        Python as the call to make."""
         inner: dict[str, Any] = {"code": self.code, "message": self.message, "hint": self.hint}
         if self.step is not None:
             inner["step"] = self.step

@@ -264,6 +264,16 @@ class CommitResult(Result):
     plan: dict[str, Any] | None
 
 
+class Resent(Result):
+    """``resend``: one owed or failed held send fired once more (``flushed``), or the
+    failure it met this time (``error``, with its ``type`` and ``message``)."""
+
+    resent: bool
+    seq: int
+    flushed: bool
+    error: dict[str, Any] | None
+
+
 class ModelNote(Result):
     recorded: bool
     step: int
@@ -364,6 +374,7 @@ __all__ = [
     "AbortReport",
     "CommitPlan",
     "CommitResult",
+    "Resent",
     "ModelNote",
     "Listing",
     "FileRead",

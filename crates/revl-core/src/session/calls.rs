@@ -107,6 +107,28 @@ impl Session {
         }
     }
 
+    /// Run `tool` as this session does every tool: in its workspace, with the environment of
+    /// step `step`, through the store's host for Python functions; `witness` for an inverse,
+    /// `key` (the idempotency key) for a held send.
+    pub(super) fn run_tool_at(
+        &self,
+        tool: &Tool,
+        args: &Value,
+        witness: Option<&Value>,
+        step: u64,
+        key: Option<&str>,
+    ) -> Result<crate::tools::ToolRun> {
+        run_tool(
+            tool,
+            args,
+            witness,
+            self.ws.root(),
+            &self.env(step),
+            key,
+            self.store.tool_host(),
+        )
+    }
+
     pub(super) fn env(&self, step: u64) -> Vec<(String, String)> {
         vec![
             ("REVL_SESSION".into(), self.id.clone()),
@@ -183,15 +205,7 @@ impl Session {
         let label = format!("{}.{}", tool.service, tool.method);
         self.intent(step, "effect", &label, &tool.name)?;
         self.fp.point("effect.after-intent");
-        let run = run_tool(
-            tool,
-            &args,
-            None,
-            self.ws.root(),
-            &self.env(step),
-            None,
-            self.store.tool_host(),
-        )?;
+        let run = self.run_tool_at(tool, &args, None, step, None)?;
         self.fp.point("effect.after-change");
         if run.timed_out() {
             // Unknown outcome: an opaque step, so a fork over it is refused.
@@ -310,15 +324,7 @@ impl Session {
         let key = format!("{}-{seq}", self.id);
         self.intent(step, "emission", &label, &tool.name)?;
         self.fp.point("effect.after-intent");
-        let run = run_tool(
-            tool,
-            &args,
-            None,
-            self.ws.root(),
-            &self.env(step),
-            Some(&key),
-            self.store.tool_host(),
-        )?;
+        let run = self.run_tool_at(tool, &args, None, step, Some(&key))?;
         self.fp.point("effect.after-change");
         let mut detail = json!({"key": key, "service": tool.service, "method": tool.method, "args": args, "witness": run.witness});
         if let Some(e) = &run.error {
@@ -368,15 +374,7 @@ impl Session {
         let step = self.state.next_index();
         let label = format!("{}/opaque", tool.name);
         self.intent(step, "opaque", &label, &tool.name)?;
-        let run = run_tool(
-            tool,
-            &args,
-            None,
-            self.ws.root(),
-            &self.env(step),
-            None,
-            self.store.tool_host(),
-        )?;
+        let run = self.run_tool_at(tool, &args, None, step, None)?;
         let outcome = match &run.error {
             None => "ok".to_string(),
             Some(e) => e
@@ -469,15 +467,7 @@ impl Session {
                 "the manifest copy is damaged",
             )
         })?;
-        let run = run_tool(
-            &tool,
-            &args,
-            Some(&witness),
-            self.ws.root(),
-            &self.env(s.index),
-            None,
-            self.store.tool_host(),
-        )?;
+        let run = self.run_tool_at(&tool, &args, Some(&witness), s.index, None)?;
         match run.error {
             None => Ok(()),
             Some(_) => Err(Error::new(

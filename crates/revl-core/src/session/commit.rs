@@ -6,7 +6,7 @@ use crate::report::{
     Approval, CommitPlan, CommitResult, FlushFailure, ModelNote, Resent, Witnessed,
 };
 use crate::state::Life;
-use crate::tools::{run_tool, Class};
+use crate::tools::Class;
 use crate::util::sha256_jcs;
 use crate::wal::Record;
 use serde_json::{json, Value};
@@ -147,16 +147,8 @@ impl Session {
             let key = format!("{}-{seq}", self.id);
             let run = match manifest.tool(&d.tool) {
                 Some(t) => {
-                    run_tool(
-                        t,
-                        &d.args,
-                        None,
-                        self.ws.root(),
-                        &self.env(d.after_step),
-                        Some(&key),
-                        self.store.tool_host(),
-                    )?
-                    .error
+                    self.run_tool_at(t, &d.args, None, d.after_step, Some(&key))?
+                        .error
                 }
                 None => Some(
                     json!({"type": "missing-tool", "message": format!("tool {:?} is not in the manifest", d.tool)}),
@@ -222,15 +214,7 @@ impl Session {
         })?;
         crate::tools::check_runnable(&tool, self.store.tool_host())?;
         let key = format!("{}-{seq}", self.id);
-        let run = run_tool(
-            &tool,
-            &d.args,
-            None,
-            self.ws.root(),
-            &self.env(d.after_step),
-            Some(&key),
-            self.store.tool_host(),
-        )?;
+        let run = self.run_tool_at(&tool, &d.args, None, d.after_step, Some(&key))?;
         match run.error {
             None => {
                 self.append(Record::Flushed { seq }, true)?;

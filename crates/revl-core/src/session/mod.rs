@@ -227,7 +227,7 @@ impl Store {
     /// Attach to a session: take its lock, rebuild its state from the WAL, repair any
     /// interrupted operation (SPEC 6.4).
     pub fn attach(&self, id: &str) -> Result<Session> {
-        let dir = self.session_dir(id);
+        let dir = self.known_session_dir(id)?;
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
         self.attach_with(id, Some(lock), Attach::Write)
     }
@@ -237,7 +237,7 @@ impl Store {
     /// it is now, read like the offline readers do: no waiting, no repair, and the session
     /// refuses to write ([`Session::busy`] is true).
     pub fn attach_read(&self, id: &str) -> Result<Session> {
-        let lock = self.try_lock(&self.session_dir(id).join("lock"))?;
+        let lock = self.try_lock(&self.known_session_dir(id)?.join("lock"))?;
         self.attach_with(id, lock, Attach::Read)
     }
 
@@ -246,8 +246,30 @@ impl Store {
     /// session then carries where it stops ([`Session::corrupt`]), is not repaired, and
     /// refuses to write.
     pub fn attach_prefix(&self, id: &str) -> Result<Session> {
-        let lock = self.try_lock(&self.session_dir(id).join("lock"))?;
+        let lock = self.try_lock(&self.known_session_dir(id)?.join("lock"))?;
         self.attach_with(id, lock, Attach::Prefix)
+    }
+
+    /// The directory of session `id` (a full id, as [`Store::resolve`] gives), or
+    /// `unknown-session` when the store holds no such session: a library caller that
+    /// names a session directly gets the same refusal as the CLI, not an I/O error.
+    fn known_session_dir(&self, id: &str) -> Result<PathBuf> {
+        let dir = self.session_dir(id);
+        let plain = id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit());
+        if plain && dir.is_dir() {
+            return Ok(dir);
+        }
+        // Not a stored session: resolve it for the one-line refusal (a malformed id, no
+        // such session, or a prefix, which names a session only through `resolve`).
+        let full = self.resolve(id)?;
+        if full == id {
+            return Ok(dir);
+        }
+        Err(Error::new(
+            Code::UnknownSession,
+            format!("{id:?} is a prefix of session {full}; attach takes the full id"),
+            "resolve the id first (the CLI and Python accept prefixes and resolve them)",
+        ))
     }
 
     fn attach_with(&self, id: &str, lock: Option<File>, how: Attach) -> Result<Session> {
