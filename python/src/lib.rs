@@ -591,6 +591,22 @@ impl NativeSession {
         self.verb(py, How::Write, |s| s.abort())
     }
 
+    /// Bind a checkpoint id to position `at` (default: the head) (a `bind` record, SPEC 19).
+    #[pyo3(signature = (label, at=None))]
+    fn bind(&self, py: Python<'_>, label: String, at: Option<u64>) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.bind(&label, at))
+    }
+
+    /// `fork --at K` enumerated without recording anything (the report and its hash).
+    fn fork_preview(&self, py: Python<'_>, at: i64) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.fork_preview(at))
+    }
+
+    /// The session's life, head and bound checkpoints.
+    fn position(&self, py: Python<'_>) -> PyResult<Doc> {
+        self.verb(py, How::Read, |s| Ok(s.position()))
+    }
+
     /// `fields_json`: the note's fields as the CLI names them (`step`, `model`, `tokensIn`, …).
     fn note_model(&self, py: Python<'_>, fields_json: String) -> PyResult<Doc> {
         self.verb(py, How::Write, move |s| {

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from typing import Any
 
 import revl
 from revl import results
@@ -435,3 +436,40 @@ def test_results_are_read_only_and_snake_cased(session: revl.Session) -> None:
     assert r.step == 1, "to_dict returns a copy"
     plan = session.commit()
     assert plan.to_dict()["hash"] == plan.hash
+
+
+def test_bind_position_head_and_fork_preview(session: revl.Session, cli: Any) -> None:
+    """SPEC 19's verbs: a checkpoint bound to a position (a `bind` record `revl log` shows),
+    the session's position, and a fork enumeration that records nothing."""
+    assert session.head == 0
+    session.write("a.txt", "1")
+    b = session.bind("ck-1")
+    assert isinstance(b, results.Bound)
+    assert (b.session, b.checkpoint_id, b.position) == (session.id, "ck-1", 1)
+    session.write("a.txt", "2")
+    assert session.bind("ck-late", at=1).position == 1
+    with pytest.raises(revl.BadArgs):
+        session.bind("past", at=9)
+    pos = session.position()
+    assert isinstance(pos, results.Position)
+    assert (pos.state, pos.head, pos.frozen_into) == ("live", 2, None)
+    assert pos.checkpoints == [
+        {"position": 1, "checkpointId": "ck-1"},
+        {"position": 1, "checkpointId": "ck-late"},
+    ]
+    log = cli("log").doc
+    assert log["sessions"][0]["checkpoints"] == pos.checkpoints
+    wal = Path(session.created.wal if session.created else "")
+    before = wal.read_bytes()
+    preview = session.fork_preview(1)
+    assert preview.hash and preview.forked is False and preview.clean
+    assert wal.read_bytes() == before, "a preview records nothing"
+    with pytest.raises(revl.NoPendingFork):
+        session.fork_confirm(preview.hash)
+    assert session.fork(1).hash == preview.hash
+    done = session.fork_confirm(preview.hash)
+    assert done.branch is not None
+    assert session.position().state == "frozen"
+    assert session.position().frozen_into == done.branch.id
+    with pytest.raises(revl.Frozen):
+        session.bind("on-frozen")

@@ -137,6 +137,8 @@ plain_answers!(
     crate::log::Approvals,
     crate::lineage::Compare,
     crate::session::diff::DiffReport,
+    crate::session::Bound,
+    crate::session::Position,
     Created,
 );
 

@@ -61,6 +61,8 @@ pub struct LogSession {
     /// The forks of its lineage that did leave something, nearest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub residue_forks: Vec<ResidueFork>,
+    /// Checkpoints bound to positions of this session (SPEC 19), in the order bound.
+    pub checkpoints: Vec<LogCheckpoint>,
     /// Held sends still queued.
     pub queued: usize,
     /// Approval tickets requested and not yet granted.
@@ -79,6 +81,14 @@ pub struct LogSession {
     /// The WAL is corrupt from this line on: this is what its intact records say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub corrupt: Option<crate::wal::Corrupt>,
+}
+
+/// A checkpoint id bound to a position of a session's timeline (a `bind` record).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogCheckpoint {
+    pub position: u64,
+    pub checkpoint_id: String,
 }
 
 /// A fork that left steps of its parent's history out in the world or unrestored (crossed
@@ -229,6 +239,7 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
                     mode: None,
                     residue_clean: None,
                     residue_forks: Vec::new(),
+                    checkpoints: Vec::new(),
                     queued: 0,
                     pending_approvals: 0,
                     mid_fork: None,
@@ -262,6 +273,14 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
             mode: lin.parent.as_ref().and(mode),
             residue_clean: residue.as_ref().map(|r| r.clean),
             residue_forks: residue.map(|r| r.forks).unwrap_or_default(),
+            checkpoints: st
+                .checkpoints
+                .iter()
+                .map(|(position, id)| LogCheckpoint {
+                    position: *position,
+                    checkpoint_id: id.clone(),
+                })
+                .collect(),
             queued: st.queue.len(),
             pending_approvals: pending_tickets(st).count(),
             mid_fork: st

@@ -178,6 +178,8 @@ pub struct State {
     pub tickets_consumed: BTreeSet<String>,
     pub standing: BTreeSet<String>,
     pub model_decisions: Vec<Value>,
+    /// Checkpoints bound to positions (`bind` records, SPEC 19), in WAL order: (at, label).
+    pub checkpoints: Vec<(u64, String)>,
     /// Drifted content preserved before a rewind (`preserved` records).
     pub preserved: Vec<PreservedSeen>,
     /// Every fork this WAL began, in order, with the hash that confirmed it and how it
@@ -422,6 +424,7 @@ impl State {
                 }
                 Record::IntentVoid { .. } => intent = None,
                 Record::Undone { step, .. } | Record::ReplayFence { step } => exists(*step, next)?,
+                Record::Bind { at, .. } => exists(*at, next)?,
                 Record::Step(sr) => {
                     if sr.step != next {
                         return Err(format!("step {} out of order (expected {next})", sr.step));
@@ -710,6 +713,12 @@ impl State {
             Record::ModelDecision { step, outcome, llm } => self
                 .model_decisions
                 .push(json!({"step": step, "outcome": outcome, "llm": llm})),
+            Record::Bind { label, at } => {
+                if *at >= self.next_index() {
+                    return Err(format!("bind names step {at}, which does not exist"));
+                }
+                self.checkpoints.push((*at, label.clone()));
+            }
         }
         Ok(())
     }

@@ -669,7 +669,7 @@ impl RevlServer {
 
     /// The lineage tree of this session's family (its root and every branch below it),
     /// read from the WALs without waiting for any lock: {sessions: [{session, state, head,
-    /// workspace, parent?, at?, mode?, residueClean?, residueForks?, queued,
+    /// workspace, parent?, at?, mode?, residueClean?, residueForks?, checkpoints, queued,
     /// pendingApprovals}], edges: [{parent, branch, at, mode}]}. residueClean is false when
     /// the fork that made a branch, or any fork above it, left something out in the world.
     #[tool(

@@ -216,6 +216,13 @@ pub fn log(v: &Log) -> String {
         match byid.get(id) {
             Some(x) => {
                 let _ = writeln!(out, "{here}{}", line(x));
+                for c in &x.checkpoints {
+                    let _ = writeln!(
+                        out,
+                        "{next}    checkpoint {} at step {}",
+                        c.checkpoint_id, c.position
+                    );
+                }
             }
             None => {
                 let _ = writeln!(out, "{here}{id}  (WAL missing)");

@@ -73,6 +73,7 @@ td.n{text-align:right;color:var(--mut);width:4em}
 tr.undone td.l{text-decoration:line-through;color:var(--mut)}
 .irrev{color:var(--bad);font-weight:600}
 .held{color:var(--warn)}
+.ckpt{color:#1f4e99}
 .hidden{display:none}
 .ch{font-size:12px;margin-top:2px}code.argv{color:var(--mut)}
 "#;
@@ -415,6 +416,12 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
         }
         if s.fenced {
             status.push("inverse outcome unknown".into());
+        }
+        for (_, id) in st.checkpoints.iter().filter(|(at, _)| *at == s.index) {
+            status.push(format!(
+                "<span class=\"ckpt\">checkpoint <code>{}</code></span>",
+                esc(id)
+            ));
         }
         let mut label = esc(s.label());
         let mut changes = String::new();

@@ -26,8 +26,10 @@ from .results import (
     ForkReport,
     Inspect,
     Listing,
+    Bound,
     Log,
     ModelNote,
+    Position,
     Result,
     Sessions,
     Status,
@@ -349,6 +351,27 @@ class Session:
         """Enumerate a fork at step ``at``: what it would restore, drop and report, and the
         ``hash`` to confirm it with. Nothing changes."""
         return _result(ForkReport, self._native.fork(at))
+
+    def fork_preview(self, at: int) -> ForkReport:
+        """The report ``fork(at)`` would give, with its hash, recording nothing (not even
+        the pending fork): for deciding, before asking, whether a fork is acceptable."""
+        return _result(ForkReport, self._native.fork_preview(at))
+
+    def bind(self, checkpoint_id: str, at: int | None = None) -> Bound:
+        """Bind a checkpoint id (a LangGraph checkpoint's) to position ``at`` (default: the
+        session's current position, its head), durably (a ``bind`` WAL record; ``revl log``
+        shows it). Allowed on a live, committed or aborted session; a frozen one refuses
+        (:class:`revl.Frozen`)."""
+        return _result(Bound, self._native.bind(checkpoint_id, at))
+
+    def position(self) -> Position:
+        """The session's life, head and bound checkpoints (reads only)."""
+        return _result(Position, self._native.position())
+
+    @property
+    def head(self) -> int:
+        """The index of the session's last step (its current position)."""
+        return int(self.position().head)
 
     def fork_confirm(self, hash: str, into: PathLike | None = None) -> ForkReport:
         """Perform the enumerated fork (``into``: a parallel branch in that directory). The

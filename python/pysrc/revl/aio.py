@@ -14,6 +14,7 @@ from . import _session
 from ._session import PathLike
 from .results import (
     AbortReport,
+    Bound,
     CallResult,
     CommitPlan,
     CommitResult,
@@ -27,6 +28,7 @@ from .results import (
     Listing,
     Log,
     ModelNote,
+    Position,
     Sessions,
     Status,
     StepBackReport,
@@ -161,6 +163,15 @@ class Session:
 
     async def note_model(self, step: int, model: str, **fields: Any) -> ModelNote:
         return await asyncio.to_thread(self.sync.note_model, step, model, **fields)
+
+    async def fork_preview(self, at: int) -> ForkReport:
+        return await asyncio.to_thread(self.sync.fork_preview, at)
+
+    async def bind(self, checkpoint_id: str, at: int | None = None) -> Bound:
+        return await asyncio.to_thread(self.sync.bind, checkpoint_id, at)
+
+    async def position(self) -> Position:
+        return await asyncio.to_thread(self.sync.position)
 
 
 async def compare(a: Session | str, b: Session | str, *, store: Store | None = None) -> Compare:

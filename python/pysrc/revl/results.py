@@ -316,6 +316,26 @@ class Log(Result):
     edges: list[dict[str, Any]]
 
 
+class Bound(Result):
+    """``bind``: a checkpoint id bound to the session's position (SPEC 19)."""
+
+    session: str
+    checkpoint_id: str
+    position: int
+
+
+class Position(Result):
+    """``position``: where a session stands: its life (``state``), ``head``, the branch
+    that continues it when frozen (``frozen_into``), and its bound ``checkpoints``
+    (``[{position, checkpointId}]``)."""
+
+    session: str
+    state: str
+    head: int
+    frozen_into: str | None
+    checkpoints: list[dict[str, Any]]
+
+
 class Compare(Result):
     """``compare``: two sessions of one lineage, side by side."""
 
@@ -361,6 +381,8 @@ __all__ = [
     "Created",
     "Sessions",
     "Log",
+    "Bound",
+    "Position",
     "Compare",
     "Diff",
 ]

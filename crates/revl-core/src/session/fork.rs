@@ -300,6 +300,19 @@ impl Session {
         Ok(report)
     }
 
+    /// `fork --at K` without recording `fork-pending`: the same checks and the same report
+    /// (with its hash), and nothing written, so a front end can apply its own policy to the
+    /// report (SPEC 19's `on_crossed`) before it asks for the fork. A later `fork(k)`
+    /// records the pending fork whose hash `fork_confirm` checks.
+    pub fn fork_preview(&mut self, k: i64) -> Result<ForkReport> {
+        let p = self.fork_checks(k)?;
+        let drift = self.fork_drift(&p)?;
+        let hash = self.fork_hash(&p, &drift);
+        let mut report = self.fork_report(&p, None, &[], drift);
+        report.hash = Some(hash);
+        Ok(report)
+    }
+
     /// The confirm's checks (SPEC 6.2): a pending fork, the checks of 6.1 again, and a hash
     /// that is both the pending one and a fresh enumeration's. `Err(report)` is the refusal
     /// of a stale hash (the pending fork is cleared).

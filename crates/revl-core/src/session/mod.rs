@@ -13,6 +13,7 @@
 //! - `fork`: fork, fork-confirm, the branch WAL and the fork repair.
 
 mod calls;
+mod checkpoint;
 mod commit;
 pub mod diff;
 mod effects;
@@ -24,6 +25,7 @@ mod repair;
 mod settle;
 mod unwind;
 
+pub use checkpoint::{Bound, Position};
 pub use exec::{parse_size, ExecLimits, ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
 pub use unwind::StepBackMode;

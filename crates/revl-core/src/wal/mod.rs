@@ -329,6 +329,7 @@ mod doc_table {
                 mode: Some(s()),
                 digest: s(),
             },
+            Record::Bind { label: s(), at: 2 },
         ]
     }
 

@@ -197,6 +197,14 @@ pub enum Record {
         mode: Option<String>,
         digest: String,
     },
+    /// v3 (SPEC 19): a checkpoint of a front end (a LangGraph checkpoint id) bound to the
+    /// timeline position `at` (the session's head when it was bound). Metadata only: it
+    /// changes nothing in the workspace or the queue, and is allowed on a committed or
+    /// aborted session (a graph may checkpoint after its last tool committed).
+    Bind {
+        label: String,
+        at: u64,
+    },
 }
 
 /// The new bytes of a small in-place write, in its intent (v2, SPEC 17). The write is
@@ -385,7 +393,7 @@ impl<'de> Deserialize<'de> for StepRecord {
 
 /// The name of every record (`"record"` on disk), in declaration order. A unit test holds
 /// it equal to the enum and to the record table of `docs/wal-format.md`.
-pub const RECORD_NAMES: [&str; 29] = [
+pub const RECORD_NAMES: [&str; 30] = [
     "header",
     "intent",
     "intent-void",
@@ -415,6 +423,7 @@ pub const RECORD_NAMES: [&str; 29] = [
     "model-decision",
     "files-synced",
     "preserved",
+    "bind",
 ];
 
 impl Record {
@@ -449,6 +458,7 @@ impl Record {
             Record::ForkAbandoned { .. } => "fork-abandoned",
             Record::ModelDecision { .. } => "model-decision",
             Record::Preserved { .. } => "preserved",
+            Record::Bind { .. } => "bind",
         }
     }
 

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod checkpoints;
 mod concurrency;
 mod demo;
 mod drift;

@@ -1,0 +1,722 @@
+"""``revl.langgraph``: a LangGraph checkpointer whose time travel rewinds the world (SPEC 19).
+
+::
+
+    from revl.langgraph import RevlSaver, session
+
+    saver = RevlSaver(store="/tmp/revl-store", workspace_root="/tmp/threads", tools=[send_email])
+    graph = builder.compile(checkpointer=saver)
+
+    def write_reply(state, config):          # a node (or a tool taking ``config``)
+        session(config).write("reply.txt", state["draft"])
+
+Each thread is one revl session (its workspace is ``workspace_root/<thread>``), made the first
+time a node or tool asks for it through :func:`session`. Each checkpoint of the root namespace
+is bound to the position its session's timeline had when the checkpoint was taken (a ``bind``
+WAL record; ``revl log`` shows it). A run that resumes from a checkpoint that is not the
+thread's latest (``graph.invoke(None, old_config)``, ``update_state`` on an old config, a
+replay from ``get_state_history``) forks the session at that checkpoint's position before
+any effect of the new run: the files are back, the held sends of the old line are dropped,
+the old line is frozen and stays readable. Reading history never forks.
+
+Checkpoints themselves are kept in memory (LangGraph's ``InMemorySaver`` does the lookups)
+and in a journal per thread under ``<store>/langgraph/``, appended and fsynced before
+``put`` returns, so a new process finds every acknowledged checkpoint again. See
+docs/langgraph.md for what this guarantees and what it does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal, Sequence, Union, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+
+from . import aio
+from ._session import Session, Store
+from .errors import ForkNotClean, RevlError
+from .results import ForkReport
+from .tools import Tool
+
+PathLike = Union[str, "os.PathLike[str]"]
+OnCrossed = Literal["raise", "proceed"]
+
+_CHECKPOINTER_KEY = "__pregel_checkpointer"
+_DURABILITY_KEY = "__pregel_durability"
+# How long a resumed run's first effect waits for LangGraph's own (background) put of the
+# run's first checkpoint, which tells the travel target exactly, before it forks at the
+# checkpoint the run addressed. Not used under ``durability="exit"`` (nothing is put).
+_PUT_WAIT_SECONDS = 5.0
+
+
+class CheckpointUnreachable(RevlError):
+    """Code ``checkpoint-unreachable``: a run resumed from a checkpoint whose world revl
+    cannot bring back. A serial fork freezes the line it leaves and a branch starts at its
+    fork point, so a checkpoint taken on an abandoned line after the point where the
+    current line forked from it (or before that point, with steps in between) is not a
+    position of the live session. Nothing was changed; resume from a checkpoint of the
+    current line (``get_state_history`` lists them)."""
+
+    code = "checkpoint-unreachable"
+
+
+def _b64(typed: tuple[str, bytes]) -> list[str]:
+    return [typed[0], base64.b64encode(typed[1]).decode()]
+
+
+def _unb64(v: list[str]) -> tuple[str, bytes]:
+    return (v[0], base64.b64decode(v[1]))
+
+
+_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+
+
+def safe_name(thread_id: str) -> str:
+    """A file name for a thread id: the id itself when it is already a plain file name
+    (letters, digits, ``._-``, at most 100, not starting with a dot); otherwise its readable
+    part and a hash of the whole id (so distinct ids never share a workspace)."""
+    if _SAFE.fullmatch(thread_id):
+        return thread_id
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", thread_id)[:48].lstrip(".") or "thread"
+    return f"{readable}-{hashlib.sha256(thread_id.encode()).hexdigest()[:16]}"
+
+
+@dataclass
+class _Thread:
+    """What the saver knows of one thread's revl side."""
+
+    session_id: str | None = None
+    lines: list[str] = field(default_factory=list)
+    # The latest checkpoint of the root namespace on the current line.
+    tip: str | None = None
+    # checkpoint id -> [(session id or None (no session yet: before every effect), position)]
+    bound: dict[str, list[tuple[str | None, int]]] = field(default_factory=dict)
+    # A checkpoint a task ran from before it was put: the position before its first effect.
+    pending: dict[str, int] = field(default_factory=dict)
+    # The report of the last fork that left something in the world (on_crossed="proceed"),
+    # put into the next checkpoint's metadata under "revl".
+    unreported: dict[str, Any] | None = None
+    travels: list[dict[str, Any]] = field(default_factory=list)
+
+
+class RevlSaver(InMemorySaver):
+    """A LangGraph checkpointer (``BaseCheckpointSaver``, sync and async) that binds each
+    thread to a revl session and each root checkpoint to a position on its timeline.
+
+    ``store``: a :class:`revl.Store` or its path (default: the CLI's default store).
+    ``workspace_root``: where threads' workspaces are made (``<root>/<thread>``; default:
+    ``<store>-threads``, beside the store), unless
+    ``workspace`` (a callable from thread id to path) says otherwise. ``tools``: the Python
+    tools (``@revl.tool``) the threads' sessions may run. ``on_crossed``: what a time travel
+    does when the fork is not clean (something crossed after the checkpoint): ``"raise"``
+    raises :class:`revl.ForkNotClean` (with ``.report``) and changes nothing; ``"proceed"``
+    forks and keeps the report (``last_travel``, the next checkpoint's ``metadata["revl"]``,
+    ``revl log``).
+
+    ``copy_thread`` is not offered: a thread's checkpoints are bound to what its revl
+    session witnessed, and a copy under another thread would claim a world (files, held
+    sends) that no session of that thread ever made.
+    """
+
+    def __init__(
+        self,
+        store: Store | PathLike | None = None,
+        workspace_root: PathLike | None = None,
+        workspace: Callable[[str], PathLike] | None = None,
+        tools: Sequence[Tool[Any]] = (),
+        on_crossed: OnCrossed = "raise",
+    ) -> None:
+        super().__init__()
+        if on_crossed not in ("raise", "proceed"):
+            raise ValueError(f'on_crossed must be "raise" or "proceed", not {on_crossed!r}')
+        self.store = store if isinstance(store, Store) else Store(store)
+        if workspace_root is None and workspace is None:
+            # Beside the store, never in it (a workspace may not hold or sit in a store).
+            workspace_root = self.store.path.rstrip("/") + "-threads"
+        self.workspace_root = os.fspath(workspace_root) if workspace_root is not None else None
+        self._workspace = workspace
+        self.tools: tuple[Tool[Any], ...] = tuple(tools)
+        self.on_crossed: OnCrossed = on_crossed
+        self._lock = threading.RLock()
+        self._threads: dict[str, _Thread] = {}
+        self._sessions: dict[str, Session] = {}
+        self._dir = os.path.join(self.store.path, "langgraph")
+        self._load()
+
+    # ---- where things are ----
+
+    def workspace_of(self, thread_id: str) -> str:
+        """The workspace of a thread's session."""
+        if self._workspace is not None:
+            return os.fspath(self._workspace(thread_id))
+        assert self.workspace_root is not None
+        return os.path.join(self.workspace_root, safe_name(thread_id))
+
+    def _journal(self, thread_id: str) -> str:
+        return os.path.join(self._dir, safe_name(thread_id) + ".jsonl")
+
+    # ---- the journal ----
+
+    def _append(self, thread_id: str, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        path = self._journal(thread_id)
+        new = not os.path.exists(path)
+        if new:
+            os.makedirs(self._dir, exist_ok=True)
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, data.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if new:
+            _fsync_dir(self._dir)
+            _fsync_dir(self.store.path)
+
+    def _thread_records(self, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's whole present state as journal records (for a rewrite)."""
+        out: list[dict[str, Any]] = [{"op": "thread", "thread": thread_id}]
+        st = self._threads.get(thread_id)
+        if st is not None:
+            out += [{"op": "line", "session": sid} for sid in st.lines]
+        for ns, cps in self.storage.get(thread_id, {}).items():
+            for cid, (c, m, parent) in cps.items():
+                out.append({"op": "ckpt", "ns": ns, "id": cid, "c": _b64(c), "m": _b64(m), "p": parent})
+        for (t, ns, ch, ver), b in self.blobs.items():
+            if t == thread_id:
+                out.append({"op": "blob", "ns": ns, "ch": ch, "v": ver, "b": _b64(b)})
+        for (t, ns, cid), ws in self.writes.items():
+            if t == thread_id:
+                for (task, idx), (task_id, chan, val, path) in ws.items():
+                    out.append({"op": "write", "ns": ns, "ck": cid, "task": task, "idx": idx,
+                                "chan": chan, "val": _b64(val), "path": path})
+        if st is not None and st.tip is not None:
+            out.append({"op": "tip", "id": st.tip})
+        return out
+
+    def _rewrite(self, thread_id: str) -> None:
+        """Replace a thread's journal by its present state (after a delete or a prune)."""
+        path = self._journal(thread_id)
+        if thread_id not in self.storage and thread_id not in self._threads:
+            if os.path.exists(path):
+                os.unlink(path)
+                _fsync_dir(self._dir)
+            return
+        os.makedirs(self._dir, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            for r in self._thread_records(thread_id):
+                f.write(json.dumps(r, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(self._dir)
+
+    def _load(self) -> None:
+        if not os.path.isdir(self._dir):
+            return
+        for name in sorted(os.listdir(self._dir)):
+            if not name.endswith(".jsonl"):
+                continue
+            with open(os.path.join(self._dir, name), "rb") as f:
+                lines = f.read().split(b"\n")
+            thread_id: str | None = None
+            for raw in lines:
+                try:
+                    r = json.loads(raw)
+                except ValueError:
+                    continue  # a torn last line: never acknowledged
+                op = r.get("op")
+                if op == "thread":
+                    thread_id = r["thread"]
+                    continue
+                if thread_id is None:
+                    break
+                self._replay(thread_id, r)
+            if thread_id is not None and thread_id in self._threads:
+                self._reload_bindings(thread_id)
+
+    def _replay(self, thread_id: str, r: dict[str, Any]) -> None:
+        op = r["op"]
+        st = self._threads.setdefault(thread_id, _Thread())
+        if op == "ckpt":
+            self.storage[thread_id][r["ns"]][r["id"]] = (_unb64(r["c"]), _unb64(r["m"]), r["p"])
+            if r["ns"] == "":
+                st.tip = r["id"]
+                st.bound.setdefault(r["id"], [(None, 0)])
+        elif op == "blob":
+            self.blobs[(thread_id, r["ns"], r["ch"], r["v"])] = _unb64(r["b"])
+        elif op == "write":
+            key = (thread_id, r["ns"], r["ck"])
+            self.writes.setdefault(key, {})[(r["task"], r["idx"])] = (
+                r["task"], r["chan"], _unb64(r["val"]), r["path"])
+        elif op == "line":
+            st.session_id = r["session"]
+            if r["session"] not in st.lines:
+                st.lines.append(r["session"])
+        elif op == "tip":
+            st.tip = r["id"]
+        elif op == "delete":
+            for cid in r["ids"]:
+                self._forget(thread_id, r["ns"], cid)
+
+    def _reload_bindings(self, thread_id: str) -> None:
+        """The positions of the thread's checkpoints, from its sessions' WALs (the truth)."""
+        st = self._threads[thread_id]
+        for sid in st.lines:
+            pos = self._session(sid).position()
+            for c in pos.checkpoints:
+                entries = [e for e in st.bound.get(c["checkpointId"], []) if e[0] is not None]
+                entries.append((sid, int(c["position"])))
+                st.bound[c["checkpointId"]] = entries
+
+    def _forget(self, thread_id: str, ns: str, cid: str) -> None:
+        self.storage.get(thread_id, {}).get(ns, {}).pop(cid, None)
+        self.writes.pop((thread_id, ns, cid), None)
+
+    # ---- sessions ----
+
+    def _session(self, sid: str) -> Session:
+        s = self._sessions.get(sid)
+        if s is None:
+            s = self.store.session(sid, tools=self.tools)
+            self._sessions[sid] = s
+        return s
+
+    def _ensure_session(self, thread_id: str) -> Session:
+        st = self._threads.setdefault(thread_id, _Thread())
+        if st.session_id is not None:
+            return self._session(st.session_id)
+        s = self.store.new(self.workspace_of(thread_id), tools=self.tools)
+        self._sessions[s.id] = s
+        if not os.path.exists(self._journal(thread_id)):
+            self._append(thread_id, [{"op": "thread", "thread": thread_id}])
+        self._append(thread_id, [{"op": "line", "session": s.id}])
+        st.session_id = s.id
+        st.lines.append(s.id)
+        # Checkpoints taken before the session existed stand before every effect.
+        for cid in self._root_ids(thread_id):
+            entries = st.bound.setdefault(cid, [])
+            if any(e[0] is None for e in entries):
+                s.bind(cid, 0)
+                entries[:] = [e for e in entries if e[0] is not None] + [(s.id, 0)]
+        return s
+
+    def _root_ids(self, thread_id: str) -> list[str]:
+        return sorted(self.storage.get(thread_id, {}).get("", {}))
+
+    def _known(self, thread_id: str, cid: str | None) -> bool:
+        return cid is not None and cid in self.storage.get(thread_id, {}).get("", {})
+
+    def _position_on_line(self, st: _Thread, cid: str) -> int | None:
+        for sid, pos in st.bound.get(cid, []):
+            if sid == st.session_id:
+                return pos
+        return None
+
+    def _travel(self, thread_id: str, target: str) -> None:
+        """Make the world match checkpoint ``target``: fork the thread's session at its
+        position (raise or proceed by ``on_crossed``). Called with the lock held."""
+        st = self._threads.setdefault(thread_id, _Thread())
+        if st.session_id is None:
+            st.tip = target  # nothing was done in the world yet: nothing to rewind
+            self._append(thread_id, [{"op": "tip", "id": target}])
+            return
+        pos = self._position_on_line(st, target)
+        if pos is None:
+            raise CheckpointUnreachable(
+                f"checkpoint {target} of thread {thread_id!r} is not a position of its live "
+                f"session {st.session_id} (it lies on a line an earlier time travel abandoned, "
+                "past the point where the current line forked from it); nothing was changed",
+                "resume from a checkpoint of the current line (get_state_history lists them)",
+            )
+        s = self._session(st.session_id)
+        preview = s.fork_preview(pos)
+        if not preview.clean and self.on_crossed == "raise":
+            raise ForkNotClean(
+                f"resuming thread {thread_id!r} from checkpoint {target} would fork session "
+                f"{s.id} at step {pos} over what already left the host "
+                f"({preview.to_dict().get('warning_emissions', '')}); nothing was changed",
+                'pass on_crossed="proceed" to fork anyway (the report is kept), or resume from '
+                "a later checkpoint",
+                report=preview,
+            )
+        plan = s.fork(pos)
+        if plan.hash != preview.hash and not plan.clean and self.on_crossed == "raise":
+            raise ForkNotClean(
+                f"resuming thread {thread_id!r} from checkpoint {target}: the session changed "
+                "and the fork is not clean; nothing was changed",
+                "resume again",
+                report=plan,
+            )
+        assert plan.hash is not None
+        done = s.fork_confirm(plan.hash)
+        branch = done.branch
+        assert branch is not None
+        self._sessions[branch.id] = branch
+        # The checkpoints that stood at the fork point stand at the branch's hinge too.
+        moved: list[str] = []
+        for cid, entries in st.bound.items():
+            if any(sid == s.id and p == pos for sid, p in entries):
+                branch.bind(cid, 0)
+                entries.append((branch.id, 0))
+                moved.append(cid)
+        st.session_id = branch.id
+        st.lines.append(branch.id)
+        st.tip = target
+        self._append(thread_id, [{"op": "line", "session": branch.id}, {"op": "tip", "id": target}])
+        summary = {
+            "checkpointId": target,
+            "parent": s.id,
+            "branch": branch.id,
+            "at": pos,
+            "residueClean": done.clean,
+            "report": done.to_dict(),
+        }
+        st.travels.append(summary)
+        if not done.clean:
+            st.unreported = {k: v for k, v in summary.items() if k != "report"} | {
+                "residue": done.to_dict().get("residue"),
+                "warning_emissions": done.to_dict().get("warning_emissions"),
+            }
+
+    # ---- what nodes and tools call ----
+
+    def _resolve(self, config: RunnableConfig, may_wait: bool) -> Session | float:
+        """The session for a task's config, forking first when the task belongs to a run
+        resumed from a checkpoint that is not the latest. Returns a deadline instead when it
+        should wait for LangGraph's put of the run's first checkpoint."""
+        conf = config.get("configurable") or {}
+        thread_id = conf.get("thread_id")
+        if thread_id is None:
+            raise ValueError("session(config): the run's config has no thread_id")
+        thread_id = str(thread_id)
+        here_any = (conf.get("checkpoint_map") or {}).get("")
+        here = str(here_any) if here_any is not None else None
+        addressed_any = (config.get("metadata") or {}).get("checkpoint_id") or conf.get("checkpoint_id")
+        addressed = str(addressed_any) if addressed_any is not None else None
+        with self._lock:
+            st = self._threads.setdefault(thread_id, _Thread())
+            if here is not None and self._known(thread_id, here):
+                if here != st.tip:
+                    self._travel(thread_id, here)
+            elif addressed is not None and self._known(thread_id, addressed) and addressed != st.tip:
+                if may_wait and conf.get(_DURABILITY_KEY) != "exit":
+                    return time.monotonic() + _PUT_WAIT_SECONDS
+                self._travel(thread_id, addressed)
+            s = self._ensure_session(thread_id)
+            if here is not None and not self._known(thread_id, here) and here not in st.pending:
+                st.pending[here] = s.head
+            return s
+
+    def session_for(self, config: RunnableConfig) -> Session:
+        """The thread's session for a task's config (see :func:`session`)."""
+        deadline: float | None = None
+        while True:
+            got = self._resolve(config, may_wait=deadline is None or time.monotonic() < deadline)
+            if isinstance(got, Session):
+                return got
+            deadline = got if deadline is None else deadline
+            time.sleep(0.01)
+
+    async def asession_for(self, config: RunnableConfig) -> aio.Session:
+        deadline: float | None = None
+        while True:
+            may_wait = deadline is None or time.monotonic() < deadline
+            got = await asyncio.to_thread(self._resolve, config, may_wait)
+            if isinstance(got, Session):
+                return aio.Session(got)
+            deadline = got if deadline is None else deadline
+            await asyncio.sleep(0.01)
+
+    def position_of(self, config: RunnableConfig) -> tuple[Session, int]:
+        """The live session of the config's thread and the position its checkpoint is
+        bound to (:class:`CheckpointUnreachable` if it is not a position of that session)."""
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        cid = conf.get("checkpoint_id")
+        with self._lock:
+            st = self._threads.setdefault(thread_id, _Thread())
+            cid = str(cid) if cid is not None else st.tip
+            s = self._ensure_session(thread_id)
+            pos = self._position_on_line(st, cid) if cid is not None else s.head
+            if pos is None:
+                raise CheckpointUnreachable(
+                    f"checkpoint {cid} of thread {thread_id!r} is not a position of its live session {s.id}",
+                    "branch from a checkpoint of the current line (get_state_history lists them)",
+                )
+            return s, pos
+
+    def branch(self, config: RunnableConfig, into: PathLike) -> Session:
+        """A parallel branch (SPEC 14) of the thread's session at the checkpoint the config
+        names (default: the latest), in its own workspace ``into``: for exploring several
+        alternatives from one checkpoint at once. The thread, its line and its checkpoints
+        are unchanged. A branch over something that crossed follows ``on_crossed``."""
+        with self._lock:
+            s, pos = self.position_of(config)
+            preview = s.fork_preview(pos)
+            if not preview.clean and self.on_crossed == "raise":
+                raise ForkNotClean(
+                    f"a branch of session {s.id} at step {pos} would start over what already "
+                    "left the host; nothing was changed",
+                    'pass on_crossed="proceed" to branch anyway',
+                    report=preview,
+                )
+            parent_dir = os.path.dirname(os.path.abspath(os.fspath(into)))
+            os.makedirs(parent_dir, exist_ok=True)
+            plan = s.fork(pos)
+            assert plan.hash is not None
+            branch = s.fork_confirm(plan.hash, into=into).branch
+            assert branch is not None
+            return branch
+
+    def thread_session(self, thread_id: str) -> Session | None:
+        """The live line's session of a thread (``None`` before its first effect)."""
+        st = self._threads.get(thread_id)
+        return self._session(st.session_id) if st and st.session_id else None
+
+    def thread_sessions(self, thread_id: str) -> list[Session]:
+        """Every session a thread has had, oldest first (abandoned lines are frozen)."""
+        st = self._threads.get(thread_id)
+        return [self._session(sid) for sid in st.lines] if st else []
+
+    def last_travel(self, thread_id: str) -> dict[str, Any] | None:
+        """The last time travel of a thread: ``{checkpointId, parent, branch, at,
+        residueClean, report}`` (``report``: the fork's whole document)."""
+        st = self._threads.get(thread_id)
+        return st.travels[-1] if st and st.travels else None
+
+    # ---- BaseCheckpointSaver ----
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns", "")
+        parent_any = conf.get("checkpoint_id")
+        parent = str(parent_any) if parent_any is not None else None
+        cid = checkpoint["id"]
+        with self._lock:
+            st = self._threads.setdefault(thread_id, _Thread())
+            if ns == "" and parent is not None and self._known(thread_id, parent) and parent != st.tip:
+                self._travel(thread_id, parent)  # raises before anything is stored
+            if ns == "" and st.unreported is not None:
+                extended: dict[str, Any] = {**metadata, "revl": {"fork": st.unreported}}
+                metadata = cast(CheckpointMetadata, extended)
+                st.unreported = None
+            out = super().put(config, checkpoint, metadata, new_versions)
+            recs: list[dict[str, Any]] = []
+            if not os.path.exists(self._journal(thread_id)):
+                recs.append({"op": "thread", "thread": thread_id})
+            for ch, ver in new_versions.items():
+                blob = self.blobs.get((thread_id, ns, ch, ver))
+                if blob is not None:
+                    recs.append({"op": "blob", "ns": ns, "ch": ch, "v": ver, "b": _b64(blob)})
+            c, m, p = self.storage[thread_id][ns][cid]
+            recs.append({"op": "ckpt", "ns": ns, "id": cid, "c": _b64(c), "m": _b64(m), "p": p})
+            if ns == "":
+                if st.session_id is None:
+                    st.bound[cid] = [(None, 0)]
+                else:
+                    s = self._session(st.session_id)
+                    later = [v for k, v in st.pending.items() if k >= cid]
+                    at = min(later) if later else None
+                    b = s.bind(cid, at)
+                    st.bound.setdefault(cid, []).append((s.id, int(b.position)))
+                    st.pending = {k: v for k, v in st.pending.items() if k > cid}
+                st.tip = cid
+            self._append(thread_id, recs)
+            return out
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        key = (thread_id, conf.get("checkpoint_ns", ""), conf["checkpoint_id"])
+        with self._lock:
+            before = dict(self.writes.get(key, {}))
+            super().put_writes(config, writes, task_id, task_path)
+            recs: list[dict[str, Any]] = []
+            if not os.path.exists(self._journal(thread_id)):
+                recs.append({"op": "thread", "thread": thread_id})
+            for (task, idx), w in self.writes.get(key, {}).items():
+                if before.get((task, idx)) != w:
+                    recs.append({"op": "write", "ns": key[1], "ck": key[2], "task": task, "idx": idx,
+                                 "chan": w[1], "val": _b64(w[2]), "path": w[3]})
+            self._append(thread_id, recs)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        with self._lock:
+            return super().get_tuple(config)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        with self._lock:
+            found = [*super().list(config, filter=filter, before=before, limit=limit)]
+        yield from found
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Forget a thread's checkpoints (its revl sessions, the world's record, stay)."""
+        with self._lock:
+            super().delete_thread(thread_id)
+            self._threads.pop(thread_id, None)
+            self._rewrite(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Forget the checkpoints (and their writes) whose metadata names one of
+        ``run_ids``."""
+        runs = set(run_ids)
+        if not runs:
+            return
+        with self._lock:
+            touched: set[str] = set()
+            for thread_id, nss in self.storage.items():
+                for ns, cps in nss.items():
+                    for cid, (_, m, _) in list(cps.items()):
+                        if self.serde.loads_typed(m).get("run_id") in runs:
+                            self._forget(thread_id, ns, cid)
+                            touched.add(thread_id)
+            for thread_id in touched:
+                self._rewrite(thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep each namespace's latest checkpoint (and its writes);
+        ``delete``: forget the threads' checkpoints. Bindings on the sessions stay (the
+        WAL is append-only); a pruned checkpoint can no longer be resumed from."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f'prune strategy must be "keep_latest" or "delete", not {strategy!r}')
+        with self._lock:
+            for thread_id in thread_ids:
+                if thread_id not in self.storage:
+                    continue
+                if strategy == "delete":
+                    super().delete_thread(thread_id)
+                    self._threads.pop(thread_id, None)
+                else:
+                    for ns, cps in self.storage[thread_id].items():
+                        keep = max(cps) if cps else None
+                        for cid in [c for c in cps if c != keep]:
+                            self._forget(thread_id, ns, cid)
+                self._rewrite(thread_id)
+
+    # ---- async: the same, off the event loop ----
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: [*self.list(config, filter=filter, before=before, limit=limit)]
+        )
+        for t in found:
+            yield t
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _saver(config: RunnableConfig) -> RevlSaver:
+    saver = (config.get("configurable") or {}).get(_CHECKPOINTER_KEY)
+    if not isinstance(saver, RevlSaver):
+        raise TypeError(
+            "session(config) needs the config LangGraph passes to a node or tool of a graph "
+            "compiled with checkpointer=RevlSaver(...)"
+        )
+    return saver
+
+
+def session(config: RunnableConfig) -> Session:
+    """The revl session of the run's thread, from the config LangGraph passes a node or a
+    tool (made on first use). In a run resumed from a checkpoint that is not the latest,
+    the first call forks the session there first (SPEC 19). In an ``async`` node use
+    :func:`asession`."""
+    return _saver(config).session_for(config)
+
+
+async def asession(config: RunnableConfig) -> aio.Session:
+    """:func:`session` for async nodes and tools: a :class:`revl.aio.Session`."""
+    return await _saver(config).asession_for(config)
+
+
+__all__ = [
+    "RevlSaver",
+    "CheckpointUnreachable",
+    "ForkNotClean",
+    "ForkReport",
+    "session",
+    "asession",
+    "safe_name",
+]
