@@ -1,7 +1,7 @@
 //! The Python package (SPEC 18) as a newcomer gets it: a fresh virtual environment,
 //! `pip install ./python` (a release build through maturin), then the pytest suite in
 //! python/tests against the INSTALLED package (never the build tree) and `mypy --strict` on
-//! the package and examples/python. One test, so `cargo test --workspace` runs the Rust and
+//! the package, examples/python and examples/tree_search. One test, so `cargo test --workspace` runs the Rust and
 //! the Python tests; its output ends with pytest's summary line.
 //!
 //! The package is built in `target/python` (its own cargo target directory: the running
@@ -77,6 +77,7 @@ fn python_package_installs_into_a_fresh_venv_and_its_tests_pass() {
     for target in [
         vec!["-p".into(), "revl".into()],
         vec![repo.join("examples/python").display().to_string()],
+        vec![repo.join("examples/tree_search").display().to_string()],
     ] {
         let mypy = run(
             "mypy --strict",
