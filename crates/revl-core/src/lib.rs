@@ -21,6 +21,7 @@ pub mod classify;
 pub mod clone;
 pub mod doctor;
 pub mod drift;
+pub mod egress;
 pub mod error;
 pub mod failpoint;
 pub mod gc;

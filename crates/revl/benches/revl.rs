@@ -524,6 +524,7 @@ fn bench_exec() {
             scratch: &scratch,
             hide: &[],
             limits: Default::default(),
+            net_listener: None,
         };
         let t = Instant::now();
         let o = revl_core::sandbox::run(&spec, &mut || Ok(())).unwrap();

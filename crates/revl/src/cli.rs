@@ -177,6 +177,18 @@ enum Cmd {
         /// nothing is applied (exit 1, limit-exceeded).
         #[arg(long, value_name = "SIZE")]
         max_bytes: Option<String>,
+        /// Declared egress: `--net` lets the command reach the manifest's whole `[exec] net`
+        /// through revl's proxy; `--net=DEST` (repeatable) only that part of it. Every
+        /// connection is recorded before its first byte. Without it: no network.
+        #[arg(
+            long,
+            value_name = "DEST",
+            num_args = 0..=1,
+            require_equals = true,
+            default_missing_value = "",
+            action = clap::ArgAction::Append
+        )]
+        net: Vec<String>,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "ARGV")]
         argv: Vec<String>,
@@ -786,8 +798,10 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             pids,
             cpu_seconds,
             max_bytes,
+            net,
             argv,
         } => {
+            let net = net_request(net)?;
             let timeout = revl_core::ExecOptions::timeout_secs(*timeout)?;
             let limits = revl_core::ExecLimits::parse(
                 memory.as_deref(),
@@ -806,6 +820,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 unconfined: *unconfined,
                 output: stream.as_ref().map(Streamed::sink),
                 limits,
+                net,
             })?;
             let text = match &stream {
                 Some(st) => st.then(render::exec(&revl_core::report::ExecReport {
@@ -1239,4 +1254,20 @@ fn fail(e: &Error, json: bool) -> u8 {
     }
     eprintln!("revl: {}: {} (hint: {hint})", e.code.as_str(), e.message);
     e.code.exit_code() as u8
+}
+
+/// `--net` (the whole declared set) or `--net=DEST`... (a part of it), from clap's list (a
+/// bare `--net` is an empty string).
+fn net_request(net: &[String]) -> revl_core::Result<revl_core::egress::NetRequest> {
+    use revl_core::egress::NetRequest;
+    let parts: Vec<String> = net.iter().filter(|d| !d.is_empty()).cloned().collect();
+    match (net.is_empty(), parts.is_empty()) {
+        (true, _) => Ok(NetRequest::None),
+        (false, true) => Ok(NetRequest::All),
+        (false, false) if parts.len() != net.len() => Err(revl_core::Error::bad_args(
+            "--net (the whole declared set) and --net=DEST (a part of it) were both given",
+            "give --net for the manifest's whole [exec] net, or --net=DEST for each destination you need",
+        )),
+        _ => Ok(NetRequest::Only(parts)),
+    }
 }

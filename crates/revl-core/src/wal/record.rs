@@ -197,6 +197,36 @@ pub enum Record {
         mode: Option<String>,
         digest: String,
     },
+    /// v3 (SPEC 20.1): a connection an exec's proxy is about to open (durable before it
+    /// forwards a byte), or an attempt it refused (`denied`, with `why`; nothing forwarded).
+    /// `step` is the exec's intent, `conn` numbers its connections from 1.
+    NetConnect {
+        step: u64,
+        conn: u64,
+        dest: String,
+        port: u16,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resolved: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        denied: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ts: Option<String>,
+    },
+    /// v3 (SPEC 20.1): a forwarded connection closed, with what it carried each way.
+    NetClose {
+        step: u64,
+        conn: u64,
+        dest: String,
+        port: u16,
+        bytes_up: u64,
+        bytes_down: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ts: Option<String>,
+    },
 }
 
 /// The new bytes of a small in-place write, in its intent (v2, SPEC 17). The write is
@@ -449,6 +479,8 @@ impl Record {
             Record::ForkAbandoned { .. } => "fork-abandoned",
             Record::ModelDecision { .. } => "model-decision",
             Record::Preserved { .. } => "preserved",
+            Record::NetConnect { .. } => "net-connect",
+            Record::NetClose { .. } => "net-close",
         }
     }
 

@@ -8,6 +8,7 @@ mod common;
 mod concurrency;
 mod demo;
 mod drift;
+mod egress;
 mod exec;
 mod exec_output;
 mod fork;
