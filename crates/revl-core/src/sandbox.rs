@@ -651,9 +651,9 @@ pub fn run_to(
         None
     };
     let mut pair = match spec.net_listener {
-        Some(_) => Some(
-            socket_pair().map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?,
-        ),
+        Some(_) => {
+            Some(socket_pair().map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?)
+        }
         None => None,
     };
     let net_sock = pair.as_ref().map_or(-1, |(_, theirs)| {
@@ -1500,9 +1500,9 @@ fn receive_fd(sock: &std::os::fd::OwnedFd) -> std::io::Result<std::os::fd::Owned
 /// # Safety
 /// Raw system calls only, on the stack.
 unsafe fn send_listener(sock: libc::c_int) -> std::io::Result<()> {
-    let l = ok(
-        libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) as libc::c_long,
-    )? as libc::c_int;
+    let l =
+        ok(libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) as libc::c_long)?
+            as libc::c_int;
     let one: libc::c_int = 1;
     libc::setsockopt(
         l,

@@ -125,11 +125,17 @@ impl ExecSection {
                 }
                 "net" => {
                     let Some(list) = v.as_array() else {
-                        return Err(bad("net", "must be an array of destinations, e.g. [\"pypi.org:443\"]"));
+                        return Err(bad(
+                            "net",
+                            "must be an array of destinations, e.g. [\"pypi.org:443\"]",
+                        ));
                     };
                     for d in list {
                         let Some(s) = d.as_str() else {
-                            return Err(bad("net", &format!("{d:?} is not a string (write \"host:port\")")));
+                            return Err(bad(
+                                "net",
+                                &format!("{d:?} is not a string (write \"host:port\")"),
+                            ));
                         };
                         crate::egress::Dest::parse(s).map_err(|e| bad("net", &e))?;
                         out.net.push(s.to_string());

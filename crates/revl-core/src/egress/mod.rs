@@ -112,7 +112,9 @@ impl Dest {
         };
         if let Host::Ip(IpAddr::V6(_)) = host {
             if !t.starts_with('[') {
-                return Err(format!("{s:?}: write an IPv6 address in brackets, [::1]:8080"));
+                return Err(format!(
+                    "{s:?}: write an IPv6 address in brackets, [::1]:8080"
+                ));
             }
         }
         Ok(Dest { host, port })
@@ -125,7 +127,9 @@ impl Dest {
         }
         match (&self.host, host) {
             (Host::Name(a), Host::Name(b)) => a == b,
-            (Host::Wildcard(d), Host::Name(b)) => b.len() > d.len() + 1 && b.ends_with(&format!(".{d}")),
+            (Host::Wildcard(d), Host::Name(b)) => {
+                b.len() > d.len() + 1 && b.ends_with(&format!(".{d}"))
+            }
             (Host::Ip(a), Host::Ip(b)) => a == b,
             _ => false,
         }
@@ -396,7 +400,18 @@ mod tests {
 
     #[test]
     fn classes() {
-        for a in ["127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.0.1", "169.254.1.1", "::1", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "0.0.0.0"] {
+        for a in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "192.168.0.1",
+            "172.16.0.1",
+            "169.254.1.1",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "0.0.0.0",
+        ] {
             assert!(non_public(&a.parse().unwrap()).is_some(), "{a}");
         }
         for a in ["1.1.1.1", "151.101.0.223", "2a04:4e42::223"] {

@@ -11,7 +11,7 @@
 //! direction, through `splice(2)` (kernel-side copies, no user-space buffer), and recorded
 //! `net-close {bytesUp, bytesDown}` when both directions end.
 
-use super::{non_public, parse_host, Connection, Dest, Denied, Host, NetSummary};
+use super::{non_public, parse_host, Connection, Denied, Dest, Host, NetSummary};
 use crate::wal::Record;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -267,9 +267,14 @@ fn parse_request(head: &[u8]) -> Result<Target, String> {
             continue;
         }
         let name = l.split(':').next().unwrap_or_default().trim();
-        if ["proxy-connection", "proxy-authorization", "connection", "keep-alive"]
-            .iter()
-            .any(|h| name.eq_ignore_ascii_case(h))
+        if [
+            "proxy-connection",
+            "proxy-authorization",
+            "connection",
+            "keep-alive",
+        ]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h))
         {
             continue;
         }
@@ -304,7 +309,10 @@ fn admit(allowed: &[Dest], host: &str, port: u16) -> Result<SocketAddr, String> 
                 .to_socket_addrs()
                 .map_err(|e| format!("{name} does not resolve: {e}"))?
                 .collect();
-            if let Some(bad) = addrs.iter().find_map(|a| non_public(&a.ip()).map(|w| (a, w))) {
+            if let Some(bad) = addrs
+                .iter()
+                .find_map(|a| non_public(&a.ip()).map(|w| (a, w)))
+            {
                 return Err(format!(
                     "{name} resolves to {}, {}: only a literal address in the set reaches such an address",
                     bad.0.ip(),
@@ -330,7 +338,11 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
         }
         if have == buf.len() {
             if buf.len() >= MAX_HEAD {
-                reply(&mut client, "431 Request Header Fields Too Large", "revl: the request head is over 64 KiB");
+                reply(
+                    &mut client,
+                    "431 Request Header Fields Too Large",
+                    "revl: the request head is over 64 KiB",
+                );
                 return;
             }
             buf.resize(buf.len() * 2, 0);
@@ -349,7 +361,11 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
         }
     };
     let conn = sh.next_conn.fetch_add(1, Ordering::SeqCst);
-    let dest = target.host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let dest = target
+        .host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     let port = target.port;
     let ts = || Some(crate::util::now_rfc3339());
     let addr = match admit(&sh.allowed, &target.host, port) {
@@ -373,7 +389,11 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
                 port,
                 why: why.clone(),
             }));
-            reply(&mut client, "403 Forbidden", &format!("revl: refused: {why}"));
+            reply(
+                &mut client,
+                "403 Forbidden",
+                &format!("revl: refused: {why}"),
+            );
             return;
         }
     };
@@ -456,16 +476,14 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
             .and_then(|_| server.write_all(leftover))
             .map(|_| target.head.len() + leftover.len())
     };
-    match first {
-        Ok(n) => {
-            up.fetch_add(n as u64, Ordering::SeqCst);
-            std::thread::scope(|s| {
-                s.spawn(|| pump(&client, &server, &up));
-                pump(&server, &client, &down);
-            });
-        }
-        // The server may have received part of it: the connection stays counted as reached.
-        Err(_) => {}
+    // A failed first write may still have reached the server in part: the connection
+    // stays counted as reached either way.
+    if let Ok(n) = first {
+        up.fetch_add(n as u64, Ordering::SeqCst);
+        std::thread::scope(|s| {
+            s.spawn(|| pump(&client, &server, &up));
+            pump(&server, &client, &down);
+        });
     }
     lock(&sh.live).remove(&conn);
     c.bytes_up = up.load(Ordering::SeqCst);
@@ -576,7 +594,8 @@ mod tests {
 
     #[test]
     fn requests() {
-        let t = parse_request(b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n").unwrap();
+        let t =
+            parse_request(b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n").unwrap();
         assert!(t.tunnel && t.host == "pypi.org" && t.port == 443);
         let t = parse_request(
             b"GET http://127.0.0.1:8080/simple/?q=1 HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nProxy-Connection: keep-alive\r\n\r\n",
@@ -602,6 +621,8 @@ mod tests {
         assert!(admit(&allowed, "127.0.0.1", 8081).is_err());
         let e = admit(&allowed, "localhost", 8081).unwrap_err();
         assert!(e.contains("loopback"), "{e}");
-        assert!(admit(&allowed, "localhost", 8080).unwrap_err().contains("not in the requested set"));
+        assert!(admit(&allowed, "localhost", 8080)
+            .unwrap_err()
+            .contains("not in the requested set"));
     }
 }

@@ -366,9 +366,7 @@ impl Session {
             None => None,
         };
         // A connection was opened: the crossing is recorded whatever happens to the files.
-        let crossed = summary
-            .as_ref()
-            .is_some_and(|s| !s.connections.is_empty());
+        let crossed = summary.as_ref().is_some_and(|s| !s.connections.is_empty());
         let net_step = if crossed {
             self.net_emission(step, &o.argv, summary.as_ref().expect("crossed"))?;
             Some(step)

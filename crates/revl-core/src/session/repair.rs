@@ -126,7 +126,10 @@ impl Session {
                         format!("{} was interrupted before it completed: put back what was there before (no step recorded)", intent.label),
                     );
                 }
-            } else if intent.kind == "effect" && intent.site == "exec" && self.exec_net_repaired(&intent)? {
+            } else if intent.kind == "effect"
+                && intent.site == "exec"
+                && self.exec_net_repaired(&intent)?
+            {
                 // Recorded above: the connections it opened, as its emission.
             } else if intent.kind == "effect" && intent.site == "exec" {
                 // A sandboxed command was running: the real workspace never changed (its

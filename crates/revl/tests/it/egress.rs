@@ -47,14 +47,17 @@ impl Server {
 
 /// Does the WAL at `wal` hold an admitted `net-connect` to `port`?
 pub fn wal_has_connect(wal: &Path, port: u16) -> bool {
-    std::fs::read_to_string(wal).unwrap_or_default().lines().any(|l| {
-        let Some((body, _)) = l.rsplit_once(",\"crc\":\"") else {
-            return false;
-        };
-        serde_json::from_str::<Value>(&format!("{body}}}")).is_ok_and(|v| {
-            v["record"] == "net-connect" && v["port"] == port && v.get("denied").is_none()
+    std::fs::read_to_string(wal)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let Some((body, _)) = l.rsplit_once(",\"crc\":\"") else {
+                return false;
+            };
+            serde_json::from_str::<Value>(&format!("{body}}}")).is_ok_and(|v| {
+                v["record"] == "net-connect" && v["port"] == port && v.get("denied").is_none()
+            })
         })
-    })
 }
 
 /// A manifest with `[exec] net = [...]`.
@@ -140,7 +143,11 @@ fn declared_server_gets_exactly_the_requests_recorded_first() {
         &w,
         &id,
         "--net",
-        &[&format!("get=http://127.0.0.1:{port}/a"), &format!("tunnel={port}/t"), &format!("direct={port}")],
+        &[
+            &format!("get=http://127.0.0.1:{port}/a"),
+            &format!("tunnel={port}/t"),
+            &format!("direct={port}"),
+        ],
     );
     let doc = out.ok().clone();
     assert_eq!(doc["exitCode"], 0, "{}", out.dump());
@@ -148,12 +155,26 @@ fn declared_server_gets_exactly_the_requests_recorded_first() {
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "ok 200 hello", "{}", out.dump());
     assert_eq!(lines[1], "ok 200 hello", "{}", out.dump());
-    assert!(lines[2].starts_with("fail"), "a direct connect must fail: {}", out.dump());
-    assert!(doc["stdout"].as_str().unwrap().contains("proxy=http://127.0.0.1:3128"));
+    assert!(
+        lines[2].starts_with("fail"),
+        "a direct connect must fail: {}",
+        out.dump()
+    );
+    assert!(doc["stdout"]
+        .as_str()
+        .unwrap()
+        .contains("proxy=http://127.0.0.1:3128"));
     // Exactly the two requests, through the proxy; each accept found its record durable.
-    assert_eq!(server.requests(), vec!["GET /a HTTP/1.1".to_string(), "GET /t HTTP/1.1".to_string()]);
+    assert_eq!(
+        server.requests(),
+        vec!["GET /a HTTP/1.1".to_string(), "GET /t HTTP/1.1".to_string()]
+    );
     let seen = server.seen.lock().unwrap();
-    assert_eq!(seen.recorded_first, vec![true, true], "net-connect durable before the server saw a byte");
+    assert_eq!(
+        seen.recorded_first,
+        vec![true, true],
+        "net-connect durable before the server saw a byte"
+    );
     drop(seen);
     // The steps: the emission, then the effect (out.txt).
     let step = doc["step"].as_u64().unwrap();
@@ -173,14 +194,20 @@ fn declared_server_gets_exactly_the_requests_recorded_first() {
     for c in d["connections"].as_array().unwrap() {
         assert_eq!(c["dest"], "127.0.0.1");
         assert_eq!(c["port"], port);
-        assert!(c["bytesUp"].as_u64().unwrap() > 0 && c["bytesDown"].as_u64().unwrap() > 0, "{c}");
+        assert!(
+            c["bytesUp"].as_u64().unwrap() > 0 && c["bytesDown"].as_u64().unwrap() > 0,
+            "{c}"
+        );
     }
     let eff = &tl["steps"][step as usize];
     assert_eq!(eff["kind"], "effect");
     assert_eq!(eff["detail"]["changes"][0]["path"], "out.txt");
     // The records: two connects, each with its close and byte counts.
     let recs = net_records(&w, &id);
-    let connects: Vec<&Value> = recs.iter().filter(|r| r["record"] == "net-connect").collect();
+    let connects: Vec<&Value> = recs
+        .iter()
+        .filter(|r| r["record"] == "net-connect")
+        .collect();
     let closes: Vec<&Value> = recs.iter().filter(|r| r["record"] == "net-close").collect();
     assert_eq!((connects.len(), closes.len()), (2, 2), "{recs:?}");
     for c in &connects {
@@ -255,12 +282,20 @@ fn undeclared_server_gets_nothing() {
         &w,
         &id,
         "--net",
-        &[&format!("get=http://127.0.0.1:{q}/p"), &format!("tunnel={q}/t"), &format!("direct={q}")],
+        &[
+            &format!("get=http://127.0.0.1:{q}/p"),
+            &format!("tunnel={q}/t"),
+            &format!("direct={q}"),
+        ],
     );
     let doc = out.ok().clone();
     let text = std::fs::read_to_string(ws.join("out.txt")).unwrap();
     for (i, l) in text.lines().enumerate() {
-        assert!(l.starts_with("fail"), "attempt {i} must fail: {l}\n{}", out.dump());
+        assert!(
+            l.starts_with("fail"),
+            "attempt {i} must fail: {l}\n{}",
+            out.dump()
+        );
     }
     assert!(text.lines().next().unwrap().contains("403"), "{text}");
     assert_eq!(other.accepts(), 0, "the undeclared server got a connection");
@@ -275,13 +310,23 @@ fn undeclared_server_gets_nothing() {
         assert_eq!(r["record"], "net-connect");
         assert_eq!(r["denied"], true);
         assert_eq!(r["port"], q);
-        assert!(r["why"].as_str().unwrap().contains("not in the requested set"), "{r}");
+        assert!(
+            r["why"]
+                .as_str()
+                .unwrap()
+                .contains("not in the requested set"),
+            "{r}"
+        );
     }
     let tl = w.timeline(&id);
     let step = doc["step"].as_u64().unwrap();
     let eff = &tl["steps"][step as usize];
     assert_eq!(eff["kind"], "effect");
-    assert_eq!(eff["detail"]["denied"].as_array().unwrap().len(), 2, "{eff}");
+    assert_eq!(
+        eff["detail"]["denied"].as_array().unwrap().len(),
+        2,
+        "{eff}"
+    );
 }
 
 #[test]
@@ -303,7 +348,10 @@ fn name_resolving_to_loopback_is_refused_unless_literal() {
         &w,
         &id,
         "--net",
-        &[&format!("get=http://localhost:{p}/n"), &format!("get=http://127.0.0.1:{p}/l")],
+        &[
+            &format!("get=http://localhost:{p}/n"),
+            &format!("get=http://127.0.0.1:{p}/l"),
+        ],
     );
     out.ok();
     let text = std::fs::read_to_string(ws.join("out.txt")).unwrap();
@@ -319,11 +367,15 @@ fn net_outside_the_set_is_bad_args_and_nothing_runs() {
     let head = w.head(&id);
     let out = w.json(&["exec", &id, "--net=127.0.0.1:10", "--", "touch", "ran"]);
     let msg = out.err(2, "bad-args");
-    assert!(msg.contains("127.0.0.1:10") && msg.contains("outside"), "{msg}");
+    assert!(
+        msg.contains("127.0.0.1:10") && msg.contains("outside"),
+        "{msg}"
+    );
     assert!(!ws.join("ran").exists());
     assert_eq!(w.head(&id), head);
     // A part of the set is fine.
-    w.json(&["exec", &id, "--net=127.0.0.1:9", "--", "touch", "ran"]).ok();
+    w.json(&["exec", &id, "--net=127.0.0.1:9", "--", "touch", "ran"])
+        .ok();
     assert!(ws.join("ran").exists());
     // No declared set at all: --net is refused too.
     let w2 = World::new();
@@ -336,7 +388,13 @@ fn net_outside_the_set_is_bad_args_and_nothing_runs() {
     let w3 = World::new();
     let ws3 = w3.ws("ws");
     let m = net_manifest(w3.root(), &["pypi.org".to_string()]);
-    let out = w3.json(&["new", "--workspace", ws3.to_str().unwrap(), "--manifest", m.to_str().unwrap()]);
+    let out = w3.json(&[
+        "new",
+        "--workspace",
+        ws3.to_str().unwrap(),
+        "--manifest",
+        m.to_str().unwrap(),
+    ]);
     let msg = out.err(2, "bad-manifest");
     assert!(msg.contains("no port"), "{msg}");
 }
@@ -346,10 +404,16 @@ fn fork_restores_files_and_reports_the_crossing() {
     let s = Server::start(b"downloaded-bytes", None, false);
     let (w, id, ws) = setup(&[format!("127.0.0.1:{}", s.port)]);
     std::fs::write(ws.join("keep.txt"), b"before").unwrap();
-    w.json(&["write", &id, "keep.txt", "--content", "before"]).ok();
+    w.json(&["write", &id, "keep.txt", "--content", "before"])
+        .ok();
     let before = snapshot(&ws);
     let k = w.head(&id);
-    let out = exec_net(&w, &id, &format!("--net=127.0.0.1:{}", s.port), &[&format!("get=http://127.0.0.1:{}/f", s.port)]);
+    let out = exec_net(
+        &w,
+        &id,
+        &format!("--net=127.0.0.1:{}", s.port),
+        &[&format!("get=http://127.0.0.1:{}/f", s.port)],
+    );
     let doc = out.ok().clone();
     let net_step = doc["netStep"].as_u64().unwrap();
     assert!(ws.join("out.txt").exists());
@@ -363,8 +427,20 @@ fn fork_restores_files_and_reports_the_crossing() {
     assert_eq!(crossed[0]["connections"][0]["port"], s.port);
     assert_eq!(r["residue"]["clean"], false);
     let text = w.run(&["fork", &id, "--at", &k.to_string()]);
-    assert!(text.stdout.contains(&format!("127.0.0.1:{}", s.port)), "{}", text.stdout);
-    let hash = w.json(&["fork", &id, "--at", &k.to_string()]).ok()["hash"].as_str().unwrap().to_string();
+    let line = text
+        .stdout
+        .lines()
+        .find(|l| l.contains("exec.net"))
+        .unwrap_or_else(|| panic!("no exec.net row\n{}", text.stdout));
+    assert!(
+        line.contains(&format!("reached 127.0.0.1:{}", s.port)),
+        "{}",
+        text.stdout
+    );
+    let hash = w.json(&["fork", &id, "--at", &k.to_string()]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let done = w.json(&["fork-confirm", &id, "--hash", &hash]);
     let d = done.ok();
     assert_eq!(d["forked"], true);
@@ -374,14 +450,22 @@ fn fork_restores_files_and_reports_the_crossing() {
     w.run(&["view", &id, "--out", html.to_str().unwrap()]);
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("exec.net python3"), "view lacks the emission");
-    assert!(page.contains(&format!("127.0.0.1:{}", s.port)), "view lacks the destination");
+    assert!(
+        page.contains(&format!("reached 127.0.0.1:{}", s.port)),
+        "view lacks the destination"
+    );
 }
 
 #[test]
 fn step_back_reports_the_crossing() {
     let s = Server::start(b"z", None, false);
     let (w, id, _ws) = setup(&[format!("127.0.0.1:{}", s.port)]);
-    let out = exec_net(&w, &id, "--net", &[&format!("get=http://127.0.0.1:{}/f", s.port)]);
+    let out = exec_net(
+        &w,
+        &id,
+        "--net",
+        &[&format!("get=http://127.0.0.1:{}/f", s.port)],
+    );
     let net_step = out.ok()["netStep"].as_u64().unwrap();
     let r = w.json(&["step-back", &id, "--to", &(net_step - 1).to_string()]);
     let r = r.ok();
@@ -413,7 +497,10 @@ fn killed_mid_connection_repair_knows_the_destination() {
         .unwrap();
     let t = Instant::now();
     while s.requests().is_empty() {
-        assert!(t.elapsed() < Duration::from_secs(30), "the request never arrived");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the request never arrived"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // SIGKILL revl itself (the child this test started), mid-connection.
@@ -444,4 +531,3 @@ impl Server {
         Self::serve(l, b"", None, true)
     }
 }
-
