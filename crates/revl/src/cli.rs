@@ -147,8 +147,9 @@ enum Cmd {
         #[arg(long, allow_hyphen_values = true)]
         label: Option<String>,
     },
-    /// Run a command (never through a shell) in a sandbox: no network, the host read-only,
-    /// the workspace copy-on-write; what it changed becomes ONE rewindable step.
+    /// Run a command (never through a shell) in a sandbox: no network (unless --net: the
+    /// manifest's declared destinations, through revl's recording proxy), the host
+    /// read-only, the workspace copy-on-write; what it changed becomes ONE rewindable step.
     Exec {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
