@@ -186,7 +186,7 @@ enum Cmd {
             value_name = "DEST",
             num_args = 0..=1,
             require_equals = true,
-            default_missing_value = "",
+            default_missing_value = NET_ALL,
             action = clap::ArgAction::Append
         )]
         net: Vec<String>,
@@ -1257,11 +1257,19 @@ fn fail(e: &Error, json: bool) -> u8 {
     e.code.exit_code() as u8
 }
 
-/// `--net` (the whole declared set) or `--net=DEST`... (a part of it), from clap's list (a
-/// bare `--net` is an empty string).
+/// What clap gives for a bare `--net` (never a destination: it has no port).
+const NET_ALL: &str = "(the declared set)";
+
+/// `--net` (the whole declared set) or `--net=DEST`... (a part of it), from clap's list.
 fn net_request(net: &[String]) -> revl_core::Result<revl_core::egress::NetRequest> {
     use revl_core::egress::NetRequest;
-    let parts: Vec<String> = net.iter().filter(|d| !d.is_empty()).cloned().collect();
+    if net.iter().any(|d| d.trim().is_empty()) {
+        return Err(revl_core::Error::bad_args(
+            "--net= names no destination",
+            "give --net=HOST:PORT (one of the manifest's [exec] net), or --net alone for the whole set",
+        ));
+    }
+    let parts: Vec<String> = net.iter().filter(|d| *d != NET_ALL).cloned().collect();
     match (net.is_empty(), parts.is_empty()) {
         (true, _) => Ok(NetRequest::None),
         (false, true) => Ok(NetRequest::All),

@@ -27,6 +27,9 @@ pub type Sink = Arc<dyn Fn(Record) -> Result<(), String> + Send + Sync>;
 
 /// The longest request head the proxy reads.
 const MAX_HEAD: usize = 64 * 1024;
+/// Client connections served at once (each holds a thread or two): past it a connection
+/// is answered `503` and nothing is recorded or forwarded.
+const MAX_OPEN: usize = 256;
 /// Bytes moved per splice call (and the pipe's size).
 const CHUNK: usize = 1 << 20;
 
@@ -35,6 +38,7 @@ struct Shared {
     sink: Sink,
     step: u64,
     next_conn: AtomicU64,
+    open: std::sync::atomic::AtomicUsize,
     stopping: AtomicBool,
     /// Open sockets (client and server side) by connection, to cut at the end.
     live: Mutex<HashMap<u64, Vec<TcpStream>>>,
@@ -72,6 +76,7 @@ impl Proxy {
             sink,
             step,
             next_conn: AtomicU64::new(1),
+            open: std::sync::atomic::AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             live: Mutex::new(HashMap::new()),
             handlers: Mutex::new(Vec::new()),
@@ -163,13 +168,32 @@ fn accept_loop(l: &TcpListener, sh: &Arc<Shared>) {
         if sh.stopping.load(Ordering::SeqCst) {
             return;
         }
+        if sh.open.load(Ordering::SeqCst) >= MAX_OPEN {
+            let mut c = client;
+            reply(
+                &mut c,
+                "503 Service Unavailable",
+                "revl: too many connections open through the egress proxy at once (256)",
+            );
+            continue;
+        }
+        sh.open.fetch_add(1, Ordering::SeqCst);
         let sh2 = sh.clone();
         match std::thread::Builder::new()
             .name("revl-egress-conn".into())
-            .spawn(move || serve(client, &sh2))
-        {
-            Ok(h) => lock(&sh.handlers).push(h),
-            Err(_) => continue,
+            .spawn(move || {
+                serve(client, &sh2);
+                sh2.open.fetch_sub(1, Ordering::SeqCst);
+            }) {
+            Ok(h) => {
+                let mut hs = lock(&sh.handlers);
+                // Finished handlers are joined as new ones come, so they do not pile up.
+                hs.retain(|h| !h.is_finished());
+                hs.push(h);
+            }
+            Err(_) => {
+                sh.open.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     }
 }

@@ -373,6 +373,14 @@ fn net_outside_the_set_is_bad_args_and_nothing_runs() {
     );
     assert!(!ws.join("ran").exists());
     assert_eq!(w.head(&id), head);
+    // An empty one, and both forms at once, are refused too.
+    for bad in [vec!["--net="], vec!["--net", "--net=127.0.0.1:9"]] {
+        let mut a = vec!["exec", id.as_str()];
+        a.extend(bad.iter().copied());
+        a.extend(["--", "touch", "ran"]);
+        w.json(&a).err(2, "bad-args");
+        assert!(!ws.join("ran").exists());
+    }
     // A part of the set is fine.
     w.json(&["exec", &id, "--net=127.0.0.1:9", "--", "touch", "ran"])
         .ok();
