@@ -498,12 +498,12 @@ impl NativeSession {
         net: Option<Vec<String>>,
     ) -> PyResult<Doc> {
         self.verb(py, How::Write, move |s| {
-            if net.is_some() {
-                return Err(Error::bad_args(
-                    "this revl has no declared egress: exec runs without network",
-                    "leave net= out",
-                ));
-            }
+            // `net=True` arrives as [] (the whole declared set), a list as its destinations.
+            let net = match net {
+                None => revl_core::egress::NetRequest::None,
+                Some(v) if v.is_empty() => revl_core::egress::NetRequest::All,
+                Some(v) => revl_core::egress::NetRequest::Only(v),
+            };
             let limits =
                 ExecLimits::parse(memory.as_deref(), pids, cpu_seconds, max_bytes.as_deref())?;
             s.exec_with(&ExecOptions {
@@ -513,6 +513,7 @@ impl NativeSession {
                 unconfined,
                 output: None,
                 limits,
+                net,
             })
         })
     }

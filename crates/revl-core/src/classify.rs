@@ -273,6 +273,8 @@ struct SendDetail<'a> {
     for_: Option<&'a RawValue>,
     #[serde(borrow, default)]
     tool: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    connections: Option<&'a RawValue>,
 }
 
 /// emission `{index, key, method, service, args, site, compensation?}`; a compensation that
@@ -289,6 +291,9 @@ pub enum Emission<'a> {
         site: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         compensation: Option<u64>,
+        /// An exec's network emission (SPEC 20.1): the connections it made.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        connections: Option<&'a RawValue>,
     },
     CompensationRan {
         index: u64,
@@ -325,6 +330,7 @@ impl<'a> Emission<'a> {
             args: d.args,
             site: s.site(),
             compensation: s.compensation,
+            connections: d.connections,
         }
     }
 }

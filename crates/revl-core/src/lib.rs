@@ -11,7 +11,8 @@
 //! - [`workspace`]: path confinement and witnessed file effects with exact inverses.
 //! - [`session`]: attach/repair and the verbs; [`store`]: where sessions live.
 // Unsafe code is denied everywhere but in the exec sandbox, whose children make raw system
-// calls between fork and exec (see `sandbox`).
+// calls between fork and exec (see `sandbox`), and the egress proxy's relay (`splice`,
+// `setsockopt`; see `egress::proxy`).
 #![deny(unsafe_code)]
 
 pub mod api;
@@ -21,6 +22,7 @@ pub mod classify;
 pub mod clone;
 pub mod doctor;
 pub mod drift;
+pub mod egress;
 pub mod error;
 pub mod failpoint;
 pub mod gc;

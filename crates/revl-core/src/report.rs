@@ -237,6 +237,14 @@ pub struct Sandboxed {
     pub stderr_truncated: bool,
     pub changes: Vec<crate::undo::ExecChange>,
     pub sandbox: bool,
+    /// SPEC 20.1: the emission step recording the connections the command made (the
+    /// effect, `step`, follows it); absent when nothing was forwarded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net_step: Option<u64>,
+    /// What the egress proxy forwarded and refused; absent when the exec asked for no
+    /// network.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub net: Option<crate::egress::NetSummary>,
 }
 
 /// `timeline` (SPEC 4.2).

@@ -56,6 +56,11 @@ pub struct Spec<'a> {
     /// is refused.
     pub hide: &'a [PathBuf],
     pub limits: Limits,
+    /// Declared egress (SPEC 20.1): where to put the listening socket the sandbox makes at
+    /// [`crate::egress::PROXY_ADDR`] inside its network namespace (handed to revl over a
+    /// socket pair before the command starts, and there when `started` runs). `None`: no
+    /// network at all.
+    pub net_listener: Option<&'a std::sync::Mutex<Option<std::os::fd::OwnedFd>>>,
 }
 
 /// Resource limits (SPEC 20.2).
@@ -141,6 +146,7 @@ const STAGES: &[&str] = &[
     "set the resource limits",
     "join the pids cgroup",
     "restrict writes with Landlock",
+    "hand the egress proxy's listening socket to revl",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
 
@@ -247,6 +253,9 @@ struct Prepared {
     /// The kernel's Landlock ABI (0: none), and where writes stay allowed under it.
     landlock_abi: i32,
     landlock_rules: Vec<(CString, u64)>,
+    /// The sandbox's end of the socket pair that carries the egress proxy's listening socket
+    /// to revl (-1: no network).
+    net_sock: libc::c_int,
 }
 
 // Landlock (a second fence on writes, SPEC 20.2): the filesystem rights revl handles.
@@ -486,6 +495,7 @@ fn prepare(
     spec: &Spec,
     board: usize,
     cgroup: Option<&PidsCgroup>,
+    net_sock: libc::c_int,
 ) -> std::io::Result<(Prepared, PathBuf)> {
     let root = is_root();
     let upper = spec.scratch.join("upper");
@@ -610,6 +620,7 @@ fn prepare(
             }),
             landlock_abi: abi,
             landlock_rules,
+            net_sock,
         },
         upper,
     ))
@@ -639,7 +650,17 @@ pub fn run_to(
     } else {
         None
     };
-    let (prepared, upper) = prepare(spec, shared.ptr as usize, cgroup.as_ref())
+    let mut pair = match spec.net_listener {
+        Some(_) => {
+            Some(socket_pair().map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?)
+        }
+        None => None,
+    };
+    let net_sock = pair.as_ref().map_or(-1, |(_, theirs)| {
+        use std::os::fd::AsRawFd;
+        theirs.as_raw_fd()
+    });
+    let (prepared, upper) = prepare(spec, shared.ptr as usize, cgroup.as_ref(), net_sock)
         .map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
     let Some((prog, args)) = spec.argv.split_first() else {
         return Err(Failure::NotStarted(std::io::Error::new(
@@ -659,6 +680,12 @@ pub fn run_to(
     }
     let mut said = false;
     let mut started = || {
+        if let (Some((ours, theirs)), Some(slot)) = (pair.take(), spec.net_listener) {
+            // The sandbox's end is closed here, so a sandbox that died reads as an end.
+            drop(theirs);
+            let fd = receive_fd(&ours)?;
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(fd);
+        }
         said = true;
         started()
     };
@@ -747,6 +774,7 @@ pub fn probe(dir: &Path) -> Result<(), String> {
         scratch: &scratch,
         hide: &[],
         limits: Limits::default(),
+        net_listener: None,
     };
     match run(&spec, &mut || Ok(())) {
         Ok(o) if o.ran.code == Some(0) => Ok(()),
@@ -1383,9 +1411,135 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
     ifr.flags |= libc::IFF_UP as libc::c_short;
     ok(libc::ioctl(sock, SIOCSIFFLAGS, &mut ifr as *mut IfReq) as libc::c_long)?;
     libc::close(sock);
+    if p.net_sock >= 0 {
+        at(30);
+        send_listener(p.net_sock)?;
+    }
     at(18);
     ok(libc::chdir(p.cwd.as_ptr()) as libc::c_long)?;
     at(19);
     drop_bounding()?;
+    Ok(())
+}
+
+// ---- declared egress: the proxy's listening socket, made inside, served outside ----
+
+/// A connected pair of Unix sockets (close-on-exec): revl's end and the sandbox's.
+fn socket_pair() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [-1 as libc::c_int; 2];
+    // SAFETY: socketpair fills the two-element array; checked.
+    ok(unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } as libc::c_long)?;
+    // SAFETY: both descriptors were just made and are owned by nothing else.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}
+
+/// Receive the listening socket the sandbox sent (waiting at most 30 s).
+fn receive_fd(sock: &std::os::fd::OwnedFd) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut pfd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one pollfd owned here.
+    let r = unsafe { libc::poll(&mut pfd, 1, 30_000) };
+    if r <= 0 {
+        return Err(std::io::Error::other(
+            "the sandbox did not hand over the egress proxy's socket",
+        ));
+    }
+    let mut byte = 0u8;
+    let mut iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let mut cbuf = [0u64; 8];
+    // SAFETY: a zeroed msghdr is valid; its pointers are set to live buffers below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    // SAFETY: recvmsg into the buffers above, which outlive the call.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n <= 0 {
+        return Err(std::io::Error::other(
+            "the sandbox closed before handing over the egress proxy's socket",
+        ));
+    }
+    // SAFETY: the control buffer was filled by recvmsg; CMSG_* walk it within its length.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null() || (*c).cmsg_level != libc::SOL_SOCKET || (*c).cmsg_type != libc::SCM_RIGHTS
+        {
+            return Err(std::io::Error::other(
+                "the sandbox sent no socket for the egress proxy",
+            ));
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+        Ok(std::os::fd::OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// In PID 1, inside the sandbox's network namespace: listen on 127.0.0.1:3128 and send
+/// the socket to revl over `sock` (the listener is then revl's alone: PID 1 closes its copy).
+///
+/// # Safety
+/// Raw system calls only, on the stack.
+unsafe fn send_listener(sock: libc::c_int) -> std::io::Result<()> {
+    let l =
+        ok(libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) as libc::c_long)?
+            as libc::c_int;
+    let one: libc::c_int = 1;
+    libc::setsockopt(
+        l,
+        libc::SOL_SOCKET,
+        libc::SO_REUSEADDR,
+        (&one as *const libc::c_int).cast(),
+        std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+    );
+    let mut addr: libc::sockaddr_in = std::mem::zeroed();
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_port = crate::egress::PROXY_PORT.to_be();
+    addr.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+    ok(libc::bind(
+        l,
+        (&addr as *const libc::sockaddr_in).cast(),
+        std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+    ) as libc::c_long)?;
+    ok(libc::listen(l, 1024) as libc::c_long)?;
+    let mut byte = 1u8;
+    let mut iov = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let mut cbuf = [0u64; 8];
+    let mut msg: libc::msghdr = std::mem::zeroed();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+    let c = libc::CMSG_FIRSTHDR(&msg);
+    (*c).cmsg_level = libc::SOL_SOCKET;
+    (*c).cmsg_type = libc::SCM_RIGHTS;
+    (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), l);
+    let r = libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL);
+    libc::close(l);
+    libc::close(sock);
+    ok(r as libc::c_long)?;
     Ok(())
 }

@@ -150,6 +150,9 @@ pub struct State {
     pub flushed: BTreeSet<u64>,
     pub residue: BTreeMap<u64, Value>,
     pub intent: Option<PendingIntent>,
+    /// The `net-connect`/`net-close` records since the last intent (SPEC 20.1): what an
+    /// interrupted exec's proxy may have reached, for repair.
+    pub net: Vec<Record>,
     pub step_back_open: Option<(Pos, String)>,
     pub abort_begun: bool,
     pub aborted: bool,
@@ -478,6 +481,7 @@ impl State {
                         self.next_index()
                     ));
                 }
+                self.net.clear();
                 self.intent = Some(PendingIntent {
                     step: *step,
                     kind: kind.clone(),
@@ -719,6 +723,7 @@ impl State {
                 }
                 self.checkpoints.push((*at, label.clone()));
             }
+            Record::NetConnect { .. } | Record::NetClose { .. } => self.net.push(r.clone()),
         }
         Ok(())
     }

@@ -69,6 +69,9 @@ pub struct Manifest {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExecSection {
     pub hide: Vec<String>,
+    /// `net = ["pypi.org:443", "*.pythonhosted.org:443", "127.0.0.1:8080"]` (SPEC 20.1):
+    /// the destinations a command may reach through revl's proxy, when it asks (`--net`).
+    pub net: Vec<String>,
 }
 
 impl ExecSection {
@@ -120,7 +123,25 @@ impl ExecSection {
                         }
                     }
                 }
-                _ => return Err(bad(k, "unknown key (only `hide`)")),
+                "net" => {
+                    let Some(list) = v.as_array() else {
+                        return Err(bad(
+                            "net",
+                            "must be an array of destinations, e.g. [\"pypi.org:443\"]",
+                        ));
+                    };
+                    for d in list {
+                        let Some(s) = d.as_str() else {
+                            return Err(bad(
+                                "net",
+                                &format!("{d:?} is not a string (write \"host:port\")"),
+                            ));
+                        };
+                        crate::egress::Dest::parse(s).map_err(|e| bad("net", &e))?;
+                        out.net.push(s.to_string());
+                    }
+                }
+                _ => return Err(bad(k, "unknown key (only `hide` and `net`)")),
             }
         }
         Ok(out)

@@ -328,6 +328,10 @@ pub struct ExecDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     pub timed_out: bool,
+    /// Connections the egress proxy refused (SPEC 20.1), when the exec asked for the
+    /// network and forwarded nothing (otherwise its emission step lists them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied: Vec<crate::egress::Denied>,
 }
 
 impl ExecDetail {

@@ -137,6 +137,31 @@ pub struct ExecArgs {
     /// is stopped, nothing is applied (error limit-exceeded).
     #[serde(default)]
     pub max_bytes: Option<String>,
+    /// Declared egress: true lets the command reach the manifest's whole [exec] net through
+    /// revl's proxy; a list (["pypi.org:443"]) only that part of it (a destination outside
+    /// the declared set is refused, bad-args, before anything runs). Every connection is
+    /// recorded before its first byte. Absent or false: no network.
+    #[serde(default)]
+    pub net: Option<NetArg>,
+}
+
+/// `net`: `true` (the whole declared set), `false`, or a list of destinations.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum NetArg {
+    All(bool),
+    Only(Vec<String>),
+}
+
+impl NetArg {
+    pub fn request(arg: Option<NetArg>) -> revl_core::egress::NetRequest {
+        use revl_core::egress::NetRequest;
+        match arg {
+            None | Some(NetArg::All(false)) => NetRequest::None,
+            Some(NetArg::All(true)) => NetRequest::All,
+            Some(NetArg::Only(v)) => NetRequest::Only(v),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

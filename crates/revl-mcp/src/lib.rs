@@ -492,7 +492,9 @@ impl RevlServer {
     /// Run a command (never through a shell) in a sandbox: no network, the host read-only,
     /// the workspace copy-on-write. What it changed in the workspace is applied as ONE step
     /// that a fork or step-back rewinds byte for byte: {step, exitCode, signal?, timedOut,
-    /// stdout, stderr, stdoutTruncated, stderrTruncated, changes, sandbox}. With unconfined:
+    /// stdout, stderr, stdoutTruncated, stderrTruncated, changes, sandbox, netStep?, net?}.
+    /// net: true (or a list of the manifest's [exec] net destinations) lets it reach those
+    /// through revl's proxy, each connection recorded first (an emission step, netStep). With unconfined:
     /// true it runs on the host and is recorded as an opaque step (a fork refuses to cross
     /// it): {step, exitCode, stdout, stderr}.
     #[tool(
@@ -524,6 +526,7 @@ impl RevlServer {
                 Ok(l) => l,
                 Err(e) => return error_result(&e),
             },
+            net: args::NetArg::request(a.net),
         };
         self.on_session(move |s| s.exec_with(&o)).await
     }

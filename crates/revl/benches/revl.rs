@@ -8,7 +8,9 @@
 //! exec, parallel (parallel fork on ext4, and on XFS and btrfs images when run as root),
 //! view (the lineage page at 500 sessions and 10,000 steps), python (the Python binding's
 //! cost per call next to the Rust library's; needs `REVL_BENCH_PYTHON`, an interpreter with
-//! the package installed).
+//! the package installed), egress (declared egress, SPEC 20.1: added latency per
+//! connection through the proxy with and without its durable record, against a direct
+//! connect; a 100 MB download through the proxy against direct).
 //! Timings are medians of repeated runs (wall clock, release build). A benchmark never fails a
 //! test: the goals are checked by reading the table.
 
@@ -524,6 +526,7 @@ fn bench_exec() {
             scratch: &scratch,
             hide: &[],
             limits: Default::default(),
+            net_listener: None,
         };
         let t = Instant::now();
         let o = revl_core::sandbox::run(&spec, &mut || Ok(())).unwrap();
@@ -1047,5 +1050,198 @@ fn main() {
     if want("python") {
         bench_python();
     }
+    if want("egress") {
+        bench_egress();
+    }
     let _ = encode_line;
+}
+
+/// A loopback server for the egress section: each connection sends one request head
+/// `GET /N` and gets N bytes back, then the server closes.
+fn egress_server() -> u16 {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let chunk = vec![b'x'; 1 << 20];
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let chunk = chunk.clone();
+            std::thread::spawn(move || {
+                let _ = c.set_nodelay(true);
+                let mut buf = Vec::new();
+                let mut b = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut b) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let n: usize = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|p| p.trim_start_matches('/').parse().ok())
+                    .unwrap_or(0);
+                let _ = c.write_all(
+                    format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").as_bytes(),
+                );
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(chunk.len());
+                    if c.write_all(&chunk[..k]).is_err() {
+                        return;
+                    }
+                    left -= k;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// One request for `n` bytes to the egress server, directly or through a proxy (CONNECT);
+/// returns the bytes read after the response head.
+fn egress_fetch(server: u16, proxy: Option<u16>, n: usize) -> usize {
+    use std::io::Read;
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", proxy.unwrap_or(server))).unwrap();
+    let _ = c.set_nodelay(true);
+    let mut buf = vec![0u8; 1 << 20];
+    if proxy.is_some() {
+        c.write_all(format!("CONNECT 127.0.0.1:{server} HTTP/1.1\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut got = Vec::new();
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let k = c.read(&mut buf[..1]).unwrap();
+            assert!(k > 0, "the proxy closed");
+            got.extend_from_slice(&buf[..k]);
+        }
+        assert!(
+            got.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    c.write_all(format!("GET /{n} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut head = Vec::new();
+    let mut body = 0usize;
+    loop {
+        let k = c.read(&mut buf).unwrap();
+        if k == 0 {
+            break;
+        }
+        if head.len() < 4 || !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            head.extend_from_slice(&buf[..k]);
+            if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                body += head.len() - (i + 4);
+            }
+        } else {
+            body += k;
+        }
+        if body >= n && head.windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    body
+}
+
+fn bench_egress() {
+    use revl_core::egress::{proxy::Proxy, Dest};
+    use std::sync::{Arc, Mutex};
+    println!("\negress: declared egress (SPEC 20.1), the proxy in revl against a direct connect");
+    let server = egress_server();
+    let allowed = vec![Dest::parse(&format!("127.0.0.1:{server}")).unwrap()];
+    // The durable proxy appends each record to a WAL-like file on the target's disk and
+    // fdatasyncs it, as the session's writer does.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let wal = Arc::new(Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("wal.jsonl"))
+            .unwrap(),
+    ));
+    let durable: revl_core::egress::proxy::Sink = Arc::new(move |rec: Record| {
+        let mut f = wal.lock().unwrap();
+        f.write_all(&encode_line(&rec)).map_err(|e| e.to_string())?;
+        f.sync_data().map_err(|e| e.to_string())
+    });
+    let quiet: revl_core::egress::proxy::Sink = Arc::new(|_rec: Record| Ok(()));
+    let start = |sink| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let p = Proxy::start(std::os::fd::OwnedFd::from(l), allowed.clone(), 1, sink).unwrap();
+        (p, port)
+    };
+    let (pd, port_d) = start(durable);
+    let (pq, port_q) = start(quiet);
+    let n = 201;
+    let (mut direct, mut recorded, mut unrecorded) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        // Interleaved, so that the three see the same machine.
+        let t = Instant::now();
+        assert_eq!(egress_fetch(server, None, 100), 100);
+        direct.push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(egress_fetch(server, Some(port_d), 100), 100);
+        recorded.push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(egress_fetch(server, Some(port_q), 100), 100);
+        unrecorded.push(t.elapsed());
+    }
+    let (direct, recorded, unrecorded) = (median(direct), median(recorded), median(unrecorded));
+    row(
+        "one connection + 100-byte request/response, direct (host namespace)",
+        fmt(direct),
+    );
+    row(
+        "the same through the proxy, net-connect + net-close fdatasynced",
+        format!(
+            "{} (+{})",
+            fmt(recorded),
+            fmt(recorded.saturating_sub(direct))
+        ),
+    );
+    row(
+        "the same through the proxy, records not written",
+        format!(
+            "{} (+{})",
+            fmt(unrecorded),
+            fmt(unrecorded.saturating_sub(direct))
+        ),
+    );
+    // Throughput: 100 MB, interleaved rounds; the best of each (the machine is shared).
+    let size = 100_000_000usize;
+    let rounds = 5;
+    let (mut d, mut p) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        assert_eq!(egress_fetch(server, None, size), size);
+        d.push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(egress_fetch(server, Some(port_d), size), size);
+        p.push(t.elapsed());
+    }
+    let mbps = |t: Duration| size as f64 / 1e6 / t.as_secs_f64();
+    let (dm, pm) = (median(d.clone()), median(p.clone()));
+    let (db, pb) = (*d.iter().min().unwrap(), *p.iter().min().unwrap());
+    row(
+        "100 MB download, direct (median / best)",
+        format!("{:.0} / {:.0} MB/s", mbps(dm), mbps(db)),
+    );
+    row(
+        "100 MB download through the proxy (median / best)",
+        format!("{:.0} / {:.0} MB/s", mbps(pm), mbps(pb)),
+    );
+    row(
+        "proxy / direct (goal: at least 0.80; median, best)",
+        format!(
+            "{:.2}, {:.2}",
+            dm.as_secs_f64() / pm.as_secs_f64(),
+            db.as_secs_f64() / pb.as_secs_f64()
+        ),
+    );
+    drop(pd.finish());
+    drop(pq.finish());
 }

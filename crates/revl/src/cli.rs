@@ -147,8 +147,9 @@ enum Cmd {
         #[arg(long, allow_hyphen_values = true)]
         label: Option<String>,
     },
-    /// Run a command (never through a shell) in a sandbox: no network, the host read-only,
-    /// the workspace copy-on-write; what it changed becomes ONE rewindable step.
+    /// Run a command (never through a shell) in a sandbox: no network (unless --net: the
+    /// manifest's declared destinations, through revl's recording proxy), the host
+    /// read-only, the workspace copy-on-write; what it changed becomes ONE rewindable step.
     Exec {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
@@ -177,6 +178,18 @@ enum Cmd {
         /// nothing is applied (exit 1, limit-exceeded).
         #[arg(long, value_name = "SIZE")]
         max_bytes: Option<String>,
+        /// Declared egress: `--net` lets the command reach the manifest's whole `[exec] net`
+        /// through revl's proxy; `--net=DEST` (repeatable) only that part of it. Every
+        /// connection is recorded before its first byte. Without it: no network.
+        #[arg(
+            long,
+            value_name = "DEST",
+            num_args = 0..=1,
+            require_equals = true,
+            default_missing_value = NET_ALL,
+            action = clap::ArgAction::Append
+        )]
+        net: Vec<String>,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "ARGV")]
         argv: Vec<String>,
@@ -786,8 +799,10 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             pids,
             cpu_seconds,
             max_bytes,
+            net,
             argv,
         } => {
+            let net = net_request(net)?;
             let timeout = revl_core::ExecOptions::timeout_secs(*timeout)?;
             let limits = revl_core::ExecLimits::parse(
                 memory.as_deref(),
@@ -806,6 +821,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 unconfined: *unconfined,
                 output: stream.as_ref().map(Streamed::sink),
                 limits,
+                net,
             })?;
             let text = match &stream {
                 Some(st) => st.then(render::exec(&revl_core::report::ExecReport {
@@ -1241,4 +1257,28 @@ fn out_line(s: &str) {
 fn err_line(s: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr().lock(), "{s}");
+}
+
+/// What clap gives for a bare `--net` (never a destination: it has no port).
+const NET_ALL: &str = "(the declared set)";
+
+/// `--net` (the whole declared set) or `--net=DEST`... (a part of it), from clap's list.
+fn net_request(net: &[String]) -> revl_core::Result<revl_core::egress::NetRequest> {
+    use revl_core::egress::NetRequest;
+    if net.iter().any(|d| d.trim().is_empty()) {
+        return Err(revl_core::Error::bad_args(
+            "--net= names no destination",
+            "give --net=HOST:PORT (one of the manifest's [exec] net), or --net alone for the whole set",
+        ));
+    }
+    let parts: Vec<String> = net.iter().filter(|d| *d != NET_ALL).cloned().collect();
+    match (net.is_empty(), parts.is_empty()) {
+        (true, _) => Ok(NetRequest::None),
+        (false, true) => Ok(NetRequest::All),
+        (false, false) if parts.len() != net.len() => Err(revl_core::Error::bad_args(
+            "--net (the whole declared set) and --net=DEST (a part of it) were both given",
+            "give --net for the manifest's whole [exec] net, or --net=DEST for each destination you need",
+        )),
+        _ => Ok(NetRequest::Only(parts)),
+    }
 }

@@ -303,6 +303,43 @@ pub fn exec(v: &ExecReport) -> String {
         None => format!("step {}  exec/opaque (unconfined)  {status}", v.step),
     };
     if let Some(s) = &v.sandboxed {
+        if let Some(n) = &s.net {
+            match s.net_step {
+                Some(k) => {
+                    let _ = write!(
+                        out,
+                        "\n  step {k}  exec.net  {} connection(s), recorded before they carried a byte (an emission: it cannot be undone)",
+                        n.connections.len()
+                    );
+                }
+                None => {
+                    let _ = write!(out, "\n  no connection was made");
+                }
+            }
+            for c in &n.connections {
+                let _ = write!(
+                    out,
+                    "\n  reached     {}:{}  {} bytes up, {} down{}",
+                    visible(&c.dest),
+                    c.port,
+                    c.bytes_up,
+                    c.bytes_down,
+                    c.error
+                        .as_ref()
+                        .map(|e| format!("  ({})", visible(e)))
+                        .unwrap_or_default()
+                );
+            }
+            for d in &n.denied {
+                let _ = write!(
+                    out,
+                    "\n  refused     {}:{}  ({})",
+                    visible(&d.dest),
+                    d.port,
+                    visible(&d.why)
+                );
+            }
+        }
         for c in &s.changes {
             let _ = write!(out, "\n  {:<11} {}", c.change, visible(&c.path));
             if let Some(why) = &c.why {
@@ -574,7 +611,12 @@ fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
                 .get("label")
                 .map(s)
                 .unwrap_or_else(|| format!("{}.{}", s(&e["service"]), s(&e["method"])));
-            let extra = e.get("why").or(e.get("error")).or(e.get("repr")).map(s);
+            let extra = e
+                .get("why")
+                .or(e.get("error"))
+                .or(e.get("repr"))
+                .map(s)
+                .or_else(|| destinations(e));
             // Step indices and held-send seq numbers are different counters: say which.
             let idx = match (e.get("index"), e.get("seq")) {
                 (Some(i), _) => format!("step {}", s(i)),
@@ -584,6 +626,24 @@ fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
             (idx, label, extra)
         }),
     );
+}
+
+/// An exec's network emission (SPEC 20.1): each destination it reached, named.
+fn destinations(e: &Value) -> Option<String> {
+    let list = e.get("connections")?.as_array()?;
+    let mut names: Vec<String> = Vec::new();
+    for c in list {
+        let d = format!("{}:{}", s(&c["dest"]), s(&c["port"]));
+        let d = if c["interrupted"] == Value::Bool(true) {
+            format!("{d} (interrupted: may have been reached)")
+        } else {
+            d
+        };
+        if !names.contains(&d) {
+            names.push(d);
+        }
+    }
+    Some(format!("reached {}", names.join(", ")))
 }
 
 /// A titled list of `(position, label, note)` rows; nothing when empty.

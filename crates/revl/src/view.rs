@@ -436,6 +436,7 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
                 );
             }
             changes = exec_changes(detail);
+            label.push_str(&net_dests(detail));
         }
         let _ = writeln!(
             h,
@@ -449,6 +450,33 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
         );
     }
     h.push_str("</tbody></table></details>\n");
+}
+
+/// An exec's network emission (SPEC 20.1): the destinations it reached, named.
+fn net_dests(detail: &serde_json::Value) -> String {
+    let Some(list) = detail.get("connections").and_then(|c| c.as_array()) else {
+        return String::new();
+    };
+    let mut names: Vec<String> = Vec::new();
+    for c in list {
+        let d = format!(
+            "{}:{}{}",
+            c["dest"].as_str().unwrap_or("?"),
+            c["port"],
+            if c["interrupted"] == serde_json::Value::Bool(true) {
+                " (interrupted: may have been reached)"
+            } else {
+                ""
+            }
+        );
+        if !names.contains(&d) {
+            names.push(d);
+        }
+    }
+    format!(
+        " <span class=\"net\">reached {}</span>",
+        esc(&names.join(", "))
+    )
 }
 
 /// How much of an exec's argv the timeline shows, and how many of its changed paths.
@@ -536,10 +564,11 @@ fn crossed(h: &mut String, lg: &Log, wals: &BTreeMap<&str, &OfflineWal>) {
             n += 1;
             let _ = writeln!(
                 rows,
-                "<tr><td>{who}</td><td class=\"n\">{}</td><td>{} <span class=\"mut\">{}</span></td><td><span class=\"irrev\">emission · irreversible</span>{}</td></tr>",
+                "<tr><td>{who}</td><td class=\"n\">{}</td><td>{} <span class=\"mut\">{}</span>{}</td><td><span class=\"irrev\">emission · irreversible</span>{}</td></tr>",
                 s.index,
                 esc(s.site()),
                 esc(s.label()),
+                net_dests(s.detail()),
                 s.compensation
                     .map(|c| format!(" (compensated by step {c})"))
                     .unwrap_or_default()

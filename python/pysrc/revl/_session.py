@@ -446,9 +446,14 @@ def _net(net: bool | Sequence[str] | None) -> list[str] | None:
         return None
     if net is True:
         return []
-    if isinstance(net, str):
-        return [net]
-    return [str(d) for d in net]
+    dests = [net] if isinstance(net, str) else [str(d) for d in net]
+    if not dests or any(not d.strip() for d in dests):
+        # never read as "everything": an empty part is a mistake, as `--net=` is
+        raise BadArgs(
+            "net= names no destination (an empty list or string)",
+            "give net=True for the manifest's whole [exec] net, or net=[\"HOST:PORT\", ...]",
+        )
+    return dests
 
 
 def _session_id(s: Session | str) -> str:

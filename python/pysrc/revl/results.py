@@ -93,6 +93,10 @@ class ExecResult(Result):
     changes: list[dict[str, Any]] | None
     sandbox: bool | None
     net_step: int | None
+    """The emission step recording the connections the command made (declared egress,
+    ``net=``); ``None`` when it made none."""
+    net: dict[str, Any] | None
+    """``{connections: [...], denied: [...]}`` when ``net=`` was given."""
 
 
 class CallResult(Result):

@@ -40,6 +40,9 @@ pub struct ExecOptions {
     pub output: Option<crate::proc::OutputSink>,
     /// `--memory`, `--pids`, `--cpu-seconds`, `--max-bytes` (SPEC 20.2).
     pub limits: ExecLimits,
+    /// `--net` / `--net=DEST` (SPEC 20.1): what of the manifest's `[exec] net` the command
+    /// may reach through revl's proxy. Default: no network.
+    pub net: crate::egress::NetRequest,
 }
 
 /// The default `--pids` (SPEC 20.2).
@@ -196,6 +199,19 @@ impl Session {
                 .with_remedy(Remedy::ListPath)
             });
         }
+        // The network asked for must be inside the declared set: else nothing runs.
+        let allowed = match &o.net {
+            crate::egress::NetRequest::None => Vec::new(),
+            req => {
+                if o.unconfined {
+                    return Err(Error::bad_args(
+                        "--net is for the sandbox; --unconfined runs the command on the host, with the host's whole network",
+                        "drop --unconfined to run in the sandbox with declared egress, or drop --net",
+                    ));
+                }
+                crate::egress::requested(&self.manifest()?.exec.net, req)?
+            }
+        };
         // A command may move, copy or link a file whose in-place write is not fsynced yet:
         // those writes are made durable in their files first (repair redoes by path).
         self.settle(true)?;
@@ -204,10 +220,11 @@ impl Session {
         }
         #[cfg(target_os = "linux")]
         {
-            self.exec_sandboxed(o, &cwd_rel, &cwd)
+            self.exec_sandboxed(o, &cwd_rel, &cwd, allowed)
         }
         #[cfg(not(target_os = "linux"))]
         {
+            let _ = allowed;
             Err(unavailable(
                 "the sandbox needs Linux namespaces and overlayfs",
             ))
@@ -215,7 +232,13 @@ impl Session {
     }
 
     #[cfg(target_os = "linux")]
-    fn exec_sandboxed(&mut self, o: &ExecOptions, cwd_rel: &str, cwd: &Path) -> Result<ExecReport> {
+    fn exec_sandboxed(
+        &mut self,
+        o: &ExecOptions,
+        cwd_rel: &str,
+        cwd: &Path,
+        allowed: Vec<crate::egress::Dest>,
+    ) -> Result<ExecReport> {
         use crate::sandbox::{self, Failure};
         let step = self.state.next_index();
         let scratch = self.exec_scratch();
@@ -231,10 +254,21 @@ impl Session {
         std::fs::create_dir_all(&scratch)
             .map_err(|e| Error::io(format!("cannot make {}", scratch.display()), e))?;
         let label = exec_label(&o.argv, None);
-        let env = [
+        let mut env = vec![
             ("REVL_SESSION".to_string(), self.id.clone()),
             ("REVL_STEP".to_string(), step.to_string()),
         ];
+        let net = !allowed.is_empty();
+        if net {
+            let url = format!("http://{}", crate::egress::PROXY_ADDR);
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+                env.push((k.to_string(), url.clone()));
+                env.push((k.to_ascii_lowercase(), url.clone()));
+            }
+            env.push(("NO_PROXY".to_string(), String::new()));
+            env.push(("no_proxy".to_string(), String::new()));
+        }
+        let listener = std::sync::Mutex::new(None);
         let hide = self.hidden_from_exec(&root)?;
         let spec = sandbox::Spec {
             argv: &o.argv,
@@ -250,6 +284,7 @@ impl Session {
                 cpu_seconds: o.limits.cpu_seconds,
                 max_bytes: o.limits.max_bytes_or_default(),
             },
+            net_listener: net.then_some(&listener),
         };
         let intent = Record::Intent {
             step,
@@ -262,6 +297,11 @@ impl Session {
             redo: None,
         };
         let mut wal_error = None;
+        // While the command runs, the proxy's threads append to the WAL (each `net-connect`
+        // durable before its connection opens): the writer is theirs until it ends.
+        type Lent = std::sync::Arc<std::sync::Mutex<Option<(crate::wal::WalWriter, Vec<Record>)>>>;
+        let lent: Lent = Default::default();
+        let mut proxy = None;
         let outcome = sandbox::run_to(
             &spec,
             &mut || {
@@ -269,10 +309,75 @@ impl Session {
                     let io = std::io::Error::other(e.message.clone());
                     wal_error = Some(e);
                     io
-                })
+                })?;
+                if !net {
+                    return Ok(());
+                }
+                let fd = listener
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .ok_or_else(|| std::io::Error::other("no egress listener"))?;
+                let w = self.writer.take().expect("the intent was just written");
+                *lent.lock().unwrap_or_else(|p| p.into_inner()) = Some((w, Vec::new()));
+                let l2 = lent.clone();
+                let sink: crate::egress::proxy::Sink = std::sync::Arc::new(move |rec| {
+                    let mut g = l2.lock().unwrap_or_else(|p| p.into_inner());
+                    let (w, recs) = g.as_mut().ok_or("the exec has ended")?;
+                    w.append(&rec, true).map_err(|e| e.message)?;
+                    recs.push(rec);
+                    Ok(())
+                });
+                proxy = Some(crate::egress::proxy::Proxy::start(
+                    fd,
+                    allowed.clone(),
+                    step,
+                    sink,
+                )?);
+                Ok(())
             },
             o.output.clone(),
         );
+        // The command has ended: the proxy stops; the writer comes back with what it wrote.
+        let summary = proxy.take().map(|p| p.finish());
+        if let Some((w, recs)) = lent.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            self.writer = Some(w);
+            for r in recs {
+                if let Err(why) = self.state.apply_owned(r) {
+                    return Err(Error::new(
+                        Code::CorruptWal,
+                        format!("a net record could not be applied: {why}"),
+                        "report this with the WAL",
+                    ));
+                }
+            }
+        }
+        let summary = match summary {
+            Some(Ok(s)) => Some(s),
+            Some(Err(e)) => {
+                let _ = crate::workspace::remove_any(&scratch);
+                return Err(Error::new(
+                    Code::Io,
+                    format!("the egress proxy could not record a connection: {e}"),
+                    "run the command again: revl re-reads the WAL and repairs before writing",
+                ));
+            }
+            None if net => Some(crate::egress::NetSummary::default()),
+            None => None,
+        };
+        // A connection was opened: the crossing is recorded whatever happens to the files.
+        let crossed = summary.as_ref().is_some_and(|s| !s.connections.is_empty());
+        let net_step = if crossed {
+            self.net_emission(step, &o.argv, summary.as_ref().expect("crossed"))?;
+            Some(step)
+        } else {
+            None
+        };
+        let step = if crossed { step + 1 } else { step };
+        let denied = match (&summary, crossed) {
+            (Some(s), false) => s.denied.clone(),
+            _ => Vec::new(),
+        };
         let outcome = match outcome {
             Ok(o) => o,
             Err(f) => {
@@ -280,7 +385,9 @@ impl Session {
                 return Err(match f {
                     Failure::Unavailable(why) => unavailable(why),
                     Failure::LimitExceeded(why) => {
-                        self.void(step, &format!("stopped: {why}"))?;
+                        if !crossed {
+                            self.void(step, &format!("stopped: {why}"))?;
+                        }
                         Error::new(
                             Code::LimitExceeded,
                             format!("the command was stopped and nothing was applied: {why}"),
@@ -295,7 +402,9 @@ impl Session {
                     Failure::Started(e) => match wal_error.take() {
                         Some(w) => w,
                         None => {
-                            self.void(step, &format!("waiting for the command failed: {e}"))?;
+                            if !crossed {
+                                self.void(step, &format!("waiting for the command failed: {e}"))?;
+                            }
                             Error::io("waiting for the sandboxed command", e)
                         }
                     },
@@ -303,7 +412,7 @@ impl Session {
             }
         };
         self.fp.point("exec.after-run");
-        let result = self.apply_changes(step, o, cwd_rel, &outcome);
+        let result = self.apply_changes(step, o, cwd_rel, &outcome, denied, !crossed);
         let _ = crate::workspace::remove_any(&scratch);
         let changes = result?;
         let ran = outcome.ran;
@@ -319,6 +428,8 @@ impl Session {
                 stderr_truncated: ran.stderr_truncated,
                 changes,
                 sandbox: true,
+                net_step,
+                net: summary,
             }),
         })
     }
@@ -342,6 +453,43 @@ impl Session {
         Ok(hide)
     }
 
+    /// The emission of an exec whose proxy opened at least one connection (SPEC 20.1):
+    /// label `exec.net <argv0>`, site `exec`, scope `{"caps": ["net"]}`.
+    pub(super) fn net_emission(
+        &mut self,
+        step: u64,
+        argv: &[String],
+        net: &crate::egress::NetSummary,
+    ) -> Result<()> {
+        let seq = self.take_seq()?;
+        let key = format!("{}-{seq}", self.id);
+        let name = argv.first().map_or_else(String::new, |a| {
+            Path::new(a)
+                .file_name()
+                .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned())
+        });
+        let label = format!("exec.net {}", crate::util::visible(&name, false));
+        let detail = json!({
+            "key": key,
+            "service": "exec",
+            "method": "net",
+            "args": {"argv": argv},
+            "connections": net.connections,
+            "denied": net.denied,
+        });
+        let mut rec = crate::wal::StepRecord::new(
+            seq,
+            step,
+            crate::step::StepKind::Emission,
+            &label,
+            "exec",
+            &detail,
+        )?;
+        rec.set_scope(Some(&json!({"caps": ["net"]})))?;
+        rec.set_ts(Some(&crate::util::now_rfc3339()))?;
+        self.append(Record::Step(rec), true)
+    }
+
     fn void(&mut self, step: u64, why: &str) -> Result<()> {
         self.append(
             Record::IntentVoid {
@@ -360,14 +508,18 @@ impl Session {
         o: &ExecOptions,
         cwd_rel: &str,
         out: &crate::sandbox::Outcome,
+        denied: Vec<crate::egress::Denied>,
+        intent_open: bool,
     ) -> Result<Vec<crate::undo::ExecChange>> {
         let planned = match changeset::plan(&out.upper, out.xattr_prefix, &self.ws, &self.blobs) {
             Ok(p) => p,
             Err(e) => {
-                self.void(
-                    step,
-                    &format!("the change set could not be read: {}", e.message),
-                )?;
+                if intent_open {
+                    self.void(
+                        step,
+                        &format!("the change set could not be read: {}", e.message),
+                    )?;
+                }
                 return Err(e);
             }
         };
@@ -379,6 +531,7 @@ impl Session {
             exit_code: out.ran.code,
             signal: out.ran.signal,
             timed_out: out.ran.timed_out,
+            denied,
         };
         // The undo restores directory modes last, deepest first (a directory made
         // read-only again after what is inside it was put back).
@@ -404,10 +557,12 @@ impl Session {
         if !planned.items.is_empty() {
             // What moves in is durable before the intent names it.
             if let Err(e) = make_durable(&planned.files_to_sync(), &out.upper) {
-                self.void(
-                    step,
-                    &format!("the change set could not be made durable: {e}"),
-                )?;
+                if intent_open {
+                    self.void(
+                        step,
+                        &format!("the change set could not be made durable: {e}"),
+                    )?;
+                }
                 return Err(Error::io("making the change set durable", e));
             }
             self.append(

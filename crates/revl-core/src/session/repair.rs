@@ -126,6 +126,11 @@ impl Session {
                         format!("{} was interrupted before it completed: put back what was there before (no step recorded)", intent.label),
                     );
                 }
+            } else if intent.kind == "effect"
+                && intent.site == "exec"
+                && self.exec_net_repaired(&intent)?
+            {
+                // Recorded above: the connections it opened, as its emission.
             } else if intent.kind == "effect" && intent.site == "exec" {
                 // A sandboxed command was running: the real workspace never changed (its
                 // change set was not yet applied), so nothing happened.
@@ -209,6 +214,51 @@ impl Session {
 }
 
 impl Session {
+    /// An exec interrupted while its proxy had opened connections (SPEC 20.1): they may have
+    /// reached their destinations, so they are recorded as the exec's emission (an open one
+    /// `interrupted`, its bytes unknown); the workspace is untouched (its change set was
+    /// never applied), so no effect is recorded. False when it opened none.
+    fn exec_net_repaired(&mut self, intent: &crate::state::PendingIntent) -> Result<bool> {
+        let recs: Vec<Record> = self
+            .state
+            .net
+            .iter()
+            .filter(|r| matches!(r, Record::NetConnect { step, .. } | Record::NetClose { step, .. } if *step == intent.step))
+            .cloned()
+            .collect();
+        let summary = crate::egress::NetSummary::from_records(&recs);
+        if summary.connections.is_empty() {
+            return Ok(false);
+        }
+        // The intent's label names the program (its whole argv is not in the WAL).
+        let argv: Vec<String> = intent
+            .label
+            .strip_prefix("exec ")
+            .unwrap_or(&intent.label)
+            .split(' ')
+            .take(1)
+            .map(str::to_string)
+            .collect();
+        self.net_emission(intent.step, &argv, &summary)?;
+        let dests: Vec<String> = summary
+            .connections
+            .iter()
+            .map(|c| format!("{}:{}", c.dest, c.port))
+            .collect();
+        self.repaired(
+            "exec-net-recorded",
+            Some(intent.step),
+            format!(
+                "{} was interrupted after its proxy opened {} connection(s) ({}): recorded as emission step {} (they may have reached their destinations); its file changes were never applied",
+                intent.label,
+                summary.connections.len(),
+                dests.join(", "),
+                intent.step
+            ),
+        );
+        Ok(true)
+    }
+
     /// How many steps are marked undone.
     fn undone_count(&self) -> usize {
         self.state.steps.iter().filter(|s| s.undone).count()

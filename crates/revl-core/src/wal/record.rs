@@ -205,6 +205,36 @@ pub enum Record {
         label: String,
         at: u64,
     },
+    /// v3 (SPEC 20.1): a connection an exec's proxy is about to open (durable before it
+    /// forwards a byte), or an attempt it refused (`denied`, with `why`; nothing forwarded).
+    /// `step` is the exec's intent, `conn` numbers its connections from 1.
+    NetConnect {
+        step: u64,
+        conn: u64,
+        dest: String,
+        port: u16,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resolved: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        denied: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        why: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ts: Option<String>,
+    },
+    /// v3 (SPEC 20.1): a forwarded connection closed, with what it carried each way.
+    NetClose {
+        step: u64,
+        conn: u64,
+        dest: String,
+        port: u16,
+        bytes_up: u64,
+        bytes_down: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ts: Option<String>,
+    },
 }
 
 /// The new bytes of a small in-place write, in its intent (v2, SPEC 17). The write is
@@ -393,7 +423,7 @@ impl<'de> Deserialize<'de> for StepRecord {
 
 /// The name of every record (`"record"` on disk), in declaration order. A unit test holds
 /// it equal to the enum and to the record table of `docs/wal-format.md`.
-pub const RECORD_NAMES: [&str; 30] = [
+pub const RECORD_NAMES: [&str; 32] = [
     "header",
     "intent",
     "intent-void",
@@ -424,6 +454,8 @@ pub const RECORD_NAMES: [&str; 30] = [
     "files-synced",
     "preserved",
     "bind",
+    "net-connect",
+    "net-close",
 ];
 
 impl Record {
@@ -459,6 +491,8 @@ impl Record {
             Record::ModelDecision { .. } => "model-decision",
             Record::Preserved { .. } => "preserved",
             Record::Bind { .. } => "bind",
+            Record::NetConnect { .. } => "net-connect",
+            Record::NetClose { .. } => "net-close",
         }
     }
 

@@ -9,6 +9,7 @@ mod checkpoints;
 mod concurrency;
 mod demo;
 mod drift;
+mod egress;
 mod exec;
 mod exec_output;
 mod fork;

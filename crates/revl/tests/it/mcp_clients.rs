@@ -544,3 +544,54 @@ fn an_mcp_call_reports_what_its_attach_repaired() {
     assert!(what.contains(&"intent-rolled-forward"), "{doc}");
     s.finish();
 }
+
+#[test]
+fn mcp_exec_net_true_and_a_list_reach_the_declared_set_only() {
+    use crate::egress::Server;
+    let srv = Server::start(b"via-mcp", None, false);
+    let w = crate::common::World::new();
+    let ws = w.ws("ws");
+    let m = crate::egress::net_manifest(w.root(), &[format!("127.0.0.1:{}", srv.port)]);
+    let sid = w.new_session_with(&ws, &m);
+    let mut s = Raw::start(&w.store, &["--session", &sid]);
+    s.initialize();
+    let fetch = format!(
+        "import urllib.request; open('got','w').write(urllib.request.urlopen('http://127.0.0.1:{}/m', timeout=10).read().decode())",
+        srv.port
+    );
+    let doc = |r: &Value| -> Value {
+        serde_json::from_str(r["content"][0]["text"].as_str().unwrap_or_default())
+            .unwrap_or_else(|_| panic!("{r}"))
+    };
+    let r = s.call(
+        2,
+        "revl_exec",
+        json!({"argv": ["python3", "-c", fetch], "net": true}),
+    );
+    let d = doc(&r);
+    assert_eq!(d["exitCode"], 0, "{d}");
+    assert_eq!(
+        d["netStep"].as_u64(),
+        Some(d["step"].as_u64().unwrap() - 1),
+        "{d}"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("got")).unwrap(), "via-mcp");
+    let dest = format!("127.0.0.1:{}", srv.port);
+    let r = s.call(
+        3,
+        "revl_exec",
+        json!({"argv": ["python3", "-c", fetch], "net": [dest]}),
+    );
+    assert!(doc(&r)["netStep"].is_u64(), "{r}");
+    // Outside the set: an error result (bad-args), nothing ran.
+    let r = s.call(
+        4,
+        "revl_exec",
+        json!({"argv": ["touch", "ran"], "net": ["127.0.0.1:1"]}),
+    );
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(doc(&r)["error"]["code"], "bad-args", "{r}");
+    assert!(!ws.join("ran").exists());
+    assert_eq!(srv.requests().len(), 2);
+    s.finish();
+}

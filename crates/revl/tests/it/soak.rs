@@ -1,5 +1,6 @@
 //! Soak-and-kill: a scripted agent drives the real `revl` binary through a long random mix of
-//! every verb (file effects, provisions, boundaries, exec, held sends, approved emissions with
+//! every verb (file effects, provisions, boundaries, exec (some with declared egress: a fetch
+//! from a loopback server through revl's proxy, SPEC 20.1), held sends, approved emissions with
 //! compensations, an outbound manifest effect, step-backs, forks, commits, aborts, new
 //! sessions) while a supervisor SIGKILLs the process at random moments and arms failpoints.
 //! After every kill a fresh `status`/`timeline` (attach + repair) runs and the invariants of
@@ -159,9 +160,13 @@ enum Op {
     },
     Exec,
     /// A file written by a sandboxed `exec` (`sh -c`): its change set is one effect step.
+    /// With `net`, it first fetches from a loopback server through declared egress (SPEC
+    /// 20.1): an `exec.net sh` emission step precedes the effect, and a kill in the middle
+    /// of the connection must leave that emission (the destination known) or nothing.
     Shell {
         path: String,
         content: Vec<u8>,
+        net: bool,
     },
     Hold {
         token: String,
@@ -245,6 +250,10 @@ impl Op {
                 format!("{}/boundary", label.as_deref().unwrap_or("turn")),
             ),
             Op::Exec => one("opaque", "exec/opaque".into()),
+            Op::Shell { net: true, .. } => vec![
+                ("emission".into(), "exec.net sh".into()),
+                ("effect".into(), "exec sh".into()),
+            ],
             Op::Shell { .. } => one("effect", "exec sh".into()),
             Op::Emit { .. } => vec![
                 ("emission".into(), "tickets.create".into()),
@@ -262,6 +271,10 @@ impl Op {
         let acked = self.steps();
         if !acked.is_empty() {
             alts.push(acked);
+        }
+        if let Op::Shell { net: true, .. } = self {
+            // Connected, then killed before the change set was applied.
+            alts.push(vec![("emission".into(), "exec.net sh".into())]);
         }
         let interrupted = match self {
             Op::Emit { .. } => Some("emit/opaque"),
@@ -324,7 +337,7 @@ fn apply_fs(s: &Snapshot, op: &Op, um: u32) -> Snapshot {
         Op::Chmod { path, mode } => {
             s.get_mut(path).expect("chmod of an existing path").1 = *mode;
         }
-        Op::Shell { path, content } => {
+        Op::Shell { path, content, .. } => {
             // `mkdir -p` its directory, `rm -rf` it, `cat > it`: a fresh file.
             mkparents(&mut s, path);
             s.retain(|k, _| k != path && !under(path, k));
@@ -389,6 +402,10 @@ enum Mode {
 
 #[derive(Default, Debug)]
 struct Stats {
+    /// `--net` execs acknowledged, and interrupted ones that left their emission (a
+    /// connection was recorded) without their effect.
+    net_execs: u64,
+    net_emission_only: u64,
     ops: u64,
     commands: u64,
     kills: u64,
@@ -435,6 +452,8 @@ struct Soak {
     ws: PathBuf,
     manifest: PathBuf,
     sink: Sink,
+    /// The loopback server a `--net` exec fetches from (declared in `[exec] net`).
+    egress: crate::egress::Server,
     um: u32,
     cur: MSession,
     done: Vec<MSession>,
@@ -581,7 +600,16 @@ impl Soak {
         let ws = fs::canonicalize(&ws).unwrap();
         let sink = Sink::start().unwrap();
         let manifest = root.join("revl.toml");
-        fs::write(&manifest, manifest_text(&sink)).unwrap();
+        let egress = crate::egress::Server::start(b"soak", None, false);
+        fs::write(
+            &manifest,
+            format!(
+                "{}\n[exec]\nnet = [\"127.0.0.1:{}\"]\n",
+                manifest_text(&sink),
+                egress.port
+            ),
+        )
+        .unwrap();
         let mut s = Soak {
             rng: Rng(seed),
             seed,
@@ -591,6 +619,7 @@ impl Soak {
             ws,
             manifest,
             sink,
+            egress,
             um: umask(),
             cur: MSession::new(String::new(), Snapshot::new()),
             done: Vec::new(),
@@ -1079,7 +1108,8 @@ impl Soak {
                     if which == "write" {
                         Op::Write { path, content }
                     } else {
-                        Op::Shell { path, content }
+                        let net = self.rng.chance(0.3);
+                        Op::Shell { path, content, net }
                     }
                 }
                 "delete" if !existing.is_empty() => Op::Delete {
@@ -1275,7 +1305,7 @@ impl Soak {
                 vec![s("exec"), id, s("--unconfined"), s("--"), s("true")],
                 SIMPLE_FPS,
             ),
-            Op::Shell { path, content } => {
+            Op::Shell { path, content, net } => {
                 // A long enough run for kills to land while it runs, and while it applies.
                 const EXEC_FPS: &[&str] = &[
                     "exec.after-run",
@@ -1290,20 +1320,27 @@ impl Soak {
                 // its own /tmp and /dev/shm, so a file of ours there would be out of sight.
                 let escaped: String = content.iter().map(|b| format!("\\{b:03o}")).collect();
                 let script = r#"mkdir -p "$(dirname "$1")" && rm -rf "$1" && printf "$2" > "$1" && sleep 0.02"#;
-                (
-                    vec![
-                        s("exec"),
-                        id,
-                        s("--"),
-                        s("sh"),
-                        s("-c"),
-                        s(script),
-                        s("sh"),
-                        path.clone(),
-                        escaped,
-                    ],
-                    EXEC_FPS,
-                )
+                let mut a = vec![s("exec"), id];
+                let script = if *net {
+                    // A fetch through the proxy first (kills land in the connection too).
+                    a.push(s("--net"));
+                    format!(
+                        "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:{}/soak\", timeout=20).read()' && sleep 0.02 && {script}",
+                        self.egress.port
+                    )
+                } else {
+                    script.to_string()
+                };
+                a.extend([
+                    s("--"),
+                    s("sh"),
+                    s("-c"),
+                    script,
+                    s("sh"),
+                    path.clone(),
+                    escaped,
+                ]);
+                (a, EXEC_FPS)
             }
             Op::Hold { token } | Op::Emit { token } | Op::Notify { token } | Op::Put { token } => {
                 let tool = match op {
@@ -1327,13 +1364,20 @@ impl Soak {
         }
     }
 
-    fn push_steps(&mut self, steps: &[(String, String)], token: Option<&str>) {
+    /// `before`: the workspace before the op; a `--net` exec's emission holds it (its
+    /// effect, the next step, holds what the command wrote).
+    fn push_steps(&mut self, steps: &[(String, String)], token: Option<&str>, before: &Snapshot) {
         for (i, (kind, label)) in steps.iter().enumerate() {
+            let snap = if label == "exec.net sh" {
+                before.clone()
+            } else {
+                self.ws_model.clone()
+            };
             self.cur.steps.push(MStep {
                 kind: kind.clone(),
                 label: label.clone(),
                 live: true,
-                snap: self.ws_model.clone(),
+                snap,
                 token: if i == 0 {
                     token.map(str::to_string)
                 } else {
@@ -1383,7 +1427,15 @@ impl Soak {
                 .doc
                 .get("label")
                 .is_none_or(|l| norm_label(l.as_str().unwrap_or("")) == want[0].1);
-            if r.doc["step"] != n || !label_ok {
+            // A --net exec's result names its effect (`step`) after its emission (`netStep`).
+            let (want_step, want_net) = match &op {
+                Op::Shell { net: true, .. } => (n + 1, Value::from(n)),
+                _ => (n, Value::Null),
+            };
+            if r.doc["step"] != want_step
+                || r.doc.get("netStep").unwrap_or(&Value::Null) != &want_net
+                || !label_ok
+            {
                 self.fail(format!(
                     "expected step {n} {:?}, the verb said {}\n{}",
                     want[0].1,
@@ -1392,7 +1444,10 @@ impl Soak {
                 ));
             }
             self.ws_model = after;
-            self.push_steps(&want, op.token());
+            if matches!(op, Op::Shell { net: true, .. }) {
+                self.stats.net_execs += 1;
+            }
+            self.push_steps(&want, op.token(), &before);
             if matches!(op, Op::Emit { .. }) {
                 self.cur.approved = true;
             }
@@ -1435,7 +1490,7 @@ impl Soak {
                 r.dump()
             ));
         }
-        if op.is_file() && extra.len() == 1 {
+        if op.is_file() && extra.iter().any(|(k, _)| k == "effect") {
             self.ws_model = after;
         }
         match &op {
@@ -1474,7 +1529,10 @@ impl Soak {
             }
             _ => {}
         }
-        self.push_steps(&extra, op.token());
+        if extra.len() == 1 && extra[0].1 == "exec.net sh" {
+            self.stats.net_emission_only += 1;
+        }
+        self.push_steps(&extra, op.token(), &before);
         self.check_all(&st, &tl);
     }
 
@@ -2091,6 +2149,10 @@ fn soak_kill_and_repair_keeps_every_promise() {
         st.held_fired, st.emissions_fired, st.compensations_fired, st.wal_records, st.torn_tails_seen
     );
     println!("soak: kills by verb: {:?}", st.kills_by_verb);
+    println!(
+        "soak: --net execs: {} acknowledged, {} interrupted after a connection (emission kept, no effect)",
+        st.net_execs, st.net_emission_only
+    );
     assert!(st.kills >= kills);
     // The op mix ends a session (fork, commit, abort) about one op in ten: a run of 200 ops
     // or more that ended none means the mix is broken (by chance: under 1e-9). A short run
