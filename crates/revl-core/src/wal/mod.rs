@@ -330,6 +330,26 @@ mod doc_table {
                 digest: s(),
             },
             Record::Bind { label: s(), at: 2 },
+            Record::NetConnect {
+                step: 3,
+                conn: 1,
+                dest: s(),
+                port: 443,
+                resolved: Some(s()),
+                denied: true,
+                why: Some(s()),
+                ts: Some(s()),
+            },
+            Record::NetClose {
+                step: 3,
+                conn: 1,
+                dest: s(),
+                port: 443,
+                bytes_up: 1,
+                bytes_down: 2,
+                error: Some(s()),
+                ts: Some(s()),
+            },
         ]
     }
 
