@@ -35,7 +35,10 @@ pub fn default_store_root() -> Result<PathBuf> {
 /// `REVL_FAILPOINT` (tests), the lock wait from `REVL_LOCK_WAIT_MS` (tests of `busy`). With
 /// `new_workspace`, for `new` on it: an overlapping store and workspace are refused before
 /// anything is created.
-pub fn open_store(root: &std::path::Path, new_workspace: Option<&std::path::Path>) -> Result<Store> {
+pub fn open_store(
+    root: &std::path::Path,
+    new_workspace: Option<&std::path::Path>,
+) -> Result<Store> {
     let fp = crate::Failpoints::from_env();
     let mut store = match new_workspace {
         Some(ws) => Store::open_for(root, ws, fp)?,

@@ -256,24 +256,6 @@ pub fn copy_sparse(from: &mut std::fs::File, to: &mut std::fs::File) -> std::io:
     to.set_len(len)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_789), (2026, 12, 2));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
-
-    #[test]
-    fn jcs_sorts_keys() {
-        let v = serde_json::json!({"b": 1, "a": [2, {"d": 1, "c": "x"}]});
-        assert_eq!(jcs(&v), r#"{"a":[2,{"c":"x","d":1}],"b":1}"#);
-    }
-}
-
 /// Replace `path` with `bytes` durably: a temp file beside it, fsynced, renamed into place,
 /// the directory fsynced.
 pub fn write_durable(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -293,4 +275,22 @@ pub fn write_durable(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
         let _ = std::fs::remove_file(&tmp);
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_789), (2026, 12, 2));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn jcs_sorts_keys() {
+        let v = serde_json::json!({"b": 1, "a": [2, {"d": 1, "c": "x"}]});
+        assert_eq!(jcs(&v), r#"{"a":[2,{"c":"x","d":1}],"b":1}"#);
+    }
 }
