@@ -5,8 +5,8 @@
 //!
 //! Layout of a remote (docs/fleet.md):
 //! - `blobs/<digest>`: content-addressed blobs, shared by every session, written once;
-//! - `sessions/<id>/wal/<from>-<to>`: immutable segments of the session's WAL (byte ranges
-//!   of its intact prefix, zero-padded so they sort);
+//! - `sessions/<id>/wal/<from>-<to>-<sha256>`: immutable segments of the session's WAL (byte
+//!   ranges of its intact prefix, zero-padded so they sort, named by content);
 //! - `sessions/<id>/manifest.json`: the remote head (the WAL length and its SHA-256, the
 //!   segments, the base tree, the lineage), replaced only by compare-and-swap.
 
@@ -64,8 +64,10 @@ pub fn blob_key(digest: &str) -> String {
     format!("blobs/{digest}")
 }
 
-pub fn segment_key(id: &str, from: u64, to: u64) -> String {
-    format!("sessions/{id}/wal/{from:020}-{to:020}")
+/// A segment's key names its range and its content's SHA-256: two stores racing to extend
+/// the same remote head upload different objects, and the manifest names only the winner's.
+pub fn segment_key(id: &str, from: u64, to: u64, sha256: &str) -> String {
+    format!("sessions/{id}/wal/{from:020}-{to:020}-{sha256}")
 }
 
 /// The remote head a manifest states, as documents show it.

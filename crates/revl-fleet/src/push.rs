@@ -161,11 +161,12 @@ fn push_one(
         }
         // 2. the new segment (immutable; a rerun after a kill finds it there).
         let seg_bytes = &wal[base_len as usize..];
+        let sha = sha256_hex(seg_bytes);
         let seg = Segment {
-            key: segment_key(id, base_len, local_len),
+            key: segment_key(id, base_len, local_len, &sha),
             from: base_len,
             to: local_len,
-            sha256: sha256_hex(seg_bytes),
+            sha256: sha,
         };
         if bucket.put(&seg.key, seg_bytes, None)? == Put::Done {
             bytes += seg_bytes.len() as u64;

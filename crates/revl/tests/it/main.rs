@@ -10,6 +10,7 @@ mod demo;
 mod drift;
 mod exec;
 mod exec_output;
+mod fleet;
 mod fork;
 mod foundation;
 mod fuzz;
