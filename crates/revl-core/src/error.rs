@@ -48,8 +48,6 @@ pub enum Code {
     /// v3: a push whose local history does not extend the remote one (SPEC 21): another
     /// store wrote the session; nothing local changed.
     Fenced,
-    /// v3: a remote is not configured, unreachable, or misbehaves (SPEC 21).
-    Remote,
 }
 
 impl Code {
@@ -86,7 +84,6 @@ impl Code {
             Code::LimitExceeded => "limit-exceeded",
             Code::ToolUnavailable => "tool-unavailable",
             Code::Fenced => "fenced",
-            Code::Remote => "remote",
         }
     }
 

@@ -37,7 +37,7 @@ pub enum Bucket {
 
 fn remote_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
     Error::new(
-        Code::Remote,
+        Code::Io,
         format!("{what}: {e}"),
         "check the remote's URL, that its server is reachable, and the AWS_* credentials (`revl remote list` shows the URL)",
     )

@@ -13,7 +13,7 @@ pub struct Index {
 
 fn pg_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(
-        Code::Remote,
+        Code::Io,
         format!("{what}: {e}"),
         "check the postgres:// URL and that the server is reachable (`revl remote list` shows the index URL)",
     )

@@ -218,7 +218,7 @@ fn push_one(
         ));
     }
     Err(Error::new(
-        Code::Remote,
+        Code::Io,
         format!("session {id}: the remote head kept changing while this push ran"),
         "another store is pushing this session: check which store writes it",
     ))
