@@ -426,7 +426,8 @@ pub fn fork(
     s.fork(k)
 }
 
-/// The remote a pending remote fork of `given` (an id or prefix) waits in, if any.
+/// The remote a pending remote fork of `given` (an id or prefix; empty: any) waits in, if
+/// any.
 pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String)>> {
     let g = given.trim().to_ascii_lowercase();
     let mut found = Vec::new();
@@ -437,7 +438,8 @@ pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String
         };
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if g.len() >= 6 && n.starts_with(&g) {
+            // No id given: every pending remote fork (the caller wants exactly one).
+            if g.is_empty() || (g.len() >= 6 && n.starts_with(&g)) {
                 found.push((r.name.clone(), n));
             }
         }

@@ -323,7 +323,8 @@ enum Cmd {
     /// Perform the enumerated fork: rewind, freeze the parent, start the branch.
     ForkConfirm {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
-        session: String,
+        /// May be left out for the one remote fork pending in this store (`fork --remote`).
+        session: Option<String>,
         /// The whole 64-character hash the `fork` report printed (a prefix is refused).
         #[arg(long)]
         hash: String,
@@ -1004,12 +1005,22 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             into,
         } => {
             // A fork enumerated with --remote waits in this store, not in a local session.
-            if let Err(e) = store.resolve(session) {
-                if let Some((remote, id)) = revl_fleet::pull::pending_fork(&store, session)? {
+            let given = session.as_deref().unwrap_or("");
+            let local = match session {
+                Some(sid) => store.resolve(sid),
+                None => Err(Error::new(
+                    Code::Usage,
+                    "fork-confirm needs SESSION (no remote fork is pending in this store)",
+                    "revl fork-confirm SESSION --hash H",
+                )),
+            };
+            if let Err(e) = local {
+                if let Some((remote, id)) = revl_fleet::pull::pending_fork(&store, given)? {
                     return remote_fork_confirm(&store, &remote, &id, hash, into.as_deref());
                 }
                 return Err(e);
             }
+            let session = given;
             let mut s = attach(&store, session)?;
             let report = match into {
                 Some(dir) => s.fork_confirm_into(hash, dir)?,
@@ -1187,9 +1198,17 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
             hash,
             into,
         } => {
-            let id = match revl_fleet::pull::pending_fork(&store, session)? {
+            let given = session.as_deref().unwrap_or("");
+            let id = match revl_fleet::pull::pending_fork(&store, given)? {
                 Some((_, id)) => id,
-                None => reader.resolve(session)?,
+                None if given.is_empty() => {
+                    return Err(Error::new(
+                        Code::NoPendingFork,
+                        format!("no remote fork is pending in this store (remote {name})"),
+                        "enumerate it first: `revl fork --remote NAME SESSION --at K`",
+                    ))
+                }
+                None => reader.resolve(given)?,
             };
             remote_fork_confirm(&store, name, &id, hash, into.as_deref())
         }
