@@ -104,6 +104,13 @@ fn push_one(
     let wal = store.read_range(id, 0, store.intact_len(id)?)?;
     let local_len = wal.len() as u64;
     let (st, _) = revl_core::state::State::read(&store.wal_path(id))?;
+    // A live session made before the store had a remote has no base tree yet: its
+    // workspace now holds, for every path revl never touched, what it held at `new` (paths
+    // revl touched are read from the WAL), so a capture now serves a remote branch as well.
+    let ws = std::path::Path::new(&st.workspace);
+    if store.base_of(id).is_none() && st.life() == revl_core::state::Life::Live && ws.is_dir() {
+        store.capture_base(id, ws)?;
+    }
     let mut uploaded_blobs = 0u64;
     let mut bytes = 0u64;
     let mut blobs_done = false;
@@ -125,7 +132,9 @@ fn push_one(
             }
             None => (0, None),
         };
-        if base_len == local_len {
+        let base_new =
+            store.base_of(id).is_some() && prev.as_ref().is_some_and(|m| m.base.is_none());
+        if base_len == local_len && !base_new {
             // Nothing new: no object is created or changed.
             let m = prev.expect("a remote head of the local length");
             return Ok((
@@ -208,7 +217,7 @@ fn push_one(
             Pushed {
                 session: id.to_string(),
                 remote_head: crate::head_doc(&m),
-                segments: 1,
+                segments: u64::from(!seg_bytes.is_empty()),
                 blobs: uploaded_blobs,
                 bytes,
                 records,

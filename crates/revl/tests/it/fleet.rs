@@ -755,3 +755,32 @@ fn bad_remote_input_gets_a_one_line_error() {
     let l = f.a(&["remote", "list"]).ok().clone();
     assert_eq!(l["remotes"][0]["name"], "origin");
 }
+
+#[test]
+fn a_session_made_before_its_store_had_a_remote_is_branched_whole() {
+    let f = Fleet::dir();
+    let ws = f.w.ws("ws");
+    std::fs::write(ws.join("kept.txt"), "never touched\n").unwrap();
+    let id = s(&f.a(&["new", "--workspace", ws.to_str().unwrap()]).ok()["session"]);
+    f.a(&["write", &id, "a.txt", "--content", "one"]).ok();
+    // No remote at `new`: the first push captures the base tree from the live workspace.
+    f.add_remotes();
+    pushed(&f.a(&["push"]));
+    let r = f.b(&["--remote", "origin", "read", &id, "kept.txt", "--at", "0"]);
+    assert_eq!(r.ok()["content"], "never touched\n");
+    let h = s(&f.b(&["fork", "--remote", "origin", &id, "--at", "0"]).ok()["hash"]);
+    let into = f.w.path("b");
+    f.b(&[
+        "fork-confirm",
+        &id,
+        "--hash",
+        &h,
+        "--into",
+        into.to_str().unwrap(),
+    ])
+    .ok();
+    assert_eq!(
+        files(&into),
+        BTreeMap::from([("kept.txt".to_string(), b"never touched\n".to_vec())])
+    );
+}
