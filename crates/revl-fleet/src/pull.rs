@@ -214,20 +214,22 @@ impl Reader {
             if new.is_empty() {
                 return Ok(());
             }
-            for d in new {
-                tried.insert(d.clone());
-                let Some((b, _)) = self.bucket.get(&blob_key(&d))? else {
+            for chunk in new.chunks(256) {
+                tried.extend(chunk.iter().cloned());
+                let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
+                for (d, got) in chunk.iter().zip(self.bucket.get_many(&keys)?) {
                     // Not every digest a WAL names is a blob (small preimages sit inline).
-                    continue;
-                };
-                if revl_core::util::blake3_hex(&b) != d {
-                    return Err(tampered(
-                        &self.remote.name,
-                        &blob_key(&d),
-                        "its content does not match its digest",
-                    ));
+                    let Some(b) = got else { continue };
+                    if revl_core::util::blake3_hex(&b) != *d {
+                        return Err(tampered(
+                            &self.remote.name,
+                            &blob_key(d),
+                            "its content does not match its digest",
+                        ));
+                    }
+                    // A cache: every blob is verified again when read.
+                    blobs.put_cached(&b)?;
                 }
-                blobs.put(&b)?;
             }
         }
     }

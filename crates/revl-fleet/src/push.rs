@@ -152,18 +152,25 @@ fn push_one(
         }
         // 1. blobs, each once for the whole bucket.
         if !blobs_done {
-            for d in blobs_to_push(store, &st, id)? {
-                if bucket.exists(&blob_key(&d))? {
-                    continue;
+            let want: Vec<String> = blobs_to_push(store, &st, id)?.into_iter().collect();
+            for chunk in want.chunks(256) {
+                let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
+                let there = bucket.exists_many(&keys)?;
+                let mut items = Vec::new();
+                for (d, there) in chunk.iter().zip(there) {
+                    if there {
+                        continue;
+                    }
+                    if let Some(b) = store.get_blob(d)? {
+                        items.push((blob_key(d), b));
+                    }
+                    // Bounded memory: at most 64 blobs or 64 MiB in flight.
+                    let held: usize = items.iter().map(|(_, b)| b.len()).sum();
+                    if items.len() >= 64 || held >= 64 << 20 {
+                        upload(bucket, &mut items, &mut uploaded_blobs, &mut bytes, &fp)?;
+                    }
                 }
-                let Some(b) = store.get_blob(&d)? else {
-                    continue;
-                };
-                if bucket.put(&blob_key(&d), &b, None)? == Put::Done {
-                    uploaded_blobs += 1;
-                    bytes += b.len() as u64;
-                }
-                fp.point("push.mid-blobs");
+                upload(bucket, &mut items, &mut uploaded_blobs, &mut bytes, &fp)?;
             }
             blobs_done = true;
             fp.point("push.after-blobs");
@@ -231,6 +238,25 @@ fn push_one(
         format!("session {id}: the remote head kept changing while this push ran"),
         "another store is pushing this session: check which store writes it",
     ))
+}
+
+/// Create the blobs of `items` in the bucket (each only if absent), then empty `items`.
+fn upload(
+    bucket: &Bucket,
+    items: &mut Vec<(String, Vec<u8>)>,
+    count: &mut u64,
+    bytes: &mut u64,
+    fp: &revl_core::Failpoints,
+) -> Result<()> {
+    for ((_, b), put) in items.iter().zip(bucket.create_many(items)?) {
+        if put == Put::Done {
+            *count += 1;
+            *bytes += b.len() as u64;
+        }
+        fp.point("push.mid-blobs");
+    }
+    items.clear();
+    Ok(())
 }
 
 /// Every blob a session's push carries: what its WAL names, its base tree and the base
