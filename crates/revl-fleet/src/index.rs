@@ -178,15 +178,10 @@ pub fn index(store: &revl_core::Store, name: &str, url: &str) -> Result<Indexed>
     let remote = all.get(name)?;
     let mut ix = Index::connect(url)?;
     let bucket = crate::Bucket::open(&remote.url)?;
-    let mut rows = Vec::new();
-    for id in bucket.children("sessions")? {
-        if !revl_core::store::is_session_id(&id) {
-            continue;
-        }
-        if let Some((m, _)) = crate::push::remote_manifest(&bucket, name, &id)? {
-            rows.push((LineageEntry::of(&m), m.wal_length, m.wal_sha256.clone()));
-        }
-    }
+    let rows: Vec<_> = crate::pull::bucket_manifests(&bucket, name)?
+        .into_iter()
+        .map(|m| (LineageEntry::of(&m), m.wal_length, m.wal_sha256.clone()))
+        .collect();
     let n = ix.rebuild(name, &rows)?;
     if let Some(c) = all.remotes.get_mut(name) {
         c.index = Some(url.to_string());

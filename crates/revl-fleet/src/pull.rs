@@ -334,13 +334,26 @@ pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<Linea
 
 /// Every session's manifest in the bucket, as lineage entries.
 pub fn bucket_lineage(bucket: &Bucket, remote: &str) -> Result<Vec<LineageEntry>> {
+    Ok(bucket_manifests(bucket, remote)?
+        .iter()
+        .map(LineageEntry::of)
+        .collect())
+}
+
+/// Every session's manifest in the bucket (read 32 at a time), verified to be one.
+pub fn bucket_manifests(bucket: &Bucket, remote: &str) -> Result<Vec<Manifest>> {
+    let ids: Vec<String> = bucket
+        .children("sessions")?
+        .into_iter()
+        .filter(|id| revl_core::store::is_session_id(id))
+        .collect();
     let mut out = Vec::new();
-    for id in bucket.children("sessions")? {
-        if !revl_core::store::is_session_id(&id) {
-            continue;
-        }
-        if let Some((m, _)) = remote_manifest(bucket, remote, &id)? {
-            out.push(LineageEntry::of(&m));
+    for chunk in ids.chunks(1024) {
+        let keys: Vec<String> = chunk.iter().map(|id| crate::manifest_key(id)).collect();
+        for (id, got) in chunk.iter().zip(bucket.get_many(&keys)?) {
+            if let Some(b) = got {
+                out.push(crate::parse_manifest(&b, id, remote)?);
+            }
         }
     }
     Ok(out)
