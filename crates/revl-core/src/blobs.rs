@@ -56,6 +56,25 @@ impl BlobStore {
         Ok(digest)
     }
 
+    /// Store `bytes` without fsync: for a cache (a mirror of a remote, SPEC 21) whose every
+    /// blob can be fetched again and is verified on each read. Returns the digest.
+    pub fn put_cached(&self, bytes: &[u8]) -> Result<String> {
+        let digest = blake3_hex(bytes);
+        let path = self.path_of(&digest);
+        if path.exists() {
+            return Ok(digest);
+        }
+        let dir = path.parent().expect("blob path has a parent").to_path_buf();
+        let res = (|| -> std::io::Result<()> {
+            fs::create_dir_all(&dir)?;
+            let tmp = dir.join(format!(".{}.{}.tmp", &digest[2..], std::process::id()));
+            fs::write(&tmp, bytes)?;
+            fs::rename(&tmp, &path)
+        })();
+        res.map_err(|e| Error::io(format!("cannot write blob {digest}"), e))?;
+        Ok(digest)
+    }
+
     /// Store the content of the file at `path` durably, streamed (a chunk in memory at a
     /// time, whatever its size), and return its digest. Idempotent like [`BlobStore::put`].
     pub fn put_file(&self, path: &Path) -> Result<String> {

@@ -45,6 +45,9 @@ pub enum Code {
     LimitExceeded,
     /// v3: a Python function tool (SPEC 18) this process does not hold: nothing recorded.
     ToolUnavailable,
+    /// v3: a push whose local history does not extend the remote one (SPEC 21): another
+    /// store wrote the session; nothing local changed.
+    Fenced,
 }
 
 impl Code {
@@ -80,6 +83,7 @@ impl Code {
             Code::NewerWal => "newer-wal",
             Code::LimitExceeded => "limit-exceeded",
             Code::ToolUnavailable => "tool-unavailable",
+            Code::Fenced => "fenced",
         }
     }
 

@@ -166,6 +166,15 @@ impl Store {
     }
 }
 
+/// Every blob digest the session state `st` names, directory snapshots' entries included as
+/// far as `blobs` holds those snapshots (SPEC 21: what a push uploads and a mirror fetches;
+/// call again after fetching snapshots to reach their entries).
+pub fn blobs_named(st: &State, blobs: &crate::blobs::BlobStore) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    reachable_from(st, blobs, &mut out);
+    out
+}
+
 /// Every blob digest a session's WAL names.
 fn reachable_from(st: &State, blobs: &crate::blobs::BlobStore, out: &mut BTreeSet<String>) {
     out.extend(st.manifest_digest.clone());

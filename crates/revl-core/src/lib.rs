@@ -41,6 +41,7 @@ pub mod session;
 pub mod state;
 pub mod step;
 pub mod steptext;
+pub mod storage;
 pub mod store;
 pub mod tools;
 pub mod undo;

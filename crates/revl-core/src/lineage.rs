@@ -298,6 +298,24 @@ pub fn find_parent_wal(
     if holds(recorded) {
         return Ok(recorded.to_path_buf());
     }
+    // A branch of a remote session (SPEC 21) names `remote NAME: sessions/<id>`: the store
+    // keeps its verified copy in the remote's mirror.
+    if let (Some(rest), Some(store)) = (
+        recorded.to_str().and_then(|r| r.strip_prefix("remote ")),
+        by_id.and_then(|p| p.parent()?.parent()?.parent()),
+    ) {
+        if let Some((name, rel)) = rest.split_once(": ") {
+            let p = store
+                .join("remotes")
+                .join(name)
+                .join("mirror")
+                .join(rel)
+                .join("wal.jsonl");
+            if holds(&p) {
+                return Ok(p);
+            }
+        }
+    }
     let looked = match by_id {
         Some(p) => format!("{} nor {}", p.display(), recorded.display()),
         None => recorded.display().to_string(),

@@ -20,6 +20,25 @@ pub struct Store {
     pub(crate) lock_wait: Duration,
     /// The process's runner of Python function tools (SPEC 18), if it has one.
     host: Option<Host>,
+    /// A mirror of sessions another store wrote (SPEC 21), when this handle is one.
+    mirror: Option<std::sync::Arc<Mirror>>,
+}
+
+/// How a mirror store differs from a store of this machine's sessions (SPEC 21): its WALs
+/// were written elsewhere, so each session's workspace is a directory of this machine
+/// (its captured base tree, or a tree materialised from the bucket), attaching never
+/// repairs, and its blobs may live in another store's `blobs/`.
+#[derive(Debug, Clone)]
+pub struct Mirror {
+    /// `<workspaces>/<id>` stands for session `id`'s workspace.
+    pub workspaces: PathBuf,
+    /// The blob store to read (default: the mirror's own `blobs/`).
+    pub blobs: Option<PathBuf>,
+    /// Attaching repairs nothing and verbs that write refuse (every mirror but the scratch
+    /// store of a remote fork).
+    pub read_only: bool,
+    /// What a branch made here names as its parent's WAL (`remote NAME: sessions/<id>`).
+    pub parent_wal: Option<String>,
 }
 
 /// A [`ToolHost`](crate::tools::ToolHost), shared by the sessions of a store handle.
@@ -73,7 +92,26 @@ impl Store {
             fp,
             lock_wait: LOCK_WAIT,
             host: None,
+            mirror: None,
         })
+    }
+
+    /// Open (creating) a mirror store at `root` (SPEC 21): sessions pushed from another
+    /// store, read with the offline readers as if they were local.
+    pub fn open_mirror(root: &Path, mirror: Mirror) -> Result<Store> {
+        let mut s = Store::open(root, Failpoints::none())?;
+        s.mirror = Some(std::sync::Arc::new(mirror));
+        Ok(s)
+    }
+
+    /// The mirror settings when this store holds sessions written elsewhere.
+    pub fn mirror(&self) -> Option<&Mirror> {
+        self.mirror.as_deref()
+    }
+
+    /// The directory that stands for session `id`'s workspace, when this is a mirror.
+    pub(crate) fn mirrored_workspace(&self, id: &str) -> Option<PathBuf> {
+        self.mirror.as_ref().map(|m| m.workspaces.join(id))
     }
 
     /// Open (creating) the store at `root` to make a session on `workspace`: a store inside
@@ -125,6 +163,9 @@ impl Store {
     }
 
     pub fn blobs(&self) -> BlobStore {
+        if let Some(b) = self.mirror.as_ref().and_then(|m| m.blobs.clone()) {
+            return BlobStore::new(b, self.fp.clone());
+        }
         BlobStore::new(self.root.join("blobs"), self.fp.clone())
     }
 

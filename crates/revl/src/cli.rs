@@ -17,6 +17,10 @@ struct Cli {
     /// Print exactly one JSON document on stdout.
     #[arg(long, global = true)]
     json: bool,
+    /// Read (log, view, branch, compare, diff, read --at) or fork a session of this remote
+    /// (`revl remote add NAME URL`) instead of this store's.
+    #[arg(long, global = true, value_name = "NAME")]
+    remote: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -32,6 +36,22 @@ enum Cmd {
         /// The tool manifest (default: revl.toml in the workspace, if present).
         #[arg(long, value_name = "FILE")]
         manifest: Option<PathBuf>,
+        /// Capture the workspace's files as the session's base tree (automatic when the
+        /// store has a remote), so another machine can branch it from the bucket.
+        #[arg(long)]
+        capture_base: bool,
+    },
+    /// Remotes: object storage (s3://BUCKET/PREFIX) or a shared directory (file:///DIR)
+    /// that sessions are pushed to and read or branched from on any machine.
+    Remote {
+        #[command(subcommand)]
+        cmd: RemoteCmd,
+    },
+    /// Upload the session's sealed WAL and the blobs it names to a remote (every session of
+    /// the store when none is named); idempotent and resumable.
+    Push {
+        /// A session id (or unique prefix); default: every session of the store.
+        session: Option<String>,
     },
     /// List the sessions of the store.
     Sessions,
@@ -316,7 +336,8 @@ enum Cmd {
     /// Perform the enumerated fork: rewind, freeze the parent, start the branch.
     ForkConfirm {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
-        session: String,
+        /// May be left out for the one remote fork pending in this store (`fork --remote`).
+        session: Option<String>,
         /// The whole 64-character hash the `fork` report printed (a prefix is refused).
         #[arg(long)]
         hash: String,
@@ -421,6 +442,29 @@ enum Cmd {
         /// Keep the temporary store and workspace and print where they are.
         #[arg(long)]
         keep: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum RemoteCmd {
+    /// Add a remote: s3://BUCKET[/PREFIX] (credentials, region and AWS_ENDPOINT_URL from
+    /// the usual AWS_* variables) or file:///ABSOLUTE/DIR.
+    Add { name: String, url: String },
+    /// List the store's remotes.
+    List,
+    /// Index the remote's lineage in PostgreSQL, rebuilt from the bucket alone; pushes keep
+    /// it up to date and lineage queries use it.
+    Index {
+        name: String,
+        /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB
+        url: String,
+    },
+    /// The remote's sessions and their parents (from the index when there is one, else by
+    /// listing the bucket).
+    Lineage {
+        name: String,
+        /// Only this session's family.
+        session: Option<String>,
     },
 }
 
@@ -554,6 +598,11 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     if let Cmd::Demo { keep } = &cli.cmd {
         return demo::run(*keep);
     }
+    if let Some(name) = &cli.remote {
+        if !matches!(cli.cmd, Cmd::Push { .. }) {
+            return run_remote(cli, name);
+        }
+    }
     match &cli.cmd {
         Cmd::Branch { wals, at } => {
             let wals = wals
@@ -596,6 +645,27 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } | Cmd::Doctor => {
             unreachable!("handled above")
         }
+        Cmd::Remote { cmd } => remote_cmd(&store, cmd),
+        Cmd::Push { session } => {
+            let remote = pick_remote(&store, cli.remote.as_deref())?;
+            let ids = match session {
+                Some(s) => vec![store.resolve(s)?],
+                None => Vec::new(),
+            };
+            let r = revl_fleet::push::push(&store, &remote, &ids)?;
+            let text = r
+                .pushed
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}  epoch {}  {} segment(s), {} blob(s), {} bytes uploaded",
+                        p.session, p.remote_head["epoch"], p.segments, p.blobs, p.bytes
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            Ok(Outcome::ok(to_json(&r), text))
+        }
         Cmd::Mcp {
             workspace,
             session,
@@ -621,9 +691,14 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::New {
             workspace,
             manifest,
+            capture_base,
         } => {
             let s = store.new_session(workspace, manifest.as_deref())?;
             let r = revl_core::api::Created::of(&s);
+            // The base tree lets another machine branch this session from a remote.
+            if *capture_base || !revl_fleet::Remotes::load(&store)?.remotes.is_empty() {
+                store.capture_base(&r.session, Path::new(&r.workspace))?;
+            }
             let text = format!(
                 "session   {}\nworkspace {}\nwal       {}",
                 r.session, r.workspace, r.wal
@@ -945,6 +1020,23 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             hash,
             into,
         } => {
+            // A fork enumerated with --remote waits in this store, not in a local session.
+            let given = session.as_deref().unwrap_or("");
+            let local = match session {
+                Some(sid) => store.resolve(sid),
+                None => Err(Error::new(
+                    Code::Usage,
+                    "fork-confirm needs SESSION (no remote fork is pending in this store)",
+                    "revl fork-confirm SESSION --hash H",
+                )),
+            };
+            if let Err(e) = local {
+                if let Some((remote, id)) = revl_fleet::pull::pending_fork(&store, given)? {
+                    return remote_fork_confirm(&store, &remote, &id, hash, into.as_deref());
+                }
+                return Err(e);
+            }
+            let session = given;
             let mut s = attach(&store, session)?;
             let report = match into {
                 Some(dir) => s.fork_confirm_into(hash, dir)?,
@@ -1000,6 +1092,243 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let report = s.step_back(k, mode)?;
             Ok(Outcome::ok(to_json(&report), render::step_back(&report)))
         }
+    }
+}
+
+fn pick_remote(store: &Store, name: Option<&str>) -> Result<revl_fleet::Remote, Error> {
+    let all = revl_fleet::Remotes::load(store)?;
+    if let Some(n) = name {
+        return all.get(n);
+    }
+    let list = all.list();
+    match list.len() {
+        1 => Ok(list.into_iter().next().expect("one remote")),
+        0 => Err(Error::new(
+            Code::Usage,
+            "this store has no remote",
+            "`revl remote add NAME s3://BUCKET/PREFIX` (or file:///DIR) first",
+        )),
+        _ => Err(Error::new(
+            Code::Usage,
+            "this store has several remotes: say which",
+            "--remote NAME (`revl remote list` lists them)",
+        )),
+    }
+}
+
+fn remote_cmd(store: &Store, cmd: &RemoteCmd) -> Result<Outcome, Error> {
+    match cmd {
+        RemoteCmd::Add { name, url } => {
+            let r = revl_fleet::config::add(store, name, url)?;
+            let text = format!("remote {} = {}", r.name, r.url);
+            Ok(Outcome::ok(to_json(&r), text))
+        }
+        RemoteCmd::List => {
+            let list: Vec<_> = revl_fleet::Remotes::load(store)?
+                .list()
+                .into_iter()
+                .map(|mut r| {
+                    r.index = r.index.map(|u| revl_fleet::index::redact(&u));
+                    r
+                })
+                .collect();
+            let text = list
+                .iter()
+                .map(|r| match &r.index {
+                    Some(i) => format!("{}  {}  (index {i})", r.name, r.url),
+                    None => format!("{}  {}", r.name, r.url),
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            Ok(Outcome::ok(serde_json::json!({ "remotes": list }), text))
+        }
+        RemoteCmd::Index { name, url } => {
+            let r = revl_fleet::index::index(store, name, url)?;
+            let text = format!(
+                "remote {}: {} session(s) indexed in {}",
+                r.remote, r.sessions, r.index
+            );
+            Ok(Outcome::ok(to_json(&r), text))
+        }
+        RemoteCmd::Lineage { name, session } => {
+            let remote = revl_fleet::Remotes::load(store)?.get(name)?;
+            let r = revl_fleet::pull::lineage(store, &remote, session.as_deref())?;
+            let text = r
+                .sessions
+                .iter()
+                .map(|e| match (&e.parent, e.at) {
+                    (Some(p), Some(at)) => format!(
+                        "{}  {}  head {}  branch of {p} at step {at}",
+                        e.session, e.state, e.head
+                    ),
+                    _ => format!("{}  {}  head {}", e.session, e.state, e.head),
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            Ok(Outcome::ok(to_json(&r), text))
+        }
+    }
+}
+
+fn remote_fork_confirm(
+    store: &Store,
+    remote: &str,
+    id: &str,
+    hash: &str,
+    into: Option<&Path>,
+) -> Result<Outcome, Error> {
+    let Some(dir) = into else {
+        return Err(Error::new(
+            Code::Usage,
+            "a branch of a remote session needs its own workspace: give --into DIR",
+            "revl fork-confirm SESSION --hash H --into DIR",
+        ));
+    };
+    let capture = !revl_fleet::Remotes::load(store)?.remotes.is_empty();
+    let report = revl_fleet::pull::fork_confirm(store, remote, id, hash, dir, capture)?;
+    Ok(answered(&report, render::fork(&report)))
+}
+
+/// The verbs that read a remote's sessions (and `fork --remote`): the sessions are copied,
+/// verified, into the store's mirror of the remote, and read there by the same readers.
+fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
+    let store = open_store(cli)?;
+    let remote = revl_fleet::Remotes::load(&store)?.get(name)?;
+    let reader = revl_fleet::pull::Reader::open(&store, &remote)?;
+    let mirror = &reader.mirror;
+    // A session named on the command line: resolved among the remote's, copied with its
+    // ancestors; returns its full id.
+    let fetch = |given: &str| -> Result<String, Error> {
+        let id = reader.resolve(given)?;
+        reader.sync_family(&id)?;
+        Ok(id)
+    };
+    match &cli.cmd {
+        Cmd::Fork { session, at } => {
+            let k = parse_k(at, "--at")?;
+            let report = revl_fleet::pull::fork(&store, &remote, session, k)?;
+            Ok(Outcome::ok(to_json(&report), render::fork(&report)))
+        }
+        Cmd::ForkConfirm {
+            session,
+            hash,
+            into,
+        } => {
+            let given = session.as_deref().unwrap_or("");
+            let id = match revl_fleet::pull::pending_fork(&store, given)? {
+                Some((_, id)) => id,
+                None if given.is_empty() => {
+                    return Err(Error::new(
+                        Code::NoPendingFork,
+                        format!("no remote fork is pending in this store (remote {name})"),
+                        "enumerate it first: `revl fork --remote NAME SESSION --at K`",
+                    ))
+                }
+                None => reader.resolve(given)?,
+            };
+            remote_fork_confirm(&store, name, &id, hash, into.as_deref())
+        }
+        Cmd::Log { session } | Cmd::View { session, .. } => {
+            let only = match session {
+                Some(s) => {
+                    let id = reader.resolve(s)?;
+                    // The family, from the index when there is one (else the bucket).
+                    let fam = revl_fleet::pull::lineage(&store, &remote, Some(&id))?;
+                    for e in &fam.sessions {
+                        reader.sync(&e.session)?;
+                    }
+                    reader.sync_family(&id)?;
+                    Some(id)
+                }
+                None => {
+                    reader.sync_all()?;
+                    None
+                }
+            };
+            match &cli.cmd {
+                Cmd::Log { .. } => {
+                    let r = revl_core::log::log(mirror, only.as_deref())?;
+                    Ok(Outcome::ok(to_json(&r), render::log(&r)))
+                }
+                Cmd::View { out, .. } => {
+                    let out = out
+                        .clone()
+                        .unwrap_or_else(|| PathBuf::from("revl-view.html"));
+                    let r = view::write(mirror, only.as_deref(), &out)?;
+                    let text = format!(
+                        "wrote {} ({} session(s), {} step(s), {} bytes): open it in a browser",
+                        r.out, r.sessions, r.steps, r.bytes
+                    );
+                    Ok(Outcome::ok(to_json(&r), text))
+                }
+                _ => unreachable!("log or view"),
+            }
+        }
+        Cmd::Branch { wals, at } => {
+            let wals = wals
+                .iter()
+                .map(|w| match w.to_str() {
+                    Some(g) => fetch(g).map(|id| mirror.wal_path(&id)),
+                    None => Err(Error::bad_args(
+                        format!("{} is not a session id", w.display()),
+                        "with --remote, give session ids of the remote",
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            offline_branch(&wals, at.as_deref(), cli.json)
+        }
+        Cmd::Compare { left, right } => {
+            let side = |p: &PathBuf| -> Result<PathBuf, Error> {
+                let g = p.to_str().unwrap_or_default();
+                Ok(mirror.wal_path(&fetch(g)?))
+            };
+            let report = revl_core::lineage::compare(&side(left)?, &side(right)?)?;
+            let doc = to_json(&report);
+            Ok(Outcome {
+                text: render::compare(&report),
+                exit: u8::from(report.unclean()),
+                doc,
+                printed: false,
+            })
+        }
+        Cmd::Diff { left, right, path } => {
+            let point = |p: &str| -> Result<String, Error> {
+                match p.rsplit_once('@') {
+                    Some((id, k)) => Ok(format!("{}@{k}", fetch(id)?)),
+                    None => fetch(p),
+                }
+            };
+            let (l, r) = (point(left)?, point(right)?);
+            let report = revl_core::session::diff::diff_in(mirror, &l, &r, path.as_deref())?;
+            let mut out = Outcome::ok(to_json(&report), render::diff(&report));
+            out.exit = u8::from(!report.paths.is_empty());
+            Ok(out)
+        }
+        Cmd::Read {
+            session,
+            path,
+            at: Some(at),
+        } => {
+            let k = parse_k(at, "--at")?;
+            let id = fetch(session)?;
+            let s = mirror.attach_read(&id)?;
+            let r = s.read_at(path, k)?;
+            let text = match (&r.content, &r.content_base64) {
+                (Some(c), _) => c.clone(),
+                (None, b) => format!("(binary, base64) {}", b.as_deref().unwrap_or("")),
+            };
+            Ok(Outcome::ok(to_json(&r), text))
+        }
+        Cmd::Read { at: None, .. } => Err(Error::new(
+            Code::Usage,
+            "--remote reads a file as it was after a step: give --at K",
+            "revl read --remote NAME SESSION PATH --at K",
+        )),
+        _ => Err(Error::new(
+            Code::Usage,
+            "--remote applies to log, view, branch, compare, diff, read --at, fork and fork-confirm (and picks the remote of push)",
+            "run this verb without --remote, on the store that holds the session",
+        )),
     }
 }
 

@@ -90,7 +90,9 @@ impl Session {
 
     /// The image of `rel` at a point, and its bytes when it is a file.
     fn image_with_bytes(&self, rel: &str, at: Option<i64>) -> Result<(Image, Option<Vec<u8>>)> {
-        let live_now = at.is_none() && self.state.life() == Life::Live;
+        // A mirrored session's workspace is elsewhere: "now" is its head as the WAL says.
+        let live_now =
+            at.is_none() && self.state.life() == Life::Live && self.store.mirror().is_none();
         let (img, inline) = if live_now {
             (self.ws.observe(rel)?, None)
         } else {
@@ -133,7 +135,10 @@ pub fn diff(left: Point, right: Point, path: Option<&str>) -> Result<DiffReport>
     paths.extend(right.session.witnessed_paths(pos(&right))?);
     // A directory that is live on either side now: its files, one by one.
     for p in [&left, &right] {
-        if p.at.is_none() && p.session.state.life() == Life::Live {
+        if p.at.is_none()
+            && p.session.state.life() == Life::Live
+            && p.session.store.mirror().is_none()
+        {
             let dirs: Vec<String> = paths.iter().cloned().collect();
             for d in dirs {
                 if p.session

@@ -660,7 +660,10 @@ impl Session {
                 branch: branch.into(),
                 parent: self.id.clone(),
                 at: k,
-                parent_wal: self.wal_path.display().to_string(),
+                parent_wal: match self.store.mirror().and_then(|m| m.parent_wal.clone()) {
+                    Some(remote) => remote,
+                    None => self.wal_path.display().to_string(),
+                },
                 preserved,
                 not_preserved: not_preserved(),
                 crossed,

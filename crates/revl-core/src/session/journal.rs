@@ -20,6 +20,16 @@ impl Session {
                 &c.why,
             ));
         }
+        if self.store.mirror().is_some_and(|m| m.read_only) {
+            return Err(Error::new(
+                Code::Usage,
+                format!(
+                    "session {} was pushed from another store: this copy is read-only",
+                    self.id
+                ),
+                "branch it here with `revl fork --remote NAME SESSION --at K`, or run the verb on the store that wrote it",
+            ));
+        }
         if self.busy() {
             return Err(Error::new(
                 Code::Busy,

@@ -21,6 +21,7 @@ mod exec;
 mod fork;
 mod journal;
 mod read;
+pub mod remote;
 mod repair;
 mod settle;
 mod unwind;
@@ -281,7 +282,10 @@ impl Store {
             let (state, read) = State::read(&wal_path)?;
             (state, read, None)
         };
-        let ws = Workspace::new(PathBuf::from(&state.workspace), self.fp.clone());
+        let ws_root = self
+            .mirrored_workspace(id)
+            .unwrap_or_else(|| PathBuf::from(&state.workspace));
+        let ws = Workspace::new(ws_root, self.fp.clone());
         let mut s = Session {
             store: self.clone(),
             id: id.to_string(),
@@ -303,6 +307,10 @@ impl Store {
         // A command that writes cuts a torn last line before anything else (opening the
         // writer does it and says so), so the repair is reported with the others; a read
         // leaves it, reported as `torn` (SPEC 3.1).
+        // A mirror's WALs are another store's: read as they stand, never repaired or cut.
+        if self.mirror().is_some_and(|m| m.read_only) {
+            return Ok(s);
+        }
         if how == Attach::Write && s.lock.is_some() && s.torn && s.state.life() == Life::Live {
             s.writer()?;
         }

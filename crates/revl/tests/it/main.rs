@@ -12,6 +12,7 @@ mod drift;
 mod egress;
 mod exec;
 mod exec_output;
+mod fleet;
 mod fork;
 mod foundation;
 mod fuzz;

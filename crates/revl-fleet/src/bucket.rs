@@ -1,0 +1,442 @@
+//! Where a remote's objects live: an S3-compatible bucket (through `object_store`'s AWS
+//! client, path-style, credentials from the usual `AWS_*` variables) or a shared directory
+//! (`file://DIR`). Both give the three operations the fencing needs: create-if-absent,
+//! replace-if-unchanged (compare-and-swap on a version), and reads that return the version.
+
+use object_store::{aws::AmazonS3Builder, ObjectStore, PutMode, PutOptions, UpdateVersion};
+use revl_core::{Code, Error, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// An object's version, as the compare-and-swap checks it (an S3 ETag; a shared
+/// directory's content digest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version(pub String);
+
+/// What a conditional write found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Put {
+    /// Written.
+    Done,
+    /// Create: the object exists. Update: the object changed (or vanished) since it was read.
+    Conflict,
+}
+
+/// The bucket of a remote.
+pub enum Bucket {
+    S3 {
+        store: Arc<dyn ObjectStore>,
+        prefix: String,
+        rt: tokio::runtime::Runtime,
+        url: String,
+    },
+    Dir {
+        root: PathBuf,
+    },
+}
+
+fn remote_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
+    Error::new(
+        Code::Io,
+        format!("{what}: {e}"),
+        "check the remote's URL, that its server is reachable, and the AWS_* credentials (`revl remote list` shows the URL)",
+    )
+}
+
+impl Bucket {
+    /// Open the bucket of `url` (`s3://bucket[/prefix]` or `file:///abs/dir`).
+    pub fn open(url: &str) -> Result<Bucket> {
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad_url(url));
+            }
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_virtual_hosted_style_request(false)
+                .with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch)
+                .with_retry(object_store::RetryConfig {
+                    max_retries: 2,
+                    retry_timeout: std::time::Duration::from_secs(15),
+                    ..Default::default()
+                });
+            if let Ok(ep) = std::env::var("AWS_ENDPOINT_URL") {
+                if ep.starts_with("http://") {
+                    b = b.with_allow_http(true);
+                }
+                b = b.with_endpoint(ep);
+            }
+            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err()
+            {
+                b = b.with_region("us-east-1");
+            }
+            let store = b
+                .build()
+                .map_err(|e| remote_err(format!("cannot open {url}"), e))?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Error::io("cannot start the remote's I/O runtime", e))?;
+            return Ok(Bucket::S3 {
+                store: Arc::new(store),
+                prefix: prefix.trim_matches('/').to_string(),
+                rt,
+                url: url.to_string(),
+            });
+        }
+        if let Some(dir) = url.strip_prefix("file://") {
+            let root = PathBuf::from(dir);
+            if !root.is_absolute() {
+                return Err(bad_url(url));
+            }
+            return Ok(Bucket::Dir { root });
+        }
+        Err(bad_url(url))
+    }
+
+    fn key(prefix: &str, key: &str) -> object_store::path::Path {
+        if prefix.is_empty() {
+            object_store::path::Path::from(key)
+        } else {
+            object_store::path::Path::from(format!("{prefix}/{key}"))
+        }
+    }
+
+    /// Read an object: its bytes and version, `None` when absent.
+    pub fn get(&self, key: &str) -> Result<Option<(Vec<u8>, Version)>> {
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                let p = Self::key(prefix, key);
+                rt.block_on(async {
+                    match store.get(&p).await {
+                        Ok(r) => {
+                            let v = version_of(&r.meta);
+                            let b = r.bytes().await.map_err(|e| remote_err(&p, e))?;
+                            Ok(Some((b.to_vec(), v)))
+                        }
+                        Err(object_store::Error::NotFound { .. }) => Ok(None),
+                        Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+                    }
+                })
+            }
+            Bucket::Dir { root } => {
+                let p = root.join(key);
+                match std::fs::read(&p) {
+                    Ok(b) => {
+                        let v = Version(revl_core::util::blake3_hex(&b));
+                        Ok(Some((b, v)))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(Error::io(p.display(), e)),
+                }
+            }
+        }
+    }
+
+    /// Whether an object exists.
+    pub fn exists(&self, key: &str) -> Result<bool> {
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                let p = Self::key(prefix, key);
+                rt.block_on(async {
+                    match store.head(&p).await {
+                        Ok(_) => Ok(true),
+                        Err(object_store::Error::NotFound { .. }) => Ok(false),
+                        Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+                    }
+                })
+            }
+            Bucket::Dir { root } => Ok(root.join(key).exists()),
+        }
+    }
+
+    /// Write an object. `expect`: `None` = create only if absent; `Some(v)` = replace only
+    /// if its version is still `v`.
+    pub fn put(&self, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put> {
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                let p = Self::key(prefix, key);
+                let mode = match expect {
+                    None => PutMode::Create,
+                    Some(v) => PutMode::Update(UpdateVersion {
+                        e_tag: Some(v.0.clone()),
+                        version: None,
+                    }),
+                };
+                let opts = PutOptions {
+                    mode,
+                    ..Default::default()
+                };
+                let payload = object_store::PutPayload::from(bytes.to_vec());
+                rt.block_on(async {
+                    match store.put_opts(&p, payload, opts).await {
+                        Ok(_) => Ok(Put::Done),
+                        Err(object_store::Error::AlreadyExists { .. })
+                        | Err(object_store::Error::Precondition { .. }) => Ok(Put::Conflict),
+                        Err(object_store::Error::NotFound { .. }) if expect.is_some() => {
+                            Ok(Put::Conflict)
+                        }
+                        Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
+                    }
+                })
+            }
+            Bucket::Dir { root } => dir_put(root, key, bytes, expect),
+        }
+    }
+
+    /// Read many objects at once (up to 32 requests in flight); `None` where absent.
+    pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                use futures::StreamExt;
+                rt.block_on(async {
+                    let futs = keys.iter().map(|k| {
+                        let p = Self::key(prefix, k);
+                        let store = store.clone();
+                        async move {
+                            match store.get(&p).await {
+                                Ok(r) => r
+                                    .bytes()
+                                    .await
+                                    .map(|b| Some(b.to_vec()))
+                                    .map_err(|e| remote_err(&p, e)),
+                                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                                Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+                            }
+                        }
+                    });
+                    futures::stream::iter(futs)
+                        .buffered(32)
+                        .collect::<Vec<_>>()
+                        .await
+                        .into_iter()
+                        .collect()
+                })
+            }
+            Bucket::Dir { .. } => keys
+                .iter()
+                .map(|k| Ok(self.get(k)?.map(|(b, _)| b)))
+                .collect(),
+        }
+    }
+
+    /// Whether each of many objects exists (up to 32 requests in flight).
+    pub fn exists_many(&self, keys: &[String]) -> Result<Vec<bool>> {
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                use futures::StreamExt;
+                rt.block_on(async {
+                    let futs = keys.iter().map(|k| {
+                        let p = Self::key(prefix, k);
+                        let store = store.clone();
+                        async move {
+                            match store.head(&p).await {
+                                Ok(_) => Ok(true),
+                                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                                Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+                            }
+                        }
+                    });
+                    futures::stream::iter(futs)
+                        .buffered(32)
+                        .collect::<Vec<_>>()
+                        .await
+                        .into_iter()
+                        .collect()
+                })
+            }
+            Bucket::Dir { .. } => keys.iter().map(|k| self.exists(k)).collect(),
+        }
+    }
+
+    /// Create many objects at once, each only if absent (up to 32 requests in flight).
+    pub fn create_many(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<Put>> {
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                use futures::StreamExt;
+                rt.block_on(async {
+                    let futs = items.iter().map(|(k, b)| {
+                        let p = Self::key(prefix, k);
+                        let store = store.clone();
+                        let payload = object_store::PutPayload::from(b.clone());
+                        async move {
+                            let opts = PutOptions {
+                                mode: PutMode::Create,
+                                ..Default::default()
+                            };
+                            match store.put_opts(&p, payload, opts).await {
+                                Ok(_) => Ok(Put::Done),
+                                Err(object_store::Error::AlreadyExists { .. })
+                                | Err(object_store::Error::Precondition { .. }) => {
+                                    Ok(Put::Conflict)
+                                }
+                                Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
+                            }
+                        }
+                    });
+                    futures::stream::iter(futs)
+                        .buffered(32)
+                        .collect::<Vec<_>>()
+                        .await
+                        .into_iter()
+                        .collect()
+                })
+            }
+            Bucket::Dir { .. } => items.iter().map(|(k, b)| self.put(k, b, None)).collect(),
+        }
+    }
+
+    /// Every key under `prefix` (relative to the remote's prefix), sorted.
+    pub fn list(&self, under: &str) -> Result<Vec<String>> {
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                use futures::StreamExt;
+                let p = Self::key(prefix, under.trim_end_matches('/'));
+                let strip = if prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!("{prefix}/")
+                };
+                let mut out = rt.block_on(async {
+                    let mut s = store.list(Some(&p));
+                    let mut keys = Vec::new();
+                    while let Some(m) = s.next().await {
+                        let m = m.map_err(|e| remote_err(format!("cannot list {p}"), e))?;
+                        let k = m.location.to_string();
+                        keys.push(k.strip_prefix(&strip).unwrap_or(&k).to_string());
+                    }
+                    Ok::<_, Error>(keys)
+                })?;
+                out.sort();
+                Ok(out)
+            }
+            Bucket::Dir { root } => {
+                let mut out = Vec::new();
+                list_dir(root, Path::new(under.trim_end_matches('/')), &mut out)?;
+                out.sort();
+                Ok(out)
+            }
+        }
+    }
+
+    /// The names directly below `under` (one level, like directories).
+    pub fn children(&self, under: &str) -> Result<Vec<String>> {
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                let p = Self::key(prefix, under.trim_end_matches('/'));
+                let r = rt
+                    .block_on(store.list_with_delimiter(Some(&p)))
+                    .map_err(|e| remote_err(format!("cannot list {p}"), e))?;
+                let mut out: Vec<String> = r
+                    .common_prefixes
+                    .iter()
+                    .filter_map(|c| c.filename().map(str::to_string))
+                    .collect();
+                out.sort();
+                Ok(out)
+            }
+            Bucket::Dir { root } => {
+                let d = root.join(under.trim_end_matches('/'));
+                let mut out = Vec::new();
+                match std::fs::read_dir(&d) {
+                    Ok(rd) => {
+                        for e in rd.flatten() {
+                            if e.path().is_dir() {
+                                out.push(e.file_name().to_string_lossy().into_owned());
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(d.display(), e)),
+                }
+                out.sort();
+                Ok(out)
+            }
+        }
+    }
+
+    /// The URL this bucket was opened from (for messages).
+    pub fn describe(&self) -> String {
+        match self {
+            Bucket::S3 { url, .. } => url.clone(),
+            Bucket::Dir { root } => format!("file://{}", root.display()),
+        }
+    }
+}
+
+fn version_of(m: &object_store::ObjectMeta) -> Version {
+    Version(m.e_tag.clone().unwrap_or_default())
+}
+
+fn bad_url(url: &str) -> Error {
+    Error::new(
+        Code::Usage,
+        format!("{url:?} is not a remote URL"),
+        "give s3://BUCKET[/PREFIX] (an S3-compatible server through AWS_ENDPOINT_URL) or file:///ABSOLUTE/DIR",
+    )
+}
+
+fn list_dir(root: &Path, rel: &Path, out: &mut Vec<String>) -> Result<()> {
+    let d = root.join(rel);
+    let rd = match std::fs::read_dir(&d) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(d.display(), e)),
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        let r = rel.join(&name);
+        if e.path().is_dir() {
+            list_dir(root, &r, out)?;
+        } else {
+            out.push(r.to_string_lossy().into_owned());
+        }
+    }
+    Ok(())
+}
+
+/// A shared directory's conditional write: under an exclusive lock on `.lock` in the root
+/// (flock, which NFS v4 and local filesystems honour), the current content's digest is
+/// compared, then the object is replaced by rename.
+fn dir_put(root: &Path, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put> {
+    let path = root.join(key);
+    let io = |e: std::io::Error| Error::io(path.display(), e);
+    std::fs::create_dir_all(root).map_err(io)?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join(".lock"))
+        .map_err(io)?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| io(e.into()))?;
+    let current = match std::fs::read(&path) {
+        Ok(b) => Some(Version(revl_core::util::blake3_hex(&b))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io(e)),
+    };
+    if current.as_ref() != expect {
+        return Ok(Put::Conflict);
+    }
+    revl_core::util::write_durable(&path, bytes).map_err(io)?;
+    Ok(Put::Done)
+}

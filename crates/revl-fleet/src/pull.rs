@@ -1,0 +1,520 @@
+//! Reading a remote (SPEC 21): sessions pushed from any store are copied, verified, into a
+//! local mirror store (`<store>/remotes/NAME/mirror`), where the offline readers read them
+//! exactly as they read local sessions. Every object is checked against what names it (a
+//! segment's SHA-256 and the WAL's, a blob's blake3): an altered object is refused.
+//!
+//! A branch on another machine: `fork --remote` materialises the session's workspace at its
+//! head from the base tree and the WAL (in `<store>/remotes/NAME/forks/<id>`, a scratch
+//! store), enumerates the fork there, and `fork-confirm --into DIR` performs it as a
+//! parallel fork whose branch then moves into the local store.
+
+use crate::bucket::Bucket;
+use crate::push::remote_manifest;
+use crate::{blob_key, sha256_hex, tampered, Manifest, Remote};
+use revl_core::store::Mirror;
+use revl_core::{Code, Error, Result, Store};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// A remote opened for reading, with its local mirror.
+pub struct Reader {
+    pub remote: Remote,
+    pub bucket: Bucket,
+    pub mirror: Store,
+    dir: PathBuf,
+}
+
+fn mirror_settings(dir: &Path) -> Mirror {
+    Mirror {
+        workspaces: dir.join("bases"),
+        blobs: None,
+        read_only: true,
+        parent_wal: None,
+    }
+}
+
+impl Reader {
+    pub fn open(store: &Store, remote: &Remote) -> Result<Reader> {
+        let dir = crate::config::remote_dir(store, &remote.name).join("mirror");
+        let mirror = Store::open_mirror(&dir, mirror_settings(&dir))?;
+        Ok(Reader {
+            bucket: Bucket::open(&remote.url)?,
+            remote: remote.clone(),
+            mirror,
+            dir,
+        })
+    }
+
+    /// Every session id the remote holds (listing the bucket).
+    pub fn session_ids(&self) -> Result<Vec<String>> {
+        Ok(self
+            .bucket
+            .children("sessions")?
+            .into_iter()
+            .filter(|n| revl_core::store::is_session_id(n))
+            .collect())
+    }
+
+    /// A full id or a unique prefix of one (at least 6 characters) among the remote's.
+    pub fn resolve(&self, given: &str) -> Result<String> {
+        let g = given.trim().to_ascii_lowercase();
+        if g.len() == 32 && revl_core::store::is_session_id(&g) {
+            return Ok(g);
+        }
+        if g.len() < 6 || g.len() > 32 || !g.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(Error::new(
+                Code::UnknownSession,
+                format!("{given:?} is not a session id (32 hex characters, or a unique prefix of at least 6)"),
+                "check the session id",
+            ));
+        }
+        let m: Vec<String> = self
+            .session_ids()?
+            .into_iter()
+            .filter(|i| i.starts_with(&g))
+            .collect();
+        match m.len() {
+            1 => Ok(m.into_iter().next().expect("one")),
+            0 => Err(Error::new(
+                Code::UnknownSession,
+                format!("no session {given} in remote {}", self.remote.name),
+                "`revl remote lineage NAME` lists the remote's sessions",
+            )),
+            n => Err(Error::new(
+                Code::AmbiguousSession,
+                format!(
+                    "{given} matches {n} sessions of remote {}",
+                    self.remote.name
+                ),
+                "give more characters of the id",
+            )),
+        }
+    }
+
+    /// Copy session `id` (and its ancestors) into the mirror, verified. Returns its manifest.
+    pub fn sync_family(&self, id: &str) -> Result<Manifest> {
+        let m = self.sync(id)?;
+        let mut parent = m.parent.clone();
+        let mut hops = 0;
+        while let Some(p) = parent.take().filter(|_| hops < 64) {
+            hops += 1;
+            match self.sync(&p) {
+                Ok(pm) => parent = pm.parent.clone(),
+                // A parent that was never pushed: the readers say so (an orphan).
+                Err(e) if e.code == Code::UnknownSession => break,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(m)
+    }
+
+    /// Copy every session of the remote into the mirror.
+    pub fn sync_all(&self) -> Result<Vec<String>> {
+        let ids = self.session_ids()?;
+        for id in &ids {
+            self.sync(id)?;
+        }
+        Ok(ids)
+    }
+
+    /// Copy one session into the mirror: its WAL (new segments appended), its base tree and
+    /// every blob it names, each verified.
+    pub fn sync(&self, id: &str) -> Result<Manifest> {
+        let name = &self.remote.name;
+        let Some((m, _)) = remote_manifest(&self.bucket, name, id)? else {
+            return Err(Error::new(
+                Code::UnknownSession,
+                format!("no session {id} in remote {name}"),
+                "push it from the store that ran it (`revl push SESSION`)",
+            ));
+        };
+        let sdir = self.mirror.session_dir(id);
+        let wal_path = self.mirror.wal_path(id);
+        let pulled = sdir.join("pulled.json");
+        let have: Option<(u64, String)> = std::fs::read(&pulled)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        if have.as_ref() != Some(&(m.wal_length, m.wal_sha256.clone())) {
+            // The segments in order must tile [0, walLength).
+            let mut wal = match &have {
+                Some((len, _)) if *len <= m.wal_length => std::fs::read(&wal_path)
+                    .ok()
+                    .filter(|b| b.len() as u64 == *len)
+                    .unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            let start = wal.len() as u64;
+            let mut at = 0u64;
+            for s in &m.segments {
+                if s.from != at || s.to < s.from {
+                    return Err(tampered(
+                        name,
+                        &crate::manifest_key(id),
+                        "its segments do not tile the WAL",
+                    ));
+                }
+                at = s.to;
+                if s.to <= start {
+                    continue;
+                }
+                if s.from < start {
+                    // The mirror holds part of this segment: fetch whole from its start.
+                    wal.truncate(s.from as usize);
+                }
+                let Some((b, _)) = self.bucket.get(&s.key)? else {
+                    return Err(tampered(name, &s.key, "it is missing"));
+                };
+                if sha256_hex(&b) != s.sha256 || b.len() as u64 != s.to - s.from {
+                    return Err(tampered(name, &s.key, "its SHA-256 is not the manifest's"));
+                }
+                wal.extend_from_slice(&b);
+            }
+            if at != m.wal_length || sha256_hex(&wal) != m.wal_sha256 {
+                return Err(tampered(
+                    name,
+                    &crate::manifest_key(id),
+                    "the WAL its segments make does not have its SHA-256",
+                ));
+            }
+            std::fs::create_dir_all(&sdir).map_err(|e| Error::io(sdir.display(), e))?;
+            revl_core::util::write_durable(&wal_path, &wal)
+                .map_err(|e| Error::io(wal_path.display(), e))?;
+            if let Some(base) = &m.base {
+                self.mirror.set_base(id, base)?;
+            }
+            self.fetch_blobs(id, &m)?;
+            let b = serde_json::to_vec(&(m.wal_length, &m.wal_sha256)).expect("serialises");
+            revl_core::util::write_durable(&pulled, &b)
+                .map_err(|e| Error::io(pulled.display(), e))?;
+        }
+        self.ensure_base_dir(id)?;
+        Ok(m)
+    }
+
+    /// Fetch every blob the mirrored session names that the mirror does not hold yet (again
+    /// after each round: a directory snapshot names more).
+    fn fetch_blobs(&self, id: &str, m: &Manifest) -> Result<()> {
+        let blobs = self.mirror.blobs();
+        let mut tried: BTreeSet<String> = BTreeSet::new();
+        loop {
+            let (st, _) = revl_core::state::State::read(&self.mirror.wal_path(id))?;
+            let mut want = revl_core::gc::blobs_named(&st, &blobs);
+            if let Some(base) = &m.base {
+                want.insert(base.tree.clone());
+                if blobs.check(&base.tree, None).is_ok() {
+                    for it in self.mirror.base_items(base)? {
+                        want.extend(it.digest);
+                    }
+                }
+            }
+            let new: Vec<String> = want
+                .into_iter()
+                .filter(|d| !tried.contains(d) && blobs.check(d, None).is_err())
+                .collect();
+            if new.is_empty() {
+                return Ok(());
+            }
+            for chunk in new.chunks(256) {
+                tried.extend(chunk.iter().cloned());
+                let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
+                for (d, got) in chunk.iter().zip(self.bucket.get_many(&keys)?) {
+                    // Not every digest a WAL names is a blob (small preimages sit inline).
+                    let Some(b) = got else { continue };
+                    if revl_core::util::blake3_hex(&b) != *d {
+                        return Err(tampered(
+                            &self.remote.name,
+                            &blob_key(d),
+                            "its content does not match its digest",
+                        ));
+                    }
+                    // A cache: every blob is verified again when read.
+                    blobs.put_cached(&b)?;
+                }
+            }
+        }
+    }
+
+    /// The mirrored session's base tree, written out once (it stands for the workspace's
+    /// files the session never touched).
+    fn ensure_base_dir(&self, id: &str) -> Result<()> {
+        let dir = self.dir.join("bases").join(id);
+        let done = self.dir.join("bases").join(format!(".{id}.done"));
+        if done.exists() {
+            return Ok(());
+        }
+        if dir.exists() {
+            make_writable(&dir);
+            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        }
+        self.mirror.materialise_base(id, &dir)?;
+        std::fs::write(&done, b"").map_err(|e| Error::io(done.display(), e))?;
+        Ok(())
+    }
+}
+
+fn make_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                make_writable(&e.path());
+            }
+        }
+    }
+}
+
+/// One session in a remote's lineage.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LineageEntry {
+    pub session: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<i64>,
+    pub state: String,
+    pub head: u64,
+    pub epoch: u64,
+    pub writer: String,
+}
+
+impl LineageEntry {
+    pub fn of(m: &Manifest) -> Self {
+        LineageEntry {
+            session: m.session.clone(),
+            parent: m.parent.clone(),
+            at: m.at,
+            state: m.state.clone(),
+            head: m.head,
+            epoch: m.epoch,
+            writer: m.writer.clone(),
+        }
+    }
+}
+
+/// `revl remote lineage NAME [SESSION]`: from the index when the remote has one, else by
+/// listing the bucket and reading every manifest.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LineageReport {
+    pub kind: &'static str,
+    pub remote: String,
+    /// `index` or `bucket`.
+    pub source: &'static str,
+    pub count: usize,
+    pub sessions: Vec<LineageEntry>,
+}
+
+pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<LineageReport> {
+    let (source, mut all) = match &remote.index {
+        Some(url) => {
+            let mut ix = crate::index::Index::connect(url)?;
+            ("index", ix.lineage(&remote.name, of)?)
+        }
+        None => {
+            let r = Reader::open(store, remote)?;
+            ("bucket", bucket_lineage(&r.bucket, &remote.name)?)
+        }
+    };
+    if source == "bucket" {
+        if let Some(id) = of {
+            all = family(all, id);
+        }
+    }
+    all.sort_by(|a, b| a.session.cmp(&b.session));
+    Ok(LineageReport {
+        kind: "revl.remote-lineage",
+        remote: remote.name.clone(),
+        source,
+        count: all.len(),
+        sessions: all,
+    })
+}
+
+/// Every session's manifest in the bucket, as lineage entries.
+pub fn bucket_lineage(bucket: &Bucket, remote: &str) -> Result<Vec<LineageEntry>> {
+    Ok(bucket_manifests(bucket, remote)?
+        .iter()
+        .map(LineageEntry::of)
+        .collect())
+}
+
+/// Every session's manifest in the bucket (read 32 at a time), verified to be one.
+pub fn bucket_manifests(bucket: &Bucket, remote: &str) -> Result<Vec<Manifest>> {
+    let ids: Vec<String> = bucket
+        .children("sessions")?
+        .into_iter()
+        .filter(|id| revl_core::store::is_session_id(id))
+        .collect();
+    let mut out = Vec::new();
+    for chunk in ids.chunks(1024) {
+        let keys: Vec<String> = chunk.iter().map(|id| crate::manifest_key(id)).collect();
+        for (id, got) in chunk.iter().zip(bucket.get_many(&keys)?) {
+            if let Some(b) = got {
+                out.push(crate::parse_manifest(&b, id, remote)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The family of `id`: its root ancestor and every session below that root.
+pub fn family(all: Vec<LineageEntry>, id: &str) -> Vec<LineageEntry> {
+    let by: std::collections::BTreeMap<String, LineageEntry> =
+        all.iter().map(|e| (e.session.clone(), e.clone())).collect();
+    let mut root = id.to_string();
+    let mut hops = 0;
+    while let Some(p) = by.get(&root).and_then(|e| e.parent.clone()) {
+        if !by.contains_key(&p) || hops > 64 {
+            break;
+        }
+        root = p;
+        hops += 1;
+    }
+    let mut keep: BTreeSet<String> = [root].into();
+    loop {
+        let before = keep.len();
+        for e in &all {
+            if e.parent.as_ref().is_some_and(|p| keep.contains(p)) {
+                keep.insert(e.session.clone());
+            }
+        }
+        if keep.len() == before {
+            break;
+        }
+    }
+    all.into_iter()
+        .filter(|e| keep.contains(&e.session))
+        .collect()
+}
+
+// ---- a branch on another machine ----
+
+/// The scratch store of a remote fork of `id`.
+fn fork_dir(store: &Store, remote: &str, id: &str) -> PathBuf {
+    crate::config::remote_dir(store, remote)
+        .join("forks")
+        .join(id)
+}
+
+fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Store> {
+    let dir = fork_dir(store, remote, id);
+    Store::open_mirror(
+        &dir,
+        Mirror {
+            workspaces: dir.join("heads"),
+            blobs: Some(mirror.root().join("blobs")),
+            read_only: false,
+            parent_wal: Some(format!("remote {remote}: sessions/{id}")),
+        },
+    )
+}
+
+/// `revl fork --remote NAME SESSION --at K`: the session's workspace at its head is made
+/// from the bucket, and the fork is enumerated there (pending in this store).
+pub fn fork(
+    store: &Store,
+    remote: &Remote,
+    given: &str,
+    k: i64,
+) -> Result<revl_core::report::ForkReport> {
+    let r = Reader::open(store, remote)?;
+    let id = r.resolve(given)?;
+    r.sync_family(&id)?;
+    let dir = fork_dir(store, &remote.name, &id);
+    if dir.exists() {
+        make_writable(&dir);
+        std::fs::remove_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+    }
+    let work = scratch(store, &remote.name, &id, &r.mirror)?;
+    let sdir = work.session_dir(&id);
+    std::fs::create_dir_all(&sdir).map_err(|e| Error::io(sdir.display(), e))?;
+    std::fs::copy(r.mirror.wal_path(&id), work.wal_path(&id))
+        .map_err(|e| Error::io(work.wal_path(&id).display(), e))?;
+    // The head, from the mirror (whose workspace is the base tree).
+    let src = r.mirror.attach_read(&id)?;
+    let head = src.state().head() as i64;
+    src.materialise_at(head, &dir.join("heads").join(&id))?;
+    drop(src);
+    let mut s = work.attach(&id)?;
+    s.fork(k)
+}
+
+/// The remote a pending remote fork of `given` (an id or prefix; empty: any) waits in, if
+/// any.
+pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String)>> {
+    let g = given.trim().to_ascii_lowercase();
+    let mut found = Vec::new();
+    for r in crate::Remotes::load(store)?.list() {
+        let forks = crate::config::remote_dir(store, &r.name).join("forks");
+        let Ok(rd) = std::fs::read_dir(&forks) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            // No id given: every pending remote fork (the caller wants exactly one).
+            if g.is_empty() || (g.len() >= 6 && n.starts_with(&g)) {
+                found.push((r.name.clone(), n));
+            }
+        }
+    }
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        n => Err(Error::new(
+            Code::AmbiguousSession,
+            format!("{given} matches {n} pending remote forks"),
+            "give the whole session id, and --remote NAME",
+        )),
+    }
+}
+
+/// `revl fork-confirm SESSION --hash H --into DIR` of a remote fork: the parallel fork runs
+/// in the scratch store; its branch (WAL and the blobs it names) moves into this store.
+pub fn fork_confirm(
+    store: &Store,
+    remote: &str,
+    id: &str,
+    hash: &str,
+    into: &Path,
+    capture_base: bool,
+) -> Result<revl_core::report::ForkReport> {
+    let dir = fork_dir(store, remote, id);
+    if !dir.join("sessions").join(id).exists() {
+        return Err(Error::new(
+            Code::NoPendingFork,
+            format!("no remote fork of session {id} is pending in this store (remote {remote})"),
+            "enumerate it first: `revl fork --remote NAME SESSION --at K`",
+        ));
+    }
+    let mirror_dir = crate::config::remote_dir(store, remote).join("mirror");
+    let mirror = Store::open_mirror(&mirror_dir, mirror_settings(&mirror_dir))?;
+    let work = scratch(store, remote, id, &mirror)?;
+    let mut s = work.attach(id)?;
+    let report = s.fork_confirm_into(hash, into)?;
+    drop(s);
+    let Some(branch) = report.branch.clone().filter(|_| report.forked) else {
+        return Ok(report);
+    };
+    // The branch becomes this store's: its WAL, and every blob it names.
+    let (st, _) = revl_core::state::State::read(&work.wal_path(&branch))?;
+    let local = store.blobs();
+    for d in revl_core::gc::blobs_named(&st, &work.blobs()) {
+        if let Ok(b) = work.blobs().get(&d, None) {
+            local.put(&b)?;
+        }
+    }
+    let to = store.session_dir(&branch);
+    std::fs::create_dir_all(&to).map_err(|e| Error::io(to.display(), e))?;
+    let wal = std::fs::read(work.wal_path(&branch)).map_err(|e| Error::io(to.display(), e))?;
+    revl_core::util::write_durable(&store.wal_path(&branch), &wal)
+        .map_err(|e| Error::io(to.display(), e))?;
+    if capture_base {
+        let ws = std::fs::canonicalize(into).map_err(|e| Error::io(into.display(), e))?;
+        store.capture_base(&branch, &ws)?;
+    }
+    make_writable(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(report)
+}

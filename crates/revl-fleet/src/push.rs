@@ -1,0 +1,277 @@
+//! `revl push [SESSION]` (SPEC 21): blobs first, then the new WAL segment, then the manifest
+//! by compare-and-swap, so a kill at any point leaves the remote as it was or extended, and
+//! the next push resumes. A push with nothing new writes nothing.
+//!
+//! Fencing: the remote head must be a prefix of the local WAL (same length prefix, same
+//! SHA-256); a push whose local history does not extend it is refused (`fenced`), and a
+//! compare-and-swap that lost a race is re-read and judged the same way.
+
+use crate::bucket::{Bucket, Put};
+use crate::{blob_key, manifest_key, segment_key, sha256_hex, Manifest, Segment};
+use revl_core::storage::{BlobSource, Journal};
+use revl_core::{Code, Error, Result, Store};
+use std::collections::BTreeSet;
+
+/// One session's push.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pushed {
+    pub session: String,
+    pub remote_head: serde_json::Value,
+    /// WAL segments uploaded by this push (0 or 1).
+    pub segments: u64,
+    /// Blobs uploaded by this push (those already in the bucket are not counted).
+    pub blobs: u64,
+    /// Bytes uploaded (segments and blobs).
+    pub bytes: u64,
+    /// WAL records the new segment holds.
+    pub records: u64,
+    /// Whether the lineage index took the new head (absent: no index configured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub indexed: Option<bool>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PushReport {
+    pub remote: String,
+    pub pushed: Vec<Pushed>,
+}
+
+/// Push `sessions` (every session of the store when empty) to `remote`.
+pub fn push(store: &Store, remote: &crate::Remote, sessions: &[String]) -> Result<PushReport> {
+    let bucket = Bucket::open(&remote.url)?;
+    let writer = crate::config::store_id(store)?;
+    let ids = if sessions.is_empty() {
+        store.session_ids()?
+    } else {
+        sessions.to_vec()
+    };
+    let mut index = match &remote.index {
+        Some(url) => crate::index::Index::connect(url).ok(),
+        None => None,
+    };
+    let mut pushed = Vec::new();
+    for id in ids {
+        let mut p = push_one(store, &bucket, &remote.name, &writer, &id)?;
+        if remote.index.is_some() {
+            let ok = match (&mut index, &p.1) {
+                (Some(ix), Some(m)) => ix.upsert(&remote.name, m).is_ok(),
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            p.0.indexed = Some(ok);
+        }
+        pushed.push(p.0);
+    }
+    Ok(PushReport {
+        remote: remote.name.clone(),
+        pushed,
+    })
+}
+
+/// The manifest a remote holds for `id`, with its version.
+pub fn remote_manifest(
+    bucket: &Bucket,
+    remote: &str,
+    id: &str,
+) -> Result<Option<(Manifest, crate::bucket::Version)>> {
+    match bucket.get(&manifest_key(id))? {
+        Some((b, v)) => Ok(Some((crate::parse_manifest(&b, id, remote)?, v))),
+        None => Ok(None),
+    }
+}
+
+fn fenced(remote: &str, id: &str, m: &Manifest, why: &str) -> Error {
+    Error::new(
+        Code::Fenced,
+        format!(
+            "session {id} in remote {remote} has remote head epoch {} ({} WAL bytes, sha256 {}, written by store {}): {why}; nothing was pushed and nothing local changed",
+            m.epoch, m.wal_length, &m.wal_sha256[..m.wal_sha256.len().min(16)], m.writer
+        ),
+        "one store writes a session: keep working in the store that pushed that head (or branch the session here with `revl fork --remote`)",
+    )
+}
+
+/// Push one session; also returns the manifest it wrote (None: nothing new).
+fn push_one(
+    store: &Store,
+    bucket: &Bucket,
+    remote: &str,
+    writer: &str,
+    id: &str,
+) -> Result<(Pushed, Option<Manifest>)> {
+    let fp = store.failpoints().clone();
+    let wal = store.read_range(id, 0, store.intact_len(id)?)?;
+    let local_len = wal.len() as u64;
+    let (st, _) = revl_core::state::State::read(&store.wal_path(id))?;
+    // A live session made before the store had a remote has no base tree yet: its
+    // workspace now holds, for every path revl never touched, what it held at `new` (paths
+    // revl touched are read from the WAL), so a capture now serves a remote branch as well.
+    let ws = std::path::Path::new(&st.workspace);
+    if store.base_of(id).is_none() && st.life() == revl_core::state::Life::Live && ws.is_dir() {
+        store.capture_base(id, ws)?;
+    }
+    let mut uploaded_blobs = 0u64;
+    let mut bytes = 0u64;
+    let mut blobs_done = false;
+    for _attempt in 0..5 {
+        let current = remote_manifest(bucket, remote, id)?;
+        let (base_len, prev) = match &current {
+            Some((m, _)) => {
+                if m.wal_length > local_len
+                    || sha256_hex(&wal[..m.wal_length as usize]) != m.wal_sha256
+                {
+                    let why = if m.wal_length > local_len {
+                        "the remote holds more of this session than this store (another store pushed it further)"
+                    } else {
+                        "this store's WAL does not extend the remote one (another store wrote this session)"
+                    };
+                    return Err(fenced(remote, id, m, why));
+                }
+                (m.wal_length, Some(m.clone()))
+            }
+            None => (0, None),
+        };
+        let base_new =
+            store.base_of(id).is_some() && prev.as_ref().is_some_and(|m| m.base.is_none());
+        if base_len == local_len && !base_new {
+            // Nothing new: no object is created or changed.
+            let m = prev.expect("a remote head of the local length");
+            return Ok((
+                Pushed {
+                    session: id.to_string(),
+                    remote_head: crate::head_doc(&m),
+                    segments: 0,
+                    blobs: 0,
+                    bytes: 0,
+                    records: 0,
+                    indexed: None,
+                },
+                None,
+            ));
+        }
+        // 1. blobs, each once for the whole bucket.
+        if !blobs_done {
+            let want: Vec<String> = blobs_to_push(store, &st, id)?.into_iter().collect();
+            for chunk in want.chunks(256) {
+                let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
+                let there = bucket.exists_many(&keys)?;
+                let mut items = Vec::new();
+                for (d, there) in chunk.iter().zip(there) {
+                    if there {
+                        continue;
+                    }
+                    if let Some(b) = store.get_blob(d)? {
+                        items.push((blob_key(d), b));
+                    }
+                    // Bounded memory: at most 64 blobs or 64 MiB in flight.
+                    let held: usize = items.iter().map(|(_, b)| b.len()).sum();
+                    if items.len() >= 64 || held >= 64 << 20 {
+                        upload(bucket, &mut items, &mut uploaded_blobs, &mut bytes, &fp)?;
+                    }
+                }
+                upload(bucket, &mut items, &mut uploaded_blobs, &mut bytes, &fp)?;
+            }
+            blobs_done = true;
+            fp.point("push.after-blobs");
+        }
+        // 2. the new segment (immutable; a rerun after a kill finds it there).
+        let seg_bytes = &wal[base_len as usize..];
+        let sha = sha256_hex(seg_bytes);
+        let seg = Segment {
+            key: segment_key(id, base_len, local_len, &sha),
+            from: base_len,
+            to: local_len,
+            sha256: sha,
+        };
+        if bucket.put(&seg.key, seg_bytes, None)? == Put::Done {
+            bytes += seg_bytes.len() as u64;
+        }
+        fp.point("push.after-segment");
+        // 3. the manifest, by compare-and-swap from the head read above.
+        let mut segments = prev
+            .as_ref()
+            .map(|m| m.segments.clone())
+            .unwrap_or_default();
+        segments.push(seg);
+        let m = Manifest {
+            kind: crate::MANIFEST_KIND.into(),
+            schema_version: "1.0".into(),
+            session: id.to_string(),
+            epoch: prev.as_ref().map_or(1, |m| m.epoch + 1),
+            writer: writer.to_string(),
+            wal_length: local_len,
+            wal_sha256: sha256_hex(&wal),
+            segments,
+            base: store.base_of(id),
+            parent: st.origin.as_ref().map(|o| o.parent.clone()),
+            at: st.origin.as_ref().map(|o| o.at.to_i64()),
+            state: st.life().as_str().to_string(),
+            head: st.head(),
+            workspace: st.workspace.clone(),
+            pushed_at: revl_core::util::now_rfc3339(),
+        };
+        let body = serde_json::to_vec_pretty(&m).expect("a manifest serialises");
+        fp.point("push.before-manifest");
+        let put = bucket.put(&manifest_key(id), &body, current.as_ref().map(|c| &c.1))?;
+        if put == Put::Conflict {
+            // Another writer moved the head since it was read: judge again from the new one.
+            continue;
+        }
+        fp.point("push.after-manifest");
+        let records = seg_bytes.iter().filter(|&&c| c == b'\n').count() as u64;
+        return Ok((
+            Pushed {
+                session: id.to_string(),
+                remote_head: crate::head_doc(&m),
+                segments: u64::from(!seg_bytes.is_empty()),
+                blobs: uploaded_blobs,
+                bytes,
+                records,
+                indexed: None,
+            },
+            Some(m),
+        ));
+    }
+    Err(Error::new(
+        Code::Io,
+        format!("session {id}: the remote head kept changing while this push ran"),
+        "another store is pushing this session: check which store writes it",
+    ))
+}
+
+/// Create the blobs of `items` in the bucket (each only if absent), then empty `items`.
+fn upload(
+    bucket: &Bucket,
+    items: &mut Vec<(String, Vec<u8>)>,
+    count: &mut u64,
+    bytes: &mut u64,
+    fp: &revl_core::Failpoints,
+) -> Result<()> {
+    for ((_, b), put) in items.iter().zip(bucket.create_many(items)?) {
+        if put == Put::Done {
+            *count += 1;
+            *bytes += b.len() as u64;
+        }
+        fp.point("push.mid-blobs");
+    }
+    items.clear();
+    Ok(())
+}
+
+/// Every blob a session's push carries: what its WAL names, its base tree and the base
+/// tree's files.
+fn blobs_to_push(
+    store: &Store,
+    st: &revl_core::state::State,
+    id: &str,
+) -> Result<BTreeSet<String>> {
+    let mut out = revl_core::gc::blobs_named(st, &store.blobs());
+    if let Some(base) = store.base_of(id) {
+        out.insert(base.tree.clone());
+        for it in store.base_items(&base)? {
+            out.extend(it.digest);
+        }
+    }
+    Ok(out)
+}

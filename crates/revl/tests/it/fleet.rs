@@ -1,0 +1,786 @@
+//! SPEC 21, many machines: push to an S3-compatible server (and a shared directory), fencing
+//! by compare-and-swap, reads of a remote with the same documents as local reads, a branch
+//! made in a second store directory (standing for a second machine), a tampered bucket
+//! refused, and the lineage index in PostgreSQL rebuilt from the bucket alone.
+//!
+//! The servers come from `.ci/start-fleet-servers` (moto's S3 server and PostgreSQL on
+//! loopback); without them these tests fail, saying so.
+
+use crate::common::{Out, World};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const NO_SERVERS: &str = "the fleet tests need the S3 and PostgreSQL servers: run `eval \"$(bash .ci/start-fleet-servers)\"` first (.ci/run does)";
+
+/// The servers' environment (the AWS_* variables and the index URL).
+fn servers() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for k in [
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_REGION",
+        "AWS_ALLOW_HTTP",
+        "REVL_TEST_S3_BUCKET",
+        "REVL_TEST_PG",
+    ] {
+        let v = std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: {NO_SERVERS}"));
+        out.push((k.to_string(), v));
+    }
+    out
+}
+
+fn env_of<'a>(env: &'a [(String, String)], k: &str) -> &'a str {
+    &env.iter().find(|(n, _)| n == k).expect("set").1
+}
+
+/// One test's fleet: store A (this world's) and store B (a second machine's), a remote in a
+/// fresh prefix of the test bucket (or a fresh shared directory).
+struct Fleet {
+    w: World,
+    env: Vec<(String, String)>,
+    url: String,
+    store_b: PathBuf,
+}
+
+impl Fleet {
+    fn s3() -> Fleet {
+        let env = servers();
+        let url = format!("s3://{}/t-{}", env_of(&env, "REVL_TEST_S3_BUCKET"), uniq());
+        Fleet::with(env, |_| url)
+    }
+
+    fn dir() -> Fleet {
+        Fleet::with(Vec::new(), |w| {
+            let d = w.path("bucket");
+            std::fs::create_dir_all(&d).unwrap();
+            format!("file://{}", d.display())
+        })
+    }
+
+    fn with(env: Vec<(String, String)>, url: impl FnOnce(&World) -> String) -> Fleet {
+        let w = World::new();
+        let store_b = w.path("store-b");
+        let url = url(&w);
+        Fleet {
+            w,
+            env,
+            url,
+            store_b,
+        }
+    }
+
+    fn envs(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut e = self.env.clone();
+        e.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        e
+    }
+
+    /// `revl --json --store A ARGS` with the servers' environment (and `extra`).
+    fn a_env(&self, args: &[&str], extra: &[(&str, &str)]) -> Out {
+        let e = self.envs(extra);
+        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.w.json_env(args, &e)
+    }
+
+    fn a(&self, args: &[&str]) -> Out {
+        self.a_env(args, &[])
+    }
+
+    fn on(&self, store: &Path, args: &[&str]) -> Out {
+        let e = self.envs(&[]);
+        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let s = store.display().to_string();
+        let mut a = vec!["--json", "--store", s.as_str()];
+        a.extend_from_slice(args);
+        self.w.run_raw(&a, &e)
+    }
+
+    fn b(&self, args: &[&str]) -> Out {
+        self.on(&self.store_b, args)
+    }
+
+    fn add_remotes(&self) {
+        self.a(&["remote", "add", "origin", &self.url]).ok();
+        self.b(&["remote", "add", "origin", &self.url]).ok();
+    }
+}
+
+fn uniq() -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{n:x}{:x}", std::process::id())
+}
+
+fn s(v: &Value) -> String {
+    v.as_str().expect("a string").to_string()
+}
+
+/// A session in store A with a base tree and a history of writes, a large write, a delete,
+/// a mkdir, a rename, a chmod: returns (session id, workspace, head).
+fn session_with_history(f: &Fleet, name: &str) -> (String, PathBuf, u64) {
+    let ws = f.w.ws(name);
+    std::fs::create_dir_all(ws.join("src/deep")).unwrap();
+    std::fs::write(ws.join("README"), "untouched by the agent\n").unwrap();
+    std::fs::write(ws.join("src/lib.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(ws.join("src/deep/data.bin"), [0u8, 1, 2, 255, 254]).unwrap();
+    std::fs::write(ws.join("doomed.txt"), "will be deleted\n").unwrap();
+    let id = s(&f.a(&["new", "--workspace", ws.to_str().unwrap()]).ok()["session"]);
+    let big: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+    f.a(&["write", &id, "notes.txt", "--content", "first"]).ok();
+    f.a(&["write", &id, "big.txt", "--content", &big]).ok();
+    f.a(&[
+        "write",
+        &id,
+        "src/lib.rs",
+        "--content",
+        "fn main() { println!(); }\n",
+    ])
+    .ok();
+    f.a(&["delete", &id, "doomed.txt"]).ok();
+    f.a(&["mkdir", &id, "out"]).ok();
+    f.a(&["write", &id, "out/result.txt", "--content", "42\n"])
+        .ok();
+    f.a(&["rename", &id, "notes.txt", "notes.md"]).ok();
+    f.a(&["chmod", &id, "src/lib.rs", "600"]).ok();
+    f.a(&["write", &id, "big.txt", "--content", "short now"])
+        .ok();
+    let head = f.a(&["status", &id]).ok()["head"].as_u64().unwrap();
+    (id, ws, head)
+}
+
+const PATHS: &[&str] = &[
+    "README",
+    "src/lib.rs",
+    "src/deep/data.bin",
+    "doomed.txt",
+    "notes.txt",
+    "notes.md",
+    "big.txt",
+    "out/result.txt",
+];
+
+/// `read --at K` of every path at every step, as documents (an error's code when absent).
+fn reads(run: &dyn Fn(&[&str]) -> Out, id: &str, head: u64) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for k in -1..=head as i64 {
+        for p in PATHS {
+            let r = run(&["read", id, p, "--at", &k.to_string()]);
+            let v = match r.code {
+                Some(0) => r.doc().clone(),
+                _ => r.doc()["error"]["code"].clone(),
+            };
+            out.insert(format!("{p}@{k}"), v);
+        }
+    }
+    out
+}
+
+/// A document without the members that are local file paths (SPEC 21: the same documents
+/// as local reads, local file paths aside).
+fn without_paths(mut v: Value) -> Value {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for k in ["wal", "parentWal", "out"] {
+                    m.remove(k);
+                }
+                m.values_mut().for_each(strip);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut v);
+    v
+}
+
+fn pushed(o: &Out) -> Value {
+    o.ok()["pushed"][0].clone()
+}
+
+#[test]
+fn push_is_idempotent_and_reads_of_the_remote_equal_local_reads() {
+    let f = Fleet::s3();
+    f.add_remotes();
+    let (id, _ws, head) = session_with_history(&f, "ws");
+    let p = pushed(&f.a(&["push", &id]));
+    assert_eq!(p["session"], id.as_str());
+    assert_eq!(p["segments"], 1);
+    assert!(p["blobs"].as_u64().unwrap() >= 3, "{p}");
+    assert_eq!(p["remoteHead"]["epoch"], 1);
+    // Nothing new: nothing uploaded, the head unchanged.
+    let again = pushed(&f.a(&["push"]));
+    assert_eq!(
+        (&again["segments"], &again["blobs"], &again["bytes"]),
+        (&Value::from(0), &Value::from(0), &Value::from(0))
+    );
+    assert_eq!(again["remoteHead"], p["remoteHead"]);
+
+    // Store B never ran the session: its reads of the remote equal A's local reads.
+    let local = reads(&|a: &[&str]| f.a(a), &id, head);
+    let remote = reads(
+        &|a: &[&str]| {
+            let mut v = vec!["--remote", "origin"];
+            v.extend_from_slice(a);
+            f.b(&v)
+        },
+        &id,
+        head,
+    );
+    assert_eq!(local, remote);
+    assert_eq!(local["README@3"]["content"], "untouched by the agent\n");
+    assert_eq!(local["doomed.txt@8"], "absent");
+
+    let short = &id[..8];
+    for args in [
+        vec!["log", short],
+        vec!["branch", "--wal", short],
+        vec!["branch", "--wal", short, "--at", "2"],
+        vec!["compare", short, short],
+        vec!["diff", &format!("{short}@1"), &format!("{short}@{head}")],
+    ] {
+        let args: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
+        let l = f.a(&args);
+        let mut ra = vec!["--remote", "origin"];
+        ra.extend_from_slice(&args);
+        let r = f.b(&ra);
+        assert_eq!(l.code, r.code, "{}\n{}", l.dump(), r.dump());
+        assert_eq!(
+            without_paths(l.doc().clone()),
+            without_paths(r.doc().clone()),
+            "{args:?}"
+        );
+    }
+    // view writes the same sessions and steps.
+    let out = f.w.path("remote.html");
+    let v = f.b(&["--remote", "origin", "view", "--out", out.to_str().unwrap()]);
+    assert_eq!(v.ok()["sessions"], 1);
+    // A mirrored session is read-only.
+    let e = f.b(&["--remote", "origin", "write", short, "x", "--content", "y"]);
+    e.err(2, "usage");
+}
+
+#[test]
+fn a_kill_at_any_point_of_a_push_leaves_the_remote_consistent_and_the_next_push_resumes() {
+    let points = [
+        "push.mid-blobs:1",
+        "push.mid-blobs:2",
+        "push.after-blobs",
+        "push.after-segment",
+        "push.before-manifest",
+        "push.after-manifest",
+    ];
+    for fp in points {
+        let f = Fleet::s3();
+        f.add_remotes();
+        let (id, _ws, head) = session_with_history(&f, "ws");
+        let killed = f.a_env(&["push", &id], &[("REVL_FAILPOINT", fp)]);
+        assert!(killed.died(), "{fp}: the push must die\n{}", killed.dump());
+        // Store B sees either nothing or a complete, verified head.
+        let seen = f.b(&[
+            "--remote",
+            "origin",
+            "read",
+            &id,
+            "out/result.txt",
+            "--at",
+            &head.to_string(),
+        ]);
+        if fp == "push.after-manifest" {
+            assert_eq!(seen.ok()["content"], "42\n", "{fp}");
+        } else {
+            seen.err(2, "unknown-session");
+        }
+        let resumed = pushed(&f.a(&["push", &id]));
+        let done = fp == "push.after-manifest";
+        assert_eq!(resumed["segments"], u64::from(!done), "{fp}: {resumed}");
+        let local = reads(&|a: &[&str]| f.a(a), &id, head);
+        let remote = reads(
+            &|a: &[&str]| {
+                let mut v = vec!["--remote", "origin"];
+                v.extend_from_slice(a);
+                f.b(&v)
+            },
+            &id,
+            head,
+        );
+        assert_eq!(local, remote, "{fp}");
+        // The session goes on; a kill in its second push resumes the same way.
+        f.a(&["write", &id, "later.txt", "--content", "more"]).ok();
+        // Two new blobs (large writes), so every point of the push is passed again.
+        let big: String = (0..2000).map(|i| format!("later {i}\n")).collect();
+        f.a(&["write", &id, "big1.txt", "--content", &big]).ok();
+        f.a(&["write", &id, "big2.txt", "--content", &format!("{big}2")])
+            .ok();
+        let killed = f.a_env(&["push"], &[("REVL_FAILPOINT", fp)]);
+        assert!(killed.died(), "{fp}");
+        let p = pushed(&f.a(&["push"]));
+        assert_eq!(p["remoteHead"]["epoch"], 2, "{fp}: {p}");
+        let r = f.b(&[
+            "--remote",
+            "origin",
+            "read",
+            &id,
+            "later.txt",
+            "--at",
+            &(head + 1).to_string(),
+        ]);
+        assert_eq!(r.ok()["content"], "more", "{fp}");
+        assert_eq!(pushed(&f.a(&["push"]))["segments"], 0, "{fp}");
+    }
+}
+
+/// Copy store A's directory to `to` (a copied store: the same sessions, the same store id).
+fn copy_store(f: &Fleet, to: &Path) {
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&f.w.store)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn two_racing_writers_of_one_session_one_is_fenced_and_loses_nothing() {
+    let f = Fleet::s3();
+    f.add_remotes();
+    let (id, _ws, _) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push", &id]));
+    let copy = f.w.path("store-copy");
+    copy_store(&f, &copy);
+    f.a(&["write", &id, "a-side.txt", "--content", "A"]).ok();
+    f.on(&copy, &["write", &id, "b-side.txt", "--content", "B"])
+        .ok();
+    let wal_copy = copy.join("sessions").join(&id).join("wal.jsonl");
+    let before = std::fs::read(&wal_copy).unwrap();
+    // Both push at once.
+    let spawn = |store: &Path| {
+        let mut c =
+            f.w.command_for(&["--json", "--store", store.to_str().unwrap(), "push", &id]);
+        for (k, v) in &f.env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    };
+    let (ra, rb) = std::thread::scope(|s| {
+        let a = s.spawn(|| spawn(&f.w.store));
+        let b = s.spawn(|| spawn(&copy));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let codes = [ra.status.code(), rb.status.code()];
+    assert!(
+        codes.contains(&Some(0)) && codes.contains(&Some(1)),
+        "one wins, one is fenced: {codes:?}\n{}\n{}",
+        String::from_utf8_lossy(&ra.stdout),
+        String::from_utf8_lossy(&rb.stdout)
+    );
+    let (loser, loser_store) = if ra.status.code() == Some(1) {
+        (ra, f.w.store.clone())
+    } else {
+        (rb, copy.clone())
+    };
+    let doc: Value = serde_json::from_slice(&loser.stdout).unwrap();
+    assert_eq!(doc["error"]["code"], "fenced", "{doc}");
+    let msg = s(&doc["error"]["message"]);
+    assert!(
+        msg.contains("epoch 2") && msg.contains("nothing local changed"),
+        "{msg}"
+    );
+    // The loser's history is whole.
+    if loser_store == copy {
+        assert_eq!(std::fs::read(&wal_copy).unwrap(), before);
+    }
+    let st = f.on(&loser_store, &["status", &id]).ok().clone();
+    assert_eq!(st["state"], "live");
+    // Readers see the winner's history, verified.
+    let winner_file = if loser_store == copy {
+        "a-side.txt"
+    } else {
+        "b-side.txt"
+    };
+    let head = st["head"].as_u64().unwrap();
+    let r = f.b(&[
+        "--remote",
+        "origin",
+        "read",
+        &id,
+        winner_file,
+        "--at",
+        &head.to_string(),
+    ]);
+    assert!(r.ok()["content"].is_string());
+}
+
+#[test]
+fn a_push_from_a_stale_remote_head_is_fenced() {
+    let f = Fleet::s3();
+    f.add_remotes();
+    let (id, _ws, _) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push", &id]));
+    let copy = f.w.path("store-copy");
+    copy_store(&f, &copy);
+    // A goes on and pushes epoch 2.
+    f.a(&["write", &id, "more.txt", "--content", "A"]).ok();
+    assert_eq!(pushed(&f.a(&["push"]))["remoteHead"]["epoch"], 2);
+    // The copy is behind: with nothing new, and with a history of its own, it is fenced.
+    let behind = f.on(&copy, &["push", &id]);
+    let msg = behind.err(1, "fenced");
+    assert!(msg.contains("epoch 2"), "{msg}");
+    f.on(&copy, &["write", &id, "other.txt", "--content", "B"])
+        .ok();
+    let wal = copy.join("sessions").join(&id).join("wal.jsonl");
+    let before = std::fs::read(&wal).unwrap();
+    let diverged = f.on(&copy, &["push"]);
+    let msg = diverged.err(1, "fenced");
+    assert!(msg.contains("does not extend"), "{msg}");
+    assert_eq!(
+        std::fs::read(&wal).unwrap(),
+        before,
+        "nothing local changed"
+    );
+    // The remote is A's.
+    let r = f.b(&["--remote", "origin", "read", &id, "more.txt", "--at", "10"]);
+    assert_eq!(r.ok()["content"], "A");
+}
+
+/// Every file below `dir` (relative path → bytes), the marker-free tree a branch gets.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[test]
+fn a_branch_made_on_a_second_machine_is_the_source_read_at_k_byte_for_byte() {
+    let f = Fleet::s3();
+    f.add_remotes();
+    let (id, _ws, head) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    for k in [-1i64, 2, 5, head as i64] {
+        let into = f.w.path(&format!("branch-at-{}", k + 1));
+        let r = f.b(&["fork", "--remote", "origin", &id, "--at", &k.to_string()]);
+        let hash = s(&r.ok()["hash"]);
+        assert_eq!(r.doc()["forked"], false);
+        // The one pending remote fork may be confirmed without naming the session.
+        let c = if k == 2 {
+            f.b(&[
+                "fork-confirm",
+                "--hash",
+                &hash,
+                "--into",
+                into.to_str().unwrap(),
+            ])
+        } else {
+            f.b(&[
+                "fork-confirm",
+                &id,
+                "--hash",
+                &hash,
+                "--into",
+                into.to_str().unwrap(),
+            ])
+        };
+        let doc = c.ok().clone();
+        assert_eq!(doc["forked"], true);
+        assert_eq!(doc["parent"], id.as_str());
+        assert_eq!(doc["droppedDeferred"], serde_json::json!([]));
+        let branch = s(&doc["branch"]);
+        // The branch's files are the source's `read --at k`, byte for byte; nothing else.
+        let got = files(&into);
+        let mut want = BTreeMap::new();
+        for p in PATHS {
+            let r = f.a(&["read", &id, p, "--at", &k.to_string()]);
+            if r.code == Some(0) {
+                let d = r.doc();
+                let bytes = match d["content"].as_str() {
+                    Some(c) => c.as_bytes().to_vec(),
+                    None => {
+                        use base64::Engine;
+                        base64::engine::general_purpose::STANDARD
+                            .decode(s(&d["contentBase64"]))
+                            .unwrap()
+                    }
+                };
+                want.insert(p.to_string(), bytes);
+            }
+        }
+        assert_eq!(got, want, "branch at {k}");
+        // The branch is B's, live, and its lineage names the remote parent.
+        let lin = f.b(&["branch", "--wal", &branch]);
+        let lin = lin.doc();
+        assert_eq!(lin["role"], "branch", "{lin}");
+        assert_eq!(lin["parent"], id.as_str());
+        assert_eq!(lin["divergedAt"], k);
+        // The parent's WAL is read from this store's verified copy of the remote.
+        assert!(
+            s(&lin["parentWal"]).contains("remotes/origin/mirror"),
+            "{lin}"
+        );
+        let raw =
+            std::fs::read_to_string(f.store_b.join("sessions").join(&branch).join("wal.jsonl"))
+                .unwrap();
+        assert!(
+            raw.contains("\"parentWal\":\"remote origin: sessions/"),
+            "{raw}"
+        );
+        f.b(&["write", &branch, "new.txt", "--content", "on machine B"])
+            .ok();
+    }
+    // A confirm with no pending remote fork (each confirm consumed its own) is refused.
+    f.b(&[
+        "fork-confirm",
+        &id,
+        "--hash",
+        &"0".repeat(64),
+        "--into",
+        f.w.path("x").to_str().unwrap(),
+    ])
+    .err(2, "unknown-session");
+}
+
+#[test]
+fn a_tampered_bucket_is_refused_never_trusted() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, head) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    let bucket = f.w.path("bucket");
+    let k = head.to_string();
+    // A blob altered: a second machine refuses it.
+    let blob = std::fs::read_dir(bucket.join("blobs"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let orig = std::fs::read(&blob).unwrap();
+    std::fs::write(&blob, b"not what its name says").unwrap();
+    let r = f.b(&[
+        "--remote",
+        "origin",
+        "read",
+        &id,
+        "out/result.txt",
+        "--at",
+        &k,
+    ]);
+    let msg = r.err(1, "corrupt-wal");
+    assert!(msg.contains("altered"), "{msg}");
+    std::fs::write(&blob, &orig).unwrap();
+    // A WAL segment altered (one byte).
+    let segs = bucket.join("sessions").join(&id).join("wal");
+    let seg = std::fs::read_dir(&segs)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let orig_seg = bytes.clone();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 1;
+    std::fs::write(&seg, &bytes).unwrap();
+    let store_c = f.w.path("store-c");
+    f.on(&store_c, &["remote", "add", "origin", &f.url]).ok();
+    let r = f.on(
+        &store_c,
+        &[
+            "--remote",
+            "origin",
+            "read",
+            &id,
+            "out/result.txt",
+            "--at",
+            &k,
+        ],
+    );
+    r.err(1, "corrupt-wal");
+    // The manifest altered to match a forged segment: the WAL's SHA-256 still refuses it.
+    let man = bucket.join("sessions").join(&id).join("manifest.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&man).unwrap()).unwrap();
+    use sha2::Digest;
+    m["segments"][0]["sha256"] = hex::encode(sha2::Sha256::digest(&bytes)).into();
+    std::fs::write(&man, serde_json::to_vec(&m).unwrap()).unwrap();
+    let store_d = f.w.path("store-d");
+    f.on(&store_d, &["remote", "add", "origin", &f.url]).ok();
+    f.on(&store_d, &["--remote", "origin", "log"])
+        .err(1, "corrupt-wal");
+    // Garbage for a manifest.
+    std::fs::write(&man, b"{not json").unwrap();
+    f.on(&store_d, &["--remote", "origin", "log", &id])
+        .err(1, "corrupt-wal");
+    std::fs::write(&seg, &orig_seg).unwrap();
+}
+
+#[test]
+fn a_shared_directory_is_a_remote_too() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, head) = session_with_history(&f, "ws");
+    assert_eq!(pushed(&f.a(&["push"]))["segments"], 1);
+    assert_eq!(pushed(&f.a(&["push"]))["segments"], 0);
+    let local = reads(&|a: &[&str]| f.a(a), &id, head);
+    let remote = reads(
+        &|a: &[&str]| {
+            let mut v = vec!["--remote", "origin"];
+            v.extend_from_slice(a);
+            f.b(&v)
+        },
+        &id,
+        head,
+    );
+    assert_eq!(local, remote);
+    let copy = f.w.path("store-copy");
+    copy_store(&f, &copy);
+    f.a(&["write", &id, "x", "--content", "1"]).ok();
+    f.on(&copy, &["write", &id, "y", "--content", "2"]).ok();
+    pushed(&f.a(&["push"]));
+    f.on(&copy, &["push"]).err(1, "fenced");
+}
+
+#[test]
+fn the_lineage_index_in_postgresql_is_rebuilt_from_the_bucket_alone() {
+    let f = Fleet::s3();
+    let name = format!("pg{}", &uniq()[..10]);
+    f.a(&["remote", "add", &name, &f.url]).ok();
+    f.b(&["remote", "add", &name, &f.url]).ok();
+    let (id, _ws, _) = session_with_history(&f, "ws");
+    let r = f.a(&["fork", &id, "--at", "3"]);
+    let hash = s(&r.ok()["hash"]);
+    let into = f.w.path("par");
+    let c = f.a(&[
+        "fork-confirm",
+        &id,
+        "--hash",
+        &hash,
+        "--into",
+        into.to_str().unwrap(),
+    ]);
+    let branch = s(&c.ok()["branch"]);
+    let ws2 = f.w.ws("other");
+    let other = s(&f.a(&["new", "--workspace", ws2.to_str().unwrap()]).ok()["session"]);
+    f.a(&["--remote", &name, "push"]).ok();
+    let from_bucket = f.b(&["remote", "lineage", &name]).ok().clone();
+    assert_eq!(from_bucket["source"], "bucket");
+    assert_eq!(from_bucket["count"], 3);
+    let pg = env_of(&f.env, "REVL_TEST_PG").to_string();
+    let ix = f.b(&["remote", "index", &name, &pg]).ok().clone();
+    assert_eq!(ix["sessions"], 3);
+    let from_index = f.b(&["remote", "lineage", &name]).ok().clone();
+    assert_eq!(from_index["source"], "index");
+    assert_eq!(from_index["sessions"], from_bucket["sessions"]);
+    // A family, from the index.
+    let fam = f.b(&["remote", "lineage", &name, &branch]).ok().clone();
+    let ids: Vec<String> = fam["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| s(&e["session"]))
+        .collect();
+    let mut want = vec![id.clone(), branch.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+    assert!(!ids.contains(&other));
+    let e = fam["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["session"] == branch.as_str())
+        .unwrap();
+    assert_eq!(
+        (&e["parent"], &e["at"]),
+        (&Value::from(id.clone()), &Value::from(3))
+    );
+    // Store B's later reads of the family use the index; its pushes keep it current.
+    let log = f.b(&["--remote", &name, "log", &branch]).ok().clone();
+    assert!(log.to_string().contains(&branch));
+    f.a(&["write", &id, "late.txt", "--content", "x"]).ok();
+    let p = f.a(&["--remote", &name, "push", &id]).ok().clone();
+    // A's remote has no index configured: B's has. Re-index picks the new head up.
+    assert!(p["pushed"][0]["indexed"].is_null());
+    f.b(&["remote", "index", &name, &pg]).ok();
+    let again = f.b(&["remote", "lineage", &name, &id]).ok().clone();
+    let e = again["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["session"] == id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(e["epoch"], 2);
+}
+
+#[test]
+fn bad_remote_input_gets_a_one_line_error() {
+    let f = Fleet::dir();
+    f.a(&["remote", "add", "origin", "http://nope"])
+        .err(2, "usage");
+    f.a(&["remote", "add", "bad name", "file:///tmp/x"])
+        .err(2, "usage");
+    f.a(&["remote", "add", "origin", "file://relative/dir"])
+        .err(2, "usage");
+    f.a(&["push"]).err(2, "usage");
+    f.a(&["--remote", "nope", "log"]).err(2, "usage");
+    f.add_remotes();
+    f.a(&["remote", "add", "origin", "file:///elsewhere"])
+        .err(2, "usage");
+    f.b(&[
+        "--remote",
+        "origin",
+        "read",
+        "0123456789abcdef0123456789abcdef",
+        "x",
+        "--at",
+        "0",
+    ])
+    .err(2, "unknown-session");
+    f.b(&["--remote", "origin", "timeline", "0123456789"])
+        .err(2, "usage");
+    let l = f.a(&["remote", "list"]).ok().clone();
+    assert_eq!(l["remotes"][0]["name"], "origin");
+}
+
+#[test]
+fn a_session_made_before_its_store_had_a_remote_is_branched_whole() {
+    let f = Fleet::dir();
+    let ws = f.w.ws("ws");
+    std::fs::write(ws.join("kept.txt"), "never touched\n").unwrap();
+    let id = s(&f.a(&["new", "--workspace", ws.to_str().unwrap()]).ok()["session"]);
+    f.a(&["write", &id, "a.txt", "--content", "one"]).ok();
+    // No remote at `new`: the first push captures the base tree from the live workspace.
+    f.add_remotes();
+    pushed(&f.a(&["push"]));
+    let r = f.b(&["--remote", "origin", "read", &id, "kept.txt", "--at", "0"]);
+    assert_eq!(r.ok()["content"], "never touched\n");
+    let h = s(&f.b(&["fork", "--remote", "origin", &id, "--at", "0"]).ok()["hash"]);
+    let into = f.w.path("b");
+    f.b(&[
+        "fork-confirm",
+        &id,
+        "--hash",
+        &h,
+        "--into",
+        into.to_str().unwrap(),
+    ])
+    .ok();
+    assert_eq!(
+        files(&into),
+        BTreeMap::from([("kept.txt".to_string(), b"never touched\n".to_vec())])
+    );
+}
