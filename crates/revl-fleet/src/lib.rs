@@ -64,6 +64,48 @@ pub fn blob_key(digest: &str) -> String {
     format!("blobs/{digest}")
 }
 
+/// A base tree's small files in one object (`packs/<tree digest>`), so that a branch on
+/// another machine makes one request for them instead of one per file. The loose blobs are
+/// pushed too: the pack is a shortcut, and a bucket without it (an older push) still works.
+pub fn pack_key(tree: &str) -> String {
+    format!("packs/{tree}")
+}
+
+/// Files above this size stay out of a pack (fetched alone, in parallel).
+pub const PACK_MAX_BLOB: usize = 1 << 20;
+/// A pack stops growing here; what does not fit is fetched loose.
+pub const PACK_MAX_BYTES: usize = 256 << 20;
+
+/// A pack's bytes: for each blob, `<digest>\n<length>\n<bytes>`.
+pub fn pack(items: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (d, b) in items {
+        out.extend_from_slice(format!("{d}\n{}\n", b.len()).as_bytes());
+        out.extend_from_slice(b);
+    }
+    out
+}
+
+/// The `(digest, bytes)` entries of a pack; `None` if it is not one (each entry's bytes
+/// are still to be checked against its digest: a pack is never trusted).
+pub fn unpack(mut bytes: &[u8]) -> Option<Vec<(String, &[u8])>> {
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let nl = bytes.iter().position(|&c| c == b'\n')?;
+        let digest = std::str::from_utf8(&bytes[..nl]).ok()?.to_string();
+        bytes = &bytes[nl + 1..];
+        let nl = bytes.iter().position(|&c| c == b'\n')?;
+        let len: usize = std::str::from_utf8(&bytes[..nl]).ok()?.parse().ok()?;
+        bytes = &bytes[nl + 1..];
+        if bytes.len() < len {
+            return None;
+        }
+        out.push((digest, &bytes[..len]));
+        bytes = &bytes[len..];
+    }
+    Some(out)
+}
+
 /// A segment's key names its range and its content's SHA-256: two stores racing to extend
 /// the same remote head upload different objects, and the manifest names only the winner's.
 pub fn segment_key(id: &str, from: u64, to: u64, sha256: &str) -> String {

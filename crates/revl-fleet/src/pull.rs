@@ -195,6 +195,29 @@ impl Reader {
     /// after each round: a directory snapshot names more).
     fn fetch_blobs(&self, id: &str, m: &Manifest) -> Result<()> {
         let blobs = self.mirror.blobs();
+        // The base tree's pack first (one request for its small files), when this mirror
+        // does not hold the tree yet; every entry is checked against its digest.
+        if let Some(base) = m
+            .base
+            .as_ref()
+            .filter(|b| blobs.check(&b.tree, None).is_err())
+        {
+            let key = crate::pack_key(&base.tree);
+            if let Some((bytes, _)) = self.bucket.get(&key)? {
+                let entries = crate::unpack(&bytes)
+                    .ok_or_else(|| tampered(&self.remote.name, &key, "it is not a pack"))?;
+                for (d, b) in entries {
+                    if revl_core::util::blake3_hex(b) != d {
+                        return Err(tampered(
+                            &self.remote.name,
+                            &key,
+                            "an entry's content does not match its digest",
+                        ));
+                    }
+                    blobs.put_cached(b)?;
+                }
+            }
+        }
         let mut tried: BTreeSet<String> = BTreeSet::new();
         loop {
             let (st, _) = revl_core::state::State::read(&self.mirror.wal_path(id))?;

@@ -172,6 +172,7 @@ fn push_one(
                 }
                 upload(bucket, &mut items, &mut uploaded_blobs, &mut bytes, &fp)?;
             }
+            upload_pack(store, bucket, id)?;
             blobs_done = true;
             fp.point("push.after-blobs");
         }
@@ -256,6 +257,34 @@ fn upload(
         fp.point("push.mid-blobs");
     }
     items.clear();
+    Ok(())
+}
+
+/// The session's base tree packed into one object, once (see [`crate::pack_key`]): the
+/// tree listing and its files up to [`crate::PACK_MAX_BLOB`], at most
+/// [`crate::PACK_MAX_BYTES`] in all.
+fn upload_pack(store: &Store, bucket: &Bucket, id: &str) -> Result<()> {
+    let Some(base) = store.base_of(id) else {
+        return Ok(());
+    };
+    let key = crate::pack_key(&base.tree);
+    if bucket.exists_many(std::slice::from_ref(&key))?[0] {
+        return Ok(());
+    }
+    let mut digests = BTreeSet::from([base.tree.clone()]);
+    for it in store.base_items(&base)? {
+        digests.extend(it.digest);
+    }
+    let (mut items, mut total) = (Vec::new(), 0usize);
+    for d in digests {
+        if let Some(b) = store.get_blob(&d)? {
+            if b.len() <= crate::PACK_MAX_BLOB && total + b.len() <= crate::PACK_MAX_BYTES {
+                total += b.len();
+                items.push((d, b));
+            }
+        }
+    }
+    bucket.create_many(&[(key, crate::pack(&items))])?;
     Ok(())
 }
 

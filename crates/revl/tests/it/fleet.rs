@@ -562,6 +562,11 @@ fn a_tampered_bucket_is_refused_never_trusted() {
     pushed(&f.a(&["push"]));
     let bucket = f.w.path("bucket");
     let k = head.to_string();
+    // The base tree's pack is a shortcut: without it the loose blobs serve (and are
+    // checked). Set aside for the loose-blob case, then altered itself.
+    let packs = bucket.join("packs");
+    assert!(packs.is_dir(), "a push with a base tree uploads its pack");
+    std::fs::rename(&packs, bucket.join("packs.off")).unwrap();
     // A blob altered: a second machine refuses it.
     let blob = std::fs::read_dir(bucket.join("blobs"))
         .unwrap()
@@ -583,6 +588,52 @@ fn a_tampered_bucket_is_refused_never_trusted() {
     let msg = r.err(1, "corrupt-wal");
     assert!(msg.contains("altered"), "{msg}");
     std::fs::write(&blob, &orig).unwrap();
+    std::fs::rename(bucket.join("packs.off"), &packs).unwrap();
+    // The pack altered (one byte of an entry): refused, never cached.
+    let pack = std::fs::read_dir(&packs)
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let orig_pack = std::fs::read(&pack).unwrap();
+    let mut bad = orig_pack.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    std::fs::write(&pack, &bad).unwrap();
+    let store_p = f.w.path("store-p");
+    f.on(&store_p, &["remote", "add", "origin", &f.url]).ok();
+    let r = f.on(
+        &store_p,
+        &[
+            "--remote",
+            "origin",
+            "read",
+            &id,
+            "out/result.txt",
+            "--at",
+            &k,
+        ],
+    );
+    let msg = r.err(1, "corrupt-wal");
+    assert!(msg.contains("packs/"), "{msg}");
+    std::fs::write(&pack, &orig_pack).unwrap();
+    // Intact again: the same read from a fresh store works through the pack.
+    let store_q = f.w.path("store-q");
+    f.on(&store_q, &["remote", "add", "origin", &f.url]).ok();
+    f.on(
+        &store_q,
+        &[
+            "--remote",
+            "origin",
+            "read",
+            &id,
+            "out/result.txt",
+            "--at",
+            &k,
+        ],
+    )
+    .ok();
     // A WAL segment altered (one byte).
     let segs = bucket.join("sessions").join(&id).join("wal");
     let seg = std::fs::read_dir(&segs)
