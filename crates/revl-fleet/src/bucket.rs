@@ -190,112 +190,100 @@ impl Bucket {
         }
     }
 
+    /// Run `op` on each key's object path (up to 32 requests in flight), results in order;
+    /// the first error wins. `None` for a shared directory (the caller goes one by one).
+    fn fan_out<'a, K, T, F, Fut>(
+        &self,
+        items: &'a [K],
+        key: impl Fn(&'a K) -> &'a str,
+        op: F,
+    ) -> Option<Result<Vec<T>>>
+    where
+        F: Fn(Arc<dyn ObjectStore>, object_store::path::Path, &'a K) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        use futures::StreamExt;
+        let Bucket::S3 {
+            store, prefix, rt, ..
+        } = self
+        else {
+            return None;
+        };
+        Some(rt.block_on(async {
+            let futs = items
+                .iter()
+                .map(|item| op(store.clone(), Self::key(prefix, key(item)), item));
+            futures::stream::iter(futs)
+                .buffered(32)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect()
+        }))
+    }
+
     /// Read many objects at once (up to 32 requests in flight); `None` where absent.
     pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
-        match self {
-            Bucket::S3 {
-                store, prefix, rt, ..
-            } => {
-                use futures::StreamExt;
-                rt.block_on(async {
-                    let futs = keys.iter().map(|k| {
-                        let p = Self::key(prefix, k);
-                        let store = store.clone();
-                        async move {
-                            match store.get(&p).await {
-                                Ok(r) => r
-                                    .bytes()
-                                    .await
-                                    .map(|b| Some(b.to_vec()))
-                                    .map_err(|e| remote_err(&p, e)),
-                                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                                Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
-                            }
-                        }
-                    });
-                    futures::stream::iter(futs)
-                        .buffered(32)
-                        .collect::<Vec<_>>()
+        let s3 = self.fan_out(
+            keys,
+            |k| k.as_str(),
+            |store, p, _| async move {
+                match store.get(&p).await {
+                    Ok(r) => r
+                        .bytes()
                         .await
-                        .into_iter()
-                        .collect()
-                })
-            }
-            Bucket::Dir { .. } => keys
-                .iter()
+                        .map(|b| Some(b.to_vec()))
+                        .map_err(|e| remote_err(&p, e)),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+                }
+            },
+        );
+        s3.unwrap_or_else(|| {
+            keys.iter()
                 .map(|k| Ok(self.get(k)?.map(|(b, _)| b)))
-                .collect(),
-        }
+                .collect()
+        })
     }
 
     /// Whether each of many objects exists (up to 32 requests in flight).
     pub fn exists_many(&self, keys: &[String]) -> Result<Vec<bool>> {
-        match self {
-            Bucket::S3 {
-                store, prefix, rt, ..
-            } => {
-                use futures::StreamExt;
-                rt.block_on(async {
-                    let futs = keys.iter().map(|k| {
-                        let p = Self::key(prefix, k);
-                        let store = store.clone();
-                        async move {
-                            match store.head(&p).await {
-                                Ok(_) => Ok(true),
-                                Err(object_store::Error::NotFound { .. }) => Ok(false),
-                                Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
-                            }
-                        }
-                    });
-                    futures::stream::iter(futs)
-                        .buffered(32)
-                        .collect::<Vec<_>>()
-                        .await
-                        .into_iter()
-                        .collect()
-                })
-            }
-            Bucket::Dir { .. } => keys.iter().map(|k| self.exists(k)).collect(),
-        }
+        let s3 = self.fan_out(
+            keys,
+            |k| k.as_str(),
+            |store, p, _| async move {
+                match store.head(&p).await {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+                }
+            },
+        );
+        s3.unwrap_or_else(|| keys.iter().map(|k| self.exists(k)).collect())
     }
 
     /// Create many objects at once, each only if absent (up to 32 requests in flight).
     pub fn create_many(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<Put>> {
-        match self {
-            Bucket::S3 {
-                store, prefix, rt, ..
-            } => {
-                use futures::StreamExt;
-                rt.block_on(async {
-                    let futs = items.iter().map(|(k, b)| {
-                        let p = Self::key(prefix, k);
-                        let store = store.clone();
-                        let payload = object_store::PutPayload::from(b.clone());
-                        async move {
-                            let opts = PutOptions {
-                                mode: PutMode::Create,
-                                ..Default::default()
-                            };
-                            match store.put_opts(&p, payload, opts).await {
-                                Ok(_) => Ok(Put::Done),
-                                Err(object_store::Error::AlreadyExists { .. })
-                                | Err(object_store::Error::Precondition { .. }) => {
-                                    Ok(Put::Conflict)
-                                }
-                                Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
-                            }
-                        }
-                    });
-                    futures::stream::iter(futs)
-                        .buffered(32)
-                        .collect::<Vec<_>>()
-                        .await
-                        .into_iter()
-                        .collect()
-                })
-            }
-            Bucket::Dir { .. } => items.iter().map(|(k, b)| self.put(k, b, None)).collect(),
-        }
+        let s3 = self.fan_out(
+            items,
+            |(k, _)| k.as_str(),
+            |store, p, (_, b)| {
+                let payload = object_store::PutPayload::from(b.clone());
+                async move {
+                    let opts = PutOptions {
+                        mode: PutMode::Create,
+                        ..Default::default()
+                    };
+                    match store.put_opts(&p, payload, opts).await {
+                        Ok(_) => Ok(Put::Done),
+                        Err(object_store::Error::AlreadyExists { .. })
+                        | Err(object_store::Error::Precondition { .. }) => Ok(Put::Conflict),
+                        Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
+                    }
+                }
+            },
+        );
+        s3.unwrap_or_else(|| items.iter().map(|(k, b)| self.put(k, b, None)).collect())
     }
 
     /// Every key under `prefix` (relative to the remote's prefix), sorted.
