@@ -309,33 +309,41 @@ pub fn exec(v: &ExecReport) -> String {
                     let _ = write!(
                         out,
                         "\n  step {k}  exec.net  {} connection(s), recorded before they carried a byte (an emission: it cannot be undone)",
-                        n.connections.len()
+                        n.reached().count()
                     );
                 }
-                None => {
+                None if n.connections.is_empty() => {
                     let _ = write!(out, "\n  no connection was made");
+                }
+                None => {
+                    let _ = write!(
+                        out,
+                        "\n  no connection reached its destination (nothing crossed)"
+                    );
                 }
             }
             for c in &n.connections {
-                let _ = write!(
-                    out,
-                    "\n  reached     {}:{}  {} bytes up, {} down{}",
-                    visible(&c.dest),
-                    c.port,
-                    c.bytes_up,
-                    c.bytes_down,
-                    c.error
-                        .as_ref()
-                        .map(|e| format!("  ({})", visible(e)))
-                        .unwrap_or_default()
-                );
+                let _ = match &c.error {
+                    None => write!(
+                        out,
+                        "\n  reached     {}  {} bytes up, {} down",
+                        host_port(&visible(&c.dest), c.port),
+                        c.bytes_up,
+                        c.bytes_down,
+                    ),
+                    Some(e) => write!(
+                        out,
+                        "\n  failed      {}  ({}; nothing was forwarded)",
+                        host_port(&visible(&c.dest), c.port),
+                        visible(e)
+                    ),
+                };
             }
             for d in &n.denied {
                 let _ = write!(
                     out,
-                    "\n  refused     {}:{}  ({})",
-                    visible(&d.dest),
-                    d.port,
+                    "\n  refused     {}  ({})",
+                    host_port(&visible(&d.dest), d.port),
                     visible(&d.why)
                 );
             }
@@ -607,10 +615,7 @@ fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
         out,
         title,
         list.iter().map(|e| {
-            let label = e
-                .get("label")
-                .map(s)
-                .unwrap_or_else(|| format!("{}.{}", s(&e["service"]), s(&e["method"])));
+            let label = entry_label(e);
             let extra = e
                 .get("why")
                 .or(e.get("error"))
@@ -630,10 +635,25 @@ fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
 
 /// An exec's network emission (SPEC 20.1): each destination it reached, named.
 fn destinations(e: &Value) -> Option<String> {
-    let list = e.get("connections")?.as_array()?;
+    let names = reached_destinations(e);
+    (!names.is_empty()).then(|| format!("reached {}", names.join(", ")))
+}
+
+/// The destinations an exec's network emission (its detail or report entry) reached, each
+/// once, as `host:port`; a connection whose outbound connect failed reached nothing and is
+/// left out, one open when revl was interrupted is marked as maybe reached. The text reports
+/// and the view both name them with this.
+pub fn reached_destinations(e: &Value) -> Vec<String> {
+    let Some(list) = e.get("connections").and_then(Value::as_array) else {
+        return Vec::new();
+    };
     let mut names: Vec<String> = Vec::new();
-    for c in list {
-        let d = format!("{}:{}", s(&c["dest"]), s(&c["port"]));
+    for c in list
+        .iter()
+        .filter(|c| c.get("error").is_none_or(Value::is_null))
+    {
+        let port = c["port"].as_u64().unwrap_or(0) as u16;
+        let d = host_port(&s(&c["dest"]), port);
         let d = if c["interrupted"] == Value::Bool(true) {
             format!("{d} (interrupted: may have been reached)")
         } else {
@@ -643,7 +663,34 @@ fn destinations(e: &Value) -> Option<String> {
             names.push(d);
         }
     }
-    Some(format!("reached {}", names.join(", ")))
+    names
+}
+
+/// `host:port`, an IPv6 address in brackets (`[::1]:8080`).
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The label of a report entry: its own, else the label its step had (an exec's network
+/// emission: `exec.net <program>`), else `service.method`.
+fn entry_label(e: &Value) -> String {
+    if let Some(l) = e.get("label") {
+        return s(l);
+    }
+    let (service, method) = (s(&e["service"]), s(&e["method"]));
+    if (service.as_str(), method.as_str()) == ("exec", "net") {
+        if let Some(prog) = e["args"]["argv"].get(0).and_then(Value::as_str) {
+            let name = std::path::Path::new(prog)
+                .file_name()
+                .map_or_else(|| prog.to_string(), |n| n.to_string_lossy().into_owned());
+            return format!("exec.net {}", visible(&name));
+        }
+    }
+    format!("{service}.{method}")
 }
 
 /// A titled list of `(position, label, note)` rows; nothing when empty.

@@ -454,24 +454,9 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
 
 /// An exec's network emission (SPEC 20.1): the destinations it reached, named.
 fn net_dests(detail: &serde_json::Value) -> String {
-    let Some(list) = detail.get("connections").and_then(|c| c.as_array()) else {
+    let names = crate::render::reached_destinations(detail);
+    if names.is_empty() {
         return String::new();
-    };
-    let mut names: Vec<String> = Vec::new();
-    for c in list {
-        let d = format!(
-            "{}:{}{}",
-            c["dest"].as_str().unwrap_or("?"),
-            c["port"],
-            if c["interrupted"] == serde_json::Value::Bool(true) {
-                " (interrupted: may have been reached)"
-            } else {
-                ""
-            }
-        );
-        if !names.contains(&d) {
-            names.push(d);
-        }
     }
     format!(
         " <span class=\"net\">reached {}</span>",

@@ -176,6 +176,12 @@ impl Session {
                 "give the program to run and its arguments",
             ));
         }
+        if let Some(i) = o.argv.iter().position(|a| a.contains('\0')) {
+            return Err(Error::bad_args(
+                format!("argument {i} of the command holds a NUL byte: nothing ran"),
+                "a program's arguments cannot contain NUL; pass such data in a file or through stdin",
+            ));
+        }
         let cwd_rel = match o.cwd.as_deref() {
             None | Some("") | Some(".") => String::new(),
             Some(c) => self.ws.confine(c, true)?,
@@ -365,8 +371,11 @@ impl Session {
             None if net => Some(crate::egress::NetSummary::default()),
             None => None,
         };
-        // A connection was opened: the crossing is recorded whatever happens to the files.
-        let crossed = summary.as_ref().is_some_and(|s| !s.connections.is_empty());
+        // A connection was forwarded: the crossing is recorded whatever happens to the files.
+        // One whose outbound connect failed carried nothing (its records say so).
+        let crossed = summary
+            .as_ref()
+            .is_some_and(|s| s.reached().next().is_some());
         let net_step = if crossed {
             self.net_emission(step, &o.argv, summary.as_ref().expect("crossed"))?;
             Some(step)

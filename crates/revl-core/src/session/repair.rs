@@ -227,7 +227,7 @@ impl Session {
             .cloned()
             .collect();
         let summary = crate::egress::NetSummary::from_records(&recs);
-        if summary.connections.is_empty() {
+        if summary.reached().next().is_none() {
             return Ok(false);
         }
         // The intent's label names the program (its whole argv is not in the WAL).
@@ -241,8 +241,7 @@ impl Session {
             .collect();
         self.net_emission(intent.step, &argv, &summary)?;
         let dests: Vec<String> = summary
-            .connections
-            .iter()
+            .reached()
             .map(|c| format!("{}:{}", c.dest, c.port))
             .collect();
         self.repaired(
@@ -251,7 +250,7 @@ impl Session {
             format!(
                 "{} was interrupted after its proxy opened {} connection(s) ({}): recorded as emission step {} (they may have reached their destinations); its file changes were never applied",
                 intent.label,
-                summary.connections.len(),
+                summary.reached().count(),
                 dests.join(", "),
                 intent.step
             ),

@@ -445,6 +445,8 @@ fn fork_restores_files_and_reports_the_crossing() {
         "{}",
         text.stdout
     );
+    // The row names the step as its label does (`exec.net <program>`).
+    assert!(line.contains("exec.net python3"), "{}", text.stdout);
     let hash = w.json(&["fork", &id, "--at", &k.to_string()]).ok()["hash"]
         .as_str()
         .unwrap()
@@ -461,6 +463,67 @@ fn fork_restores_files_and_reports_the_crossing() {
     assert!(
         page.contains(&format!("reached 127.0.0.1:{}", s.port)),
         "view lacks the destination"
+    );
+}
+
+/// A declared destination with nothing listening: the outbound connect fails, nothing is
+/// forwarded, so nothing crossed: no emission, no `netStep`, and a fork is clean. The
+/// attempt stays on the record (its `net-close` carries the error) and in the exec's result.
+#[test]
+fn a_connect_that_failed_is_not_a_crossing() {
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (w, id, ws) = setup(&[format!("127.0.0.1:{closed}")]);
+    let k = w.head(&id).to_string();
+    let out = exec_net(
+        &w,
+        &id,
+        "--net",
+        &[&format!("get=http://127.0.0.1:{closed}/f")],
+    );
+    let doc = out.ok().clone();
+    assert!(doc.get("netStep").is_none_or(Value::is_null), "{doc}");
+    let conns = doc["net"]["connections"].as_array().unwrap();
+    assert_eq!(conns.len(), 1, "{doc}");
+    assert!(conns[0]["error"].as_str().is_some(), "{doc}");
+    assert_eq!(conns[0]["bytesUp"], 0);
+    let got = std::fs::read_to_string(ws.join("out.txt")).unwrap();
+    assert!(got.starts_with("fail"), "{got}");
+    // On the record: the attempt and its failure.
+    let recs = net_records(&w, &id);
+    assert!(
+        recs.iter()
+            .any(|r| r["record"] == "net-close" && r["error"].is_string()),
+        "{recs:?}"
+    );
+    // No emission on the timeline; a fork before the exec crosses nothing.
+    let tl = w.json(&["timeline", &id]);
+    let steps = tl.ok()["steps"].as_array().unwrap().clone();
+    assert!(!steps.iter().any(|s| s["kind"] == "emission"), "{steps:?}");
+    let r = w.json(&["fork", &id, "--at", &k]);
+    let r = r.ok();
+    assert_eq!(r["emissionsCrossed"].as_array().unwrap().len(), 0, "{r}");
+    assert_eq!(r["residue"]["clean"], true, "{r}");
+    // The text says the connect failed, never that the destination was reached.
+    let text = w.run(&[
+        "exec",
+        &id,
+        "--net",
+        "--",
+        "python3",
+        "client.py",
+        &format!("get=http://127.0.0.1:{closed}/g"),
+    ]);
+    assert!(text.stdout.contains("failed "), "{}", text.stdout);
+    assert!(
+        !text
+            .stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("reached")),
+        "{}",
+        text.stdout
     );
 }
 
