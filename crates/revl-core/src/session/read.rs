@@ -219,7 +219,7 @@ impl Session {
             Some(img) if img.kind == Some(FileKind::File) && img.digest.is_none() => {
                 let (found, bytes) = match self.preimage_after(rel, k)? {
                     Some(found) => found,
-                    None => (self.ws.observe(rel)?, None),
+                    None => self.unwitnessed_now(rel)?,
                 };
                 (
                     Image {
@@ -232,7 +232,7 @@ impl Session {
             Some(img) => (img, None),
             None => match self.preimage_after(rel, k)? {
                 Some(found) => found,
-                None => (self.ws.observe(rel)?, None),
+                None => self.unwitnessed_now(rel)?,
             },
         })
     }
@@ -240,47 +240,29 @@ impl Session {
     /// The state `rel` had before the first step after `k` that touched it changed it (that
     /// step's preimage), with its bytes when they sit in a directory listing.
     fn preimage_after(&self, rel: &str, k: Pos) -> Result<Option<(Image, Option<Vec<u8>>)>> {
-        for s in self.state.steps.iter().skip(k.first_above() as usize) {
-            let Some(Undo::Restore { entries }) = s.undo().filter(|_| s.kind == StepKind::Effect)
-            else {
-                continue;
-            };
-            for e in entries {
-                let p = e.path();
-                if p == rel {
-                    return Ok(Some((e.image(), None)));
-                }
-                let Some(below) = rel.strip_prefix(&format!("{p}/")) else {
-                    continue;
-                };
-                match e {
-                    RestoreEntry::Dir { tree, .. } => {
-                        let items: Vec<TreeItem> =
-                            serde_json::from_slice(&self.blobs.get(tree, Some(s.index))?)
-                                .unwrap_or_default();
-                        let Some(it) = items.into_iter().find(|i| i.path == below) else {
-                            return Ok(Some((Image::absent(rel), None)));
-                        };
-                        let bytes = it
-                            .content
-                            .as_deref()
-                            .map(crate::workspace::unb64)
-                            .transpose()?;
-                        let img = Image {
-                            digest: it.digest,
-                            kind: Some(it.kind),
-                            mode: it.mode,
-                            path: rel.to_string(),
-                        };
-                        return Ok(Some((img, bytes)));
-                    }
-                    // A mode says nothing about what is below the path.
-                    RestoreEntry::Mode { .. } => continue,
-                    _ => return Ok(Some((Image::absent(rel), None))),
-                }
+        first_preimage(
+            self.state.steps.iter().skip(k.first_above() as usize),
+            &self.blobs,
+            rel,
+        )
+    }
+
+    /// What a path no step of this session touched after the point asked about holds now.
+    /// The workspace, unless this session was frozen by a serial fork: then the workspace is
+    /// its branch's (or that branch's branch's), and the path is as the first of their steps
+    /// that touched it found it (its preimage), or, untouched by all of them, as it is now.
+    fn unwitnessed_now(&self, rel: &str) -> Result<(Image, Option<Vec<u8>>)> {
+        let mut child = self.state.fork_frozen.as_ref().map(|f| f.branch.clone());
+        let mut hops = 0;
+        while let Some(id) = child.take().filter(|_| hops < 64) {
+            hops += 1;
+            let (st, _) = crate::state::State::read(&self.store.wal_path(&id))?;
+            if let Some(found) = first_preimage(st.steps.iter(), &self.blobs, rel)? {
+                return Ok(found);
             }
+            child = st.fork_frozen.as_ref().map(|f| f.branch.clone());
         }
-        Ok(None)
+        Ok((self.ws.observe(rel)?, None))
     }
 
     /// The bytes whose blake3 is `digest`: from the blob store, an inline preimage of any
@@ -374,6 +356,57 @@ fn inline_preimage(steps: &[crate::step::Step], digest: &str) -> Result<Option<V
                 if d == digest {
                     return crate::workspace::unb64(c).map(Some);
                 }
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The preimage of `rel` in the first of `steps` that changed it (a file effect's or an
+/// exec's restore entry, or the listing of a directory above it), with its bytes when they
+/// sit in that listing; `None` when none of them touched it.
+fn first_preimage<'a>(
+    steps: impl Iterator<Item = &'a crate::step::Step>,
+    blobs: &crate::blobs::BlobStore,
+    rel: &str,
+) -> Result<Option<(Image, Option<Vec<u8>>)>> {
+    for s in steps {
+        let Some(Undo::Restore { entries }) = s.undo().filter(|_| s.kind == StepKind::Effect)
+        else {
+            continue;
+        };
+        for e in entries {
+            let p = e.path();
+            if p == rel {
+                return Ok(Some((e.image(), None)));
+            }
+            let Some(below) = rel.strip_prefix(&format!("{p}/")) else {
+                continue;
+            };
+            match e {
+                RestoreEntry::Dir { tree, .. } => {
+                    let items: Vec<TreeItem> =
+                        serde_json::from_slice(&blobs.get(tree, Some(s.index))?)
+                            .unwrap_or_default();
+                    let Some(it) = items.into_iter().find(|i| i.path == below) else {
+                        return Ok(Some((Image::absent(rel), None)));
+                    };
+                    let bytes = it
+                        .content
+                        .as_deref()
+                        .map(crate::workspace::unb64)
+                        .transpose()?;
+                    let img = Image {
+                        digest: it.digest,
+                        kind: Some(it.kind),
+                        mode: it.mode,
+                        path: rel.to_string(),
+                    };
+                    return Ok(Some((img, bytes)));
+                }
+                // A mode says nothing about what is below the path.
+                RestoreEntry::Mode { .. } => continue,
+                _ => return Ok(Some((Image::absent(rel), None))),
             }
         }
     }

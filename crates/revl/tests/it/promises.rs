@@ -3,6 +3,7 @@
 
 use crate::common::{manifest, World};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::fs;
 
 /// The hash of `revl fork SID --at K`, which must succeed.
@@ -158,6 +159,52 @@ fn read_at_and_diff_see_each_file_a_new_directory_holds() {
         .map(|p| p["path"].as_str().unwrap())
         .collect();
     assert!(paths.contains(&"d/f"), "{}", d.dump());
+}
+
+/// After a serial fork the workspace is the branch's: the frozen parent's side of a diff,
+/// and its `read --at`, must not borrow what only the branch wrote.
+#[test]
+fn a_frozen_parent_does_not_see_files_only_its_branch_wrote() {
+    let w = World::new();
+    let (sid, _ws) = w.session();
+    w.json(&["write", &sid, "a", "--content", "1"]).ok();
+    w.json(&["write", &sid, "b", "--content", "2"]).ok();
+    let k = w.head(&sid) - 1;
+    let hash = w.json(&["fork", &sid, "--at", &k.to_string()]).ok()["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = w.json(&["fork-confirm", &sid, "--hash", &hash]);
+    let branch = done.ok()["branch"].as_str().unwrap().to_string();
+    w.json(&["write", &branch, "z", "--content", "only the branch"])
+        .ok();
+    w.json(&["write", &branch, "a", "--content", "branch's a"])
+        .ok();
+    let d = w.json(&["diff", &sid, &branch]);
+    let paths: BTreeMap<String, Value> = d.doc()["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["path"].as_str().unwrap().to_string(), p.clone()))
+        .collect();
+    assert_eq!(
+        paths.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["a", "b", "z"],
+        "{}",
+        d.dump()
+    );
+    assert!(paths["z"]["left"].is_null(), "{}", d.dump());
+    assert!(paths["b"]["right"].is_null(), "{}", d.dump());
+    // The parent's own reads agree: z never existed on its line; a is its own.
+    let head = w.head(&sid).to_string();
+    w.json(&["read", &sid, "z", "--at", &head]).err(1, "absent");
+    let a = w.json(&["read", &sid, "a", "--at", &head]);
+    assert_eq!(a.ok()["content"], "1", "{}", a.dump());
+    // And `branch SESSION` takes the session as a positional argument, like --wal.
+    let by_flag = w.json(&["branch", "--wal", &branch]);
+    let positional = w.json(&["branch", &branch]);
+    assert_eq!(by_flag.ok(), positional.ok());
+    assert_eq!(positional.doc()["parent"], sid.as_str());
 }
 
 #[test]
