@@ -1,4 +1,5 @@
 //! revl-core's integration tests, one binary: the library API against its contracts.
 
 mod agreement;
+mod exec_args;
 mod large_wal;
