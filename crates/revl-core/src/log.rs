@@ -164,8 +164,10 @@ pub struct Log {
     pub edges: Vec<LogEdge>,
 }
 
-/// The mode of the fork that made `branch` (from its parent's WAL when it can be read; else
-/// a branch in its parent's workspace is serial).
+/// The mode of the fork that made `branch` (from its parent's WAL when it can be read). A
+/// parent whose WAL is not among these: a serial fork freezes its parent in the same store,
+/// so a branch whose parent is elsewhere was made into a workspace of its own (a parallel
+/// fork, e.g. of a remote session: `fork --remote`, `fork-confirm --into`).
 fn fork_mode(byid: &BTreeMap<&str, &OfflineWal>, w: &OfflineWal) -> Option<&'static str> {
     let (parent, _) = w.parent()?;
     if let Some(p) = byid.get(parent) {
@@ -178,7 +180,7 @@ fn fork_mode(byid: &BTreeMap<&str, &OfflineWal>, w: &OfflineWal) -> Option<&'sta
             "parallel"
         });
     }
-    Some("serial")
+    Some("parallel")
 }
 
 /// The ids of SESSION's family: its root ancestor (as far as the WALs go) and every

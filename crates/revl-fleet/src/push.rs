@@ -51,8 +51,18 @@ pub fn push(store: &Store, remote: &crate::Remote, sessions: &[String]) -> Resul
         None => None,
     };
     let mut pushed = Vec::new();
+    let mut refused = Vec::new();
     for id in ids {
-        let mut p = push_one(store, &bucket, &remote.name, &writer, &id)?;
+        let mut p = match push_one(store, &bucket, &remote.name, &writer, &id) {
+            Ok(p) => p,
+            // One copied session must not keep the store's other sessions off the remote:
+            // they are pushed, then the refusal is the answer.
+            Err(e) if sessions.is_empty() && e.code == Code::Fenced => {
+                refused.push(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         if remote.index.is_some() {
             let ok = match (&mut index, &p.1) {
                 (Some(ix), Some(m)) => ix.upsert(&remote.name, m).is_ok(),
@@ -62,6 +72,24 @@ pub fn push(store: &Store, remote: &crate::Remote, sessions: &[String]) -> Resul
             p.0.indexed = Some(ok);
         }
         pushed.push(p.0);
+    }
+    if let Some(first) = refused.first() {
+        let others = match refused.len() {
+            1 => String::new(),
+            n => format!(
+                " ({} more session(s) of this store were refused the same way)",
+                n - 1
+            ),
+        };
+        return Err(Error::new(
+            Code::Fenced,
+            format!(
+                "{}{others}; the store's other {} session(s) were pushed",
+                first.message,
+                pushed.len()
+            ),
+            first.hint.clone(),
+        ));
     }
     Ok(PushReport {
         remote: remote.name.clone(),

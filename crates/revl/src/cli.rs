@@ -384,8 +384,15 @@ enum Cmd {
     /// Offline: the lineage of one WAL, the topology of several, or (--at) a partition.
     Branch {
         /// A WAL file, or a session id of the store (its WAL); repeat for a topology.
-        #[arg(long = "wal", value_name = "FILE|SESSION", required = true)]
+        #[arg(
+            long = "wal",
+            value_name = "FILE|SESSION",
+            required_unless_present = "sessions"
+        )]
         wals: Vec<PathBuf>,
+        /// Session ids (or WAL files), as positional arguments: the same as --wal each.
+        #[arg(value_name = "SESSION")]
+        sessions: Vec<PathBuf>,
         /// With one --wal: what a fork at this step would rewind, withdraw and leave crossed
         /// (a step index; -1: before every step).
         #[arg(long, allow_hyphen_values = true, value_name = "K")]
@@ -455,9 +462,12 @@ enum RemoteCmd {
     /// Index the remote's lineage in PostgreSQL, rebuilt from the bucket alone; pushes keep
     /// it up to date and lineage queries use it.
     Index {
-        name: String,
+        /// The remote (optional when the store has one remote): `remote index [NAME] URL`.
+        #[arg(value_name = "NAME")]
+        first: String,
         /// postgres://USER[:PASSWORD]@HOST[:PORT]/DB
-        url: String,
+        #[arg(value_name = "URL")]
+        url: Option<String>,
     },
     /// The remote's sessions and their parents (from the index when there is one, else by
     /// listing the bucket).
@@ -604,9 +614,10 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
     }
     match &cli.cmd {
-        Cmd::Branch { wals, at } => {
+        Cmd::Branch { wals, sessions, at } => {
             let wals = wals
                 .iter()
+                .chain(sessions)
                 .map(|w| wal_of(cli, w))
                 .collect::<Result<Vec<_>, _>>()?;
             return offline_branch(&wals, at.as_deref(), cli.json);
@@ -1022,19 +1033,41 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         } => {
             // A fork enumerated with --remote waits in this store, not in a local session.
             let given = session.as_deref().unwrap_or("");
-            let local = match session {
-                Some(sid) => store.resolve(sid),
-                None => Err(Error::new(
-                    Code::Usage,
-                    "fork-confirm needs SESSION (no remote fork is pending in this store)",
-                    "revl fork-confirm SESSION --hash H",
-                )),
-            };
-            if let Err(e) = local {
-                if let Some((remote, id)) = revl_fleet::pull::pending_fork(&store, given)? {
+            let remote = revl_fleet::pull::pending_fork(&store, given)?;
+            match (session.as_deref().map(|sid| store.resolve(sid)), remote) {
+                (None, None) => {
+                    return Err(Error::new(
+                        Code::Usage,
+                        "fork-confirm needs SESSION (no remote fork is pending in this store)",
+                        "revl fork-confirm SESSION --hash H",
+                    ))
+                }
+                (None | Some(Err(_)), Some((remote, id))) => {
                     return remote_fork_confirm(&store, &remote, &id, hash, into.as_deref());
                 }
-                return Err(e);
+                // The store ran SESSION and also enumerated a fork of it with --remote: the
+                // session's own pending fork answers to its hash; any other hash is the
+                // remote fork's (whose confirm judges it).
+                (Some(Ok(_)), Some((remote, id))) => {
+                    let own = attach(&store, given)?.state().fork_pending.clone();
+                    if own.is_none_or(|(_, h)| h.as_deref() != Some(hash.as_str())) {
+                        return remote_fork_confirm(&store, &remote, &id, hash, into.as_deref());
+                    }
+                }
+                // An id this store never ran, with a remote configured: a branch of a remote
+                // session that was never enumerated here.
+                (Some(Err(e)), None)
+                    if e.code == Code::UnknownSession
+                        && !revl_fleet::Remotes::load(&store)?.remotes.is_empty() =>
+                {
+                    return Err(Error::new(
+                        Code::NoPendingFork,
+                        format!("no fork of session {given} is pending in this store: it never ran here, and no `fork --remote` of it was enumerated"),
+                        "enumerate it first: `revl fork --remote NAME SESSION --at K`, read the report, then confirm its hash",
+                    ));
+                }
+                (Some(Err(e)), None) => return Err(e),
+                (Some(Ok(_)), None) => {}
             }
             let session = given;
             let mut s = attach(&store, session)?;
@@ -1142,8 +1175,12 @@ fn remote_cmd(store: &Store, cmd: &RemoteCmd) -> Result<Outcome, Error> {
                 .join("\n");
             Ok(Outcome::ok(serde_json::json!({ "remotes": list }), text))
         }
-        RemoteCmd::Index { name, url } => {
-            let r = revl_fleet::index::index(store, name, url)?;
+        RemoteCmd::Index { first, url } => {
+            let (name, url) = match url {
+                Some(url) => (first.clone(), url.as_str()),
+                None => (pick_remote(store, None)?.name, first.as_str()),
+            };
+            let r = revl_fleet::index::index(store, &name, url)?;
             let text = format!(
                 "remote {}: {} session(s) indexed in {}",
                 r.remote, r.sessions, r.index
@@ -1264,9 +1301,10 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
                 _ => unreachable!("log or view"),
             }
         }
-        Cmd::Branch { wals, at } => {
+        Cmd::Branch { wals, sessions, at } => {
             let wals = wals
                 .iter()
+                .chain(sessions)
                 .map(|w| match w.to_str() {
                     Some(g) => fetch(g).map(|id| mirror.wal_path(&id)),
                     None => Err(Error::bad_args(

@@ -240,6 +240,7 @@ fn push_is_idempotent_and_reads_of_the_remote_equal_local_reads() {
         vec!["log", short],
         vec!["branch", "--wal", short],
         vec!["branch", "--wal", short, "--at", "2"],
+        vec!["branch", short, "--at", "2"],
         vec!["compare", short, short],
         vec!["diff", &format!("{short}@1"), &format!("{short}@{head}")],
     ] {
@@ -446,6 +447,21 @@ fn a_push_from_a_stale_remote_head_is_fenced() {
     // The remote is A's.
     let r = f.b(&["--remote", "origin", "read", &id, "more.txt", "--at", "10"]);
     assert_eq!(r.ok()["content"], "A");
+    // A push of the whole copy still pushes its other sessions, then answers `fenced`.
+    let ws2 = f.w.ws("copy-only");
+    let fresh = s(&f
+        .on(&copy, &["new", "--workspace", ws2.to_str().unwrap()])
+        .ok()["session"]);
+    f.on(&copy, &["write", &fresh, "own.txt", "--content", "C"])
+        .ok();
+    let all = f.on(&copy, &["push"]);
+    let msg = all.err(1, "fenced");
+    assert!(
+        msg.contains(&id) && msg.contains("other 1 session(s) were pushed"),
+        "{msg}"
+    );
+    let r = f.b(&["--remote", "origin", "read", &fresh, "own.txt", "--at", "1"]);
+    assert_eq!(r.ok()["content"], "C");
 }
 
 /// Every file below `dir` (relative path → bytes), the marker-free tree a branch gets.
@@ -551,7 +567,27 @@ fn a_branch_made_on_a_second_machine_is_the_source_read_at_k_byte_for_byte() {
         "--into",
         f.w.path("x").to_str().unwrap(),
     ])
-    .err(2, "unknown-session");
+    .err(1, "no-pending-fork");
+    // B's log knows its branches of the remote session as what they are: parallel forks.
+    let log = f.b(&["log"]).ok().clone();
+    let edges = log["edges"].as_array().unwrap();
+    assert!(!edges.is_empty(), "{log}");
+    assert!(edges.iter().all(|e| e["mode"] == "parallel"), "{log}");
+    // The store that ran the session may branch it from the remote too; the confirm needs
+    // no --remote there either (the session's own pending fork is not this one).
+    let r = f.a(&["fork", "--remote", "origin", &id, "--at", "2"]);
+    let hash = s(&r.ok()["hash"]);
+    let into = f.w.path("branch-in-a");
+    let c = f.a(&[
+        "fork-confirm",
+        &id,
+        "--hash",
+        &hash,
+        "--into",
+        into.to_str().unwrap(),
+    ]);
+    assert_eq!(c.ok()["forked"], true);
+    assert_eq!(f.a(&["status", &id]).ok()["state"], "live");
 }
 
 #[test]
@@ -733,6 +769,12 @@ fn the_lineage_index_in_postgresql_is_rebuilt_from_the_bucket_alone() {
     let pg = env_of(&f.env, "REVL_TEST_PG").to_string();
     let ix = f.b(&["remote", "index", &name, &pg]).ok().clone();
     assert_eq!(ix["sessions"], 3);
+    // With one remote in the store, its name may be left out.
+    let ix = f.b(&["remote", "index", &pg]).ok().clone();
+    assert_eq!(
+        (&ix["remote"], &ix["sessions"]),
+        (&Value::from(name.clone()), &Value::from(3))
+    );
     let from_index = f.b(&["remote", "lineage", &name]).ok().clone();
     assert_eq!(from_index["source"], "index");
     assert_eq!(from_index["sessions"], from_bucket["sessions"]);
