@@ -185,8 +185,8 @@ def test_aio_verbs(store_dir: Path, base: Path, sink: Sink) -> None:
         assert q.queued is True
         assert [x["seq"] for x in (await s.status()).queue] == [q.seq]
         par = await s.fork_confirm((await s.fork(1)).hash, into=base / "alt")
-        assert par.branch is not None
-        branch = revl.aio.Session(par.branch)
+        assert isinstance(par.branch, revl.aio.Session)
+        branch = par.branch
         assert await branch.read("a.txt") == b"one", "the branch is at step 1"
         assert (await revl.aio.compare(s, branch)).relation == "parent-branch"
         d = await revl.aio.diff(s, branch)
@@ -220,3 +220,147 @@ def test_aio_diff_takes_at_like_revl_diff(store_dir: Path, base: Path) -> None:
         return await revl.aio.diff(revl.aio.Session(a), revl.aio.Session(b), at=(1, None))
 
     assert asyncio.run(main()) == sync
+
+
+def _twin_normal(v: Any, names: dict[str, str]) -> Any:
+    """A document with what differs between twin sessions (ids, paths, times) named."""
+    if isinstance(v, dict):
+        return {k: ("<ts>" if k == "ts" else _twin_normal(x, names)) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_twin_normal(x, names) for x in v]
+    if isinstance(v, str):
+        for old, new in names.items():
+            v = v.replace(old, new)
+    return v
+
+
+def stepped_ws(s: revl.aio.Session) -> str:
+    return str(s.sync.status().workspace)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_aio_fork_confirm_gives_an_aio_branch(store_dir: Path, base: Path, parallel: bool) -> None:
+    """SPEC 18: `revl.aio` offers the same verbs; `fork_confirm`'s `.branch` is the branch as
+    an attached session, so in asyncio it is a `revl.aio.Session` whose verbs are awaited
+    (none of them runs on the event loop), and `.to_dict()` is the synchronous document."""
+    sync_store = revl.Store(store_dir)
+    twin = sync_store.new(base / "sync-ws")
+    twin.write("a.txt", "one")
+    twin.write("b.txt", "two")
+    plan = twin.fork(1)
+    twin_report = twin.fork_confirm(plan.hash, into=base / "sync-alt" if parallel else None)
+    assert isinstance(twin_report.branch, revl.Session)
+
+    async def main() -> tuple[revl.aio.Session, revl.results.ForkReport[revl.aio.Session]]:
+        st = revl.aio.Store(store_dir)
+        s = await st.new(base / "aio-ws")
+        await s.write("a.txt", "one")
+        await s.write("b.txt", "two")
+        report = await s.fork_confirm(
+            (await s.fork(1)).hash, into=base / "aio-alt" if parallel else None
+        )
+        branch = report.branch
+        assert isinstance(branch, revl.aio.Session), type(branch)
+        assert branch.id == report.branch_id
+        assert branch.store is s.store and branch.store.path == st.path
+        # its verbs are coroutines: awaiting them works
+        stepped = await branch.write("c.txt", "three")
+        assert stepped.step == 1  # a branch starts at its hinge, step 0
+        assert await branch.read("c.txt") == b"three"
+        assert await branch.read("a.txt") == b"one"
+        assert not (Path(stepped_ws(branch)) / "b.txt").exists()
+        assert await branch.head == 1
+        return s, report
+
+    s, report = asyncio.run(main())
+    assert isinstance(report, revl.results.ForkReport) and report.clean
+    sync_branch = report.branch.sync if report.branch is not None else None
+    assert isinstance(sync_branch, revl.Session)
+    assert sync_branch.timeline().head == 1
+    # The same document as the synchronous fork_confirm's, but for ids and paths.
+    assert twin_report.branch is not None
+    names_sync = {twin.id: "<parent>", twin_report.branch.id: "<branch>", str(base / "sync"): "<base>"}
+    names_aio = {s.id: "<parent>", sync_branch.id: "<branch>", str(base / "aio"): "<base>"}
+    assert _twin_normal(report.to_dict(), names_aio) == _twin_normal(twin_report.to_dict(), names_sync)
+
+
+def test_aio_session_has_the_sync_sessions_attributes(store_dir: Path, base: Path) -> None:
+    @revl.tool(cls="deferred", scope=["mail"])
+    def send(n: int) -> None:
+        return None
+
+    async def main() -> None:
+        st = revl.aio.Store(store_dir)
+        s = await st.new(base / "ws", tools=[send])
+        sync = s.sync
+        assert isinstance(s.store, revl.aio.Store) and s.store.sync is sync.store
+        assert s.store.path == sync.store.path == str(store_dir)
+        assert s.tools == sync.tools and send in s.tools
+        assert s.created is not None and s.created == sync.created
+        assert s.created.session == s.id
+        assert await s.head == sync.head == 0
+        await s.write("f", "1")
+        assert await s.head == sync.head == 1
+        again = await st.session(s.id)
+        assert again.created is None and again == s and hash(again) == hash(s)
+        assert revl.aio.Session(s) == s and revl.aio.Session(s).sync is s.sync
+        for name in ("id", "store", "tools", "created", "head"):
+            with pytest.raises(AttributeError):
+                setattr(s, name, None)
+        # a wrapped synchronous store: the same store underneath
+        wrapped = revl.aio.Store(sync.store)
+        assert wrapped.sync is sync.store and repr(wrapped) == f"revl.aio.Store({st.path!r})"
+
+    asyncio.run(main())
+
+
+def test_aio_compare_and_diff_take_sync_objects(store_dir: Path, base: Path) -> None:
+    """`revl.aio.compare`/`diff` accept a synchronous `revl.Store` (and sessions) as well."""
+    sync_store = revl.Store(store_dir)
+    a = sync_store.new(base / "wa")
+    a.write("f", "1")
+    branch = a.fork_confirm(a.fork(0).hash).branch
+    assert branch is not None
+    branch.write("g", "2")
+    want_cmp = revl.compare(a, branch)
+    want_diff = revl.diff(a.id, branch.id, store=sync_store)
+
+    async def main() -> None:
+        got = await revl.aio.compare(a.id, branch.id, store=sync_store)
+        assert got == want_cmp and got.relation == "parent-branch"
+        assert await revl.aio.compare(a, branch) == want_cmp
+        d = await revl.aio.diff(a.id, branch.id, store=sync_store)
+        assert d == want_diff
+        assert await revl.aio.diff(a, revl.aio.Session(branch)) == want_diff
+        assert await revl.aio.diff(a.id, branch.id, store=revl.aio.Store(sync_store)) == want_diff
+        assert {x["session"] for x in (await revl.aio.Store(sync_store).log(a)).sessions} == {
+            a.id,
+            branch.id,
+        }
+
+    asyncio.run(main())
+
+
+def test_aio_exec_and_note_model_take_the_sync_keywords(session: revl.Session) -> None:
+    """The limits of `exec` and the fields of `note_model` are named keyword arguments, as in
+    `revl.Session`: a misspelt one is refused before anything runs."""
+    s = revl.aio.Session(session)
+
+    async def main() -> None:
+        r = await s.exec(["sh", "-c", "echo hi > out.txt"], pids=64, max_bytes="1M", memory=None)
+        assert r.exit_code == 0 and r.step == 1
+        with pytest.raises(TypeError, match="memroy"):
+            await s.exec(["true"], memroy="1G")  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="outcome"):
+            await s.note_model(  # type: ignore[call-arg]
+                1, "m", tokens_in=1, tokens_out=1, latency_seconds=0.1, attempts=1,
+                attempt_ceiling=1,
+            )
+        n = await s.note_model(
+            1, "m", tokens_in=1, tokens_out=1, latency_seconds=0.1, attempts=1,
+            attempt_ceiling=1, outcome="validated", cost=0.5, currency="USD",
+        )
+        assert n.recorded is True and n.llm["cost"]["value"] == 0.5
+
+    asyncio.run(main())
+    assert session.timeline().head == 1, "the refused calls recorded nothing"

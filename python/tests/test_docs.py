@@ -71,3 +71,17 @@ def test_the_examples_run_and_refuse_a_used_directory(tmp_path: pathlib.Path, na
     assert again.returncode == 2 and "not empty" in again.stderr, again.stderr
     fresh = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True)
     assert fresh.returncode == 0, fresh.stderr
+
+
+def test_the_reference_lists_every_result_class_and_no_member_that_does_not_exist() -> None:
+    """docs/python.md's "Results" section names every class of `revl.results` and the
+    members it names exist."""
+    import revl.results
+
+    text = DOC.read_text()
+    section = text[text.index("## Results") : text.index("## Errors")]
+    for name in revl.results.__all__:
+        assert f"`{name}`" in section, f"docs/python.md, Results, does not list {name}"
+    assert "`rewind` member" not in section
+    for member in re.findall(r"`\.([a-z_]+)`", section):
+        assert hasattr(revl.results.ForkReport, member) or member in revl.results.ForkReport.__annotations__, member

@@ -3,15 +3,18 @@ code of SPEC 9 with the CLI's exit code; and real ones, triggered through the pu
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import revl
+import revl.aio
 import revl.errors
 
 from _support import Sink, file_digest, post
@@ -480,9 +483,74 @@ def test_wrong_types_and_non_finite_numbers_are_refused_before_anything_is_recor
     with pytest.raises(TypeError, match="str or bytes"):
         session.write("f.txt", 5)  # type: ignore[arg-type]
     with pytest.raises(revl.BadArgs) as exc:
-        session.note_model(1, "m", latency_seconds=float("nan"))
+        session.note_model(
+            1, "m", tokens_in=1, tokens_out=1, latency_seconds=float("nan"), attempts=1,
+            attempt_ceiling=1, outcome="validated",
+        )
     check(exc, revl.BadArgs)
     assert session.timeline().to_dict() == before
+
+
+def test_note_model_requires_every_decision_field(session: revl.Session) -> None:
+    """The fields `revl note-model` requires are required keyword arguments (a type checker
+    sees a missing one; test_typing.py runs mypy on it): Python refuses the call before
+    anything is recorded. `cost` and `currency` stay optional."""
+    session.write("a", "1")
+    before = session.timeline().to_dict()
+    full: dict[str, Any] = dict(
+        tokens_in=1, tokens_out=2, latency_seconds=0.5, attempts=1, attempt_ceiling=2,
+        outcome="validated",
+    )
+    for missing in full:
+        partial = {k: v for k, v in full.items() if k != missing}
+        with pytest.raises(TypeError, match=missing):
+            session.note_model(1, "m", **partial)
+    assert session.timeline().to_dict() == before
+    assert session.note_model(1, "m", **full).recorded is True
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        ([1, 2], "not list"),
+        ("to=a@example.com", "not str"),
+        ([("to", "a@example.com")], "not list"),
+        ({"when": object()}, "not JSON-serialisable"),
+        ({"x": float("nan")}, "not JSON-serialisable"),
+        ({("a", "b"): 1}, "not JSON-serialisable"),
+    ],
+)
+def test_call_args_that_are_not_a_json_object_are_bad_args(
+    store: revl.Store, base: Path, args: Any, what: str
+) -> None:
+    """`call`'s args are the JSON object `revl call --args` takes: a value that is not a
+    mapping, or not JSON-serialisable, is `revl.BadArgs` (as bad JSON is for the CLI), with
+    a one-line message saying what was wrong and what to pass; nothing is recorded. Sync
+    and asyncio alike."""
+    @revl.tool(cls="deferred", scope=["mail"])
+    def send(**kw: Any) -> None:
+        return None
+
+    s = store.new(base / "ws", tools=[send])
+    before = s.timeline().to_dict()
+    with pytest.raises(revl.BadArgs) as exc:
+        s.call(send, args)
+    check(exc, revl.BadArgs)
+    e = exc.value
+    assert what in e.message and "call send" in e.message, e.message
+    assert "\n" not in e.message and e.hint and "\n" not in e.hint
+    assert exc.value.exit_code == 2
+
+    async def aio() -> None:
+        with pytest.raises(revl.BadArgs):
+            await revl.aio.Session(s).call("send", args)
+
+    asyncio.run(aio())
+    assert s.timeline().to_dict() == before
+    assert s.status().to_dict()["queue"] == []
+    # A mapping that is not a dict is fine; so is None.
+    assert s.call(send, types.MappingProxyType({"to": "a"})).queued is True
+    assert s.call(send, None).queued is True
 
 
 def test_an_async_function_cannot_be_a_tool() -> None:

@@ -335,25 +335,56 @@ def test_fork_not_clean_raises_and_changes_nothing(
     assert len(saver.thread_sessions("x")) == 1
 
 
+def run_checkpoints(app: Any, cfg: RunnableConfig, since: Any) -> list[Any]:
+    """The checkpoints from the thread's latest back to (not including) `since`."""
+    by_id = {h.config["configurable"]["checkpoint_id"]: h for h in app.get_state_history(cfg)}
+    stop = since.config["configurable"]["checkpoint_id"]
+    out = []
+    h = app.get_state(cfg)
+    while h.config["configurable"]["checkpoint_id"] != stop:
+        out.append(h)
+        assert h.parent_config is not None, "the run's checkpoints descend from `since`"
+        h = by_id[h.parent_config["configurable"]["checkpoint_id"]]
+    return out
+
+
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
 def test_fork_not_clean_proceeds_and_keeps_the_report(
-    base: Path, sink: Sink, cli: Callable[..., CliRun], store_dir: Path
+    base: Path, sink: Sink, cli: Callable[..., CliRun], store_dir: Path, durability: str
 ) -> None:
     saver, app, k1, script = crossed_setup(base, sink, store_dir, "proceed")
     cfg: RunnableConfig = {"configurable": {"thread_id": "x"}}
     ws = Path(saver.workspace_of("x"))
-    script.add(AIMessage(content="fine"))
-    app.invoke(human("again"), k1.config)
-    assert not (ws / "reply.txt").exists()
+    script.add(call("write_reply", 2, text=NEW), AIMessage(content="fine"))
+    app.invoke(human("again"), k1.config, durability=durability)
+    assert (ws / "reply.txt").read_bytes() == NEW.encode()  # the new line's, not OLD
     travel = saver.last_travel("x")
     assert travel is not None and travel["residueClean"] is False
     assert travel["report"]["emissionsCrossed"]
-    # The run's checkpoints carry it, and `revl log` shows the branch as not clean.
-    metas = [h.metadata or {} for h in app.get_state_history(cfg)]
-    kept = [m["revl"]["fork"] for m in metas if "revl" in m]
-    assert kept and kept[0]["residueClean"] is False and kept[0]["branch"] == travel["branch"]
+    # The run's result shows it: the latest state after the run, and every checkpoint the
+    # run put after the fork (SPEC 19: "keeps the report where the run's result ... show it").
+    latest = app.get_state(cfg)
+    fork = (latest.metadata or {}).get("revl", {}).get("fork")
+    assert fork is not None, latest.metadata
+    assert fork["residueClean"] is False and fork["branch"] == travel["branch"]
+    assert fork["checkpointId"] == k1.config["configurable"]["checkpoint_id"]
+    assert fork["residue"]["clean"] is False
+    ran = run_checkpoints(app, cfg, k1)
+    assert len(ran) >= (1 if durability == "exit" else 4), [h.metadata for h in ran]
+    for h in ran:
+        assert (h.metadata or {}).get("revl", {}).get("fork") == fork, h.metadata
+    # `revl log` shows the branch as not clean.
     by_id = {s["session"]: s for s in log_doc(cli)["sessions"]}
     assert by_id[travel["branch"]]["residueClean"] is False
     assert sink.count == 1  # nothing fired again
+    # A later run on the thread is not the travel's: its checkpoints do not carry the report.
+    after = app.get_state(cfg)
+    script.add(AIMessage(content="more"))
+    app.invoke(human("and now?"), cfg, durability=durability)
+    later = run_checkpoints(app, cfg, after)
+    assert later and all("revl" not in (h.metadata or {}) for h in later), [h.metadata for h in later]
+    assert saver.last_travel("x") == travel
+    assert len(saver.thread_sessions("x")) == 2
 
 
 def test_a_checkpoint_of_an_abandoned_line_is_unreachable(base: Path, sink: Sink, store_dir: Path) -> None:

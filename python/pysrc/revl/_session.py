@@ -307,7 +307,7 @@ class Session:
         runs and is recorded. An emission without approval raises
         :class:`revl.ApprovalRequired` (nothing fired)."""
         name = tool.name if isinstance(tool, Tool) else tool
-        return _result(CallResult, self._native.call(name, json.dumps(dict(args or {}))))
+        return _result(CallResult, self._native.call(name, _call_args(name, args)))
 
     def exec(
         self,
@@ -408,16 +408,19 @@ class Session:
         step: int,
         model: str,
         *,
-        tokens_in: int | None = None,
-        tokens_out: int | None = None,
-        latency_seconds: float | None = None,
-        attempts: int | None = None,
-        attempt_ceiling: int | None = None,
-        outcome: str | None = None,
+        tokens_in: int,
+        tokens_out: int,
+        latency_seconds: float,
+        attempts: int,
+        attempt_ceiling: int,
+        outcome: str,
         cost: float | None = None,
         currency: str | None = None,
     ) -> ModelNote:
-        """Record which model decided step ``step`` and what it cost (metadata only)."""
+        """Record which model decided step ``step`` and what it cost (metadata only).
+
+        Every decision field is required, as ``revl note-model`` requires it; ``cost`` and
+        ``currency`` are optional. ``outcome`` is ``"validated"`` or ``"exhausted"``."""
         fields = {
             "step": step,
             "model": model,
@@ -438,6 +441,28 @@ class Session:
                 "give numbers as finite ints or floats and names as strings",
             ) from None
         return _result(ModelNote, self._native.note_model(text))
+
+
+def _call_args(tool: str, args: object) -> str:
+    """A call's args as the JSON object the core takes; anything else is
+    :class:`revl.BadArgs` (as ``revl call --args`` with bad JSON is), before anything is
+    recorded."""
+    if args is None:
+        args = {}
+    if not isinstance(args, Mapping):
+        raise BadArgs(
+            f"call {tool}: args must be a mapping of argument names to values, "
+            f"not {type(args).__name__}",
+            'pass a dict, e.g. {"to": "a@example.com"} (or None for no args)',
+        )
+    try:
+        return json.dumps(dict(args), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise BadArgs(
+            f"call {tool}: args are not JSON-serialisable ({e})",
+            "pass string keys and JSON values (str, int, finite float, bool, None, "
+            "lists and dicts of them)",
+        ) from None
 
 
 def _net(net: bool | Sequence[str] | None) -> list[str] | None:

@@ -8,7 +8,7 @@ WAL record is made durable.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping, Sequence
+from typing import Any, Awaitable, Mapping, Sequence, cast
 
 from . import _session
 from ._session import PathLike
@@ -18,6 +18,7 @@ from .results import (
     CallResult,
     CommitPlan,
     CommitResult,
+    Created,
     Resent,
     Compare,
     Diff,
@@ -40,14 +41,19 @@ from .tools import Tool
 
 
 class Store:
-    """:class:`revl.Store` with coroutine verbs."""
+    """:class:`revl.Store` with coroutine verbs. ``path`` is a store directory (default as
+    :class:`revl.Store`'s), or a :class:`revl.Store` to wrap; ``.sync`` is the synchronous
+    store underneath."""
 
-    def __init__(self, path: PathLike | None = None) -> None:
-        self.sync = _session.Store(path)
+    def __init__(self, path: PathLike | _session.Store | None = None) -> None:
+        self.sync = path if isinstance(path, _session.Store) else _session.Store(path)
 
     @property
     def path(self) -> str:
         return self.sync.path
+
+    def __repr__(self) -> str:
+        return f"revl.aio.Store({self.path!r})"
 
     async def new(
         self,
@@ -55,31 +61,69 @@ class Store:
         manifest: PathLike | None = None,
         tools: Sequence[Tool[Any]] = (),
     ) -> Session:
-        return Session(await asyncio.to_thread(self.sync.new, workspace, manifest, tools))
+        s = await asyncio.to_thread(self.sync.new, workspace, manifest, tools)
+        return Session(s, _store=self)
 
     async def session(self, id_or_prefix: str, tools: Sequence[Tool[Any]] = ()) -> Session:
-        return Session(await asyncio.to_thread(self.sync.session, id_or_prefix, tools))
+        s = await asyncio.to_thread(self.sync.session, id_or_prefix, tools)
+        return Session(s, _store=self)
 
     async def sessions(self) -> Sessions:
         return await asyncio.to_thread(self.sync.sessions)
 
-    async def log(self, session: Session | str | None = None) -> Log:
-        s = session.sync if isinstance(session, Session) else session
-        return await asyncio.to_thread(self.sync.log, s)
+    async def log(self, session: Session | _session.Session | str | None = None) -> Log:
+        return await asyncio.to_thread(self.sync.log, _sync(session))
 
 
 class Session:
-    """:class:`revl.Session` with coroutine verbs; ``.sync`` is the synchronous session."""
+    """:class:`revl.Session` with coroutine verbs; ``.sync`` is the synchronous session.
 
-    def __init__(self, sync: _session.Session) -> None:
-        self.sync = sync
+    ``Session(s)`` wraps a synchronous :class:`revl.Session` (given a
+    :class:`revl.aio.Session`, it wraps the same synchronous session: the two are equal). The attributes are those of :class:`revl.Session`:
+    ``id``, ``store`` (a :class:`revl.aio.Store`), ``tools``, ``created``; ``head`` is
+    awaited (``await s.head``), as it reads the WAL."""
+
+    def __init__(
+        self, sync: _session.Session | Session, *, _store: Store | None = None
+    ) -> None:
+        self.sync: _session.Session = sync.sync if isinstance(sync, Session) else sync
+        self._store = _store if _store is not None and _store.sync is self.sync.store else None
 
     @property
     def id(self) -> str:
+        """The session's 32-hex id."""
         return self.sync.id
+
+    @property
+    def store(self) -> Store:
+        """The session's store, as a :class:`revl.aio.Store` (over ``sync.store``)."""
+        if self._store is None:
+            self._store = Store(self.sync.store)
+        return self._store
+
+    @property
+    def tools(self) -> tuple[Tool[Any], ...]:
+        """The Python tools this process runs for the session (with their inverses)."""
+        return self.sync.tools
+
+    @property
+    def created(self) -> Created | None:
+        """The ``new`` document, on a session made by ``new``."""
+        return self.sync.created
+
+    @property
+    def head(self) -> Awaitable[int]:
+        """The index of the session's last step: ``await s.head``."""
+        return asyncio.to_thread(lambda: self.sync.head)
 
     def __repr__(self) -> str:
         return f"revl.aio.Session({self.id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Session) and other.sync == self.sync
+
+    def __hash__(self) -> int:
+        return hash(self.sync)
 
     async def write(self, path: str, content: str | bytes) -> Stepped:
         return await asyncio.to_thread(self.sync.write, path, content)
@@ -134,20 +178,41 @@ class Session:
         timeout: float | None = None,
         cwd: str | None = None,
         net: bool | Sequence[str] | None = None,
-        **limits: Any,
+        *,
+        unconfined: bool = False,
+        memory: str | int | None = None,
+        pids: int | None = None,
+        cpu_seconds: int | None = None,
+        max_bytes: str | int | None = None,
     ) -> ExecResult:
-        return await asyncio.to_thread(self.sync.exec, argv, timeout, cwd, net, **limits)
+        return await asyncio.to_thread(
+            lambda: self.sync.exec(
+                argv,
+                timeout,
+                cwd,
+                net,
+                unconfined=unconfined,
+                memory=memory,
+                pids=pids,
+                cpu_seconds=cpu_seconds,
+                max_bytes=max_bytes,
+            )
+        )
 
     async def step_back(self, to: int, mode: str = "scoped", force: bool = False) -> StepBackReport:
         return await asyncio.to_thread(self.sync.step_back, to, mode, force)
 
-    async def fork(self, at: int) -> ForkReport:
-        return await asyncio.to_thread(self.sync.fork, at)
+    async def fork(self, at: int) -> ForkReport[Session]:
+        return _enumeration(await asyncio.to_thread(self.sync.fork, at))
 
-    async def fork_confirm(self, hash: str, into: PathLike | None = None) -> ForkReport:
-        """The result's ``branch`` is a synchronous :class:`revl.Session`; wrap it in
-        :class:`revl.aio.Session` to await its verbs."""
-        return await asyncio.to_thread(self.sync.fork_confirm, hash, into)
+    async def fork_confirm(self, hash: str, into: PathLike | None = None) -> ForkReport[Session]:
+        """Perform the enumerated fork; the result's ``branch`` is the branch as a
+        :class:`revl.aio.Session` (holding this session's tools), its ``to_dict()`` the
+        same document as :meth:`revl.Session.fork_confirm`'s."""
+        report = await asyncio.to_thread(self.sync.fork_confirm, hash, into)
+        if report.branch is None:
+            return _enumeration(report)
+        return ForkReport(report.to_dict(), branch=Session(report.branch, _store=self.store))
 
     async def commit(self) -> CommitPlan:
         return await asyncio.to_thread(self.sync.commit)
@@ -161,11 +226,37 @@ class Session:
     async def abort(self) -> AbortReport:
         return await asyncio.to_thread(self.sync.abort)
 
-    async def note_model(self, step: int, model: str, **fields: Any) -> ModelNote:
-        return await asyncio.to_thread(self.sync.note_model, step, model, **fields)
+    async def note_model(
+        self,
+        step: int,
+        model: str,
+        *,
+        tokens_in: int,
+        tokens_out: int,
+        latency_seconds: float,
+        attempts: int,
+        attempt_ceiling: int,
+        outcome: str,
+        cost: float | None = None,
+        currency: str | None = None,
+    ) -> ModelNote:
+        return await asyncio.to_thread(
+            lambda: self.sync.note_model(
+                step,
+                model,
+                tokens_in=tokens_in,
+                tokens_out=tokens_out,
+                latency_seconds=latency_seconds,
+                attempts=attempts,
+                attempt_ceiling=attempt_ceiling,
+                outcome=outcome,
+                cost=cost,
+                currency=currency,
+            )
+        )
 
-    async def fork_preview(self, at: int) -> ForkReport:
-        return await asyncio.to_thread(self.sync.fork_preview, at)
+    async def fork_preview(self, at: int) -> ForkReport[Session]:
+        return _enumeration(await asyncio.to_thread(self.sync.fork_preview, at))
 
     async def bind(self, checkpoint_id: str, at: int | None = None) -> Bound:
         return await asyncio.to_thread(self.sync.bind, checkpoint_id, at)
@@ -174,31 +265,48 @@ class Session:
         return await asyncio.to_thread(self.sync.position)
 
 
-async def compare(a: Session | str, b: Session | str, *, store: Store | None = None) -> Compare:
-    sa = a.sync if isinstance(a, Session) else a
-    sb = b.sync if isinstance(b, Session) else b
-    return await asyncio.to_thread(
-        _session.compare, sa, sb, store=store.sync if store is not None else None
-    )
+def _enumeration(report: ForkReport[Any]) -> ForkReport[Session]:
+    """A fork report without a branch (an enumeration): the same object, typed for
+    :mod:`revl.aio` (its ``branch`` is ``None``)."""
+    assert report.branch is None
+    return cast("ForkReport[Session]", report)
+
+
+def _sync(s: Session | _session.Session | str | None) -> _session.Session | str | None:
+    return s.sync if isinstance(s, Session) else s
+
+
+def _sync_store(store: Store | _session.Store | None) -> _session.Store | None:
+    return store.sync if isinstance(store, Store) else store
+
+
+async def compare(
+    a: Session | _session.Session | str,
+    b: Session | _session.Session | str,
+    *,
+    store: Store | _session.Store | None = None,
+) -> Compare:
+    """:func:`revl.compare` as a coroutine; ``a``, ``b`` and ``store`` may be the
+    asyncio objects or the synchronous ones."""
+    sa, sb = _sync(a), _sync(b)
+    assert sa is not None and sb is not None
+    return await asyncio.to_thread(_session.compare, sa, sb, store=_sync_store(store))
 
 
 async def diff(
-    a: Session | str,
-    b: Session | str,
+    a: Session | _session.Session | str,
+    b: Session | _session.Session | str,
     path: str | None = None,
     *,
     at: tuple[int | None, int | None] = (None, None),
-    store: Store | None = None,
+    store: Store | _session.Store | None = None,
 ) -> Diff:
-    sa = a.sync if isinstance(a, Session) else a
-    sb = b.sync if isinstance(b, Session) else b
+    """:func:`revl.diff` as a coroutine; ``a``, ``b`` and ``store`` may be the asyncio
+    objects or the synchronous ones."""
+    sa, sb = _sync(a), _sync(b)
+    assert sa is not None and sb is not None
     return await asyncio.to_thread(
-        _session.diff,
-        sa,
-        sb,
-        path,
-        at=at,
-        store=store.sync if store is not None else None,
+        _session.diff, sa, sb, path, at=at, store=_sync_store(store)
     )
 
 

@@ -59,6 +59,7 @@ OnCrossed = Literal["raise", "proceed"]
 
 _CHECKPOINTER_KEY = "__pregel_checkpointer"
 _DURABILITY_KEY = "__pregel_durability"
+_RUNTIME_KEY = "__pregel_runtime"
 # How long a resumed run's first effect waits for LangGraph's own (background) put of the
 # run's first checkpoint, which tells the travel target exactly, before it forks at the
 # checkpoint the run addressed. Not used under ``durability="exit"`` (nothing is put).
@@ -110,8 +111,13 @@ class _Thread:
     # A checkpoint a task ran from before it was put: the position before its first effect.
     pending: dict[str, int] = field(default_factory=dict)
     # The report of the last fork that left something in the world (on_crossed="proceed"),
-    # put into the next checkpoint's metadata under "revl".
+    # put into the metadata (under "revl") of every root checkpoint the run that made the
+    # fork puts, so the run's latest state shows it.
     unreported: dict[str, Any] | None = None
+    # The run that made that fork (see _run_of: the run of the first checkpoint put after
+    # it), and how many checkpoints carried it.
+    unreported_run: object | None = None
+    unreported_puts: int = 0
     travels: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -126,8 +132,8 @@ class RevlSaver(InMemorySaver):
     tools (``@revl.tool``) the threads' sessions may run. ``on_crossed``: what a time travel
     does when the fork is not clean (something crossed after the checkpoint): ``"raise"``
     raises :class:`revl.ForkNotClean` (with ``.report``) and changes nothing; ``"proceed"``
-    forks and keeps the report (``last_travel``, the next checkpoint's ``metadata["revl"]``,
-    ``revl log``).
+    forks and keeps the report (``last_travel``, ``metadata["revl"]`` of every checkpoint the
+    resumed run puts, so ``get_state`` after the run shows it, and ``revl log``).
 
     ``copy_thread`` is not offered: a thread's checkpoints are bound to what its revl
     session witnessed, and a copy under another thread would claim a world (files, held
@@ -392,6 +398,7 @@ class RevlSaver(InMemorySaver):
             "report": done.to_dict(),
         }
         st.travels.append(summary)
+        st.unreported, st.unreported_run, st.unreported_puts = None, None, 0
         if not done.clean:
             st.unreported = {k: v for k, v in summary.items() if k != "report"} | {
                 "residue": done.to_dict().get("residue"),
@@ -521,12 +528,22 @@ class RevlSaver(InMemorySaver):
         cid = checkpoint["id"]
         with self._lock:
             st = self._threads.setdefault(thread_id, _Thread())
+            run = _run_of(config)
             if ns == "" and parent is not None and self._known(thread_id, parent) and parent != st.tip:
                 self._travel(thread_id, parent)  # raises before anything is stored
             if ns == "" and st.unreported is not None:
-                extended: dict[str, Any] = {**metadata, "revl": {"fork": st.unreported}}
-                metadata = cast(CheckpointMetadata, extended)
-                st.unreported = None
+                # Every root checkpoint put by the run that forked carries the report, so
+                # the run's result (its latest state) shows it. The first checkpoint after
+                # the fork is that run's (a thread runs one run at a time); outside a run
+                # (update_state) only that one carries it. A later run's do not.
+                if st.unreported_puts == 0:
+                    st.unreported_run = run
+                if st.unreported_puts == 0 or (run is not None and run is st.unreported_run):
+                    extended: dict[str, Any] = {**metadata, "revl": {"fork": st.unreported}}
+                    metadata = cast(CheckpointMetadata, extended)
+                    st.unreported_puts += 1
+                else:
+                    st.unreported, st.unreported_run, st.unreported_puts = None, None, 0
             out = super().put(config, checkpoint, metadata, new_versions)
             recs: list[dict[str, Any]] = []
             if not os.path.exists(self._journal(thread_id)):
@@ -686,6 +703,17 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _run_of(config: RunnableConfig) -> object | None:
+    """What names one run of a graph in the config LangGraph passes ``put``: the run's
+    ``RunControl`` (one per ``invoke``/``stream``), else its ``Runtime`` (the same object in
+    every ``put`` of one run); ``None`` outside a run (``update_state``)."""
+    runtime: object | None = (config.get("configurable") or {}).get(_RUNTIME_KEY)
+    if runtime is None:
+        return None
+    control: object | None = getattr(runtime, "control", None)
+    return control if control is not None else runtime
 
 
 def _saver(config: RunnableConfig) -> RevlSaver:

@@ -10,10 +10,22 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 if TYPE_CHECKING:
+    # A type checker reads `ForkReport` alone as `ForkReport[revl.Session]` (PEP 696
+    # default); `revl.aio` returns `ForkReport[revl.aio.Session]`. At run time the type
+    # variable is a plain one, so `typing.get_type_hints` on every result class resolves
+    # without importing the session module (which imports this one).
+    from typing_extensions import TypeVar
+
     from ._session import Session
+
+    BranchT = TypeVar("BranchT", default=Session)
+else:
+    from typing import TypeVar
+
+    BranchT = TypeVar("BranchT")
 
 _CAMEL = re.compile(r"_([a-z0-9])")
 
@@ -183,10 +195,11 @@ class Rewind(Result):
     guarantee: str
 
 
-class ForkReport(Rewind):
+class ForkReport(Rewind, Generic[BranchT]):
     """``fork`` (an enumeration: ``hash`` to confirm with) and ``fork_confirm`` (a performed
-    fork: ``branch`` is the branch as an attached :class:`~revl.Session`; ``branch_id`` its
-    id)."""
+    fork: ``branch`` is the branch as an attached session, a :class:`revl.Session` from
+    :meth:`revl.Session.fork_confirm` and a :class:`revl.aio.Session` from
+    :meth:`revl.aio.Session.fork_confirm`; ``branch_id`` its id)."""
 
     forked: bool
     at: int
@@ -208,11 +221,11 @@ class ForkReport(Rewind):
     clone: str | None
     bytes_copied: int | None
 
-    def __init__(self, doc: dict[str, Any], branch: Session | None = None) -> None:
+    def __init__(self, doc: dict[str, Any], branch: BranchT | None = None) -> None:
         super().__init__(doc)
         self.__dict__["branch"] = branch
 
-    branch: Session | None
+    branch: BranchT | None
 
     @property
     def branch_id(self) -> str | None:
