@@ -53,6 +53,8 @@ pub struct PendingIntent {
     pub undo: Option<Undo>,
     pub after: Option<IntentAfter>,
     pub redo: Option<crate::wal::Redo>,
+    /// An exec with declared egress: its argv.
+    pub argv: Option<Vec<String>>,
 }
 
 /// An in-place write whose file may not be durable yet (after the last `files-synced`): its
@@ -473,6 +475,7 @@ impl State {
                 undo,
                 after,
                 redo,
+                argv,
                 ..
             } => {
                 if *step != self.next_index() {
@@ -490,6 +493,7 @@ impl State {
                     undo: undo.clone(),
                     after: after.clone(),
                     redo: redo.clone(),
+                    argv: argv.clone(),
                 });
                 let pre = undo.as_ref().and_then(|u| u.entries().first().cloned());
                 let post = after.as_ref().and_then(|a| a.images.first().cloned());

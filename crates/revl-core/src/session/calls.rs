@@ -194,6 +194,7 @@ impl Session {
                 preimage: None,
                 after: None,
                 redo: None,
+                argv: None,
             },
             true,
         )

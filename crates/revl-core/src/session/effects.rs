@@ -61,6 +61,7 @@ impl Session {
                 kept: kept.kept,
             }),
             redo,
+            argv: None,
         };
         // A small overwrite is made in place after the intent (which holds its preimage).
         // Otherwise the new content is written to its temp file first; then the temp's fsync

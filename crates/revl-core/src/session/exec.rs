@@ -301,6 +301,8 @@ impl Session {
             preimage: None,
             after: None,
             redo: None,
+            // With egress, a crash mid-connection leaves an emission to record: its command.
+            argv: net.then(|| o.argv.clone()),
         };
         let mut wal_error = None;
         // While the command runs, the proxy's threads append to the WAL (each `net-connect`
@@ -588,6 +590,7 @@ impl Session {
                         kept: planned.kept.kept.clone(),
                     }),
                     redo: None,
+                    argv: None,
                 },
                 true,
             )?;
@@ -683,6 +686,7 @@ impl Session {
                 preimage: None,
                 after: None,
                 redo: None,
+                argv: None,
             },
             true,
         )?;

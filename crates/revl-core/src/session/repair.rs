@@ -230,15 +230,18 @@ impl Session {
         if summary.reached().next().is_none() {
             return Ok(false);
         }
-        // The intent's label names the program (its whole argv is not in the WAL).
-        let argv: Vec<String> = intent
-            .label
-            .strip_prefix("exec ")
-            .unwrap_or(&intent.label)
-            .split(' ')
-            .take(1)
-            .map(str::to_string)
-            .collect();
+        // The intent holds the command (a WAL written before it did: the label's program).
+        let argv: Vec<String> = match &intent.argv {
+            Some(argv) => argv.clone(),
+            None => intent
+                .label
+                .strip_prefix("exec ")
+                .unwrap_or(&intent.label)
+                .split(' ')
+                .take(1)
+                .map(str::to_string)
+                .collect(),
+        };
         self.net_emission(intent.step, &argv, &summary)?;
         let dests: Vec<String> = summary
             .reached()

@@ -216,6 +216,7 @@ mod doc_table {
                     kept: Default::default(),
                 }),
                 redo: None,
+                argv: Some(vec![s()]),
             },
             Record::IntentVoid { step: 1, why: s() },
             Record::Step(step),

@@ -54,6 +54,10 @@ pub enum Record {
         /// makes the write durable (see [`Redo`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         redo: Option<Redo>,
+        /// v3 (SPEC 20.1): an exec with declared egress: its whole argv, so that a repair
+        /// after a crash mid-connection names the command in the emission it records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        argv: Option<Vec<String>>,
     },
     IntentVoid {
         step: u64,

@@ -592,6 +592,16 @@ fn killed_mid_connection_repair_knows_the_destination() {
     assert_eq!(c["dest"], "127.0.0.1");
     assert_eq!(c["port"], s.port);
     assert_eq!(c["interrupted"], true);
+    // The emission names the whole command (kept in the exec's first intent).
+    assert_eq!(
+        last["detail"]["args"]["argv"],
+        serde_json::json!([
+            "python3",
+            "client.py",
+            format!("get=http://127.0.0.1:{}/slow", s.port)
+        ]),
+        "{tl}"
+    );
     // No effect step: the change set was never applied.
     assert!(steps.iter().all(|s| s["kind"] != "effect"), "{tl}");
 }
