@@ -107,20 +107,7 @@ impl Bucket {
         match self {
             Bucket::S3 {
                 store, prefix, rt, ..
-            } => {
-                let p = Self::key(prefix, key);
-                rt.block_on(async {
-                    match store.get(&p).await {
-                        Ok(r) => {
-                            let v = version_of(&r.meta);
-                            let b = r.bytes().await.map_err(|e| remote_err(&p, e))?;
-                            Ok(Some((b.to_vec(), v)))
-                        }
-                        Err(object_store::Error::NotFound { .. }) => Ok(None),
-                        Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
-                    }
-                })
-            }
+            } => rt.block_on(s3_get(store.clone(), Self::key(prefix, key))),
             Bucket::Dir { root } => {
                 let p = root.join(key);
                 match std::fs::read(&p) {
@@ -140,16 +127,7 @@ impl Bucket {
         match self {
             Bucket::S3 {
                 store, prefix, rt, ..
-            } => {
-                let p = Self::key(prefix, key);
-                rt.block_on(async {
-                    match store.head(&p).await {
-                        Ok(_) => Ok(true),
-                        Err(object_store::Error::NotFound { .. }) => Ok(false),
-                        Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
-                    }
-                })
-            }
+            } => rt.block_on(s3_exists(store.clone(), Self::key(prefix, key))),
             Bucket::Dir { root } => Ok(root.join(key).exists()),
         }
     }
@@ -160,32 +138,12 @@ impl Bucket {
         match self {
             Bucket::S3 {
                 store, prefix, rt, ..
-            } => {
-                let p = Self::key(prefix, key);
-                let mode = match expect {
-                    None => PutMode::Create,
-                    Some(v) => PutMode::Update(UpdateVersion {
-                        e_tag: Some(v.0.clone()),
-                        version: None,
-                    }),
-                };
-                let opts = PutOptions {
-                    mode,
-                    ..Default::default()
-                };
-                let payload = object_store::PutPayload::from(bytes.to_vec());
-                rt.block_on(async {
-                    match store.put_opts(&p, payload, opts).await {
-                        Ok(_) => Ok(Put::Done),
-                        Err(object_store::Error::AlreadyExists { .. })
-                        | Err(object_store::Error::Precondition { .. }) => Ok(Put::Conflict),
-                        Err(object_store::Error::NotFound { .. }) if expect.is_some() => {
-                            Ok(Put::Conflict)
-                        }
-                        Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
-                    }
-                })
-            }
+            } => rt.block_on(s3_put(
+                store.clone(),
+                Self::key(prefix, key),
+                bytes.to_vec(),
+                expect.cloned(),
+            )),
             Bucket::Dir { root } => dir_put(root, key, bytes, expect),
         }
     }
@@ -227,17 +185,7 @@ impl Bucket {
         let s3 = self.fan_out(
             keys,
             |k| k.as_str(),
-            |store, p, _| async move {
-                match store.get(&p).await {
-                    Ok(r) => r
-                        .bytes()
-                        .await
-                        .map(|b| Some(b.to_vec()))
-                        .map_err(|e| remote_err(&p, e)),
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
-                    Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
-                }
-            },
+            |store, p, _| async move { Ok(s3_get(store, p).await?.map(|(b, _)| b)) },
         );
         s3.unwrap_or_else(|| {
             keys.iter()
@@ -248,17 +196,7 @@ impl Bucket {
 
     /// Whether each of many objects exists (up to 32 requests in flight).
     pub fn exists_many(&self, keys: &[String]) -> Result<Vec<bool>> {
-        let s3 = self.fan_out(
-            keys,
-            |k| k.as_str(),
-            |store, p, _| async move {
-                match store.head(&p).await {
-                    Ok(_) => Ok(true),
-                    Err(object_store::Error::NotFound { .. }) => Ok(false),
-                    Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
-                }
-            },
-        );
+        let s3 = self.fan_out(keys, |k| k.as_str(), |store, p, _| s3_exists(store, p));
         s3.unwrap_or_else(|| keys.iter().map(|k| self.exists(k)).collect())
     }
 
@@ -267,21 +205,7 @@ impl Bucket {
         let s3 = self.fan_out(
             items,
             |(k, _)| k.as_str(),
-            |store, p, (_, b)| {
-                let payload = object_store::PutPayload::from(b.clone());
-                async move {
-                    let opts = PutOptions {
-                        mode: PutMode::Create,
-                        ..Default::default()
-                    };
-                    match store.put_opts(&p, payload, opts).await {
-                        Ok(_) => Ok(Put::Done),
-                        Err(object_store::Error::AlreadyExists { .. })
-                        | Err(object_store::Error::Precondition { .. }) => Ok(Put::Conflict),
-                        Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
-                    }
-                }
-            },
+            |store, p, (_, b)| s3_put(store, p, b.clone(), None),
         );
         s3.unwrap_or_else(|| items.iter().map(|(k, b)| self.put(k, b, None)).collect())
     }
@@ -365,6 +289,59 @@ impl Bucket {
             Bucket::S3 { url, .. } => url.clone(),
             Bucket::Dir { root } => format!("file://{}", root.display()),
         }
+    }
+}
+
+/// An object's bytes and version, `None` when absent (one GET).
+async fn s3_get(
+    store: Arc<dyn ObjectStore>,
+    p: object_store::path::Path,
+) -> Result<Option<(Vec<u8>, Version)>> {
+    match store.get(&p).await {
+        Ok(r) => {
+            let v = version_of(&r.meta);
+            let b = r.bytes().await.map_err(|e| remote_err(&p, e))?;
+            Ok(Some((b.to_vec(), v)))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+    }
+}
+
+/// A conditional PUT: create-if-absent (`expect` None) or replace-if-unchanged (the
+/// version read); `Conflict` when the condition failed (an update's object vanished too).
+async fn s3_put(
+    store: Arc<dyn ObjectStore>,
+    p: object_store::path::Path,
+    bytes: Vec<u8>,
+    expect: Option<Version>,
+) -> Result<Put> {
+    let mode = match &expect {
+        None => PutMode::Create,
+        Some(v) => PutMode::Update(UpdateVersion {
+            e_tag: Some(v.0.clone()),
+            version: None,
+        }),
+    };
+    let opts = PutOptions {
+        mode,
+        ..Default::default()
+    };
+    match store.put_opts(&p, bytes.into(), opts).await {
+        Ok(_) => Ok(Put::Done),
+        Err(object_store::Error::AlreadyExists { .. })
+        | Err(object_store::Error::Precondition { .. }) => Ok(Put::Conflict),
+        Err(object_store::Error::NotFound { .. }) if expect.is_some() => Ok(Put::Conflict),
+        Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
+    }
+}
+
+/// Whether an object exists (one HEAD).
+async fn s3_exists(store: Arc<dyn ObjectStore>, p: object_store::path::Path) -> Result<bool> {
+    match store.head(&p).await {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
     }
 }
 

@@ -74,6 +74,27 @@ impl Remotes {
         }
     }
 
+    /// The remote named, or the store's only one when none is.
+    pub fn pick(&self, name: Option<&str>) -> Result<Remote> {
+        if let Some(n) = name {
+            return self.get(n);
+        }
+        let mut list = self.list();
+        match list.len() {
+            1 => Ok(list.remove(0)),
+            0 => Err(Error::new(
+                Code::Usage,
+                "this store has no remote",
+                "`revl remote add NAME s3://BUCKET/PREFIX` (or file:///DIR) first",
+            )),
+            _ => Err(Error::new(
+                Code::Usage,
+                "this store has several remotes: say which",
+                "--remote NAME (`revl remote list` lists them)",
+            )),
+        }
+    }
+
     pub fn list(&self) -> Vec<Remote> {
         self.remotes
             .iter()

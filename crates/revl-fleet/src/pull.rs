@@ -464,6 +464,51 @@ pub fn fork(
     s.fork(k)
 }
 
+/// The fork `fork-confirm [SESSION] --hash H` confirms.
+pub enum ForkOf {
+    /// The local session's own.
+    Local,
+    /// A fork enumerated with `fork --remote`, waiting in this store.
+    Remote { remote: String, id: String },
+}
+
+/// Which fork `fork-confirm [SESSION] --hash H` confirms: a pending remote fork of SESSION
+/// (the only one when SESSION is not given), unless the store ran SESSION and its own
+/// pending fork has the hash H; else the local session's. A session this store never ran,
+/// with a remote configured and no remote fork of it pending, is `no-pending-fork`.
+pub fn fork_to_confirm(store: &Store, session: Option<&str>, hash: &str) -> Result<ForkOf> {
+    let given = session.unwrap_or("");
+    let remote = pending_fork(store, given)?;
+    match (session.map(|sid| store.resolve(sid)), remote) {
+        (None, None) => Err(Error::new(
+            Code::Usage,
+            "fork-confirm needs SESSION (no remote fork is pending in this store)",
+            "revl fork-confirm SESSION --hash H",
+        )),
+        (None | Some(Err(_)), Some((remote, id))) => Ok(ForkOf::Remote { remote, id }),
+        (Some(Ok(local)), Some((remote, id))) => {
+            // The session's own pending fork answers to its hash; any other hash is the
+            // remote fork's (whose confirm judges it).
+            let (st, _) = revl_core::state::State::read(&store.wal_path(&local))?;
+            match st.fork_pending {
+                Some((_, Some(h))) if h == hash => Ok(ForkOf::Local),
+                _ => Ok(ForkOf::Remote { remote, id }),
+            }
+        }
+        (Some(Err(e)), None)
+            if e.code == Code::UnknownSession && !crate::Remotes::load(store)?.remotes.is_empty() =>
+        {
+            Err(Error::new(
+                Code::NoPendingFork,
+                format!("no fork of session {given} is pending in this store: it never ran here, and no `fork --remote` of it was enumerated"),
+                "enumerate it first: `revl fork --remote NAME SESSION --at K`, read the report, then confirm its hash",
+            ))
+        }
+        (Some(Err(e)), None) => Err(e),
+        (Some(Ok(_)), None) => Ok(ForkOf::Local),
+    }
+}
+
 /// The remote a pending remote fork of `given` (an id or prefix; empty: any) waits in, if
 /// any.
 pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String)>> {

@@ -658,7 +658,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Cmd::Remote { cmd } => remote_cmd(&store, cmd),
         Cmd::Push { session } => {
-            let remote = pick_remote(&store, cli.remote.as_deref())?;
+            let remote = revl_fleet::Remotes::load(&store)?.pick(cli.remote.as_deref())?;
             let ids = match session {
                 Some(s) => vec![store.resolve(s)?],
                 None => Vec::new(),
@@ -1032,44 +1032,13 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             into,
         } => {
             // A fork enumerated with --remote waits in this store, not in a local session.
-            let given = session.as_deref().unwrap_or("");
-            let remote = revl_fleet::pull::pending_fork(&store, given)?;
-            match (session.as_deref().map(|sid| store.resolve(sid)), remote) {
-                (None, None) => {
-                    return Err(Error::new(
-                        Code::Usage,
-                        "fork-confirm needs SESSION (no remote fork is pending in this store)",
-                        "revl fork-confirm SESSION --hash H",
-                    ))
-                }
-                (None | Some(Err(_)), Some((remote, id))) => {
-                    return remote_fork_confirm(&store, &remote, &id, hash, into.as_deref());
-                }
-                // The store ran SESSION and also enumerated a fork of it with --remote: the
-                // session's own pending fork answers to its hash; any other hash is the
-                // remote fork's (whose confirm judges it).
-                (Some(Ok(_)), Some((remote, id))) => {
-                    let own = attach(&store, given)?.state().fork_pending.clone();
-                    if own.is_none_or(|(_, h)| h.as_deref() != Some(hash.as_str())) {
-                        return remote_fork_confirm(&store, &remote, &id, hash, into.as_deref());
-                    }
-                }
-                // An id this store never ran, with a remote configured: a branch of a remote
-                // session that was never enumerated here.
-                (Some(Err(e)), None)
-                    if e.code == Code::UnknownSession
-                        && !revl_fleet::Remotes::load(&store)?.remotes.is_empty() =>
-                {
-                    return Err(Error::new(
-                        Code::NoPendingFork,
-                        format!("no fork of session {given} is pending in this store: it never ran here, and no `fork --remote` of it was enumerated"),
-                        "enumerate it first: `revl fork --remote NAME SESSION --at K`, read the report, then confirm its hash",
-                    ));
-                }
-                (Some(Err(e)), None) => return Err(e),
-                (Some(Ok(_)), None) => {}
+            use revl_fleet::pull::ForkOf;
+            if let ForkOf::Remote { remote, id } =
+                revl_fleet::pull::fork_to_confirm(&store, session.as_deref(), hash)?
+            {
+                return remote_fork_confirm(&store, &remote, &id, hash, into.as_deref());
             }
-            let session = given;
+            let session = session.as_deref().unwrap_or("");
             let mut s = attach(&store, session)?;
             let report = match into {
                 Some(dir) => s.fork_confirm_into(hash, dir)?,
@@ -1128,27 +1097,6 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     }
 }
 
-fn pick_remote(store: &Store, name: Option<&str>) -> Result<revl_fleet::Remote, Error> {
-    let all = revl_fleet::Remotes::load(store)?;
-    if let Some(n) = name {
-        return all.get(n);
-    }
-    let list = all.list();
-    match list.len() {
-        1 => Ok(list.into_iter().next().expect("one remote")),
-        0 => Err(Error::new(
-            Code::Usage,
-            "this store has no remote",
-            "`revl remote add NAME s3://BUCKET/PREFIX` (or file:///DIR) first",
-        )),
-        _ => Err(Error::new(
-            Code::Usage,
-            "this store has several remotes: say which",
-            "--remote NAME (`revl remote list` lists them)",
-        )),
-    }
-}
-
 fn remote_cmd(store: &Store, cmd: &RemoteCmd) -> Result<Outcome, Error> {
     match cmd {
         RemoteCmd::Add { name, url } => {
@@ -1178,7 +1126,10 @@ fn remote_cmd(store: &Store, cmd: &RemoteCmd) -> Result<Outcome, Error> {
         RemoteCmd::Index { first, url } => {
             let (name, url) = match url {
                 Some(url) => (first.clone(), url.as_str()),
-                None => (pick_remote(store, None)?.name, first.as_str()),
+                None => (
+                    revl_fleet::Remotes::load(store)?.pick(None)?.name,
+                    first.as_str(),
+                ),
             };
             let r = revl_fleet::index::index(store, &name, url)?;
             let text = format!(
