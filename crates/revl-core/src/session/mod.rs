@@ -79,6 +79,9 @@ pub struct Session {
     /// Read as far as the WAL is intact ([`Store::attach_prefix`]): where it stops being
     /// readable. Such a session is never repaired and never written.
     corrupt: Option<crate::wal::Corrupt>,
+    /// A session a serial fork froze: the branches that hold its workspace since (its
+    /// branch, that branch's, ...), read once, for the paths it never touched.
+    heirs: std::sync::OnceLock<Vec<State>>,
 }
 
 /// One repair attaching made: `{what, step?, detail}`. `what` is one of `torn-tail`,
@@ -303,6 +306,7 @@ impl Store {
             corrupt,
             repairs: Vec::new(),
             repair_blocked: None,
+            heirs: std::sync::OnceLock::new(),
         };
         // A command that writes cuts a torn last line before anything else (opening the
         // writer does it and says so), so the repair is reported with the others; a read

@@ -251,18 +251,32 @@ impl Session {
     /// The workspace, unless this session was frozen by a serial fork: then the workspace is
     /// its branch's (or that branch's branch's), and the path is as the first of their steps
     /// that touched it found it (its preimage), or, untouched by all of them, as it is now.
+    /// (A mirror's workspace is the session's base tree, which no branch wrote.)
     fn unwitnessed_now(&self, rel: &str) -> Result<(Image, Option<Vec<u8>>)> {
-        let mut child = self.state.fork_frozen.as_ref().map(|f| f.branch.clone());
-        let mut hops = 0;
-        while let Some(id) = child.take().filter(|_| hops < 64) {
-            hops += 1;
-            let (st, _) = crate::state::State::read(&self.store.wal_path(&id))?;
-            if let Some(found) = first_preimage(st.steps.iter(), &self.blobs, rel)? {
-                return Ok(found);
+        if self.store.mirror().is_none() {
+            for st in self.heirs()? {
+                if let Some(found) = first_preimage(st.steps.iter(), &self.blobs, rel)? {
+                    return Ok(found);
+                }
             }
-            child = st.fork_frozen.as_ref().map(|f| f.branch.clone());
         }
         Ok((self.ws.observe(rel)?, None))
+    }
+
+    /// The serial branches that hold this session's workspace since a fork froze it, in
+    /// order (read once per attach: a diff asks for many paths).
+    fn heirs(&self) -> Result<&[crate::state::State]> {
+        if let Some(h) = self.heirs.get() {
+            return Ok(h);
+        }
+        let mut heirs = Vec::new();
+        let mut child = self.state.fork_frozen.as_ref().map(|f| f.branch.clone());
+        while let Some(id) = child.take().filter(|_| heirs.len() < 64) {
+            let (st, _) = crate::state::State::read(&self.store.wal_path(&id))?;
+            child = st.fork_frozen.as_ref().map(|f| f.branch.clone());
+            heirs.push(st);
+        }
+        Ok(self.heirs.get_or_init(|| heirs))
     }
 
     /// The bytes whose blake3 is `digest`: from the blob store, an inline preimage of any
