@@ -11,7 +11,7 @@
 //! direction, through `splice(2)` (kernel-side copies, no user-space buffer), and recorded
 //! `net-close {bytesUp, bytesDown}` when both directions end.
 
-use super::{non_public, parse_host, Connection, Denied, Dest, Host, NetSummary};
+use super::{non_public, parse_host, Connection, Dest, Host};
 use crate::wal::Record;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -43,14 +43,8 @@ struct Shared {
     /// Open sockets (client and server side) by connection, to cut at the end.
     live: Mutex<HashMap<u64, Vec<TcpStream>>>,
     handlers: Mutex<Vec<JoinHandle<()>>>,
-    summary: Mutex<Vec<Event>>,
     /// The first WAL failure: the exec reports it.
     error: Mutex<Option<String>>,
-}
-
-enum Event {
-    Conn(u64, Connection),
-    Denied(Denied),
 }
 
 /// A running proxy; [`Proxy::finish`] stops it and says what it did.
@@ -80,7 +74,6 @@ impl Proxy {
             stopping: AtomicBool::new(false),
             live: Mutex::new(HashMap::new()),
             handlers: Mutex::new(Vec::new()),
-            summary: Mutex::new(Vec::new()),
             error: Mutex::new(None),
         });
         let (l, sh) = (listener.clone(), shared.clone());
@@ -94,26 +87,14 @@ impl Proxy {
         })
     }
 
-    /// Stop accepting, cut what is still open (the command has ended), wait for every
-    /// connection's records, and return what was forwarded and refused, in order; `Err` when
-    /// a record could not be written.
-    pub fn finish(mut self) -> Result<NetSummary, String> {
+    /// Stop accepting, cut what is still open (the command has ended) and wait for every
+    /// connection's records; `Err` when a record could not be written. What the proxy did
+    /// is what its records say ([`super::NetSummary::from_records`]): nothing is kept beside them.
+    pub fn finish(mut self) -> Result<(), String> {
         self.stop();
-        let mut s = NetSummary::default();
-        let mut events = std::mem::take(&mut *lock(&self.shared.summary));
-        events.sort_by_key(|e| match e {
-            Event::Conn(id, _) => *id,
-            Event::Denied(_) => 0,
-        });
-        for e in events {
-            match e {
-                Event::Conn(_, c) => s.connections.push(c),
-                Event::Denied(d) => s.denied.push(d),
-            }
-        }
         match lock(&self.shared.error).take() {
             Some(e) => Err(e),
-            None => Ok(s),
+            None => Ok(()),
         }
     }
 
@@ -385,6 +366,16 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
             return;
         }
     };
+    // The command has ended (a request read as the proxy stops): nothing more is recorded
+    // or opened on its behalf.
+    if sh.stopping.load(Ordering::SeqCst) {
+        reply(
+            &mut client,
+            "503 Service Unavailable",
+            "revl: the command has ended",
+        );
+        return;
+    }
     let conn = sh.next_conn.fetch_add(1, Ordering::SeqCst);
     let dest = target
         .host
@@ -409,11 +400,6 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
             if let Err(e) = (sh.sink)(rec) {
                 lock(&sh.error).get_or_insert(e);
             }
-            lock(&sh.summary).push(Event::Denied(Denied {
-                dest,
-                port,
-                why: why.clone(),
-            }));
             reply(
                 &mut client,
                 "403 Forbidden",
@@ -476,7 +462,6 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
                 "502 Bad Gateway",
                 &format!("revl: could not connect to {dest}:{port} ({addr}): {e}"),
             );
-            lock(&sh.summary).push(Event::Conn(conn, c));
             return;
         }
     };
@@ -517,7 +502,6 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
     c.bytes_up = up.load(Ordering::SeqCst);
     c.bytes_down = down.load(Ordering::SeqCst);
     close(&c);
-    lock(&sh.summary).push(Event::Conn(conn, c));
 }
 
 /// 4 MiB socket buffers each way: fewer wake-ups per megabyte relayed (the kernel caps

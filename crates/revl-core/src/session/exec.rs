@@ -346,20 +346,17 @@ impl Session {
             },
             o.output.clone(),
         );
-        // The command has ended: the proxy stops; the writer comes back with what it wrote.
-        let summary = proxy.take().map(|p| p.finish());
+        // The command has ended: the proxy stops; the writer comes back with what it wrote,
+        // and what the proxy did is what those records say.
+        let finished = proxy.take().map(|p| p.finish());
+        let mut written = Vec::new();
         if let Some((w, recs)) = lent.lock().unwrap_or_else(|p| p.into_inner()).take() {
             self.writer = Some(w);
-            for r in recs {
-                if let Err(why) = self.state.apply_owned(r) {
-                    return Err(Error::new(
-                        Code::CorruptWal,
-                        format!("a net record could not be applied: {why}"),
-                        "report this with the WAL",
-                    ));
-                }
-            }
+            written = recs;
         }
+        let summary =
+            finished.map(|f| f.map(|()| crate::egress::NetSummary::from_records(&written)));
+        self.apply_written(written)?;
         let summary = match summary {
             Some(Ok(s)) => Some(s),
             Some(Err(e)) => {

@@ -94,12 +94,19 @@ impl Session {
             ));
         }
         self.writer()?.append_many(&recs, durable)?;
+        self.apply_written(recs)
+    }
+
+    /// Apply records already in the WAL to the state (the writer wrote them: here, or
+    /// lent to an exec's egress proxy).
+    pub(super) fn apply_written(&mut self, recs: Vec<Record>) -> Result<()> {
         for r in recs {
             if let Err(why) = self.state.apply_owned(r) {
-                // `check` accepted it: only a disagreement between the two can get here.
+                // Written records replay: only a disagreement between check and replay, or
+                // a bug in a writer, can get here.
                 return Err(Error::new(
                     Code::CorruptWal,
-                    format!("internal: a record checked as valid was rejected by replay: {why}"),
+                    format!("internal: a record written to the WAL was rejected by replay: {why}"),
                     "report this as a bug, with the WAL",
                 ));
             }

@@ -230,18 +230,8 @@ impl Session {
         if summary.reached().next().is_none() {
             return Ok(false);
         }
-        // The intent holds the command (a WAL written before it did: the label's program).
-        let argv: Vec<String> = match &intent.argv {
-            Some(argv) => argv.clone(),
-            None => intent
-                .label
-                .strip_prefix("exec ")
-                .unwrap_or(&intent.label)
-                .split(' ')
-                .take(1)
-                .map(str::to_string)
-                .collect(),
-        };
+        // The exec's first intent holds its command.
+        let argv = intent.argv.clone().unwrap_or_default();
         self.net_emission(intent.step, &argv, &summary)?;
         let dests: Vec<String> = summary
             .reached()
