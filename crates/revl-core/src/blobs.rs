@@ -28,8 +28,19 @@ impl BlobStore {
     }
 
     /// Store `bytes` durably and return their digest. Idempotent: an intact blob of the same
-    /// content is left as it is.
+    /// content is left as it is (a damaged one is replaced).
     pub fn put(&self, bytes: &[u8]) -> Result<String> {
+        self.put_with(bytes, true)
+    }
+
+    /// Store `bytes` without fsync: for a cache (a mirror of a remote, SPEC 21) whose every
+    /// blob can be fetched again and is verified on each read. Returns the digest; a damaged
+    /// blob of that digest is replaced, as [`BlobStore::put`] does.
+    pub fn put_cached(&self, bytes: &[u8]) -> Result<String> {
+        self.put_with(bytes, false)
+    }
+
+    fn put_with(&self, bytes: &[u8], durable: bool) -> Result<String> {
         let digest = blake3_hex(bytes);
         let path = self.path_of(&digest);
         if let Ok(existing) = fs::read(&path) {
@@ -43,33 +54,19 @@ impl BlobStore {
             fs::create_dir_all(&dir)?;
             let tmp = dir.join(format!(".{}.{}.tmp", &digest[2..], std::process::id()));
             let mut f = File::create(&tmp)?;
-            let r = f.write_all(bytes).and_then(|_| f.sync_all());
+            let r = f
+                .write_all(bytes)
+                .and_then(|_| if durable { f.sync_all() } else { Ok(()) });
             if let Err(e) = r {
                 let _ = fs::remove_file(&tmp);
                 return Err(e);
             }
             fs::rename(&tmp, &path)?;
-            File::open(&dir)?.sync_all()?;
-            File::open(&self.root)?.sync_all()
-        })();
-        res.map_err(|e| Error::io(format!("cannot write blob {digest}"), e))?;
-        Ok(digest)
-    }
-
-    /// Store `bytes` without fsync: for a cache (a mirror of a remote, SPEC 21) whose every
-    /// blob can be fetched again and is verified on each read. Returns the digest.
-    pub fn put_cached(&self, bytes: &[u8]) -> Result<String> {
-        let digest = blake3_hex(bytes);
-        let path = self.path_of(&digest);
-        if path.exists() {
-            return Ok(digest);
-        }
-        let dir = path.parent().expect("blob path has a parent").to_path_buf();
-        let res = (|| -> std::io::Result<()> {
-            fs::create_dir_all(&dir)?;
-            let tmp = dir.join(format!(".{}.{}.tmp", &digest[2..], std::process::id()));
-            fs::write(&tmp, bytes)?;
-            fs::rename(&tmp, &path)
+            if durable {
+                File::open(&dir)?.sync_all()?;
+                File::open(&self.root)?.sync_all()?;
+            }
+            Ok(())
         })();
         res.map_err(|e| Error::io(format!("cannot write blob {digest}"), e))?;
         Ok(digest)

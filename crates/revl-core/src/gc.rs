@@ -105,7 +105,14 @@ impl Store {
                 _ => {}
             }
             kept += 1;
-            reachable_from(&st, &blobs, &mut reachable);
+            // The WAL's blobs and the base tree a remote branch is made from.
+            reachable.extend(self.blobs_of(&id, &st).map_err(|e| {
+                Error::new(
+                    e.code,
+                    format!("session {id}'s base tree cannot be read ({}): gc cannot tell what it reaches", e.message),
+                    "repair or remove that session first; nothing was removed",
+                )
+            })?);
         }
         let (mut total, mut gone, mut bytes) = (0usize, Vec::new(), 0u64);
         let mut preserved = Vec::new();

@@ -301,7 +301,9 @@ pub fn find_parent_wal(
     // A branch of a remote session (SPEC 21) names `remote NAME: sessions/<id>`: the store
     // keeps its verified copy in the remote's mirror.
     if let (Some(rest), Some(store)) = (
-        recorded.to_str().and_then(|r| r.strip_prefix("remote ")),
+        recorded
+            .to_str()
+            .and_then(|r| r.strip_prefix(crate::store::REMOTE_PARENT_PREFIX)),
         by_id.and_then(|p| p.parent()?.parent()?.parent()),
     ) {
         if let Some((name, rel)) = rest.split_once(": ") {

@@ -164,10 +164,9 @@ pub struct Log {
     pub edges: Vec<LogEdge>,
 }
 
-/// The mode of the fork that made `branch` (from its parent's WAL when it can be read). A
-/// parent whose WAL is not among these: a serial fork freezes its parent in the same store,
-/// so a branch whose parent is elsewhere was made into a workspace of its own (a parallel
-/// fork, e.g. of a remote session: `fork --remote`, `fork-confirm --into`).
+/// The mode of the fork that made `branch` (from its parent's WAL when it can be read; else
+/// a branch of a remote session, made into a workspace of its own, is parallel, and a
+/// branch in its parent's workspace serial).
 fn fork_mode(byid: &BTreeMap<&str, &OfflineWal>, w: &OfflineWal) -> Option<&'static str> {
     let (parent, _) = w.parent()?;
     if let Some(p) = byid.get(parent) {
@@ -180,7 +179,12 @@ fn fork_mode(byid: &BTreeMap<&str, &OfflineWal>, w: &OfflineWal) -> Option<&'sta
             "parallel"
         });
     }
-    Some("parallel")
+    let remote = w
+        .state
+        .origin
+        .as_ref()
+        .is_some_and(|o| o.parent_wal.starts_with(crate::store::REMOTE_PARENT_PREFIX));
+    Some(if remote { "parallel" } else { "serial" })
 }
 
 /// The ids of SESSION's family: its root ancestor (as far as the WALs go) and every

@@ -24,6 +24,15 @@ pub struct Store {
     mirror: Option<std::sync::Arc<Mirror>>,
 }
 
+/// What a branch of a remote session names as its parent's WAL (SPEC 21): the remote and
+/// the session's key in its bucket, `remote NAME: sessions/<id>`.
+pub fn remote_parent_wal(remote: &str, id: &str) -> String {
+    format!("{REMOTE_PARENT_PREFIX}{remote}: sessions/{id}")
+}
+
+/// How [`remote_parent_wal`] begins.
+pub const REMOTE_PARENT_PREFIX: &str = "remote ";
+
 /// How a mirror store differs from a store of this machine's sessions (SPEC 21): its WALs
 /// were written elsewhere, so each session's workspace is a directory of this machine
 /// (its captured base tree, or a tree materialised from the bucket), attaching never

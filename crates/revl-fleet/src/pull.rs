@@ -429,7 +429,7 @@ fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Stor
             workspaces: dir.join("heads"),
             blobs: Some(mirror.root().join("blobs")),
             read_only: false,
-            parent_wal: Some(format!("remote {remote}: sessions/{id}")),
+            parent_wal: Some(revl_core::store::remote_parent_wal(remote, id)),
         },
     )
 }
@@ -558,6 +558,8 @@ pub fn fork_confirm(
     }
     let mirror_dir = crate::config::remote_dir(store, remote).join("mirror");
     let mirror = Store::open_mirror(&mirror_dir, mirror_settings(&mirror_dir))?;
+    // DIR becomes a workspace of this store: the scratch store's checks see only itself.
+    store.check_branch_dir(&revl_core::store::resolve_future(into)?)?;
     let work = scratch(store, remote, id, &mirror)?;
     let mut s = work.attach(id)?;
     let report = s.fork_confirm_into(hash, into)?;

@@ -129,9 +129,11 @@ fn push_one(
     id: &str,
 ) -> Result<(Pushed, Option<Manifest>)> {
     let fp = store.failpoints().clone();
-    let wal = store.read_range(id, 0, store.intact_len(id)?)?;
+    // One read: the state and the bytes pushed are the same prefix of the WAL (a live
+    // session may be appending meanwhile).
+    let (st, meta) = revl_core::state::State::read(&store.wal_path(id))?;
+    let wal = store.read_range(id, 0, meta.good_len)?;
     let local_len = wal.len() as u64;
-    let (st, _) = revl_core::state::State::read(&store.wal_path(id))?;
     // A live session made before the store had a remote has no base tree yet: its
     // workspace now holds, for every path revl never touched, what it held at `new` (paths
     // revl touched are read from the WAL), so a capture now serves a remote branch as well.
@@ -180,7 +182,7 @@ fn push_one(
         }
         // 1. blobs, each once for the whole bucket.
         if !blobs_done {
-            let want: Vec<String> = blobs_to_push(store, &st, id)?.into_iter().collect();
+            let want: Vec<String> = store.blobs_of(id, &st)?.into_iter().collect();
             for chunk in want.chunks(256) {
                 let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
                 let there = bucket.exists_many(&keys)?;
@@ -314,21 +316,4 @@ fn upload_pack(store: &Store, bucket: &Bucket, id: &str) -> Result<()> {
     }
     bucket.create_many(&[(key, crate::pack(&items))])?;
     Ok(())
-}
-
-/// Every blob a session's push carries: what its WAL names, its base tree and the base
-/// tree's files.
-fn blobs_to_push(
-    store: &Store,
-    st: &revl_core::state::State,
-    id: &str,
-) -> Result<BTreeSet<String>> {
-    let mut out = revl_core::gc::blobs_named(st, &store.blobs());
-    if let Some(base) = store.base_of(id) {
-        out.insert(base.tree.clone());
-        for it in store.base_items(&base)? {
-            out.extend(it.digest);
-        }
-    }
-    Ok(out)
 }

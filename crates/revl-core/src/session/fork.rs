@@ -565,24 +565,7 @@ impl Session {
             }
             Err(_) => false,
         };
-        let store = self.store.root();
-        if store.starts_with(&dir) || dir.starts_with(store) {
-            return Err(outside(format!(
-                "{} and the store {} overlap",
-                dir.display(),
-                store.display()
-            )));
-        }
-        for (id, ws) in self.store.live_workspaces()? {
-            let ws = Path::new(&ws);
-            if ws.starts_with(&dir) || dir.starts_with(ws) {
-                return Err(outside(format!(
-                    "{} and the workspace {} of live session {id} overlap",
-                    dir.display(),
-                    ws.display()
-                )));
-            }
-        }
+        self.store.check_branch_dir(&dir)?;
         probe_into(&dir, existed)?;
         Ok((dir, existed))
     }
@@ -836,4 +819,38 @@ fn probe_into(dir: &Path, existed: bool) -> Result<()> {
         let _ = std::fs::remove_dir(p);
     }
     r.map_err(cannot)
+}
+
+impl crate::store::Store {
+    /// A parallel branch's new workspace `dir` (resolved) must not overlap this store or
+    /// the workspace of any of its live sessions (`path-outside`). A remote fork, made in a
+    /// scratch store, asks the store it will live in too.
+    pub fn check_branch_dir(&self, dir: &Path) -> Result<()> {
+        let outside = |why: String| {
+            Error::new(
+                Code::PathOutside,
+                why,
+                "give a new directory, or an empty one, outside the store and every live workspace",
+            )
+        };
+        let store = self.root();
+        if store.starts_with(dir) || dir.starts_with(store) {
+            return Err(outside(format!(
+                "{} and the store {} overlap",
+                dir.display(),
+                store.display()
+            )));
+        }
+        for (id, ws) in self.live_workspaces()? {
+            let ws = Path::new(&ws);
+            if ws.starts_with(dir) || dir.starts_with(ws) {
+                return Err(outside(format!(
+                    "{} and the workspace {} of live session {id} overlap",
+                    dir.display(),
+                    ws.display()
+                )));
+            }
+        }
+        Ok(())
+    }
 }

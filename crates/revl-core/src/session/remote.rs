@@ -98,6 +98,24 @@ impl Store {
         Ok(base)
     }
 
+    /// Every blob session `id` needs: what its WAL names ([`crate::gc::blobs_named`]), and
+    /// its base tree with the tree's files when one was captured (a push carries them; gc
+    /// keeps them).
+    pub fn blobs_of(
+        &self,
+        id: &str,
+        st: &crate::state::State,
+    ) -> Result<std::collections::BTreeSet<String>> {
+        let mut out = crate::gc::blobs_named(st, &self.blobs());
+        if let Some(base) = self.base_of(id) {
+            for it in self.base_items(&base)? {
+                out.extend(it.digest);
+            }
+            out.insert(base.tree);
+        }
+        Ok(out)
+    }
+
     /// The entries of a base tree blob (verified against its digest).
     pub fn base_items(&self, base: &BaseTree) -> Result<Vec<TreeItem>> {
         let b = self.blobs().get(&base.tree, None)?;

@@ -487,7 +487,27 @@ fn a_branch_made_on_a_second_machine_is_the_source_read_at_k_byte_for_byte() {
     let f = Fleet::s3();
     f.add_remotes();
     let (id, _ws, head) = session_with_history(&f, "ws");
+    // gc keeps the base tree a remote branch is made from (it is named by no WAL record).
+    f.a(&["gc", "--apply"]).ok();
     pushed(&f.a(&["push"]));
+    // DIR is checked against the store the branch will live in: not inside it, not inside
+    // a live workspace of it.
+    let ws_b = f.w.ws("b-live");
+    f.b(&["new", "--workspace", ws_b.to_str().unwrap()]).ok();
+    for bad in [ws_b.join("sub"), f.store_b.join("x")] {
+        let r = f.b(&["fork", "--remote", "origin", &id, "--at", "2"]);
+        let hash = s(&r.ok()["hash"]);
+        f.b(&[
+            "fork-confirm",
+            &id,
+            "--hash",
+            &hash,
+            "--into",
+            bad.to_str().unwrap(),
+        ])
+        .err(2, "path-outside");
+        assert!(!bad.exists(), "{} was made", bad.display());
+    }
     for k in [-1i64, 2, 5, head as i64] {
         let into = f.w.path(&format!("branch-at-{}", k + 1));
         let r = f.b(&["fork", "--remote", "origin", &id, "--at", &k.to_string()]);
