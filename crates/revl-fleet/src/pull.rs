@@ -179,6 +179,22 @@ impl Reader {
             std::fs::create_dir_all(&sdir).map_err(|e| Error::io(sdir.display(), e))?;
             revl_core::util::write_durable(&wal_path, &wal)
                 .map_err(|e| Error::io(wal_path.display(), e))?;
+            // The lineage the manifest states (what listings and the index show) must be the
+            // verified WAL's.
+            let (st, _) = revl_core::state::State::read(&wal_path)?;
+            let stated = (
+                st.origin.as_ref().map(|o| o.parent.clone()),
+                st.origin.as_ref().map(|o| o.at.to_i64()),
+                st.life().as_str(),
+                st.head(),
+            );
+            if stated != (m.parent.clone(), m.at, m.state.as_str(), m.head) {
+                return Err(tampered(
+                    name,
+                    &crate::manifest_key(id),
+                    "its lineage (parent, fork step, state, head) is not its WAL's",
+                ));
+            }
             if let Some(base) = &m.base {
                 self.mirror.set_base(id, base)?;
             }
@@ -261,7 +277,12 @@ impl Reader {
     /// files the session never touched).
     fn ensure_base_dir(&self, id: &str) -> Result<()> {
         let dir = self.dir.join("bases").join(id);
-        let done = self.dir.join("bases").join(format!(".{id}.done"));
+        // Keyed by the tree: a session pushed first without a base tree may gain one.
+        let tree = self
+            .mirror
+            .base_of(id)
+            .map_or_else(|| "none".to_string(), |b| b.tree);
+        let done = self.dir.join("bases").join(format!(".{id}.{tree}.done"));
         if done.exists() {
             return Ok(());
         }
@@ -446,6 +467,9 @@ pub fn fork(
     let id = r.resolve(given)?;
     r.sync_family(&id)?;
     let dir = fork_dir(store, &remote.name, &id);
+    // A branch an earlier confirm made here but never moved is moved before its scratch
+    // store goes.
+    adopt_branches(store, &remote.name, &id)?;
     if dir.exists() {
         make_writable(&dir);
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
@@ -538,6 +562,54 @@ pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String
     }
 }
 
+/// Move a branch a remote fork made in the scratch store `work` into `store`: every blob
+/// it names, then its WAL (the commit point of the move), then its base tree (its
+/// workspace as the fork left it). Each step is idempotent: a move cut short is finished
+/// by running it again.
+fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
+    let (st, _) = revl_core::state::State::read(&work.wal_path(branch))?;
+    let local = store.blobs();
+    for d in revl_core::gc::blobs_named(&st, &work.blobs()) {
+        // A digest the WAL names may be held inline (a small preimage): not every one is a
+        // blob.
+        if let Ok(b) = work.blobs().get(&d, None) {
+            local.put(&b)?;
+        }
+    }
+    let to = store.session_dir(branch);
+    std::fs::create_dir_all(&to).map_err(|e| Error::io(to.display(), e))?;
+    let wal = std::fs::read(work.wal_path(branch)).map_err(|e| Error::io(to.display(), e))?;
+    revl_core::util::write_durable(&store.wal_path(branch), &wal)
+        .map_err(|e| Error::io(to.display(), e))?;
+    // A branch made from a remote can be branched again elsewhere.
+    if store.base_of(branch).is_none() {
+        let ws = Path::new(&st.workspace);
+        store.capture_base(branch, ws)?;
+    }
+    Ok(())
+}
+
+/// Branches a remote fork of `id` completed in its scratch store that never moved into
+/// this store (revl was killed between the two): moved now, so the scratch store can go.
+fn adopt_branches(store: &Store, remote: &str, id: &str) -> Result<Vec<String>> {
+    let dir = fork_dir(store, remote, id);
+    if !dir.join("sessions").join(id).exists() {
+        return Ok(Vec::new());
+    }
+    let mirror_dir = crate::config::remote_dir(store, remote).join("mirror");
+    let mirror = Store::open_mirror(&mirror_dir, mirror_settings(&mirror_dir))?;
+    let work = scratch(store, remote, id, &mirror)?;
+    let (parent, _) = revl_core::state::State::read(&work.wal_path(id))?;
+    let mut moved = Vec::new();
+    for c in parent.parallel_children.iter().filter(|c| c.complete) {
+        if !store.wal_path(&c.branch).exists() && work.wal_path(&c.branch).exists() {
+            move_branch(store, &work, &c.branch)?;
+            moved.push(c.branch.clone());
+        }
+    }
+    Ok(moved)
+}
+
 /// `revl fork-confirm SESSION --hash H --into DIR` of a remote fork: the parallel fork runs
 /// in the scratch store; its branch (WAL and the blobs it names) moves into this store.
 pub fn fork_confirm(
@@ -546,7 +618,6 @@ pub fn fork_confirm(
     id: &str,
     hash: &str,
     into: &Path,
-    capture_base: bool,
 ) -> Result<revl_core::report::ForkReport> {
     let dir = fork_dir(store, remote, id);
     if !dir.join("sessions").join(id).exists() {
@@ -554,6 +625,21 @@ pub fn fork_confirm(
             Code::NoPendingFork,
             format!("no remote fork of session {id} is pending in this store (remote {remote})"),
             "enumerate it first: `revl fork --remote NAME SESSION --at K`",
+        ));
+    }
+    // The confirm before this one was killed after it forked: its branch is moved in now,
+    // and that fork is no longer pending.
+    let adopted = adopt_branches(store, remote, id)?;
+    if !adopted.is_empty() {
+        make_writable(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(Error::new(
+            Code::NoPendingFork,
+            format!(
+                "an earlier fork-confirm of session {id} was interrupted after it forked: its branch {} is now this store's session (nothing was lost); no fork is pending",
+                adopted.join(", ")
+            ),
+            "use that branch (`revl status BRANCH` shows it), or enumerate again: `revl fork --remote NAME SESSION --at K`",
         ));
     }
     let mirror_dir = crate::config::remote_dir(store, remote).join("mirror");
@@ -567,23 +653,8 @@ pub fn fork_confirm(
     let Some(branch) = report.branch.clone().filter(|_| report.forked) else {
         return Ok(report);
     };
-    // The branch becomes this store's: its WAL, and every blob it names.
-    let (st, _) = revl_core::state::State::read(&work.wal_path(&branch))?;
-    let local = store.blobs();
-    for d in revl_core::gc::blobs_named(&st, &work.blobs()) {
-        if let Ok(b) = work.blobs().get(&d, None) {
-            local.put(&b)?;
-        }
-    }
-    let to = store.session_dir(&branch);
-    std::fs::create_dir_all(&to).map_err(|e| Error::io(to.display(), e))?;
-    let wal = std::fs::read(work.wal_path(&branch)).map_err(|e| Error::io(to.display(), e))?;
-    revl_core::util::write_durable(&store.wal_path(&branch), &wal)
-        .map_err(|e| Error::io(to.display(), e))?;
-    if capture_base {
-        let ws = std::fs::canonicalize(into).map_err(|e| Error::io(into.display(), e))?;
-        store.capture_base(&branch, &ws)?;
-    }
+    store.failpoints().point("remote-fork.before-move");
+    move_branch(store, &work, &branch)?;
     make_writable(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)

@@ -298,7 +298,7 @@ fn upload_pack(store: &Store, bucket: &Bucket, id: &str) -> Result<()> {
         return Ok(());
     };
     let key = crate::pack_key(&base.tree);
-    if bucket.exists_many(std::slice::from_ref(&key))?[0] {
+    if bucket.exists(&key)? {
         return Ok(());
     }
     let mut digests = BTreeSet::from([base.tree.clone()]);

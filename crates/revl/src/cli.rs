@@ -1172,8 +1172,7 @@ fn remote_fork_confirm(
             "revl fork-confirm SESSION --hash H --into DIR",
         ));
     };
-    let capture = !revl_fleet::Remotes::load(store)?.remotes.is_empty();
-    let report = revl_fleet::pull::fork_confirm(store, remote, id, hash, dir, capture)?;
+    let report = revl_fleet::pull::fork_confirm(store, remote, id, hash, dir)?;
     Ok(answered(&report, render::fork(&report)))
 }
 

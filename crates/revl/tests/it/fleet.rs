@@ -610,6 +610,54 @@ fn a_branch_made_on_a_second_machine_is_the_source_read_at_k_byte_for_byte() {
     assert_eq!(f.a(&["status", &id]).ok()["state"], "live");
 }
 
+/// revl killed after a remote fork forked but before its branch moved into the store: the
+/// branch is not lost. The next confirm moves it in (and says so); the next enumeration
+/// would too, before it clears the scratch store.
+#[test]
+fn a_remote_branch_cut_short_before_its_move_is_kept() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, _) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    let r = f.b(&["fork", "--remote", "origin", &id, "--at", "3"]);
+    let hash = s(&r.ok()["hash"]);
+    let into = f.w.path("cut-short");
+    let args = [
+        "fork-confirm",
+        id.as_str(),
+        "--hash",
+        hash.as_str(),
+        "--into",
+        into.to_str().unwrap(),
+    ];
+    let mut a = vec!["--json", "--store", f.store_b.to_str().unwrap()];
+    a.extend_from_slice(&args);
+    let killed =
+        f.w.run_raw(&a, &[("REVL_FAILPOINT", "remote-fork.before-move")]);
+    assert!(killed.died(), "{}", killed.dump());
+    let before = files(&into);
+    assert!(!before.is_empty(), "the fork wrote DIR before the kill");
+    let again = f.b(&args);
+    let msg = again.err(1, "no-pending-fork");
+    assert!(msg.contains("is now this store's session"), "{msg}");
+    let sessions = f.b(&["sessions"]).ok().clone();
+    let branch = sessions["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["parent"] == id.as_str())
+        .unwrap_or_else(|| panic!("no branch of {id}: {sessions}"))["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let st = f.b(&["status", &branch]).ok().clone();
+    assert_eq!(st["state"], "live", "{st}");
+    assert_eq!(files(&into), before, "DIR untouched by the recovery");
+    // The branch works, and the same remote session may be branched again.
+    f.b(&["write", &branch, "after.txt", "--content", "x"]).ok();
+    f.b(&["fork", "--remote", "origin", &id, "--at", "2"]).ok();
+}
+
 #[test]
 fn a_tampered_bucket_is_refused_never_trusted() {
     let f = Fleet::dir();
@@ -718,8 +766,23 @@ fn a_tampered_bucket_is_refused_never_trusted() {
         ],
     );
     r.err(1, "corrupt-wal");
-    // The manifest altered to match a forged segment: the WAL's SHA-256 still refuses it.
+    std::fs::write(&seg, &orig_seg).unwrap();
+    // The manifest's stated lineage altered (what listings and the index show): refused
+    // against the verified WAL.
     let man = bucket.join("sessions").join(&id).join("manifest.json");
+    let orig_man = std::fs::read(&man).unwrap();
+    let mut m: Value = serde_json::from_slice(&orig_man).unwrap();
+    m["head"] = (head + 5).into();
+    std::fs::write(&man, serde_json::to_vec(&m).unwrap()).unwrap();
+    let store_l = f.w.path("store-l");
+    f.on(&store_l, &["remote", "add", "origin", &f.url]).ok();
+    let msg = f
+        .on(&store_l, &["--remote", "origin", "log", &id])
+        .err(1, "corrupt-wal");
+    assert!(msg.contains("lineage"), "{msg}");
+    std::fs::write(&man, &orig_man).unwrap();
+    std::fs::write(&seg, &bytes).unwrap();
+    // The manifest altered to match a forged segment: the WAL's SHA-256 still refuses it.
     let mut m: Value = serde_json::from_slice(&std::fs::read(&man).unwrap()).unwrap();
     use sha2::Digest;
     m["segments"][0]["sha256"] = hex::encode(sha2::Sha256::digest(&bytes)).into();
