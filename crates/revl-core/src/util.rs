@@ -277,6 +277,14 @@ pub fn write_durable(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
     r
 }
 
+/// A program's name as labels show it: the last component of argv[0] (`/usr/bin/curl` →
+/// `curl`), or argv[0] itself when it has none.
+pub fn program_name(argv0: &str) -> String {
+    std::path::Path::new(argv0)
+        .file_name()
+        .map_or_else(|| argv0.to_string(), |n| n.to_string_lossy().into_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

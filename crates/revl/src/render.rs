@@ -1,6 +1,7 @@
 //! Human renderings. Designed for people; `--json` is the machine format.
 
 use revl_core::drift::Drift;
+use revl_core::egress::host_port;
 use revl_core::lineage::{Compare, Lineage, Topology};
 use revl_core::log::{Approvals, Log, LogEdge, LogSession};
 use revl_core::recover::RecoverReport;
@@ -644,17 +645,14 @@ fn destinations(e: &Value) -> Option<String> {
 /// left out, one open when revl was interrupted is marked as maybe reached. The text reports
 /// and the view both name them with this.
 pub fn reached_destinations(e: &Value) -> Vec<String> {
-    let Some(list) = e.get("connections").and_then(Value::as_array) else {
-        return Vec::new();
-    };
+    let conns: Vec<revl_core::egress::Connection> = e
+        .get("connections")
+        .and_then(|c| serde_json::from_value(c.clone()).ok())
+        .unwrap_or_default();
     let mut names: Vec<String> = Vec::new();
-    for c in list
-        .iter()
-        .filter(|c| c.get("error").is_none_or(Value::is_null))
-    {
-        let port = c["port"].as_u64().unwrap_or(0) as u16;
-        let d = host_port(&s(&c["dest"]), port);
-        let d = if c["interrupted"] == Value::Bool(true) {
+    for c in conns.iter().filter(|c| c.reached()) {
+        let d = host_port(&c.dest, c.port);
+        let d = if c.interrupted {
             format!("{d} (interrupted: may have been reached)")
         } else {
             d
@@ -666,15 +664,6 @@ pub fn reached_destinations(e: &Value) -> Vec<String> {
     names
 }
 
-/// `host:port`, an IPv6 address in brackets (`[::1]:8080`).
-fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    }
-}
-
 /// The label of a report entry: its own, else the label its step had (an exec's network
 /// emission: `exec.net <program>`), else `service.method`.
 fn entry_label(e: &Value) -> String {
@@ -683,11 +672,10 @@ fn entry_label(e: &Value) -> String {
     }
     let (service, method) = (s(&e["service"]), s(&e["method"]));
     if (service.as_str(), method.as_str()) == ("exec", "net") {
-        if let Some(prog) = e["args"]["argv"].get(0).and_then(Value::as_str) {
-            let name = std::path::Path::new(prog)
-                .file_name()
-                .map_or_else(|| prog.to_string(), |n| n.to_string_lossy().into_owned());
-            return format!("exec.net {}", visible(&name));
+        let argv: Vec<String> =
+            serde_json::from_value(e["args"]["argv"].clone()).unwrap_or_default();
+        if !argv.is_empty() {
+            return revl_core::egress::net_label(&argv);
         }
     }
     format!("{service}.{method}")

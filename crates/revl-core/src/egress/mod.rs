@@ -50,12 +50,28 @@ pub struct Dest {
 impl std::fmt::Display for Dest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.host {
-            Host::Name(n) => write!(f, "{n}:{}", self.port),
             Host::Wildcard(d) => write!(f, "*.{d}:{}", self.port),
-            Host::Ip(IpAddr::V6(a)) => write!(f, "[{a}]:{}", self.port),
-            Host::Ip(IpAddr::V4(a)) => write!(f, "{a}:{}", self.port),
+            Host::Name(n) => f.write_str(&host_port(n, self.port)),
+            Host::Ip(a) => f.write_str(&host_port(&a.to_string(), self.port)),
         }
     }
+}
+
+/// How revl names a destination: `host:port`, an IPv6 address in brackets (`[::1]:8080`).
+pub fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// The label of an exec's network emission: `exec.net <program>` (the basename of argv[0]).
+pub fn net_label(argv: &[String]) -> String {
+    let name = argv
+        .first()
+        .map_or_else(String::new, |a| crate::util::program_name(a));
+    format!("exec.net {}", crate::util::visible(&name, false))
 }
 
 /// A host as a connection names it (CONNECT's authority, an absolute URI's host): a literal
@@ -283,6 +299,14 @@ pub struct Connection {
     pub error: Option<String>,
 }
 
+impl Connection {
+    /// Whether it may have reached its destination: an outbound connect that failed did not
+    /// (nothing was forwarded).
+    pub fn reached(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
 /// One refused attempt (the emission's or effect's `denied`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Denied {
@@ -360,7 +384,7 @@ impl NetSummary {
     /// Connections that may have reached their destination (an outbound connect that
     /// failed did not).
     pub fn reached(&self) -> impl Iterator<Item = &Connection> {
-        self.connections.iter().filter(|c| c.error.is_none())
+        self.connections.iter().filter(|c| c.reached())
     }
 }
 

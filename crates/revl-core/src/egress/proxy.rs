@@ -298,10 +298,11 @@ fn parse_request(head: &[u8]) -> Result<Target, String> {
 /// Where a connection to `host:port` may go: the address to connect to, or why not.
 fn admit(allowed: &[Dest], host: &str, port: u16) -> Result<SocketAddr, String> {
     let h = parse_host(host)?;
-    let shown = match &h {
-        Host::Ip(std::net::IpAddr::V6(a)) => format!("[{a}]:{port}"),
-        _ => format!("{host}:{port}"),
-    };
+    let shown = Dest {
+        host: h.clone(),
+        port,
+    }
+    .to_string();
     if !allowed.iter().any(|d| d.admits(&h, port)) {
         return Err(format!(
             "{shown} is not in the requested set (declare it in the manifest's [exec] net and ask for it with --net)"

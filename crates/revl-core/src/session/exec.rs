@@ -471,12 +471,7 @@ impl Session {
     ) -> Result<()> {
         let seq = self.take_seq()?;
         let key = format!("{}-{seq}", self.id);
-        let name = argv.first().map_or_else(String::new, |a| {
-            Path::new(a)
-                .file_name()
-                .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned())
-        });
-        let label = format!("exec.net {}", crate::util::visible(&name, false));
+        let label = crate::egress::net_label(argv);
         let detail = json!({
             "key": key,
             "service": "exec",
@@ -767,9 +762,7 @@ pub fn exec_label(argv: &[String], changes: Option<usize>) -> String {
     let mut words: Vec<String> = Vec::with_capacity(argv.len());
     for (i, a) in argv.iter().enumerate() {
         let a = if i == 0 {
-            Path::new(a)
-                .file_name()
-                .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned())
+            crate::util::program_name(a)
         } else {
             a.clone()
         };
