@@ -393,9 +393,7 @@ impl Session {
                 return Err(match f {
                     Failure::Unavailable(why) => unavailable(why),
                     Failure::LimitExceeded(why) => {
-                        if !crossed {
-                            self.void(step, &format!("stopped: {why}"))?;
-                        }
+                        self.void(step, &format!("stopped: {why}"))?;
                         Error::new(
                             Code::LimitExceeded,
                             format!("the command was stopped and nothing was applied: {why}"),
@@ -410,9 +408,7 @@ impl Session {
                     Failure::Started(e) => match wal_error.take() {
                         Some(w) => w,
                         None => {
-                            if !crossed {
-                                self.void(step, &format!("waiting for the command failed: {e}"))?;
-                            }
+                            self.void(step, &format!("waiting for the command failed: {e}"))?;
                             Error::io("waiting for the sandboxed command", e)
                         }
                     },
@@ -420,7 +416,7 @@ impl Session {
             }
         };
         self.fp.point("exec.after-run");
-        let result = self.apply_changes(step, o, cwd_rel, &outcome, denied, !crossed);
+        let result = self.apply_changes(step, o, cwd_rel, &outcome, denied);
         let _ = crate::workspace::remove_any(&scratch);
         let changes = result?;
         let ran = outcome.ran;
@@ -493,7 +489,13 @@ impl Session {
         self.append(Record::Step(rec), true)
     }
 
+    /// Close the open intent of `step` as never a step. Nothing to do when no intent of
+    /// `step` is open (an exec whose emission took the index: its effect's intent comes
+    /// later).
     fn void(&mut self, step: u64, why: &str) -> Result<()> {
+        if self.state.intent.as_ref().is_none_or(|i| i.step != step) {
+            return Ok(());
+        }
         self.append(
             Record::IntentVoid {
                 step,
@@ -512,17 +514,14 @@ impl Session {
         cwd_rel: &str,
         out: &crate::sandbox::Outcome,
         denied: Vec<crate::egress::Denied>,
-        intent_open: bool,
     ) -> Result<Vec<crate::undo::ExecChange>> {
         let planned = match changeset::plan(&out.upper, out.xattr_prefix, &self.ws, &self.blobs) {
             Ok(p) => p,
             Err(e) => {
-                if intent_open {
-                    self.void(
-                        step,
-                        &format!("the change set could not be read: {}", e.message),
-                    )?;
-                }
+                self.void(
+                    step,
+                    &format!("the change set could not be read: {}", e.message),
+                )?;
                 return Err(e);
             }
         };
@@ -560,12 +559,10 @@ impl Session {
         if !planned.items.is_empty() {
             // What moves in is durable before the intent names it.
             if let Err(e) = make_durable(&planned.files_to_sync(), &out.upper) {
-                if intent_open {
-                    self.void(
-                        step,
-                        &format!("the change set could not be made durable: {e}"),
-                    )?;
-                }
+                self.void(
+                    step,
+                    &format!("the change set could not be made durable: {e}"),
+                )?;
                 return Err(Error::io("making the change set durable", e));
             }
             self.append(
