@@ -1582,12 +1582,6 @@ const NET_ALL: &str = "(the declared set)";
 /// `--net` (the whole declared set) or `--net=DEST`... (a part of it), from clap's list.
 fn net_request(net: &[String]) -> revl_core::Result<revl_core::egress::NetRequest> {
     use revl_core::egress::NetRequest;
-    if net.iter().any(|d| d.trim().is_empty()) {
-        return Err(revl_core::Error::bad_args(
-            "--net= names no destination",
-            "give --net=HOST:PORT (one of the manifest's [exec] net), or --net alone for the whole set",
-        ));
-    }
     let parts: Vec<String> = net.iter().filter(|d| *d != NET_ALL).cloned().collect();
     match (net.is_empty(), parts.is_empty()) {
         (true, _) => Ok(NetRequest::None),

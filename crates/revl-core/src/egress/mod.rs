@@ -198,7 +198,7 @@ pub fn requested(declared: &[String], req: &NetRequest) -> Result<Vec<Dest>> {
             if set.is_empty() {
                 return Err(none_declared());
             }
-            if asked.is_empty() {
+            if asked.is_empty() || asked.iter().any(|a| a.trim().is_empty()) {
                 return Err(Error::bad_args(
                     "--net= names no destination",
                     "give --net=HOST:PORT (one of the manifest's [exec] net), or --net for the whole set",
