@@ -535,8 +535,15 @@ impl NativeSession {
     }
 
     /// `mode`: `"scoped"` or `"compensating"` (with `force`).
-    #[pyo3(signature = (to, mode="scoped".to_string(), force=false))]
-    fn step_back(&self, py: Python<'_>, to: i64, mode: String, force: bool) -> PyResult<Doc> {
+    #[pyo3(signature = (to, mode="scoped".to_string(), force=false, keep_drift=false))]
+    fn step_back(
+        &self,
+        py: Python<'_>,
+        to: i64,
+        mode: String,
+        force: bool,
+        keep_drift: bool,
+    ) -> PyResult<Doc> {
         let mode = match (mode.as_str(), force) {
             ("scoped", false) => StepBackMode::Scoped,
             ("compensating", force) => StepBackMode::Compensating { force },
@@ -559,18 +566,25 @@ impl NativeSession {
                 ))
             }
         };
-        self.verb(py, How::Write, move |s| s.step_back(to, mode))
+        let drift = revl_core::DriftPolicy::keeping(keep_drift);
+        self.verb(py, How::Write, move |s| s.step_back_with(to, mode, drift))
     }
 
     fn fork(&self, py: Python<'_>, at: i64) -> PyResult<Doc> {
         self.verb(py, How::Write, move |s| s.fork(at))
     }
 
-    #[pyo3(signature = (hash, into=None))]
-    fn fork_confirm(&self, py: Python<'_>, hash: String, into: Option<PathBuf>) -> PyResult<Doc> {
-        self.verb(py, How::Write, move |s| match &into {
-            Some(dir) => s.fork_confirm_into(&hash, dir),
-            None => s.fork_confirm(&hash),
+    #[pyo3(signature = (hash, into=None, keep_drift=false))]
+    fn fork_confirm(
+        &self,
+        py: Python<'_>,
+        hash: String,
+        into: Option<PathBuf>,
+        keep_drift: bool,
+    ) -> PyResult<Doc> {
+        let drift = revl_core::DriftPolicy::keeping(keep_drift);
+        self.verb(py, How::Write, move |s| {
+            s.fork_confirm_with(&hash, into.as_deref(), drift)
         })
     }
 

@@ -175,13 +175,6 @@ fn defang(abs: &Path) -> Result<fs::Metadata> {
     fs::symlink_metadata(abs).map_err(|e| io(abs, e))
 }
 
-const NON_UTF8_TARGET: &str =
-    "its target is not UTF-8 (revl records symlink targets as UTF-8 text); it is not applied";
-
-fn utf8_target(abs: &Path) -> bool {
-    fs::read_link(abs).is_ok_and(|t| t.to_str().is_some())
-}
-
 /// A whiteout: the overlay's mark of a deleted path.
 fn is_whiteout(m: &fs::Metadata) -> bool {
     m.file_type().is_char_device() && m.rdev() == 0
@@ -226,15 +219,10 @@ fn walk(
 ) -> Result<()> {
     for name in sorted_entries(dir)? {
         let abs = dir.join(&name);
-        let Some(name) = name.to_str() else {
-            out.ignored.push(ignored(
-                join(rel_dir, &name.to_string_lossy()),
-                "its name is not UTF-8 (revl records paths as UTF-8 text)",
-            ));
-            continue;
-        };
-        let rel = join(rel_dir, name);
-        if reserved(name) {
+        // Any name is data: one that is not UTF-8 is recorded in its escaped form.
+        let name = crate::name::from_os(&name);
+        let rel = join(rel_dir, &name);
+        if reserved(&name) {
             out.ignored.push(ignored(rel, RESERVED_WHY));
             continue;
         }
@@ -298,8 +286,6 @@ fn walk(
                     }));
                 }
             }
-        } else if t.is_symlink() && !utf8_target(&abs) {
-            out.ignored.push(ignored(rel, NON_UTF8_TARGET));
         } else if t.is_file() || t.is_symlink() {
             if t.is_file() {
                 strip_overlay_attrs(&abs, prefix);
@@ -423,7 +409,7 @@ fn split_link(p: &Path) -> Result<()> {
 }
 
 /// Make a new tree of the upper layer hold only what is applied: special files and
-/// non-UTF-8 names removed (and listed as ignored), whiteouts dropped (nothing below a new
+/// whiteouts dropped (nothing below a new
 /// tree is deleted), hard links split, overlay attributes stripped.
 fn tidy_tree(
     dir: &Path,
@@ -434,17 +420,9 @@ fn tidy_tree(
     for name in sorted_entries(dir)? {
         let abs = dir.join(&name);
         let m = fs::symlink_metadata(&abs).map_err(|e| io(&abs, e))?;
-        let shown = join(rel_dir, &name.to_string_lossy());
-        let Some(name) = name.to_str() else {
-            remove(&abs)?;
-            ignored_out.push(ignored(
-                shown,
-                "its name is not UTF-8 (revl records paths as UTF-8 text)",
-            ));
-            continue;
-        };
-        let rel = join(rel_dir, name);
-        if reserved(name) && !is_whiteout(&m) {
+        let name = crate::name::from_os(&name);
+        let rel = join(rel_dir, &name);
+        if reserved(&name) && !is_whiteout(&m) {
             remove(&abs)?;
             ignored_out.push(ignored(rel, RESERVED_WHY));
             continue;
@@ -461,9 +439,6 @@ fn tidy_tree(
             if m.nlink() > 1 {
                 split_link(&abs)?;
             }
-        } else if t.is_symlink() && !utf8_target(&abs) {
-            fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
-            ignored_out.push(ignored(rel, NON_UTF8_TARGET));
         } else if !t.is_symlink() {
             fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
             ignored_out.push(ignored(rel, special_why(&t)));

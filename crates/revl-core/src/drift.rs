@@ -95,30 +95,52 @@ type EventKey = (u64, u8, std::cmp::Reverse<u64>);
 impl Expected {
     /// Rebuild from the timeline.
     pub fn of(steps: &[Step]) -> Expected {
-        Self::until(steps, None, None)
+        Self::until(steps, None, None, &[])
     }
 
     /// Rebuild from the timeline, with the blob store: a directory a rewind restored is
     /// expected entry by entry (its listing read from the store).
     pub fn of_in(steps: &[Step], blobs: &crate::blobs::BlobStore) -> Expected {
-        Self::until(steps, None, Some(blobs))
+        Self::until(steps, None, Some(blobs), &[])
+    }
+
+    /// [`Expected::of_in`] for a branch that inherited witnessed images from its parent
+    /// (`inherited`: what the parent's witness said at the fork point of the paths whose
+    /// drift the fork left in place); its own steps come after them.
+    pub fn of_in_with(
+        steps: &[Step],
+        blobs: &crate::blobs::BlobStore,
+        inherited: &[Image],
+    ) -> Expected {
+        Self::until(steps, None, Some(blobs), inherited)
     }
 
     /// What revl's witness says the workspace held right after step k ran (the file effects
     /// up to k, and the undos run before step k+1), whatever was undone later.
     pub fn at(steps: &[Step], k: crate::step::Pos) -> Expected {
-        Self::until(steps, Some(k), None)
+        Self::until(steps, Some(k), None, &[])
     }
 
     /// [`Expected::at`] with the blob store (see [`Expected::of_in`]).
     pub fn at_in(steps: &[Step], k: crate::step::Pos, blobs: &crate::blobs::BlobStore) -> Expected {
-        Self::until(steps, Some(k), Some(blobs))
+        Self::until(steps, Some(k), Some(blobs), &[])
+    }
+
+    /// [`Expected::at_in`] with inherited images (see [`Expected::of_in_with`]).
+    pub fn at_in_with(
+        steps: &[Step],
+        k: crate::step::Pos,
+        blobs: &crate::blobs::BlobStore,
+        inherited: &[Image],
+    ) -> Expected {
+        Self::until(steps, Some(k), Some(blobs), inherited)
     }
 
     fn until(
         steps: &[Step],
         k: Option<crate::step::Pos>,
         blobs: Option<&crate::blobs::BlobStore>,
+        inherited: &[Image],
     ) -> Expected {
         let mut events: Vec<(EventKey, &Step, bool)> = Vec::new();
         for s in steps {
@@ -141,6 +163,9 @@ impl Expected {
             blobs: blobs.cloned(),
             ..Expected::default()
         };
+        for img in inherited {
+            exp.set(img.clone());
+        }
         for (_, s, undo) in events {
             let entries = match s.undo() {
                 Some(Undo::Restore { entries }) => entries.as_slice(),
@@ -547,7 +572,7 @@ fn listing_images(dir: &str, items: Vec<crate::undo::TreeItem>) -> Vec<Image> {
                 FileKind::Symlink => it
                     .target
                     .as_deref()
-                    .map(|t| crate::util::blake3_hex(t.as_bytes())),
+                    .map(|t| crate::util::blake3_hex(&crate::name::to_bytes(t))),
                 FileKind::Dir => None,
                 _ => it.digest,
             };
@@ -568,16 +593,46 @@ pub(crate) fn after_images(s: &Step) -> Vec<Image> {
         .unwrap_or_default()
 }
 
+/// The drift a rewind to `k` meets beyond its inverses' reach: once the plan's restores
+/// ran, revl expects every witnessed path at its step-k image; each witnessed path outside
+/// what those restores put back that differs from it (a hand edit of a path the rewound
+/// tail never touched, a file made by hand inside a directory revl made before k). A fork
+/// or step-back preserves and restores these too, or, asked to keep them, lists them.
+/// Changes nothing.
+pub fn beyond_plan(
+    steps: &[Step],
+    inherited: &[Image],
+    plan: &crate::unwind::Plan,
+    ws: &Workspace,
+    blobs: &crate::blobs::BlobStore,
+) -> Result<Vec<Drift>> {
+    let mut exp = Expected::of_in_with(steps, blobs, inherited);
+    let mut roots: Vec<String> = Vec::new();
+    for i in plan.runs() {
+        if let Some(Undo::Restore { entries }) = steps.get(i as usize).and_then(Step::undo) {
+            roots.extend(entries.iter().map(|e| e.path().to_string()));
+            exp.undone(entries);
+        }
+    }
+    let under = |p: &str, root: &str| p == root || p.starts_with(&format!("{root}/"));
+    Ok(exp
+        .per_entry(exp.drift(ws)?, ws, blobs)
+        .into_iter()
+        .filter(|d| !roots.iter().any(|r| under(&d.path, r)))
+        .collect())
+}
+
 /// The drift a plan's inverses would run over, as a rewind would meet it (newest first,
 /// each path once: a path an earlier inverse of the plan restores is as revl expects by the
 /// time an older one reaches it). Changes nothing (`fork` lists it; its hash covers it).
 pub fn of_plan(
     steps: &[Step],
+    inherited: &[Image],
     plan: &crate::unwind::Plan,
     ws: &Workspace,
     blobs: &crate::blobs::BlobStore,
 ) -> Result<Vec<Drift>> {
-    let mut exp = Expected::of_in(steps, blobs);
+    let mut exp = Expected::of_in_with(steps, blobs, inherited);
     let mut checked: Vec<String> = Vec::new();
     let mut out = Vec::new();
     for i in plan.runs() {

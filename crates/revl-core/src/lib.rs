@@ -28,6 +28,7 @@ pub mod failpoint;
 pub mod gc;
 pub mod lineage;
 pub mod log;
+pub mod name;
 pub mod proc;
 pub mod recover;
 pub mod report;
@@ -52,6 +53,6 @@ pub mod workspace;
 
 pub use error::{Code, Error, Remedy, Result};
 pub use failpoint::Failpoints;
-pub use session::{ExecLimits, ExecOptions, Session, StepBackMode, GUARANTEE};
+pub use session::{DriftPolicy, ExecLimits, ExecOptions, Session, StepBackMode, GUARANTEE};
 pub use store::Store;
 pub use workspace::FileOp;

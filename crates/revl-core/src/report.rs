@@ -78,6 +78,10 @@ pub struct StepBackReport {
     pub failed: Vec<Failed>,
     /// Drifted content saved before the inverses ran over it.
     pub preserved: Vec<Preserved>,
+    /// Witnessed paths the tail never touched that changed outside revl: restored to step
+    /// k (preserved first) or, with `--keep-drift`, kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub beyond_tail: Vec<BeyondTail>,
     pub dropped_deferred: Vec<Deferred>,
     pub live: bool,
     pub guarantee: &'static str,
@@ -133,6 +137,10 @@ pub struct ForkReport {
     /// After a confirm: what the rewind preserved.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub preserved: Option<Vec<Preserved>>,
+    /// After a confirm: what the rewind did with drift on witnessed paths the tail never
+    /// touched (see [`BeyondTail`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub beyond_tail: Vec<BeyondTail>,
     pub residue: Residue,
     #[serde(rename = "warning_emissions")]
     pub warning_emissions: String,
@@ -429,6 +437,19 @@ impl StepView {
             ts: s.text.ts().map(str::to_string),
         }
     }
+}
+
+/// A witnessed path the rewound tail never touched that changed outside revl, and what the
+/// rewind did with it: `restored` (its bytes preserved first, then put back to its step-k
+/// image), `kept` (`--keep-drift`: left as it is; `verify` reports it), or `unrestored`
+/// (its step-k bytes are kept nowhere revl can read; `why` says so; left as it is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BeyondTail {
+    pub path: String,
+    pub change: String,
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// Drifted content a rewind saved before an inverse ran over it (SPEC 13):

@@ -88,6 +88,10 @@ pub struct BranchOrigin {
     pub crossed: Vec<u64>,
     pub would_cross: Vec<u64>,
     pub failed: Vec<Failed>,
+    /// What the parent's witness said at the fork point of each path whose drift the fork
+    /// left in place (`--keep-drift`; `preserved.keptDrift`): the branch expects these
+    /// images, so its `verify` reports that drift and its rewinds preserve it.
+    pub inherited: Vec<crate::undo::Image>,
 }
 
 /// A `fork-frozen` seen in this (parent) WAL: the branch that continues it.
@@ -133,6 +137,8 @@ pub struct ForkBegun {
     /// Records in the WAL before `fork-begin` (lineage `walPosition`).
     pub wal_position: usize,
     pub head: u64,
+    /// Drift beyond the rewound tail is kept (`--keep-drift`), not restored.
+    pub keep_drift: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -155,7 +161,8 @@ pub struct State {
     /// The `net-connect`/`net-close` records since the last intent (SPEC 20.1): what an
     /// interrupted exec's proxy may have reached, for repair.
     pub net: Vec<Record>,
-    pub step_back_open: Option<(Pos, String)>,
+    /// An unfinished step-back: its target, mode, and whether it keeps drift.
+    pub step_back_open: Option<(Pos, String, bool)>,
     pub abort_begun: bool,
     pub aborted: bool,
     /// Crossing inverses that repairs did not run (`aborted` and `step-back-done` records),
@@ -196,6 +203,12 @@ pub struct State {
 }
 
 impl State {
+    /// The witnessed images a branch inherited from its parent (see
+    /// [`BranchOrigin::inherited`]); none for a session that is not a branch.
+    pub fn inherited(&self) -> &[crate::undo::Image] {
+        self.origin.as_ref().map_or(&[], |o| o.inherited.as_slice())
+    }
+
     /// The held sends in the queue, FIFO.
     pub fn held_sends(&self) -> Vec<Deferred> {
         self.queue
@@ -512,9 +525,13 @@ impl State {
             }
             Record::FilesSynced { through } => self.unsettled.retain(|u| u.step > *through),
             Record::Step(_) => unreachable!("steps are applied above"),
-            Record::StepBack { to, mode } => {
+            Record::StepBack {
+                to,
+                mode,
+                keep_drift,
+            } => {
                 self.step_over(*to);
-                self.step_back_open = Some((*to, mode.clone()));
+                self.step_back_open = Some((*to, mode.clone(), *keep_drift));
             }
             Record::StepBackDone { owed, .. } => {
                 self.step_back_open = None;
@@ -611,9 +628,11 @@ impl State {
                 would_cross,
                 into,
                 into_created,
+                keep_drift,
                 ..
             } => {
                 self.fork_begun = Some(ForkBegun {
+                    keep_drift: *keep_drift,
                     branch: branch.clone(),
                     into: into.clone().map(|d| (d, *into_created)),
                     at: *at,
@@ -702,6 +721,11 @@ impl State {
                     crossed: crossed.clone(),
                     would_cross: would_cross.clone(),
                     failed: failed.clone(),
+                    inherited: preserved
+                        .get("keptDrift")
+                        .cloned()
+                        .and_then(|v| serde_json::from_value(v).ok())
+                        .unwrap_or_default(),
                 });
                 if let Value::Object(m) = provisions {
                     for (k, v) in m {

@@ -8,42 +8,96 @@ use sha2::Digest as _;
 /// so plain compact serialisation is canonical for the ASCII keys revl uses.
 /// Text as a terminal may show it: every control character (C0, DEL, and C1 as UTF-8)
 /// written as `\xNN` (a newline or tab as `\n`, `\t`), newlines and tabs kept as they are
-/// when `keep_lines`. A name or output a hostile
-/// command chose never drives the terminal (escape sequences, a carriage return that hides
-/// a line). Works on bytes, so a stream cut anywhere is escaped the same way.
+/// when `keep_lines`; a byte of a name that is not UTF-8 (its escaped form, see
+/// [`crate::name`]) written as `\xNN` too. A name or output a hostile command chose never
+/// drives the terminal (escape sequences, a carriage return that hides a line). Works on
+/// bytes; a stream cut into chunks is escaped by [`Visible`], which holds back a sequence
+/// cut at the end of one chunk.
 pub fn visible_bytes(raw: &[u8], keep_lines: bool) -> std::borrow::Cow<'_, [u8]> {
-    let ctl = |i: usize| -> usize {
-        let b = raw[i];
-        if (b < 0x20 && !(keep_lines && (b == b'\n' || b == b'\t'))) || b == 0x7f {
-            1
-        } else if b == 0xc2 && raw.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)) {
-            2
-        } else {
-            0
-        }
-    };
-    if !(0..raw.len()).any(|i| ctl(i) > 0) {
+    if !(0..raw.len()).any(|i| special(raw, i, keep_lines).is_some()) {
         return std::borrow::Cow::Borrowed(raw);
     }
     let mut out = Vec::with_capacity(raw.len() + 16);
     let mut i = 0;
     while i < raw.len() {
-        match ctl(i) {
-            0 => out.push(raw[i]),
-            n => {
-                for b in &raw[i..i + n] {
-                    match b {
-                        b'\n' => out.extend_from_slice(b"\\n"),
-                        b'\t' => out.extend_from_slice(b"\\t"),
-                        _ => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
-                    }
+        match special(raw, i, keep_lines) {
+            None => {
+                out.push(raw[i]);
+                i += 1;
+            }
+            Some((n, byte)) => {
+                match byte {
+                    b'\n' => out.extend_from_slice(b"\\n"),
+                    b'\t' => out.extend_from_slice(b"\\t"),
+                    b => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
                 }
-                i += n - 1;
+                i += n;
             }
         }
-        i += 1;
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// At `raw[i]`: a character to escape, as (its length in bytes, the byte to show). C0
+/// controls and DEL are one byte; a C1 control is `C2 80..9F` (shown as its code point); a
+/// reserved character standing for a byte of a non-UTF-8 name is `F4 8F BE|BF xx` (shown as
+/// that byte).
+fn special(raw: &[u8], i: usize, keep_lines: bool) -> Option<(usize, u8)> {
+    let b = raw[i];
+    if (b < 0x20 && !(keep_lines && (b == b'\n' || b == b'\t'))) || b == 0x7f {
+        return Some((1, b));
+    }
+    if b == 0xc2 && raw.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)) {
+        return Some((2, raw[i + 1]));
+    }
+    if b == 0xf4 && raw.get(i + 1) == Some(&0x8f) {
+        if let (Some(&c), Some(&d)) = (raw.get(i + 2), raw.get(i + 3)) {
+            if c == 0xbe || c == 0xbf {
+                // U+10FF80..=U+10FFFF: byte 0x80 + ((c & 1) << 6) + (d & 0x3f).
+                return Some((4, 0x80 | ((c & 1) << 6) | (d & 0x3f)));
+            }
+        }
+    }
+    None
+}
+
+/// A stream's bytes made visible chunk by chunk ([`visible_bytes`] with lines kept): a
+/// sequence that may continue into the next chunk (a lone `C2`, or the start of a reserved
+/// character) is held back until it does, so a control character split across two writes of
+/// a command never reaches the terminal.
+#[derive(Debug, Default)]
+pub struct Visible {
+    held: Vec<u8>,
+}
+
+impl Visible {
+    /// The visible form of what can be shown of `chunk` now.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut all = std::mem::take(&mut self.held);
+        all.extend_from_slice(chunk);
+        let keep = held_tail(&all);
+        self.held = all.split_off(all.len() - keep);
+        visible_bytes(&all, true).into_owned()
+    }
+
+    /// What is still held at the end of the stream, made visible.
+    pub fn finish(&mut self) -> Vec<u8> {
+        let rest = std::mem::take(&mut self.held);
+        visible_bytes(&rest, true).into_owned()
+    }
+}
+
+/// How many bytes at the end of `b` may be the start of an escaped sequence cut short.
+fn held_tail(b: &[u8]) -> usize {
+    let n = b.len();
+    match b {
+        [.., 0xc2] => 1,
+        [.., 0xf4] => 1,
+        [.., 0xf4, 0x8f] => 2,
+        [.., 0xf4, 0x8f, 0xbe | 0xbf] => 3,
+        _ => 0,
+    }
+    .min(n)
 }
 
 /// [`visible_bytes`] for text.

@@ -14,6 +14,7 @@
 use crate::blobs::BlobStore;
 use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
+use crate::name;
 use crate::undo::{self, FileDetail, FileKind, Image, RestoreEntry, TreeItem, Undo};
 use crate::util::{blake3_hex, jcs};
 use base64::Engine as _;
@@ -189,7 +190,7 @@ impl Workspace {
         if rel.is_empty() {
             self.root.clone()
         } else {
-            self.root.join(rel)
+            self.root.join(name::to_os(rel))
         }
     }
 
@@ -215,7 +216,8 @@ impl Workspace {
                 format!("give a path inside the workspace {}", self.root.display()),
             )
         };
-        let path = Path::new(p);
+        let os = name::to_os(p);
+        let path = Path::new(&*os);
         let rel_path: PathBuf = if path.is_absolute() {
             match path.strip_prefix(&self.root) {
                 Ok(r) => r.to_path_buf(),
@@ -224,15 +226,11 @@ impl Workspace {
         } else {
             path.to_path_buf()
         };
-        let mut parts: Vec<&str> = Vec::new();
+        let mut parts: Vec<String> = Vec::new();
         for c in rel_path.components() {
             match c {
-                Component::Normal(s) => match s.to_str() {
-                    Some(s) => parts.push(s),
-                    None => {
-                        return Err(Error::bad_args("the path is not UTF-8", "use UTF-8 names"))
-                    }
-                },
+                // Any name is data: one that is not UTF-8 travels in its escaped form.
+                Component::Normal(s) => parts.push(name::from_os(s).into_owned()),
                 Component::CurDir => {}
                 Component::ParentDir => {
                     return Err(outside("uses `..`, which could leave the workspace".into()))
@@ -252,7 +250,7 @@ impl Workspace {
         // which must not lead out.
         let mut cur = self.root.clone();
         for (i, part) in parts.iter().enumerate() {
-            cur.push(part);
+            cur.push(name::to_os(part));
             let last = i + 1 == parts.len();
             let Some(m) = lstat(&cur)? else { break };
             if m.file_type().is_symlink() {
@@ -291,7 +289,7 @@ impl Workspace {
         let parts: Vec<&str> = rel.split('/').collect();
         let mut cur = self.root.clone();
         for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
-            cur.push(part);
+            cur.push(name::to_os(part));
             match lstat(&cur)? {
                 None => return Ok(Some(parts[..=i].join("/"))),
                 Some(m) if m.is_dir() => {}
@@ -364,7 +362,7 @@ impl Workspace {
         for it in listing {
             let path = format!("{rel}/{}", it.path);
             let digest = match it.kind {
-                FileKind::Symlink => it.target.as_deref().map(|t| blake3_hex(t.as_bytes())),
+                FileKind::Symlink => it.target.as_deref().map(|t| blake3_hex(&name::to_bytes(t))),
                 _ => it.digest,
             };
             if let (Some(k), FileKind::File, Some(d)) = (keep.as_deref_mut(), it.kind, &digest) {
@@ -417,7 +415,7 @@ impl Workspace {
         let mut names: Vec<String> = Vec::new();
         for e in fs::read_dir(&abs).map_err(|e| io(&abs, e))? {
             let e = e.map_err(|e| io(&abs, e))?;
-            names.push(e.file_name().to_string_lossy().into_owned());
+            names.push(name::from_os(&e.file_name()).into_owned());
         }
         names.sort();
         for n in names {
@@ -481,17 +479,11 @@ impl Workspace {
         let mut names = Vec::new();
         for e in fs::read_dir(dir).map_err(|e| io(dir, e))? {
             let e = e.map_err(|e| io(dir, e))?;
-            let name = e.file_name().into_string().map_err(|n| {
-                Error::bad_args(
-                    format!("{} holds a name that is not UTF-8 ({n:?})", dir.display()),
-                    "rename it to a UTF-8 name outside revl first",
-                )
-            })?;
-            names.push(name);
+            names.push(name::from_os(&e.file_name()).into_owned());
         }
         names.sort();
         for name in names {
-            let abs = dir.join(&name);
+            let abs = dir.join(name::to_os(&name));
             let rel = if prefix.is_empty() {
                 name.clone()
             } else {
@@ -531,13 +523,8 @@ impl Workspace {
                 }
                 FileKind::Symlink => {
                     let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
-                    let t = t.to_str().ok_or_else(|| {
-                        Error::bad_args(
-                            format!("symlink {rel} has a target that is not UTF-8"),
-                            "fix it outside revl first",
-                        )
-                    })?;
-                    out.push(item(FileKind::Symlink, None, None, None, Some(t.into())));
+                    let t = name::from_os(t.as_os_str()).into_owned();
+                    out.push(item(FileKind::Symlink, None, None, None, Some(t)));
                 }
                 k => return Err(unwitnessed(&rel, k)),
             }
@@ -585,15 +572,9 @@ impl Workspace {
             }
             FileKind::Symlink => {
                 let t = fs::read_link(&abs).map_err(|e| io(&abs, e))?;
-                let t = t.to_str().ok_or_else(|| {
-                    Error::bad_args(
-                        format!("symlink {rel} has a target that is not UTF-8"),
-                        "fix it outside revl first",
-                    )
-                })?;
                 Ok(RestoreEntry::Symlink {
                     path,
-                    target: t.into(),
+                    target: name::from_os(t.as_os_str()).into_owned(),
                 })
             }
             k => Err(unwitnessed(rel, k)),
@@ -874,6 +855,7 @@ impl Workspace {
         if let FileOp::Write { path, content } = &p.op {
             if !staged && in_place(p) {
                 let (parent, name) = split_rel(path);
+                let name = &*name;
                 let dir = self.dir_beneath(parent, true)?;
                 if self.overwrite_in_place(&dir, name, path, content, p, !defer_sync)? {
                     return Ok(defer_sync);
@@ -893,6 +875,7 @@ impl Workspace {
         match &p.op {
             FileOp::Write { path, content } => {
                 let (parent, name) = split_rel(path);
+                let name = &*name;
                 let dir = self.dir_beneath(parent, true)?;
                 let root = self.dir_beneath("", false)?;
                 let tmp_name = format!(".revl-{step}.tmp");
@@ -930,6 +913,7 @@ impl Workspace {
             }
             FileOp::Delete { path } => {
                 let (parent, name) = split_rel(path);
+                let name = &*name;
                 let dir = self.dir_beneath(parent, false)?;
                 self.remove_beneath(&dir, name, step)?;
                 fsync(&dir).map_err(|e| sys(path, e))
@@ -946,6 +930,7 @@ impl Workspace {
             }
             FileOp::Mkdir { path } => {
                 let (parent, name) = split_rel(path);
+                let name = &*name;
                 self.fp.enospc().map_err(|e| io(&self.abs(path), e))?;
                 let dir = self.dir_beneath(parent, true)?;
                 mkdirat(&dir, name, Mode::from_raw_mode(0o777)).map_err(|e| sys(path, e))?;
@@ -953,6 +938,7 @@ impl Workspace {
             }
             FileOp::Chmod { path, mode } => {
                 let (parent, name) = split_rel(path);
+                let name = &*name;
                 let dir = self.dir_beneath(parent, false)?;
                 let fd = openat(
                     &dir,
@@ -975,6 +961,7 @@ impl Workspace {
         let mut fd =
             openat(CWD, &self.root, flags, Mode::empty()).map_err(|e| io(&self.root, e.into()))?;
         for comp in rel_dir.split('/').filter(|c| !c.is_empty()) {
+            let comp = &*name::to_os(comp);
             let next = match openat(&fd, comp, flags | OFlags::NOFOLLOW, Mode::empty()) {
                 Err(rustix::io::Errno::NOENT) if create => {
                     self.fp.enospc().map_err(|e| io(&self.abs(rel_dir), e))?;
@@ -1011,7 +998,12 @@ impl Workspace {
     /// Remove `name` in `dir` (a file, a link, or a whole tree) without following symlinks: a
     /// tree is first moved, by handle, to a trash name at the root, then removed (std's
     /// remove_dir_all does not follow symlinks).
-    fn remove_beneath(&self, dir: &rustix::fd::OwnedFd, name: &str, step: u64) -> Result<()> {
+    fn remove_beneath(
+        &self,
+        dir: &rustix::fd::OwnedFd,
+        name: &std::ffi::OsStr,
+        step: u64,
+    ) -> Result<()> {
         use rustix::fs::{renameat, statat, unlinkat, AtFlags, FileType};
         let st = match statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) => st,
@@ -1040,7 +1032,7 @@ impl Workspace {
     fn overwrite_in_place(
         &self,
         dir: &rustix::fd::OwnedFd,
-        name: &str,
+        name: &std::ffi::OsStr,
         path: &str,
         content: &[u8],
         p: &Planned,
@@ -1101,7 +1093,7 @@ impl Workspace {
     fn replace_beside(
         &self,
         dir: &rustix::fd::OwnedFd,
-        name: &str,
+        name: &std::ffi::OsStr,
         path: &str,
         tmp_name: &str,
         content: &[u8],
@@ -1158,6 +1150,7 @@ impl Workspace {
             Err(e) => return Err(io(&self.abs(path), e)),
         }
         let (parent, name) = split_rel(path);
+        let name = &*name;
         let dir = self.dir_beneath(parent, false)?;
         let fd = match openat(
             &dir,
@@ -1261,6 +1254,7 @@ impl Workspace {
     fn place_beneath(&self, tmp: &Path, rel: &str, step: u64) -> Result<()> {
         use rustix::fs::{fsync, renameat, statat, AtFlags, FileType};
         let (prel, name) = split_rel(rel);
+        let name = &*name;
         let tmp_name = tmp.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         let placed = (|| {
             let dir = self.dir_beneath(prel, true)?;
@@ -1306,7 +1300,7 @@ impl Workspace {
         let parts: Vec<&str> = rel.split('/').collect();
         let mut cur = self.root.clone();
         for part in &parts[..parts.len() - 1] {
-            cur.push(part);
+            cur.push(name::to_os(part));
             if lstat(&cur)?.is_some_and(|m| m.file_type().is_symlink()) {
                 return Err(Error::new(
                     Code::PathOutside,
@@ -1373,6 +1367,7 @@ impl Workspace {
             // fails the restore (path-outside) instead of letting it write outside.
             RestoreEntry::Absent { .. } => {
                 let (prel, name) = split_rel(rel);
+                let name = &*name;
                 match self.dir_beneath(prel, false) {
                     Ok(dir) => {
                         self.remove_beneath(&dir, name, step)?;
@@ -1387,6 +1382,7 @@ impl Workspace {
                 use rustix::fs::{chmodat, statat, AtFlags, FileType, Mode};
                 let mode = parse_mode(mode)?;
                 let (prel, name) = split_rel(rel);
+                let name = &*name;
                 let dir = self.dir_beneath(prel, false)?;
                 if let Ok(st) = statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
                     if FileType::from_raw_mode(st.st_mode) != FileType::Symlink {
@@ -1428,7 +1424,7 @@ impl Workspace {
             RestoreEntry::Symlink { target, .. } => {
                 let tmp = self.root.join(format!(".revl-restore-{step}.tmp"));
                 let _ = fs::remove_file(&tmp);
-                std::os::unix::fs::symlink(target, &tmp).map_err(|e| io(&abs, e))?;
+                std::os::unix::fs::symlink(name::to_os(target), &tmp).map_err(|e| io(&abs, e))?;
                 self.place_beneath(&tmp, rel, step)?;
             }
             RestoreEntry::Dir { mode, tree, .. } => {
@@ -1446,7 +1442,7 @@ impl Workspace {
                 fs::create_dir(&abs).map_err(|e| io(&abs, e))?;
                 let mut dirs = vec![(abs.clone(), mode)];
                 for it in &listing {
-                    let p = abs.join(&it.path);
+                    let p = abs.join(name::to_os(&it.path));
                     let m = it
                         .mode
                         .as_deref()
@@ -1481,8 +1477,11 @@ impl Workspace {
                                 .map_err(|e| io(&p, e))?;
                         }
                         FileKind::Symlink => {
-                            std::os::unix::fs::symlink(it.target.as_deref().unwrap_or(""), &p)
-                                .map_err(|e| io(&p, e))?;
+                            std::os::unix::fs::symlink(
+                                name::to_os(it.target.as_deref().unwrap_or("")),
+                                &p,
+                            )
+                            .map_err(|e| io(&p, e))?;
                         }
                         FileKind::Absent | FileKind::Special => {}
                     }
@@ -1554,7 +1553,7 @@ impl Workspace {
         let mut entries = Vec::new();
         for e in fs::read_dir(&abs).map_err(|e| missing_or_io(&rel, &abs, e))? {
             let e = e.map_err(|e| io(&abs, e))?;
-            let name = e.file_name().to_string_lossy().into_owned();
+            let name = name::from_os(&e.file_name()).into_owned();
             let m = fs::symlink_metadata(e.path()).map_err(|err| io(&e.path(), err))?;
             entries.push(crate::report::ListEntry {
                 name,
@@ -1568,9 +1567,11 @@ impl Workspace {
     }
 }
 
-/// ("a/b/c") → ("a/b", "c"); ("c") → ("", "c").
-fn split_rel(rel: &str) -> (&str, &str) {
-    rel.rsplit_once('/').unwrap_or(("", rel))
+/// ("a/b/c") → ("a/b", "c"); ("c") → ("", "c"): the parent as text, the last name as the
+/// OS name it stands for (see [`crate::name`]).
+fn split_rel(rel: &str) -> (&str, std::borrow::Cow<'_, std::ffi::OsStr>) {
+    let (parent, last) = rel.rsplit_once('/').unwrap_or(("", rel));
+    (parent, name::to_os(last))
 }
 
 /// The mode a planned write gives its file.

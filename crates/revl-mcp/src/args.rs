@@ -196,6 +196,11 @@ pub struct StepBackArgs {
     /// "scoped" (default), "compensating" or "force".
     #[serde(default)]
     pub mode: Option<StepBackModeArg>,
+    /// Leave witnessed paths the rewound steps never touched as they are when they were
+    /// changed outside revl (listed in beyondTail; verify keeps reporting them). By default
+    /// they are preserved, then put back to their step-k content.
+    #[serde(default)]
+    pub keep_drift: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -216,6 +221,11 @@ pub struct ForkConfirmArgs {
     /// frozen and the server continues on the branch.
     #[serde(default)]
     pub into: Option<String>,
+    /// Leave witnessed paths the rewound steps never touched as they are when they were
+    /// changed outside revl (listed in beyondTail; verify keeps reporting them). By default
+    /// they are preserved, then put back to their step-k content.
+    #[serde(default)]
+    pub keep_drift: bool,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -627,7 +627,9 @@ impl RevlServer {
             StepBackModeArg::Compensating => StepBackMode::Compensating { force: false },
             StepBackModeArg::Force => StepBackMode::Compensating { force: true },
         };
-        self.on_session(move |s| s.step_back(a.to, mode)).await
+        let drift = revl_core::DriftPolicy::keeping(a.keep_drift);
+        self.on_session(move |s| s.step_back_with(a.to, mode, drift))
+            .await
     }
 
     /// Enumerate a fork at step `at` without changing any file: the report says what would
@@ -715,11 +717,12 @@ impl RevlServer {
         self.blocking(move |store, cur| {
             let mut s = store.attach(cur)?;
             let repaired = s.repairs().to_vec();
+            let drift = revl_core::DriftPolicy::keeping(a.keep_drift);
             if let Some(into) = &a.into {
-                let doc = s.fork_confirm_into(&a.hash, Path::new(into))?;
+                let doc = s.fork_confirm_with(&a.hash, Some(Path::new(into)), drift)?;
                 return Ok(Reply::of(&doc, &repaired));
             }
-            let doc = s.fork_confirm(&a.hash)?;
+            let doc = s.fork_confirm_with(&a.hash, None, drift)?;
             drop(s);
             if let (true, Some(branch)) = (doc.forked, &doc.branch) {
                 eprintln!("revl mcp: forked; now serving branch {branch} (parent {cur} is frozen)");

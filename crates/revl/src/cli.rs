@@ -275,6 +275,11 @@ enum Cmd {
         /// With --compensating: run the rest even over emissions that have no compensation.
         #[arg(long, requires = "compensating")]
         force: bool,
+        /// Leave witnessed paths the rewound steps never touched as they are when they were
+        /// changed outside revl (listed; `verify` reports them). By default they are
+        /// preserved, then put back to step K.
+        #[arg(long)]
+        keep_drift: bool,
     },
     /// Call a declared tool (by its class: effect, emission, deferred, opaque).
     Call {
@@ -345,6 +350,11 @@ enum Cmd {
         /// step k's content; the session stays live, its workspace and held sends untouched.
         #[arg(long, value_name = "DIR")]
         into: Option<PathBuf>,
+        /// Leave witnessed paths the rewound steps never touched as they are when they were
+        /// changed outside revl (listed; the branch's `verify` reports them). By default they
+        /// are preserved, then put back to step k.
+        #[arg(long)]
+        keep_drift: bool,
     },
     /// Record which model answered step K and what it cost (metadata only, never text).
     NoteModel {
@@ -569,35 +579,55 @@ fn with_repairs(mut out: Outcome) -> Outcome {
 }
 
 /// `revl exec` in text mode: the command's stdout to ours and its stderr to ours as they
-/// are read; remembers whether stdout was left mid-line, so the summary starts on its own.
+/// are read, each made visible as a stream (a control character split across two writes is
+/// escaped whole); remembers whether stdout was left mid-line, so the summary starts on its
+/// own.
 #[derive(Default)]
-struct Streamed(std::sync::Arc<std::sync::atomic::AtomicBool>);
+struct Streamed {
+    open: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    escapes: std::sync::Arc<std::sync::Mutex<[revl_core::util::Visible; 2]>>,
+}
 
 impl Streamed {
     fn sink(&self) -> revl_core::proc::OutputSink {
-        let open = self.0.clone();
+        let open = self.open.clone();
+        let escapes = self.escapes.clone();
         revl_core::proc::OutputSink::new(move |which, raw| {
-            use std::io::Write;
-            // The command's output is shown as it runs, its control characters escaped
-            // (newlines and tabs kept): a command cannot rewrite or hide what revl prints.
-            let escaped = revl_core::util::visible_bytes(raw, true);
-            let bytes: &[u8] = &escaped;
-            let _ = match which {
-                revl_core::proc::Stream::Stdout => {
-                    open.store(
-                        !bytes.ends_with(b"\n"),
-                        std::sync::atomic::Ordering::Relaxed,
-                    );
-                    let mut o = std::io::stdout().lock();
-                    o.write_all(bytes).and_then(|()| o.flush())
-                }
-                revl_core::proc::Stream::Stderr => std::io::stderr().lock().write_all(bytes),
+            let lane = usize::from(matches!(which, revl_core::proc::Stream::Stderr));
+            let bytes = match escapes.lock() {
+                Ok(mut e) => e[lane].push(raw),
+                Err(_) => return,
             };
+            Self::write(&open, lane, &bytes);
         })
     }
 
+    fn write(open: &std::sync::atomic::AtomicBool, lane: usize, bytes: &[u8]) {
+        use std::io::Write;
+        if bytes.is_empty() {
+            return;
+        }
+        let _ = if lane == 0 {
+            open.store(
+                !bytes.ends_with(b"\n"),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            let mut o = std::io::stdout().lock();
+            o.write_all(bytes).and_then(|()| o.flush())
+        } else {
+            std::io::stderr().lock().write_all(bytes)
+        };
+    }
+
     fn then(&self, summary: String) -> String {
-        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+        // What was held back at the end of either stream (a sequence cut short) goes out too.
+        if let Ok(mut e) = self.escapes.lock() {
+            for lane in 0..2 {
+                let rest = e[lane].finish();
+                Self::write(&self.open, lane, &rest);
+            }
+        }
+        match self.open.load(std::sync::atomic::Ordering::Relaxed) {
             true => format!("\n{summary}"),
             false => summary,
         }
@@ -1030,6 +1060,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             session,
             hash,
             into,
+            keep_drift,
         } => {
             // A fork enumerated with --remote waits in this store, not in a local session.
             use revl_fleet::pull::ForkOf;
@@ -1040,10 +1071,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             }
             let session = session.as_deref().unwrap_or("");
             let mut s = attach(&store, session)?;
-            let report = match into {
-                Some(dir) => s.fork_confirm_into(hash, dir)?,
-                None => s.fork_confirm(hash)?,
-            };
+            let policy = revl_core::DriftPolicy::keeping(*keep_drift);
+            let report = s.fork_confirm_with(hash, into.as_deref(), policy)?;
             Ok(answered(&report, render::fork(&report)))
         }
         Cmd::Recover {
@@ -1082,6 +1111,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             to,
             compensating,
             force,
+            keep_drift,
             ..
         } => {
             let k = parse_k(to, "--to")?;
@@ -1091,7 +1121,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 StepBackMode::Scoped
             };
             let mut s = attach(&store, session)?;
-            let report = s.step_back(k, mode)?;
+            let policy = revl_core::DriftPolicy::keeping(*keep_drift);
+            let report = s.step_back_with(k, mode, policy)?;
             Ok(Outcome::ok(to_json(&report), render::step_back(&report)))
         }
     }
@@ -1200,6 +1231,7 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
             session,
             hash,
             into,
+            ..
         } => {
             let given = session.as_deref().unwrap_or("");
             let id = match revl_fleet::pull::pending_fork(&store, given)? {

@@ -6,9 +6,9 @@ use revl_core::lineage::{Compare, Lineage, Topology};
 use revl_core::log::{Approvals, Log, LogEdge, LogSession};
 use revl_core::recover::RecoverReport;
 use revl_core::report::{
-    to_json, AbortReport, Approval, CallResult, CommitPlan, CommitResult, ExecReport, ForkReport,
-    Inspect, Listing, ModelNote, Owed, Preserved, Resent, Residue, SessionEntry, Sessions, Status,
-    StepBackReport, Stepped, Timeline, Verify,
+    to_json, AbortReport, Approval, BeyondTail, CallResult, CommitPlan, CommitResult, ExecReport,
+    ForkReport, Inspect, Listing, ModelNote, Owed, Preserved, Resent, Residue, SessionEntry,
+    Sessions, Status, StepBackReport, Stepped, Timeline, Verify,
 };
 use revl_core::state::Deferred;
 use revl_core::unwind::Failed;
@@ -746,10 +746,38 @@ fn preserved_rows(out: &mut String, kept: &[Preserved]) {
         let _ = write!(
             out,
             "\n  {}  {} {}  {}",
-            p.path,
+            path_text(&p.path),
             p.kind.as_str(),
             p.mode.as_deref().unwrap_or("-"),
             p.digest
+        );
+    }
+}
+
+/// Witnessed paths the rewound tail never touched that changed outside revl, and what the
+/// rewind did with each.
+fn beyond_rows(out: &mut String, at: impl std::fmt::Display, beyond: &[BeyondTail]) {
+    if beyond.is_empty() {
+        return;
+    }
+    let _ = write!(
+        out,
+        "\nCHANGED OUTSIDE REVL on paths the rewound steps never touched:"
+    );
+    for b in beyond {
+        let what = match b.outcome {
+            "restored" => format!("preserved, restored to step {at}"),
+            "kept" => "kept as it is (--keep-drift): `revl verify` reports it".to_string(),
+            _ => format!(
+                "NOT restored: {}",
+                path_text(b.why.as_deref().unwrap_or("-"))
+            ),
+        };
+        let _ = write!(
+            out,
+            "\n  {}  {}  {what}",
+            path_text(&b.path),
+            path_text(&b.change)
         );
     }
 }
@@ -786,6 +814,7 @@ pub fn step_back(v: &StepBackReport) -> String {
         entry_rows(&mut out, "NOT FIRED (would cross on rewind)", w);
     }
     entry_rows(&mut out, "unrestored", &v.unrestored);
+    beyond_rows(&mut out, v.to, &v.beyond_tail);
     unwind_rows(&mut out, &v.failed, &v.preserved, &v.dropped_deferred);
     let _ = write!(out, "\nguarantee: {}", v.guarantee);
     out
@@ -965,6 +994,7 @@ pub fn fork(v: &ForkReport) -> String {
             &v.drift,
         );
     }
+    beyond_rows(&mut out, v.at, &v.beyond_tail);
     failed_rows(&mut out, v.failed.as_deref().unwrap_or_default());
     preserved_rows(&mut out, v.preserved.as_deref().unwrap_or_default());
     let _ = write!(out, "\nresidue: {}", residue_word(&v.residue));

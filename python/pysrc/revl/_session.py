@@ -342,10 +342,14 @@ class Session:
 
     # ---- rewinds ----
 
-    def step_back(self, to: int, mode: str = "scoped", force: bool = False) -> StepBackReport:
+    def step_back(
+        self, to: int, mode: str = "scoped", force: bool = False, keep_drift: bool = False
+    ) -> StepBackReport:
         """Rewind this session to step ``to``; ``mode`` is ``"scoped"`` or
-        ``"compensating"``."""
-        return _result(StepBackReport, self._native.step_back(to, mode, force))
+        ``"compensating"``. Witnessed paths the rewound steps never touched that were
+        changed outside revl are preserved, then put back to step ``to``; with
+        ``keep_drift=True`` they are left as they are (listed in ``beyond_tail``)."""
+        return _result(StepBackReport, self._native.step_back(to, mode, force, keep_drift))
 
     def fork(self, at: int) -> ForkReport:
         """Enumerate a fork at step ``at``: what it would restore, drop and report, and the
@@ -373,11 +377,14 @@ class Session:
         """The index of the session's last step (its current position)."""
         return int(self.position().head)
 
-    def fork_confirm(self, hash: str, into: PathLike | None = None) -> ForkReport:
+    def fork_confirm(
+        self, hash: str, into: PathLike | None = None, keep_drift: bool = False
+    ) -> ForkReport:
         """Perform the enumerated fork (``into``: a parallel branch in that directory). The
-        result's ``branch`` is the branch, attached with this session's tools."""
+        result's ``branch`` is the branch, attached with this session's tools.
+        ``keep_drift``: as :meth:`step_back`'s."""
         text, refusal, ticket = self._native.fork_confirm(
-            hash, os.fspath(into) if into is not None else None
+            hash, os.fspath(into) if into is not None else None, keep_drift
         )
         report = _result(ForkReport, (text, refusal, ticket))
         if report.branch_id is None:

@@ -199,17 +199,21 @@ class Session:
             )
         )
 
-    async def step_back(self, to: int, mode: str = "scoped", force: bool = False) -> StepBackReport:
-        return await asyncio.to_thread(self.sync.step_back, to, mode, force)
+    async def step_back(
+        self, to: int, mode: str = "scoped", force: bool = False, keep_drift: bool = False
+    ) -> StepBackReport:
+        return await asyncio.to_thread(self.sync.step_back, to, mode, force, keep_drift)
 
     async def fork(self, at: int) -> ForkReport[Session]:
         return _enumeration(await asyncio.to_thread(self.sync.fork, at))
 
-    async def fork_confirm(self, hash: str, into: PathLike | None = None) -> ForkReport[Session]:
+    async def fork_confirm(
+        self, hash: str, into: PathLike | None = None, keep_drift: bool = False
+    ) -> ForkReport[Session]:
         """Perform the enumerated fork; the result's ``branch`` is the branch as a
         :class:`revl.aio.Session` (holding this session's tools), its ``to_dict()`` the
         same document as :meth:`revl.Session.fork_confirm`'s."""
-        report = await asyncio.to_thread(self.sync.fork_confirm, hash, into)
+        report = await asyncio.to_thread(self.sync.fork_confirm, hash, into, keep_drift)
         if report.branch is None:
             return _enumeration(report)
         return ForkReport(report.to_dict(), branch=Session(report.branch, _store=self.store))

@@ -191,6 +191,9 @@ class Rewind(Result):
     unrestored: list[dict[str, Any]]
     dropped_deferred: list[dict[str, Any]]
     preserved: list[dict[str, Any]] | None
+    beyond_tail: list[dict[str, Any]] | None
+    """Witnessed paths the rewound steps never touched that changed outside revl:
+    ``{path, change, outcome: "restored" | "kept" | "unrestored", why?}``."""
     failed: list[dict[str, Any]] | None
     guarantee: str
 

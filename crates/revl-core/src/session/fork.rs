@@ -2,7 +2,7 @@
 //! and the repair of a fork interrupted at any point. What the rewind runs is decided by
 //! [`crate::unwind::plan`]; every bucket by `classify` (the one classifier).
 
-use super::{Session, GUARANTEE};
+use super::{DriftPolicy, Session, GUARANTEE};
 use crate::classify::{self, Partition, Refusal};
 use crate::drift::Drift;
 use crate::error::{Code, Error, Remedy, Result};
@@ -52,6 +52,14 @@ fn remove_made(dir: &Path, existed: bool, branch: &str) {
 }
 
 /// The three axes a branch does not preserve, in this order (SPEC 6.2).
+/// A branch inherits the step-k images of the drift its fork left in place
+/// (`preserved.keptDrift`), so its `verify` reports that drift and its rewinds preserve it.
+fn inherit(preserved: &mut Value, kept: &[crate::undo::Image]) {
+    if !kept.is_empty() {
+        preserved["keptDrift"] = crate::undo::to_value(&kept);
+    }
+}
+
 pub fn not_preserved() -> Value {
     json!([
         {"axis": "providerVersions", "why": "revl records no model-provider or runtime version per step, so a branch cannot pin the versions the parent ran with"},
@@ -202,7 +210,8 @@ impl Session {
         sha256_jcs(&doc)
     }
 
-    /// The drift the fork's rewind to `p.at` would run over (nothing changes).
+    /// The drift the fork's rewind to `p.at` meets (nothing changes): what its inverses
+    /// would run over, then every other witnessed path that is not at its step-k image.
     fn fork_drift(&self, p: &Partition) -> Result<Vec<Drift>> {
         let plan = crate::unwind::plan(
             &self.state.steps,
@@ -210,7 +219,17 @@ impl Session {
             crate::unwind::Mode::Scoped,
             Context::Live,
         );
-        crate::drift::of_plan(&self.state.steps, &plan, &self.ws, &self.blobs)
+        let inherited = self.state.inherited();
+        let mut drift =
+            crate::drift::of_plan(&self.state.steps, inherited, &plan, &self.ws, &self.blobs)?;
+        for d in
+            crate::drift::beyond_plan(&self.state.steps, inherited, &plan, &self.ws, &self.blobs)?
+        {
+            if !drift.iter().any(|x| x.path == d.path) {
+                drift.push(d);
+            }
+        }
+        Ok(drift)
     }
 
     /// The fork report without its hash. `ran` = what actually ran (after a confirm).
@@ -268,6 +287,7 @@ impl Session {
             unrestored: classify::entries(steps, &p.unrestored, classify::unrestored_entry),
             drift,
             preserved: None,
+            beyond_tail: Vec::new(),
             residue: Residue::of_partition(p, failed),
             warning_emissions: warning_emissions(p, steps),
             held_sends_by_mode: Some(held_sends_by_mode(&self.state.queue)),
@@ -351,6 +371,24 @@ impl Session {
 
     /// `fork-confirm --hash H` (SPEC 6.2).
     pub fn fork_confirm(&mut self, hash: &str) -> Result<ForkReport> {
+        self.fork_confirm_with(hash, None, DriftPolicy::Restore)
+    }
+
+    /// `fork-confirm --hash H [--into DIR] [--keep-drift]`: a serial fork, or with `into` a
+    /// parallel one, with a choice of what becomes of drift beyond the rewound tail.
+    pub fn fork_confirm_with(
+        &mut self,
+        hash: &str,
+        into: Option<&Path>,
+        drift: DriftPolicy,
+    ) -> Result<ForkReport> {
+        match into {
+            Some(dir) => self.confirm_parallel(hash, dir, drift),
+            None => self.confirm_serial(hash, drift),
+        }
+    }
+
+    fn confirm_serial(&mut self, hash: &str, policy: DriftPolicy) -> Result<ForkReport> {
         let (p, drift, k) = match self.confirm_checks(hash)? {
             Ok(x) => x,
             Err(refused) => return Ok(*refused),
@@ -362,23 +400,26 @@ impl Session {
             would_cross,
             wal_position,
             provisions,
-        } = self.begin_fork(k, &p, None)?;
-        // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first.
-        let done = self.fork_rewind(k, Context::Live, "fork.mid-rewind")?;
+        } = self.begin_fork(k, &p, None, policy)?;
+        // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first;
+        // then every other witnessed path back at step k (or its drift kept, listed).
+        let done = self.fork_rewind(k, Context::Live, "fork.mid-rewind", policy)?;
         let (ran, failed, kept) = (done.ran, done.failed, done.preserved);
+        let (beyond, kept_images) = (done.beyond, done.kept_images);
         self.sync()?;
         self.fp.point("fork.after-rewind");
         // 3. the whole queue is dropped: those sends never crossed.
         let dropped = self.drop_deferred(|_| true, BY_FORK)?;
         self.sync()?;
         // 4. the branch's WAL, complete or absent.
-        let preserved = json!({
+        let mut preserved = json!({
             "at": k,
             "workspace": self.state.workspace,
             "manifestDigest": self.state.manifest_digest,
             "capabilities": self.manifest()?.capabilities(),
             "walPosition": wal_position,
         });
+        inherit(&mut preserved, &kept_images);
         let workspace = self.state.workspace.clone();
         self.write_branch_wal(
             &branch,
@@ -412,6 +453,7 @@ impl Session {
         report.guarantee = GUARANTEE;
         report.held_sends_by_mode = None;
         report.preserved = Some(kept);
+        report.beyond_tail = beyond;
         report.forked = true;
         report.dropped_deferred = dropped;
         report.branch = Some(branch);
@@ -427,6 +469,15 @@ impl Session {
     /// parent's workspace rewound to step k there; the parent stays live, its workspace,
     /// queue, approvals and head untouched.
     pub fn fork_confirm_into(&mut self, hash: &str, into: &Path) -> Result<ForkReport> {
+        self.fork_confirm_with(hash, Some(into), DriftPolicy::Restore)
+    }
+
+    fn confirm_parallel(
+        &mut self,
+        hash: &str,
+        into: &Path,
+        policy: DriftPolicy,
+    ) -> Result<ForkReport> {
         self.require_live()?;
         let (dir, existed) = self.check_into(into)?;
         let (p, drift, k) = match self.confirm_checks(hash)? {
@@ -435,11 +486,11 @@ impl Session {
         };
         // 1. fork-begin names DIR, durable, before anything is made there.
         let into = (dir.display().to_string(), !existed);
-        let begun = self.begin_fork(k, &p, Some(into))?;
+        let begun = self.begin_fork(k, &p, Some(into), policy)?;
         let branch = begun.branch.clone();
         // 2-4. DIR, then the branch. Anything failing on the way: what revl made in DIR is
         // removed and the fork abandoned (the parent was never touched).
-        let made = self.make_parallel_branch(&dir, k, begun);
+        let made = self.make_parallel_branch(&dir, k, begun, policy);
         let (cloned, into_str, preserved, done) = match made {
             Ok(x) => x,
             Err(e) => {
@@ -471,6 +522,7 @@ impl Session {
         report.guarantee = GUARANTEE;
         report.held_sends_by_mode = None;
         report.preserved = Some(done.preserved);
+        report.beyond_tail = done.beyond;
         report.forked = true;
         report.dropped_deferred = Vec::new();
         report.branch = Some(branch);
@@ -499,6 +551,7 @@ impl Session {
         dir: &Path,
         k: Pos,
         m: Begun,
+        policy: DriftPolicy,
     ) -> Result<(
         crate::clone::Cloned,
         String,
@@ -510,17 +563,18 @@ impl Session {
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
         let done = self.unwind_in(target, |s| {
-            s.fork_rewind(k, Context::Live, "fork.mid-rewind")
+            s.fork_rewind(k, Context::Live, "fork.mid-rewind", policy)
         })?;
         self.fp.point("fork.after-rewind");
         let into_str = dir.display().to_string();
-        let preserved = json!({
+        let mut preserved = json!({
             "at": k,
             "workspace": into_str,
             "manifestDigest": self.state.manifest_digest,
             "capabilities": self.manifest()?.capabilities(),
             "walPosition": m.wal_position,
         });
+        inherit(&mut preserved, &done.kept_images);
         self.write_branch_wal(
             &m.branch,
             &into_str,
@@ -571,7 +625,13 @@ impl Session {
     }
 
     /// Mint the branch id and write `fork-begin` (with DIR for a parallel fork), durably.
-    fn begin_fork(&mut self, k: Pos, p: &Partition, into: Option<(String, bool)>) -> Result<Begun> {
+    fn begin_fork(
+        &mut self,
+        k: Pos,
+        p: &Partition,
+        into: Option<(String, bool)>,
+        policy: DriftPolicy,
+    ) -> Result<Begun> {
         let branch = new_id();
         let crossed = p.crossed();
         let mut would_cross = p.would_cross_on_rewind.clone();
@@ -593,6 +653,7 @@ impl Session {
                 would_cross: would_cross.clone(),
                 into,
                 into_created,
+                keep_drift: policy.keeps(),
             },
             true,
         )?;
@@ -717,7 +778,12 @@ impl Session {
         let _ = std::fs::remove_file(self.store.session_dir(&begun.branch).join(".wal.jsonl.tmp"));
         let _ = std::fs::remove_dir(self.store.session_dir(&begun.branch));
         let failed = self
-            .fork_rewind(begun.at, Context::Repair, "repair.never")?
+            .fork_rewind(
+                begun.at,
+                Context::Repair,
+                "repair.never",
+                DriftPolicy::keeping(begun.keep_drift),
+            )?
             .failed;
         self.drop_deferred(|_| true, BY_FORK)?;
         let why = if failed.is_empty() {

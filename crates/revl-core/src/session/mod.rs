@@ -29,7 +29,7 @@ mod unwind;
 pub use checkpoint::{Bound, Position};
 pub use exec::{parse_size, ExecLimits, ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
-pub use unwind::StepBackMode;
+pub use unwind::{DriftPolicy, StepBackMode};
 
 use crate::blobs::BlobStore;
 use crate::error::{Code, Error, Remedy, Result};

@@ -150,7 +150,7 @@ impl Session {
     /// the last recorded image (post-image, or preimage after an undo), and every entry revl
     /// never witnessed inside a directory it created.
     pub fn verify(&self) -> Result<Verify> {
-        let exp = Expected::of_in(&self.state.steps, &self.blobs);
+        let exp = Expected::of_in_with(&self.state.steps, &self.blobs, self.state.inherited());
         let drift = exp.per_entry(exp.drift(&self.ws)?, &self.ws, &self.blobs);
         Ok(Verify {
             session: self.id.clone(),
@@ -212,7 +212,9 @@ impl Session {
     /// The image `rel` had right after step `k` ran (see [`Session::read_at`]), with its
     /// bytes when they sit in a directory listing.
     pub(crate) fn image_at(&self, rel: &str, k: Pos) -> Result<(Image, Option<Vec<u8>>)> {
-        let witnessed = Expected::at_in(&self.state.steps, k, &self.blobs).image_of(rel);
+        let witnessed =
+            Expected::at_in_with(&self.state.steps, k, &self.blobs, self.state.inherited())
+                .image_of(rel);
         Ok(match witnessed {
             // Only its mode was witnessed (a chmod of a file revl had not written): its
             // content is what it was before the next change, or what it is now.

@@ -82,7 +82,7 @@ impl Store {
                     kind: FileKind::Symlink,
                     mode: None,
                     path: rel.to_string(),
-                    target: Some(t.to_string_lossy().into_owned()),
+                    target: Some(crate::name::from_os(t.as_os_str()).into_owned()),
                 }
             } else {
                 return Ok(());
@@ -136,7 +136,7 @@ impl Store {
         };
         let blobs = self.blobs();
         for it in self.base_items(&base)? {
-            let abs = dir.join(&it.path);
+            let abs = dir.join(crate::name::to_os(&it.path));
             match it.kind {
                 FileKind::Dir => {
                     fs::create_dir_all(&abs).map_err(|e| Error::io(abs.display(), e))?;
@@ -147,7 +147,8 @@ impl Store {
                 }
                 FileKind::Symlink => {
                     let t = it.target.as_deref().unwrap_or_default();
-                    std::os::unix::fs::symlink(t, &abs).map_err(|e| Error::io(abs.display(), e))?;
+                    std::os::unix::fs::symlink(crate::name::to_os(t), &abs)
+                        .map_err(|e| Error::io(abs.display(), e))?;
                 }
                 _ => {}
             }
@@ -162,7 +163,10 @@ fn set_modes(dir: &Path, items: &[TreeItem]) {
     for it in items.iter().rev() {
         if let (Some(m), FileKind::File | FileKind::Dir) = (&it.mode, it.kind) {
             if let Ok(m) = crate::workspace::parse_mode(m) {
-                let _ = fs::set_permissions(dir.join(&it.path), fs::Permissions::from_mode(m));
+                let _ = fs::set_permissions(
+                    dir.join(crate::name::to_os(&it.path)),
+                    fs::Permissions::from_mode(m),
+                );
             }
         }
     }
@@ -177,12 +181,12 @@ fn walk(
     let dir = if rel.is_empty() {
         root.to_path_buf()
     } else {
-        root.join(rel)
+        root.join(crate::name::to_os(rel))
     };
     let mut names: Vec<_> = match fs::read_dir(&dir) {
         Ok(rd) => rd
             .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .map(|e| crate::name::from_os(&e.file_name()).into_owned())
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && rel.is_empty() => return Ok(()),
         Err(e) => return Err(Error::io(dir.display(), e)),
@@ -194,7 +198,7 @@ fn walk(
         } else {
             format!("{rel}/{n}")
         };
-        let abs = root.join(&r);
+        let abs = root.join(crate::name::to_os(&r));
         let meta = fs::symlink_metadata(&abs).map_err(|e| Error::io(abs.display(), e))?;
         f(&r, &meta, &abs)?;
         if meta.is_dir() {
@@ -249,7 +253,7 @@ impl Session {
         let mut modes = Vec::new();
         for rel in &paths {
             let (img, inline) = self.image_at(rel, k)?;
-            let abs = dir.join(rel);
+            let abs = dir.join(crate::name::to_os(rel));
             match img.kind {
                 Some(FileKind::Dir) => {
                     fs::create_dir_all(&abs).map_err(|e| Error::io(abs.display(), e))?;

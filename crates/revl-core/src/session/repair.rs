@@ -2,7 +2,7 @@
 //! host-confined inverses and provision withdrawals; what it cannot finish without crossing
 //! it lists `owed`.
 
-use super::Session;
+use super::{DriftPolicy, Session};
 use crate::drift::Expected;
 use crate::error::Result;
 use crate::state::Life;
@@ -86,7 +86,11 @@ impl Session {
                     // An in-place write whose intent carries its bytes may have been
                     // acknowledged: roll it forward, never back. Bytes that are neither the
                     // preimage nor the new ones (changed by hand meanwhile) are preserved first.
-                    let mut exp = Expected::of_in(&self.state.steps, &self.blobs);
+                    let mut exp = Expected::of_in_with(
+                        &self.state.steps,
+                        &self.blobs,
+                        self.state.inherited(),
+                    );
                     exp.done(entries, after.images.clone());
                     self.redo_over(u, &exp)?;
                 }
@@ -115,7 +119,11 @@ impl Session {
                     // Roll back, as an unwind does: what changed by hand since is preserved
                     // first (against the state the change intended; its own preimage is not
                     // drift).
-                    let mut exp = Expected::of_in(&self.state.steps, &self.blobs);
+                    let mut exp = Expected::of_in_with(
+                        &self.state.steps,
+                        &self.blobs,
+                        self.state.inherited(),
+                    );
                     exp.done(entries, after.images.clone());
                     self.preserve_drift(intent.step, entries, &exp)?;
                     self.ws.restore(entries, &self.blobs, intent.step)?;
@@ -167,9 +175,9 @@ impl Session {
             self.append(Record::FilesSynced { through }, false)?;
             self.sync()?;
         }
-        if let Some((to, mode)) = self.state.step_back_open.clone() {
+        if let Some((to, mode, keep)) = self.state.step_back_open.clone() {
             let undone = self.undone_count();
-            self.finish_step_back(to, &mode)?;
+            self.finish_step_back(to, &mode, DriftPolicy::keeping(keep))?;
             let ran = self.undone_count() - undone;
             self.repaired(
                 "step-back-finished",

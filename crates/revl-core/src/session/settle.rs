@@ -96,7 +96,11 @@ impl Session {
             return Ok(None);
         };
         // What the log says each path holds now (redoing a write changes no step).
-        let exp = crate::drift::Expected::of_in(&self.state.steps, &self.blobs);
+        let exp = crate::drift::Expected::of_in_with(
+            &self.state.steps,
+            &self.blobs,
+            self.state.inherited(),
+        );
         for u in &old {
             let undone = self
                 .state

@@ -4,9 +4,9 @@
 
 use super::{Session, GUARANTEE};
 use crate::classify;
-use crate::drift::Expected;
+use crate::drift::{Drift, Expected};
 use crate::error::{Code, Error, Result};
-use crate::report::{AbortReport, Preserved, StepBackReport};
+use crate::report::{AbortReport, BeyondTail, Preserved, StepBackReport};
 use crate::state::{Deferred, Life};
 use crate::step::{Pos, Step, StepKind, BY_ABORT, BY_RECOVER, BY_STEP_BACK};
 use crate::undo::Undo;
@@ -37,13 +37,44 @@ impl StepBackMode {
     }
 }
 
+/// What a fork or step-back does with drift on witnessed paths its tail never touched
+/// (docs/user-guide.md, "Changes made outside revl").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DriftPolicy {
+    /// Preserve what is there, then put the path back to its step-k image (the default:
+    /// the workspace is then exactly what it was at step k).
+    #[default]
+    Restore,
+    /// Leave it as it is and list it (`--keep-drift`); `verify` keeps reporting it.
+    Keep,
+}
+
+impl DriftPolicy {
+    pub fn keeping(keep: bool) -> Self {
+        if keep {
+            DriftPolicy::Keep
+        } else {
+            DriftPolicy::Restore
+        }
+    }
+
+    pub fn keeps(self) -> bool {
+        self == DriftPolicy::Keep
+    }
+}
+
 /// What an executed plan did.
 pub(crate) struct Unwound {
     /// Inverses that ran and got `undone`, in the order they ran.
     pub ran: Vec<u64>,
     pub failed: Vec<Failed>,
-    /// Drifted content saved before an inverse ran over it.
+    /// Drifted content saved before an inverse ran over it (or before a path beyond the
+    /// tail was restored).
     pub preserved: Vec<Preserved>,
+    /// Drift on witnessed paths the tail never touched, and what became of it.
+    pub beyond: Vec<BeyondTail>,
+    /// The step-k images of the drift left in place (a branch inherits them).
+    pub kept_images: Vec<crate::undo::Image>,
 }
 
 impl Session {
@@ -62,6 +93,8 @@ impl Session {
             ran: Vec::new(),
             failed: Vec::new(),
             preserved: Vec::new(),
+            beyond: Vec::new(),
+            kept_images: Vec::new(),
         };
         // What revl expects the workspace to hold, kept current as the inverses run.
         let mut expected: Option<Expected> = None;
@@ -78,9 +111,11 @@ impl Session {
                     if let (Some(entries), false) = (&restore, self.detached) {
                         let exp = match &mut expected {
                             Some(e) => e,
-                            None => {
-                                expected.insert(Expected::of_in(&self.state.steps, &self.blobs))
-                            }
+                            None => expected.insert(Expected::of_in_with(
+                                &self.state.steps,
+                                &self.blobs,
+                                self.state.inherited(),
+                            )),
                         };
                         let kept = self.preserve_drift(i, entries, exp)?;
                         out.preserved.extend(kept);
@@ -170,6 +205,192 @@ impl Session {
             self.append_many(records, true)?;
         }
         Ok(kept)
+    }
+
+    /// After a rewind to `at` ran `plan`: every witnessed path the plan's restores did not
+    /// reach is put back to its step-k image too (a hand edit of a path the tail never
+    /// touched, a file made by hand in a directory revl made before k). What is there is
+    /// preserved first (blob store, `preserved` records, durable before anything changes),
+    /// unless the workspace is a parallel branch's copy (`detached`: the parent's workspace
+    /// still holds those bytes). With `keep`, nothing changes: each is listed `kept`.
+    pub(crate) fn restore_beyond_tail(
+        &mut self,
+        at: Pos,
+        plan: &Plan,
+        keep: bool,
+    ) -> Result<(Vec<BeyondTail>, Vec<Preserved>, Vec<crate::undo::Image>)> {
+        let drift = crate::drift::beyond_plan(
+            &self.state.steps,
+            self.state.inherited(),
+            plan,
+            &self.ws,
+            &self.blobs,
+        )?;
+        let mut out = Vec::new();
+        let mut kept_images = Vec::new();
+        let mut kept = Vec::new();
+        let mut records = Vec::new();
+        let mut todo: Vec<(crate::undo::RestoreEntry, usize)> = Vec::new();
+        let mut done_roots: Vec<String> = Vec::new();
+        let step = at.first_above();
+        let below = |p: &str| {
+            let under = format!("{p}/");
+            drift.iter().any(|x| x.path.starts_with(&under))
+        };
+        let dirs = |d: &Drift| {
+            d.expected.kind == Some(crate::undo::FileKind::Dir)
+                && d.actual.kind == Some(crate::undo::FileKind::Dir)
+        };
+        for d in &drift {
+            let under = |root: &String| d.path.starts_with(&format!("{root}/"));
+            if done_roots.iter().any(under) {
+                continue;
+            }
+            // A directory whose content differs only by the entries listed below it: those
+            // entries carry it (its own mode is put back when that changed too).
+            let entries_carry = dirs(d) && below(&d.path);
+            if entries_carry && (d.expected.mode.is_none() || d.expected.mode == d.actual.mode) {
+                continue;
+            }
+            let entry = if keep {
+                Err("kept")
+            } else {
+                self.entry_for(&d.expected, entries_carry)
+            };
+            let (outcome, why) = match &entry {
+                Ok(_) => ("restored", None),
+                Err("kept") => ("kept", None),
+                Err(why) => ("unrestored", Some(why.to_string())),
+            };
+            out.push(BeyondTail {
+                path: d.path.clone(),
+                change: d.change.clone(),
+                outcome,
+                why,
+            });
+            let Ok(entry) = entry else {
+                kept_images.push(d.expected.clone());
+                continue;
+            };
+            done_roots.push(d.path.clone());
+            if !self.detached {
+                // Every file (and symlink) of what is there, one by one.
+                let nodes = if d.actual.kind == Some(crate::undo::FileKind::Dir) {
+                    self.ws.observe_tree(&d.path, &|_| false)?
+                } else {
+                    vec![d.actual.clone()]
+                };
+                for node in nodes {
+                    let Some(digest) = self.ws.keep(&node.path, &self.blobs)? else {
+                        continue;
+                    };
+                    let kind = node.kind.unwrap_or(crate::undo::FileKind::File);
+                    records.push(Record::Preserved {
+                        step,
+                        path: node.path.clone(),
+                        kind,
+                        mode: node.mode.clone(),
+                        digest: digest.clone(),
+                    });
+                    kept.push(Preserved {
+                        path: node.path,
+                        kind,
+                        mode: node.mode,
+                        digest,
+                    });
+                }
+            }
+            todo.push((entry, out.len() - 1));
+        }
+        if !records.is_empty() {
+            self.append_many(records, true)?;
+        }
+        for (entry, at_out) in todo {
+            if let Err(e) = self
+                .ws
+                .restore(std::slice::from_ref(&entry), &self.blobs, step)
+            {
+                out[at_out].outcome = "unrestored";
+                out[at_out].why = Some(e.message);
+            }
+        }
+        Ok((out, kept, kept_images))
+    }
+
+    /// The restore entry that puts a path back to the image revl expects there, or why it
+    /// cannot (its bytes are kept nowhere revl can read).
+    fn entry_for(
+        &self,
+        want: &crate::undo::Image,
+        entries_carry: bool,
+    ) -> std::result::Result<crate::undo::RestoreEntry, &'static str> {
+        use crate::undo::{FileKind, RestoreEntry};
+        const NOWHERE: &str = "its step-k bytes are kept nowhere revl can read (a large file a step left, changed by hand since): left as it is";
+        let path = want.path.clone();
+        let actual = self.ws.lstat_rel(&path).ok().flatten();
+        let mode = |default: u32| {
+            want.mode
+                .clone()
+                .or_else(|| actual.map(|(_, m, _)| crate::workspace::mode_str(m)))
+                .unwrap_or_else(|| crate::workspace::mode_str(default))
+        };
+        match (want.kind, &want.digest) {
+            (Some(FileKind::Absent), _) => Ok(RestoreEntry::Absent { path }),
+            (Some(FileKind::File), Some(d)) => {
+                let bytes = self.bytes_by_digest(d, &path).map_err(|_| NOWHERE)?;
+                let (content, blob) = if bytes.len() <= crate::workspace::INLINE_MAX {
+                    (Some(crate::workspace::b64(&bytes)), None)
+                } else {
+                    (None, Some(self.blobs.put(&bytes).map_err(|_| NOWHERE)?))
+                };
+                Ok(RestoreEntry::File {
+                    path,
+                    mode: mode(0o644),
+                    digest: d.clone(),
+                    content,
+                    blob,
+                })
+            }
+            (Some(FileKind::File), None) if matches!(actual, Some((FileKind::File, _, _))) => {
+                Ok(RestoreEntry::Mode {
+                    path,
+                    mode: mode(0o644),
+                })
+            }
+            (Some(FileKind::Symlink), Some(d)) => {
+                let target = self.blobs.get(d, None).map_err(|_| NOWHERE)?;
+                Ok(RestoreEntry::Symlink {
+                    path,
+                    target: crate::name::from_bytes(&target).into_owned(),
+                })
+            }
+            (Some(FileKind::Dir), digest) => match actual {
+                Some((FileKind::Dir, _, _))
+                    if entries_carry
+                        || digest.is_none()
+                        || self.ws.observe(&path).ok().and_then(|i| i.digest) == *digest =>
+                {
+                    Ok(RestoreEntry::Mode {
+                        path,
+                        mode: mode(0o755),
+                    })
+                }
+                Some((FileKind::Dir, _, _)) => Err("its step-k entries were recorded as one digest of the whole directory, not one by one: left as it is"),
+                _ if digest.is_none()
+                    || digest.as_deref() == Some(crate::workspace::empty_dir_digest()) =>
+                {
+                    let tree = self.blobs.put(b"[]").map_err(|_| NOWHERE)?;
+                    Ok(RestoreEntry::Dir {
+                        path,
+                        mode: mode(0o755),
+                        tree,
+                        digest: crate::workspace::empty_dir_digest().to_string(),
+                    })
+                }
+                _ => Err("its step-k entries were recorded as one digest of the whole directory, not one by one: left as it is"),
+            },
+            _ => Err(NOWHERE),
+        }
     }
 
     /// Run one step's inverse and record `undone`.
@@ -276,6 +497,16 @@ impl Session {
     // ---- step-back (SPEC 4.3) ----
 
     pub fn step_back(&mut self, to: i64, mode: StepBackMode) -> Result<StepBackReport> {
+        self.step_back_with(to, mode, DriftPolicy::Restore)
+    }
+
+    /// `step-back` with a choice of what becomes of drift beyond the tail.
+    pub fn step_back_with(
+        &mut self,
+        to: i64,
+        mode: StepBackMode,
+        drift: DriftPolicy,
+    ) -> Result<StepBackReport> {
         let part = self.rewind_target(to, "step back to")?;
         let to = part.at;
         if let StepBackMode::Compensating { force: false } = mode {
@@ -308,10 +539,12 @@ impl Session {
             Record::StepBack {
                 to,
                 mode: mode.name().into(),
+                keep_drift: drift.keeps(),
             },
             true,
         )?;
-        let done = self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay")?;
+        let mut done = self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay")?;
+        self.beyond_tail(to, &plan, drift, &mut done)?;
         let dropped = self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
         self.append(
             Record::StepBackDone {
@@ -360,6 +593,7 @@ impl Session {
             unrestored: classify::entries(steps, &part.unrestored, classify::unrestored_entry),
             failed: done.failed,
             preserved: done.preserved,
+            beyond_tail: done.beyond,
             dropped_deferred: dropped,
             live: true,
             guarantee: GUARANTEE,
@@ -369,7 +603,12 @@ impl Session {
     /// Finish a step-back a crash interrupted (SPEC 6.4): its host-confined inverses not yet
     /// `undone` run; a fenced one is `failed` (outcome unknown, never re-run); in
     /// `compensating` mode the crossing inverses not yet run are `owed`.
-    pub(crate) fn finish_step_back(&mut self, to: Pos, mode: &str) -> Result<()> {
+    pub(crate) fn finish_step_back(
+        &mut self,
+        to: Pos,
+        mode: &str,
+        drift: DriftPolicy,
+    ) -> Result<()> {
         let head_then = self
             .state
             .spans
@@ -383,7 +622,8 @@ impl Session {
         };
         let tail = (to.first_above()..=head_then).rev();
         let plan = unwind::plan(&self.state.steps, tail, mode, Context::Repair);
-        let done = self.execute_unwind(&plan, BY_STEP_BACK, "repair.never")?;
+        let mut done = self.execute_unwind(&plan, BY_STEP_BACK, "repair.never")?;
+        self.beyond_tail(to, &plan, drift, &mut done)?;
         let owed = self.owed_steps(&plan);
         self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
         self.append(
@@ -502,8 +742,31 @@ impl Session {
         out
     }
 
-    pub(crate) fn fork_rewind(&mut self, k: Pos, ctx: Context, crash: &str) -> Result<Unwound> {
+    pub(crate) fn fork_rewind(
+        &mut self,
+        k: Pos,
+        ctx: Context,
+        crash: &str,
+        drift: DriftPolicy,
+    ) -> Result<Unwound> {
         let plan = unwind::plan(&self.state.steps, self.tail_above(k), Mode::Scoped, ctx);
-        self.execute_unwind(&plan, crate::step::BY_FORK, crash)
+        let mut done = self.execute_unwind(&plan, crate::step::BY_FORK, crash)?;
+        self.beyond_tail(k, &plan, drift, &mut done)?;
+        Ok(done)
+    }
+
+    /// The last part of every rewind to `k`: drift beyond the tail restored (or kept).
+    fn beyond_tail(
+        &mut self,
+        k: Pos,
+        plan: &Plan,
+        drift: DriftPolicy,
+        done: &mut Unwound,
+    ) -> Result<()> {
+        let (beyond, kept, images) = self.restore_beyond_tail(k, plan, drift.keeps())?;
+        done.beyond = beyond;
+        done.preserved.extend(kept);
+        done.kept_images = images;
+        Ok(())
     }
 }

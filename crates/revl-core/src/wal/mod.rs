@@ -223,6 +223,7 @@ mod doc_table {
             Record::StepBack {
                 to: Pos::from_i64(-1).unwrap(),
                 mode: s(),
+                keep_drift: true,
             },
             Record::StepBackDone {
                 to: Pos::from_i64(-1).unwrap(),
@@ -293,6 +294,7 @@ mod doc_table {
                 would_cross: vec![],
                 into: Some(s()),
                 into_created: true,
+                keep_drift: true,
             },
             Record::ForkFrozen {
                 parent: s(),

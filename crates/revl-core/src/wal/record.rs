@@ -67,6 +67,10 @@ pub enum Record {
     StepBack {
         to: Pos,
         mode: String,
+        /// v4: drift on witnessed paths the tail never touched is left as it is
+        /// (`--keep-drift`), not restored to step `to`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_drift: bool,
     },
     StepBackDone {
         to: Pos,
@@ -156,6 +160,10 @@ pub enum Record {
         /// v2: revl made that directory (else it was an empty directory already).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         into_created: bool,
+        /// v4: drift on witnessed paths the tail never touched is left as it is
+        /// (`--keep-drift`), not restored to step `at`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_drift: bool,
     },
     ForkFrozen {
         parent: String,

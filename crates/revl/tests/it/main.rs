@@ -5,6 +5,7 @@
 
 mod common;
 
+mod back_at_k;
 mod checkpoints;
 mod concurrency;
 mod demo;
