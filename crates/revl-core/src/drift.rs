@@ -403,9 +403,15 @@ impl Expected {
             }
             self.trees.insert(img.path.clone());
         }
+        let absent = img.kind == Some(FileKind::Absent);
         let mut at = img.path.as_str();
         while let Some((parent, _)) = at.rsplit_once('/') {
             if let Some(e) = self.images.get_mut(parent) {
+                // Nothing below a path expected absent (or not a directory) says it exists
+                // again unless something is there: an absent path below it changes nothing.
+                if absent && e.kind != Some(FileKind::Dir) {
+                    break;
+                }
                 e.digest = None;
                 if e.kind != Some(FileKind::Dir) {
                     e.mode = None;

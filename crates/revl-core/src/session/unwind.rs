@@ -336,6 +336,17 @@ impl Session {
         };
         match (want.kind, &want.digest) {
             (Some(FileKind::Absent), _) => Ok(RestoreEntry::Absent { path }),
+            // In the blob store: streamed out by the restore, never held in memory.
+            (Some(FileKind::File), Some(d)) if self.blobs.check(d, None).is_ok() => {
+                Ok(RestoreEntry::File {
+                    path,
+                    mode: mode(0o644),
+                    digest: d.clone(),
+                    content: None,
+                    blob: Some(d.clone()),
+                })
+            }
+            // Elsewhere (an inline preimage, bytes kept in an intent): small.
             (Some(FileKind::File), Some(d)) => {
                 let bytes = self.bytes_by_digest(d, &path).map_err(|_| NOWHERE)?;
                 let (content, blob) = if bytes.len() <= crate::workspace::INLINE_MAX {

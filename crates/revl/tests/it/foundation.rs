@@ -1226,7 +1226,7 @@ fn new_files_and_dirs_follow_the_umask() {
 }
 
 #[test]
-fn a_tree_holding_a_non_utf8_name_is_refused_untouched() {
+fn a_tree_holding_a_non_utf8_name_is_rewound_byte_for_byte() {
     use std::os::unix::ffi::OsStrExt;
     let w = World::new();
     let (sid, ws) = w.session();
@@ -1237,12 +1237,20 @@ fn a_tree_holding_a_non_utf8_name_is_refused_untouched() {
     )
     .unwrap();
     let before = snapshot(&ws);
-    let out = w.json(&["delete", &sid, "t"]);
-    out.err(2, "bad-args");
-    let out = w.json(&["rename", &sid, "t", "u"]);
-    assert_eq!(out.code, Some(2), "{}", out.dump());
-    assert_snap_eq(&before, &snapshot(&ws), "refused effects");
-    assert_eq!(w.head(&sid), 0);
+    // Any name is data: the tree is captured whole, foreign name included, and comes back.
+    w.json(&["rename", &sid, "t", "u"]).ok();
+    assert_eq!(
+        fs::read(ws.join("u").join(std::ffi::OsStr::from_bytes(b"bad\xff"))).unwrap(),
+        b"x"
+    );
+    w.json(&["delete", &sid, "u"]).ok();
+    assert!(!ws.join("u").exists());
+    w.json(&["step-back", &sid, "--to", "0"]).ok();
+    assert_snap_eq(&before, &snapshot(&ws), "the tree after the rewind");
+    assert_eq!(
+        fs::read(ws.join("t").join(std::ffi::OsStr::from_bytes(b"bad\xff"))).unwrap(),
+        b"x"
+    );
 }
 
 // ---------------------------------------------------------------- confinement
