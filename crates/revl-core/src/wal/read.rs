@@ -222,7 +222,7 @@ impl<'p> LineChecker<'p> {
         Error::new(
             Code::NewerWal,
             format!(
-                "WAL {} line {line_no} holds {e}: it was written by a newer revl (this is revl {}, which reads walVersion {WAL_VERSION} with the records of SPEC v1 and v2); nothing was read past it, nothing was changed",
+                "WAL {} line {line_no} holds {e}: it was written by a newer revl (this is revl {}, which reads walVersion {WAL_VERSION} with the records docs/wal-format.md lists); nothing was read past it, nothing was changed",
                 self.path.display(),
                 env!("CARGO_PKG_VERSION"),
             ),
