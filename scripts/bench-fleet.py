@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fleet benchmarks (SPEC 21, docs/performance.md), each next to its baseline, in one run:
+"""Fleet benchmarks (docs/fleet.md, docs/performance.md), each next to its baseline, in one run:
 
   eval "$(bash .ci/start-fleet-servers)"
   cargo build --release -p revl

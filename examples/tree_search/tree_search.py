@@ -1,4 +1,4 @@
-"""Tree search over candidate fixes, three ways (SPEC 19's example; docs/performance.md).
+"""Tree search over candidate fixes, three ways (docs/langgraph.md; docs/performance.md).
 
 The task: a small Python project (``PROJECT`` below, plus a ``vendor/`` tree so that copying
 it costs something) whose test suite fails. A scripted policy (standing in for a model)

@@ -1,4 +1,4 @@
-//! `revl._revl`: the native half of the Python package `revl` (SPEC 18).
+//! `revl._revl`: the native half of the Python package `revl` (docs/python.md).
 //!
 //! It converts and never decides: every verb is a `revl-core` call; results go back as the
 //! JSON document the CLI prints for the same call (the Python layer wraps it in a typed
@@ -606,7 +606,8 @@ impl NativeSession {
         self.verb(py, How::Write, |s| s.abort())
     }
 
-    /// Bind a checkpoint id to position `at` (default: the head) (a `bind` record, SPEC 19).
+    /// Bind a checkpoint id to position `at` (default: the head) (a `bind` record,
+    /// docs/langgraph.md).
     #[pyo3(signature = (label, at=None))]
     fn bind(&self, py: Python<'_>, label: String, at: Option<u64>) -> PyResult<Doc> {
         self.verb(py, How::Write, move |s| s.bind(&label, at))

@@ -1,4 +1,4 @@
-"""Shared fixtures for the tests of the installed `revl` package (SPEC 18).
+"""Shared fixtures for the tests of the installed `revl` package (docs/python.md).
 
 The suite runs against the package as pip installed it into a virtual environment, never
 against the build tree: the first thing this file does is check where `revl` came from.

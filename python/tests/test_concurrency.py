@@ -240,7 +240,7 @@ def stepped_ws(s: revl.aio.Session) -> str:
 
 @pytest.mark.parametrize("parallel", [False, True])
 def test_aio_fork_confirm_gives_an_aio_branch(store_dir: Path, base: Path, parallel: bool) -> None:
-    """SPEC 18: `revl.aio` offers the same verbs; `fork_confirm`'s `.branch` is the branch as
+    """docs/python.md: `revl.aio` offers the same verbs; `fork_confirm`'s `.branch` is the branch as
     an attached session, so in asyncio it is a `revl.aio.Session` whose verbs are awaited
     (none of them runs on the event loop), and `.to_dict()` is the synchronous document."""
     sync_store = revl.Store(store_dir)

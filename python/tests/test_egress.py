@@ -1,4 +1,4 @@
-"""Declared egress from Python (SPEC 20.1): ``exec(..., net=True | [...])`` reaches a
+"""Declared egress from Python (docs/user-guide.md §8): ``exec(..., net=True | [...])`` reaches a
 loopback server the manifest declares, through revl's proxy, and the connection is an
 emission step; a destination outside the declared set is refused before anything runs."""
 

@@ -1,5 +1,6 @@
 """Errors are exceptions: revl.RevlError with code, message, hint, and one subclass per error
-code of SPEC 9 with the CLI's exit code; and real ones, triggered through the public API."""
+code (docs/reference.md) with the CLI's exit code; and real ones, triggered through the
+public API."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import revl.errors
 
 from _support import Sink, file_digest, post
 
-# SPEC 9 (and 18 for tool-unavailable): every code, its class, and the CLI's exit code.
+# docs/reference.md, "Errors and exit codes": every code, its class, and the CLI's exit code.
 EXPECTED: dict[str, tuple[str, int]] = {
     "frozen": ("Frozen", 1),
     "not-live": ("NotLive", 1),

@@ -1,4 +1,4 @@
-"""SPEC 19 end to end: a real LangGraph tool-calling agent (a StateGraph with the prebuilt
+"""docs/langgraph.md end to end: a real LangGraph tool-calling agent (a StateGraph with the prebuilt
 ToolNode) driven by a scripted chat model (no network, no LLM) on `revl.langgraph.RevlSaver`.
 
 The agent writes a reply, runs a command through `exec`, and queues an email (a deferred
@@ -362,7 +362,8 @@ def test_fork_not_clean_proceeds_and_keeps_the_report(
     assert travel is not None and travel["residueClean"] is False
     assert travel["report"]["emissionsCrossed"]
     # The run's result shows it: the latest state after the run, and every checkpoint the
-    # run put after the fork (SPEC 19: "keeps the report where the run's result ... show it").
+    # run put after the fork (docs/langgraph.md, "Time travel": "the report is kept where
+    # the run and the store show it").
     latest = app.get_state(cfg)
     fork = (latest.metadata or {}).get("revl", {}).get("fork")
     assert fork is not None, latest.metadata

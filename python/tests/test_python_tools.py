@@ -1,4 +1,4 @@
-"""Python functions as tools (SPEC 18, `@revl.tool`), counted at a loopback HTTP sink: held
+"""Python functions as tools (docs/python.md, `@revl.tool`), counted at a loopback HTTP sink: held
 sends fire exactly once at a confirmed commit and never before; abort and forks drop or keep
 them as documented; an effect's undo gets the forward call's args and witness; an emission
 needing approval is approved from the installed CLI while the Python object is alive; and a

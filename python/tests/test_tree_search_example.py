@@ -1,8 +1,8 @@
-"""examples/tree_search (SPEC 19): candidate fixes explored as parallel revl branches from one
-LangGraph checkpoint, each scored by its tests run with `exec` in its own workspace; the best
-commits, the rest abort. Zero residue: one report reaches the sink (the best's), abandoned
-workspaces hold the checkpoint's content; the git-worktree and full-copy runs of the same
-search leave their losers' reports out in the world."""
+"""examples/tree_search (docs/langgraph.md): candidate fixes explored as parallel revl
+branches from one LangGraph checkpoint, each scored by its tests run with `exec` in its own
+workspace; the best commits, the rest abort. Zero residue: one report reaches the sink (the
+best's), abandoned workspaces hold the checkpoint's content; the git-worktree and full-copy
+runs of the same search leave their losers' reports out in the world."""
 
 from __future__ import annotations
 

@@ -439,8 +439,9 @@ def test_results_are_read_only_and_snake_cased(session: revl.Session) -> None:
 
 
 def test_bind_position_head_and_fork_preview(session: revl.Session, cli: Any) -> None:
-    """SPEC 19's verbs: a checkpoint bound to a position (a `bind` record `revl log` shows),
-    the session's position, and a fork enumeration that records nothing."""
+    """The checkpoint verbs (docs/langgraph.md): a checkpoint bound to a position (a `bind`
+    record `revl log` shows), the session's position, and a fork enumeration that records
+    nothing."""
     assert session.head == 0
     session.write("a.txt", "1")
     b = session.bind("ck-1")

@@ -162,7 +162,7 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
 
             tools = (await s.list_tools()).tools
             names = {t.name for t in tools}
-            check(names == EXPECTED_TOOLS, "the tool set of SPEC 10", sorted(names ^ EXPECTED_TOOLS))
+            check(names == EXPECTED_TOOLS, "docs/mcp.md's tool set", sorted(names ^ EXPECTED_TOOLS))
             check(not any("approve" in n or "resend" in n or "recover" in n for n in names),
                   "no operator tool (an agent cannot approve itself)")
             by_name = {t.name: t for t in tools}

@@ -53,8 +53,9 @@ pub fn open_store(
     Ok(store)
 }
 
-/// A verb's own-shape refusal (SPEC 9): its document says what happened; front ends map it
-/// to exit 1 (CLI), `isError: true` (MCP), or an exception carrying the document (Python).
+/// A verb's own-shape refusal (docs/reference.md, "Errors and exit codes"): its document
+/// says what happened; front ends map it to exit 1 (CLI), `isError: true` (MCP), or an
+/// exception carrying the document (Python).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// A commit or fork confirm whose hash no longer matches (`refused: true`): nothing ran.

@@ -1,8 +1,9 @@
-//! The content-addressed blob store (SPEC 3.3): preimages too large to sit inline in an
-//! `intent`, directory-tree snapshots, and manifest copies. A blob's name is the blake3 hex
-//! of its content (`blobs/ab/cdef…`). It is written to a temp file, fsynced, renamed into
-//! place and its directory fsynced before any record names it. Reads verify the hash.
-//! Shared by every session of a store; version 1 has no garbage collection.
+//! The content-addressed blob store (docs/reference.md, "The blob store"): preimages too
+//! large to sit inline in an `intent`, directory-tree snapshots, and manifest copies. A
+//! blob's name is the blake3 hex of its content (`blobs/ab/cdef…`). It is written to a temp
+//! file, fsynced, renamed into place and its directory fsynced before any record names it.
+//! Reads verify the hash. Shared by every session of a store; version 1 has no garbage
+//! collection.
 
 use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
@@ -33,7 +34,7 @@ impl BlobStore {
         self.put_with(bytes, true)
     }
 
-    /// Store `bytes` without fsync: for a cache (a mirror of a remote, SPEC 21) whose every
+    /// Store `bytes` without fsync: for a cache (a mirror of a remote, docs/fleet.md) whose every
     /// blob can be fetched again and is verified on each read. Returns the digest; a damaged
     /// blob of that digest is replaced, as [`BlobStore::put`] does.
     pub fn put_cached(&self, bytes: &[u8]) -> Result<String> {

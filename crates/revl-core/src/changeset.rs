@@ -1,6 +1,7 @@
-//! A sandboxed exec's change set (SPEC 12): read from the overlay's upper layer (what the
-//! command wrote, and nothing else), compared with the real workspace when it is applied
-//! (which is when the preimages are read), then applied as one step.
+//! A sandboxed exec's change set (docs/architecture.md, "The exec sandbox"): read from the
+//! overlay's upper layer (what the command wrote, and nothing else), compared with the real
+//! workspace when it is applied (which is when the preimages are read), then applied as one
+//! step.
 //!
 //! The upper layer holds exactly the paths the command wrote: files it created or modified
 //! (copied up whole: `metacopy=off`), symlinks, directories it made, directories it replaced
@@ -387,7 +388,7 @@ fn strip_overlay_attrs(p: &Path, prefix: &str) {
 }
 
 /// Give a hard-linked file a separate inode (a copy renamed over it): hard links are
-/// captured as separate files (SPEC 12).
+/// captured as separate files (docs/architecture.md, "The exec sandbox").
 fn split_link(p: &Path) -> Result<()> {
     // A name the command did not make (the upper layer is revl's own from here on).
     let mut n = 0u32;

@@ -1,13 +1,14 @@
 //! THE classifier. The fork report, `step-back` (both modes), the offline `branch --at` and
 //! `recover` all decide "which bucket does this step fall in" and "may this inverse run in a
-//! rewind" here, through the same functions over the same step data (SPEC 1.1).
+//! rewind" here, through the same functions over the same step data (docs/reference.md,
+//! "Step kinds and buckets").
 
 use crate::step::{host_confined, Pos, Step, StepKind};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-/// Where one step of a tail lands (SPEC 1.1, last column).
+/// Where one step of a tail lands (docs/reference.md, "Step kinds and buckets": the last column).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Bucket {
     /// An effect whose inverse is host-confined: a rewind runs it.
@@ -34,7 +35,7 @@ pub fn inverse_is_host_confined(step: &Step) -> bool {
     host_confined(step.scope()) && (step.has_builtin_undo() || host_confined(step.undo_scope()))
 }
 
-/// The bucket of one step (SPEC 1.1).
+/// The bucket of one step (docs/reference.md, "Step kinds and buckets").
 pub fn bucket(step: &Step) -> Bucket {
     match step.kind {
         StepKind::Effect if step.undone => Bucket::Spent,
@@ -133,8 +134,9 @@ pub fn partition(steps: &[Step], at: Pos) -> Partition {
     p
 }
 
-/// Why the step at `k` cannot be a rewind target, if it cannot (SPEC 4.3): K must be -1 or
-/// a live step: not undone, and not inside a span an earlier unwind stepped over.
+/// Why the step at `k` cannot be a rewind target, if it cannot (docs/reference.md, "Step
+/// back"): K must be -1 or a live step: not undone, and not inside a span an earlier unwind
+/// stepped over.
 pub fn k_not_live(steps: &[Step], spans: &[(Pos, u64)], k: Pos) -> Option<String> {
     let ku = k.step()?;
     if steps.get(ku as usize).is_some_and(|s| s.undone) {
@@ -151,9 +153,9 @@ pub fn k_not_live(steps: &[Step], spans: &[(Pos, u64)], k: Pos) -> Option<String
     None
 }
 
-/// Why a fork at k is refused (SPEC 6.1 checks 1-4, 7.2 findings). One function decides
-/// them for the live fork (which refuses with the first) and the offline partition (which
-/// lists them all): [`fork_refusals`].
+/// Why a fork at k is refused (docs/reference.md: "Fork: enumerate", checks 1-4; "branch",
+/// findings). One function decides them for the live fork (which refuses with the first)
+/// and the offline partition (which lists them all): [`fork_refusals`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// Frozen, committed or aborted.
@@ -169,7 +171,7 @@ pub enum Refusal {
 }
 
 /// Every refusal of a fork at `k` (in range) over partition `p` of `state`, in the order
-/// of SPEC 6.1.
+/// of docs/reference.md, "Fork: enumerate".
 pub fn fork_refusals(state: &crate::state::State, k: Pos, p: &Partition) -> Vec<Refusal> {
     let mut out = Vec::new();
     let life = state.life();
@@ -198,7 +200,7 @@ pub fn fork_refusals(state: &crate::state::State, k: Pos, p: &Partition) -> Vec<
 }
 
 impl Refusal {
-    /// The offline finding `{finding, why, steps?}` (SPEC 7.2).
+    /// The offline finding `{finding, why, steps?}` (docs/reference.md, "branch").
     pub fn finding(&self) -> Value {
         match self {
             Refusal::NotLive(crate::state::Life::Frozen { branch, .. }) => {
@@ -221,7 +223,8 @@ impl Refusal {
     }
 }
 
-// ---- entry shapes, shared by every report (SPEC 4.3) ----
+// ---- entry shapes, shared by every report (docs/reference.md, "Report entries and the
+// guarantee") ----
 //
 // Each shape is one typed, borrowing struct: reports that are built once (fork, step-back)
 // turn them into `Value`s with the `*_entry` functions; the offline partition of a long tail
@@ -291,7 +294,7 @@ pub enum Emission<'a> {
         site: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
         compensation: Option<u64>,
-        /// An exec's network emission (SPEC 20.1): the connections it made.
+        /// An exec's network emission (docs/user-guide.md §8): the connections it made.
         #[serde(skip_serializing_if = "Option::is_none")]
         connections: Option<&'a RawValue>,
     },
@@ -415,7 +418,8 @@ pub fn unrestored_entry(s: &Step) -> Value {
     to_value(Unrestored::of(s))
 }
 
-/// Why a would-cross step is not offered as rewindable (offline reader, SPEC 7.2).
+/// Why a would-cross step is not offered as rewindable (offline reader, docs/reference.md,
+/// "branch").
 pub fn would_cross_why(s: &Step) -> String {
     if s.kind == StepKind::Compensation {
         return "a compensation is a second crossing: it always crosses".into();

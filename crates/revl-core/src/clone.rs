@@ -1,11 +1,12 @@
-//! A parallel fork's new workspace (SPEC 14): the parent's workspace cloned the cheapest
-//! correct way the filesystem offers. A file is cloned by reflink (`FICLONE`: XFS, btrfs,
-//! bcachefs share the blocks until either side writes) where the filesystem supports it,
-//! else copied (`copy_file_range` through `std::fs::copy`). Directories keep their modes,
-//! symlinks their targets; FIFOs, sockets and devices are not cloned (revl never witnesses
-//! them). Where the workspace is a btrfs subvolume and DIR's parent is on the same btrfs,
-//! one subvolume snapshot replaces all of it (constant time, whatever the tree's size).
-//! The result says which way was taken and how many bytes were copied.
+//! A parallel fork's new workspace (docs/architecture.md, "Parallel forks and comparing
+//! alternatives"): the parent's workspace cloned the cheapest correct way the filesystem
+//! offers. A file is cloned by reflink (`FICLONE`: XFS, btrfs, bcachefs share the blocks
+//! until either side writes) where the filesystem supports it, else copied
+//! (`copy_file_range` through `std::fs::copy`). Directories keep their modes, symlinks
+//! their targets; FIFOs, sockets and devices are not cloned (revl never witnesses them).
+//! Where the workspace is a btrfs subvolume and DIR's parent is on the same btrfs, one
+//! subvolume snapshot replaces all of it (constant time, whatever the tree's size). The
+//! result says which way was taken and how many bytes were copied.
 
 use crate::error::{Error, Result};
 use crate::failpoint::Failpoints;

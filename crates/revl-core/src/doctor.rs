@@ -1,6 +1,6 @@
-//! `doctor` (SPEC 12): what this machine allows revl to do: the exec sandbox, and reflink
-//! clones on the store's filesystem. Every check runs for real in a scratch directory of the
-//! store, then is removed.
+//! `doctor` (docs/user-guide.md, "Shell commands: `revl exec`"): what this machine allows
+//! revl to do: the exec sandbox, and reflink clones on the store's filesystem. Every check
+//! runs for real in a scratch directory of the store, then is removed.
 
 use serde::Serialize;
 use std::path::Path;
@@ -28,7 +28,7 @@ impl Check {
     }
 }
 
-/// The sandbox (SPEC 12, 20.2): whether it works, each layer, and, where it is refused,
+/// The sandbox (docs/security.md): whether it works, each layer, and, where it is refused,
 /// the likely reason on this machine with the exact fix.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sandbox {

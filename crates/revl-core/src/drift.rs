@@ -1,7 +1,8 @@
-//! Drift (SPEC 13): a witnessed path that is no longer as revl's last witnessed step left it
-//! (kind, digest, mode), or an entry inside a directory revl created that revl never
-//! witnessed. `verify` reports it; every rewind checks for it before an inverse overwrites
-//! or removes a path, and preserves what it would destroy.
+//! Drift (docs/architecture.md, "Drift: what revl expects, exactly"): a witnessed path that
+//! is no longer as revl's last witnessed step left it (kind, digest, mode), or an entry
+//! inside a directory revl created that revl never witnessed. `verify` reports it; every
+//! rewind checks for it before an inverse overwrites or removes a path, and preserves what
+//! it would destroy.
 //!
 //! [`Expected`] is what revl believes the workspace holds now: each witnessed path's last
 //! image, rebuilt from the timeline in the order things happened (each file effect's

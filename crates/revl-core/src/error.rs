@@ -1,10 +1,12 @@
-//! One error type for the whole core. Every failure carries a stable `code` (SPEC 9), a
-//! one-line message that says what was wrong, and a hint that says what to do. Front ends
-//! (CLI, MCP) render it as the error document `{"error": {code, message, hint}}`.
+//! One error type for the whole core. Every failure carries a stable `code`
+//! (docs/reference.md, "Errors and exit codes"), a one-line message that says what was
+//! wrong, and a hint that says what to do. Front ends (CLI, MCP) render it as the error
+//! document `{"error": {code, message, hint}}`.
 
 use std::fmt;
 
-/// Stable error codes of SPEC 9. Exit code 1 = an honest negative, 2 = bad usage or input.
+/// Stable error codes (docs/reference.md, "Errors and exit codes"). Exit code 1 = an honest
+/// negative, 2 = bad usage or input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
     Frozen,
@@ -43,9 +45,9 @@ pub enum Code {
     NewerWal,
     /// v3: an exec went past one of its limits (`--max-bytes`): nothing was applied.
     LimitExceeded,
-    /// v3: a Python function tool (SPEC 18) this process does not hold: nothing recorded.
+    /// v3: a Python function tool (docs/python.md) this process does not hold: nothing recorded.
     ToolUnavailable,
-    /// v3: a push whose local history does not extend the remote one (SPEC 21): another
+    /// v3: a push whose local history does not extend the remote one (docs/fleet.md): another
     /// store wrote the session; nothing local changed.
     Fenced,
 }
@@ -87,7 +89,7 @@ impl Code {
         }
     }
 
-    /// The process exit code this error maps to (SPEC 9).
+    /// The process exit code this error maps to (docs/reference.md, "Errors and exit codes").
     pub fn exit_code(self) -> i32 {
         match self {
             Code::Usage
@@ -130,9 +132,10 @@ pub enum Remedy {
     Unconfined,
 }
 
-/// A core error: a stable code (SPEC 9), a one-line message that says what was wrong, a hint
-/// that says what to do (in no front end's words), what the caller can do next, the step a
-/// failed tool call was still recorded as, and the cause.
+/// A core error: a stable code (docs/reference.md, "Errors and exit codes"), a one-line
+/// message that says what was wrong, a hint that says what to do (in no front end's words),
+/// what the caller can do next, the step a failed tool call was still recorded as, and the
+/// cause.
 #[derive(Debug, Clone)]
 pub struct Error {
     pub code: Code,
@@ -230,7 +233,7 @@ impl Error {
         }
     }
 
-    /// The error document of SPEC 9, with the hint as given.
+    /// The error document (docs/reference.md, "Errors and exit codes"), with the hint as given.
     pub fn to_json_with_hint(&self, hint: &str) -> serde_json::Value {
         let mut inner = serde_json::json!({
             "code": self.code.as_str(),
@@ -243,7 +246,7 @@ impl Error {
         serde_json::json!({ "error": inner })
     }
 
-    /// The error document of SPEC 9 (the core's hint alone).
+    /// The error document of docs/reference.md, "Errors and exit codes" (the core's hint alone).
     pub fn to_json(&self) -> serde_json::Value {
         self.to_json_with_hint(&self.hint)
     }

@@ -1,8 +1,8 @@
-//! Crash points (SPEC 6.4): `REVL_FAILPOINT=NAME[:N]` makes the process abort, as by SIGKILL,
-//! at the N-th passage of that point (default 1). `io.enospc` makes the N-th write fail with
-//! ENOSPC instead; `wal.torn-append` writes half of the N-th appended record, then aborts;
-//! `effect.torn-write` (beyond SPEC 6.4) writes half of a small in-place overwrite's bytes,
-//! syncs them, then aborts.
+//! Crash points (docs/reference.md, "Crash points"): `REVL_FAILPOINT=NAME[:N]` makes the
+//! process abort, as by SIGKILL, at the N-th passage of that point (default 1). `io.enospc`
+//! makes the N-th write fail with ENOSPC instead; `wal.torn-append` writes half of the N-th
+//! appended record, then aborts; `effect.torn-write` writes half of a small in-place
+//! overwrite's bytes, syncs them, then aborts.
 //!
 //! The core never reads the environment itself: front ends build a [`Failpoints`] (usually
 //! with [`Failpoints::from_env`]) and hand it to the store.

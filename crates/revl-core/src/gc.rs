@@ -1,5 +1,5 @@
-//! Blob store housekeeping (`revl gc`, SPEC 13): the blobs no live or frozen session can
-//! reach any more. A dry run by default: it says what it would free.
+//! Blob store housekeeping (`revl gc`, docs/user-guide.md §3): the blobs no live or frozen
+//! session can reach any more. A dry run by default: it says what it would free.
 //!
 //! Reachable from a session: its manifest copy; every preimage blob and directory tree (and
 //! the files a tree names) of its restore descriptors, the pending intent's included; the
@@ -174,7 +174,7 @@ impl Store {
 }
 
 /// Every blob digest the session state `st` names, directory snapshots' entries included as
-/// far as `blobs` holds those snapshots (SPEC 21: what a push uploads and a mirror fetches;
+/// far as `blobs` holds those snapshots (docs/fleet.md: what a push uploads and a mirror fetches;
 /// call again after fetching snapshots to reach their entries).
 pub fn blobs_named(st: &State, blobs: &crate::blobs::BlobStore) -> BTreeSet<String> {
     let mut out = BTreeSet::new();

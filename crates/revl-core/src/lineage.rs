@@ -1,7 +1,7 @@
-//! Offline readers (SPEC 7.2, 7.3): lineage, topology, partition and comparison of branches
-//! from WAL files alone. They take no lock, repair nothing and run nothing. The partition
-//! uses the same replay (`State`) and the same classifier as the live fork, so the two
-//! agree by construction.
+//! Offline readers (docs/reference.md, "branch" and "compare"): lineage, topology,
+//! partition and comparison of branches from WAL files alone. They take no lock, repair
+//! nothing and run nothing. The partition uses the same replay (`State`) and the same
+//! classifier as the live fork, so the two agree by construction.
 
 use crate::classify::{
     self, entries, partition, Emission, Partition, Rewound, Unrestored, WouldCross,
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 pub const SCHEMA_VERSION: &str = "1.0";
 
-/// `revl.branch-lineage` (SPEC 7.2): one WAL's place in its lineage.
+/// `revl.branch-lineage` (docs/reference.md, "branch"): one WAL's place in its lineage.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Lineage {
@@ -54,7 +54,7 @@ pub struct Lineage {
     pub residue: Option<Residue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mid_fork: Option<String>,
-    /// v2 (SPEC 14): the branches of this session's parallel forks, each in its own
+    /// v2 (docs/user-guide.md §6): the branches of this session's parallel forks, each in its own
     /// workspace (`frozenAt` appears only if a serial fork froze it).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<crate::state::ParallelChild>,
@@ -88,7 +88,7 @@ pub struct Delta {
     pub identical: bool,
 }
 
-/// `revl.branch-compare` (SPEC 7.3).
+/// `revl.branch-compare` (docs/reference.md, "compare").
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Compare {
@@ -131,7 +131,7 @@ pub struct Unidentified {
     pub why: &'static str,
 }
 
-/// `revl.branch-topology` (SPEC 7.2).
+/// `revl.branch-topology` (docs/reference.md, "branch").
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Topology {
@@ -147,7 +147,7 @@ pub struct Topology {
 }
 
 impl Compare {
-    /// Not comparable (exit 1, SPEC 7.3).
+    /// Not comparable (exit 1, docs/reference.md, "compare").
     pub fn unclean(&self) -> bool {
         !self.comparable
     }
@@ -161,7 +161,7 @@ impl Topology {
 }
 
 impl Lineage {
-    /// Residue that is not clean (exit 1, SPEC 7.2).
+    /// Residue that is not clean (exit 1, docs/reference.md, "branch").
     pub fn unclean(&self) -> bool {
         [&self.inherited_residue, &self.residue]
             .iter()
@@ -169,7 +169,7 @@ impl Lineage {
     }
 }
 
-/// `revl.branch-partition` (SPEC 7.2).
+/// `revl.branch-partition` (docs/reference.md, "branch").
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PartitionDoc<'a> {
@@ -193,7 +193,7 @@ pub struct PartitionDoc<'a> {
 }
 
 impl PartitionDoc<'_> {
-    /// Residue that is not clean (exit 1, SPEC 7.2).
+    /// Residue that is not clean (exit 1, docs/reference.md, "branch").
     pub fn unclean(&self) -> bool {
         !self.residue.clean
     }
@@ -298,7 +298,7 @@ pub fn find_parent_wal(
     if holds(recorded) {
         return Ok(recorded.to_path_buf());
     }
-    // A branch of a remote session (SPEC 21) names `remote NAME: sessions/<id>`: the store
+    // A branch of a remote session (docs/fleet.md) names `remote NAME: sessions/<id>`: the store
     // keeps its verified copy in the remote's mirror.
     if let (Some(rest), Some(store)) = (
         recorded
@@ -700,8 +700,9 @@ fn history_depth(w: &OfflineWal, depth: usize) -> Result<(Vec<(i64, Step)>, i64)
     Ok((out, base))
 }
 
-/// What a step did, for comparison (SPEC 15): file and exec effects by their post-images,
-/// tool calls by their arguments, provisions by their value.
+/// What a step did, for comparison (docs/architecture.md, "Parallel forks and comparing
+/// alternatives"): file and exec effects by their post-images, tool calls by their
+/// arguments, provisions by their value.
 fn content(s: &Step) -> Value {
     let d = s.detail();
     let pick = |keys: &[&str]| {

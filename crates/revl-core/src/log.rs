@@ -1,7 +1,7 @@
-//! `revl log`, `revl approvals` and the data `revl view` draws (SPEC 16). Like the offline
-//! readers they read the WALs alone: no lock is taken (a long tool call on one session never
-//! makes them wait), nothing is repaired, nothing runs. A session in the middle of an
-//! operation is shown as its WAL says now.
+//! `revl log`, `revl approvals` and the data `revl view` draws (docs/user-guide.md §7).
+//! Like the offline readers they read the WALs alone: no lock is taken (a long tool call on
+//! one session never makes them wait), nothing is repaired, nothing runs. A session in the
+//! middle of an operation is shown as its WAL says now.
 
 use crate::error::Result;
 use crate::lineage::{self, OfflineWal};
@@ -61,7 +61,7 @@ pub struct LogSession {
     /// The forks of its lineage that did leave something, nearest first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub residue_forks: Vec<ResidueFork>,
-    /// Checkpoints bound to positions of this session (SPEC 19), in the order bound.
+    /// Checkpoints bound to positions of this session (docs/langgraph.md), in the order bound.
     pub checkpoints: Vec<LogCheckpoint>,
     /// Held sends still queued.
     pub queued: usize,

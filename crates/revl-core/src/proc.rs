@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Outputs are capped at 1 MiB each (SPEC 12), head and tail kept; the middle is read and
-/// discarded.
+/// Outputs are capped at 1 MiB each (docs/user-guide.md, "Shell commands: `revl exec`"),
+/// head and tail kept; the middle is read and discarded.
 pub const OUTPUT_CAP: usize = 1024 * 1024;
 /// What a capped output keeps from its start.
 pub const HEAD_KEPT: usize = OUTPUT_CAP / 2;

@@ -1,6 +1,7 @@
 //! `recover (SESSION | --wal FILE) [--force]`: the operator's verdict on a dead session
-//! (SPEC 7.1). The verdict is decided from the WAL as it stands after the fork repair and
-//! before the commit, abort and step-back repairs; then the repairs run, then the verdict.
+//! (docs/reference.md, "recover"). The verdict is decided from the WAL as it stands after
+//! the fork repair and before the commit, abort and step-back repairs; then the repairs
+//! run, then the verdict.
 
 use crate::error::{Code, Error, Result};
 use crate::report::{AbortReport, Owed, Residue};
@@ -58,7 +59,7 @@ pub fn locate_wal(wal: &Path, store: Option<&Store>) -> Result<(PathBuf, String)
     }
 }
 
-/// `recover`'s result (SPEC 7.1).
+/// `recover`'s result (docs/reference.md, "recover").
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoverReport {
@@ -110,8 +111,8 @@ impl Store {
     /// to it (`wal.jsonl.unreadable-from-line-N`, written and fsynced before the WAL is cut),
     /// so nothing is lost and the session can be read and attached again. Under the
     /// session's lock; nothing else runs (the next command on the session repairs what the
-    /// cut left open, SPEC 6.4). Refused for an intact WAL and for any other refusal (an
-    /// unreadable header, a newer revl's record).
+    /// cut left open, docs/architecture.md, "Attach and repair"). Refused for an intact WAL
+    /// and for any other refusal (an unreadable header, a newer revl's record).
     pub fn truncate_corrupt(&self, id: &str) -> Result<TruncateReport> {
         let dir = self.session_dir(id);
         let _lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
@@ -163,7 +164,7 @@ impl Store {
             state: now.life().as_str(),
             head: now.head(),
             corrupt,
-            note: "the session reads and attaches again at its intact records; the next command on it repairs any operation the cut left open (SPEC 6.4). What the moved records did to the workspace is no longer witnessed: `revl verify` shows it as drift, and a rewind preserves it before overwriting it. Blobs only the moved records name are not kept by `revl gc`",
+            note: "the session reads and attaches again at its intact records; the next command on it repairs any operation the cut left open (docs/architecture.md, \"Attach and repair\"). What the moved records did to the workspace is no longer witnessed: `revl verify` shows it as drift, and a rewind preserves it before overwriting it. Blobs only the moved records name are not kept by `revl gc`",
         })
     }
 

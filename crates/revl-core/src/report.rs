@@ -57,7 +57,7 @@ impl Residue {
     }
 }
 
-/// `step-back` (SPEC 4.3). Scoped reports carry `compensate: false` and
+/// `step-back` (docs/reference.md, "Step back"). Scoped reports carry `compensate: false` and
 /// `wouldCrossOnRewind`; compensating ones `compensationsRan`.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -87,7 +87,7 @@ pub struct StepBackReport {
     pub guarantee: &'static str,
 }
 
-/// `abort` (SPEC 4.4).
+/// `abort` (docs/reference.md, "Commit and abort").
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AbortReport {
@@ -116,8 +116,9 @@ pub struct ForkLineage {
     pub not_preserved: Value,
 }
 
-/// `fork` and `fork-confirm` (SPEC 6.1, 6.2). `hash` on an enumeration; `refused` and
-/// `reason` on a stale confirm; `branch`, `lineage` and `failed` on a performed fork.
+/// `fork` and `fork-confirm` (docs/reference.md, "Fork: enumerate" and "Fork: confirm").
+/// `hash` on an enumeration; `refused` and `reason` on a stale confirm; `branch`, `lineage`
+/// and `failed` on a performed fork.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ForkReport {
@@ -162,7 +163,7 @@ pub struct ForkReport {
     pub lineage: Option<ForkLineage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed: Option<Vec<Failed>>,
-    /// A parallel fork's own fields (SPEC 14).
+    /// A parallel fork's own fields (docs/user-guide.md §6).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub parallel: Option<Parallel>,
 }
@@ -185,8 +186,9 @@ pub struct ParentKeeps {
     pub queue: Vec<u64>,
 }
 
-/// The owed entries of `status` (SPEC 6.4): crossing inverses a repair did not run, and
-/// held sends whose outcome is unknown after a crash during a commit.
+/// The owed entries of `status` (docs/architecture.md, "Attach and repair"): crossing
+/// inverses a repair did not run, and held sends whose outcome is unknown after a crash
+/// during a commit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Owed {
@@ -220,7 +222,7 @@ pub struct Stepped {
     pub label: String,
 }
 
-/// `exec` (SPEC 4.1): the step it recorded and the command's outcome.
+/// `exec` (docs/reference.md, "Effects"): the step it recorded and the command's outcome.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecReport {
@@ -229,7 +231,8 @@ pub struct ExecReport {
     pub exit_code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
-    /// What a sandboxed exec adds (SPEC 12); absent for `--unconfined` (v1's result).
+    /// What a sandboxed exec adds (docs/user-guide.md, "Shell commands: `revl exec`");
+    /// absent for `--unconfined` (v1's result).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub sandboxed: Option<Sandboxed>,
 }
@@ -245,7 +248,7 @@ pub struct Sandboxed {
     pub stderr_truncated: bool,
     pub changes: Vec<crate::undo::ExecChange>,
     pub sandbox: bool,
-    /// SPEC 20.1: the emission step recording the connections the command made (the
+    /// docs/user-guide.md §8: the emission step recording the connections the command made (the
     /// effect, `step`, follows it); absent when nothing was forwarded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net_step: Option<u64>,
@@ -255,7 +258,7 @@ pub struct Sandboxed {
     pub net: Option<crate::egress::NetSummary>,
 }
 
-/// `timeline` (SPEC 4.2).
+/// `timeline` (docs/reference.md, "Reading a session").
 #[derive(Debug, Clone, Serialize)]
 pub struct Timeline {
     pub session: String,
@@ -274,7 +277,7 @@ pub struct Timeline {
     pub corrupt: Option<crate::wal::Corrupt>,
 }
 
-/// `inspect --at K` (SPEC 4.2).
+/// `inspect --at K` (docs/reference.md, "Reading a session").
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Inspect {
@@ -286,7 +289,7 @@ pub struct Inspect {
     pub emissions_so_far: Vec<u64>,
 }
 
-/// `status` (SPEC 4.2).
+/// `status` (docs/reference.md, "Reading a session").
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
@@ -325,7 +328,7 @@ pub struct Status {
     pub corrupt: Option<crate::wal::Corrupt>,
 }
 
-/// `verify` (SPEC 4.2).
+/// `verify` (docs/reference.md, "Reading a session").
 #[derive(Debug, Clone, Serialize)]
 pub struct Verify {
     pub session: String,
@@ -344,7 +347,7 @@ pub struct Witnessed {
     pub steps: Vec<u64>,
 }
 
-/// `commit` (SPEC 4.4): the plan; nothing fires.
+/// `commit` (docs/reference.md, "Commit and abort"): the plan; nothing fires.
 #[derive(Debug, Clone, Serialize)]
 pub struct CommitPlan {
     pub session: String,
@@ -362,7 +365,8 @@ pub struct FlushFailure {
     pub message: Value,
 }
 
-/// `commit-confirm` (SPEC 4.4): committed, or refused over a stale hash (nothing fired).
+/// `commit-confirm` (docs/reference.md, "Commit and abort"): committed, or refused over a
+/// stale hash (nothing fired).
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum CommitResult {
@@ -381,7 +385,8 @@ pub enum CommitResult {
     },
 }
 
-/// A step as `timeline` shows it (SPEC 1.1): its recorded members, and what became of it.
+/// A step as `timeline` shows it (docs/reference.md, "Step kinds and buckets"): its
+/// recorded members, and what became of it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepView {
@@ -452,8 +457,9 @@ pub struct BeyondTail {
     pub why: Option<String>,
 }
 
-/// Drifted content a rewind saved before an inverse ran over it (SPEC 13):
-/// `{path, kind, mode?, digest}`; `revl blob DIGEST` gives its bytes back.
+/// Drifted content a rewind saved before an inverse ran over it (docs/architecture.md,
+/// "Drift: what revl expects, exactly"): `{path, kind, mode?, digest}`; `revl blob DIGEST`
+/// gives its bytes back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Preserved {
     pub path: String,
@@ -463,7 +469,7 @@ pub struct Preserved {
     pub digest: String,
 }
 
-/// `read PATH --at K` (SPEC 13): the content PATH had right after step K ran.
+/// `read PATH --at K` (docs/user-guide.md §3): the content PATH had right after step K ran.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadAt {
@@ -477,7 +483,7 @@ pub struct ReadAt {
     pub content_base64: Option<String>,
 }
 
-/// `call TOOL` (SPEC 4.1, 5): by the tool's class.
+/// `call TOOL` (docs/reference.md, "Effects" and "Approvals"): by the tool's class.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum CallResult {
@@ -536,7 +542,7 @@ impl CallResult {
     }
 }
 
-/// `approve` (SPEC 5): the grant.
+/// `approve` (docs/reference.md, "Approvals"): the grant.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
@@ -560,7 +566,7 @@ pub struct Resent {
     pub error: Option<Value>,
 }
 
-/// `note-model` (SPEC 8): what was recorded.
+/// `note-model` (docs/reference.md, "Model decisions"): what was recorded.
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelNote {
     pub recorded: bool,
@@ -569,7 +575,7 @@ pub struct ModelNote {
     pub llm: Value,
 }
 
-/// `read PATH` (SPEC 4.2): the file as it is now.
+/// `read PATH` (docs/reference.md, "Reading a session"): the file as it is now.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FileRead {
@@ -591,7 +597,7 @@ pub struct ListEntry {
     pub size: Option<u64>,
 }
 
-/// `list [PATH]` (SPEC 4.2).
+/// `list [PATH]` (docs/reference.md, "Reading a session").
 #[derive(Debug, Clone, Serialize)]
 pub struct Listing {
     pub path: String,
@@ -620,7 +626,7 @@ pub enum SessionEntry {
     },
 }
 
-/// `sessions` (SPEC 4.2).
+/// `sessions` (docs/reference.md, "Reading a session").
 #[derive(Debug, Clone, Serialize)]
 pub struct Sessions {
     pub sessions: Vec<SessionEntry>,

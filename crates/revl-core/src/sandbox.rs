@@ -1,8 +1,9 @@
-//! The exec sandbox (SPEC 12): a command runs in fresh mount, network, IPC, PID and UTS
-//! namespaces (plus a user namespace when revl is not root), sees the host read-only and the
-//! workspace through an overlay whose upper layer is revl's scratch directory, and is killed
-//! with everything it started when its main process ends or times out. The real workspace
-//! does not change while it runs: revl reads the change set from the upper layer afterwards.
+//! The exec sandbox (docs/architecture.md, "The exec sandbox"): a command runs in fresh
+//! mount, network, IPC, PID and UTS namespaces (plus a user namespace when revl is not
+//! root), sees the host read-only and the workspace through an overlay whose upper layer is
+//! revl's scratch directory, and is killed with everything it started when its main process
+//! ends or times out. The real workspace does not change while it runs: revl reads the
+//! change set from the upper layer afterwards.
 //!
 //! How it is built. `std::process::Command` forks; in that child (before exec) revl makes
 //! the namespaces and forks the namespace's first process (PID 1), which sets up the mounts
@@ -56,14 +57,14 @@ pub struct Spec<'a> {
     /// is refused.
     pub hide: &'a [PathBuf],
     pub limits: Limits,
-    /// Declared egress (SPEC 20.1): where to put the listening socket the sandbox makes at
-    /// [`crate::egress::PROXY_ADDR`] inside its network namespace (handed to revl over a
-    /// socket pair before the command starts, and there when `started` runs). `None`: no
-    /// network at all.
+    /// Declared egress (docs/user-guide.md §8): where to put the listening socket the
+    /// sandbox makes at [`crate::egress::PROXY_ADDR`] inside its network namespace (handed
+    /// to revl over a socket pair before the command starts, and there when `started`
+    /// runs). `None`: no network at all.
     pub net_listener: Option<&'a std::sync::Mutex<Option<std::os::fd::OwnedFd>>>,
 }
 
-/// Resource limits (SPEC 20.2).
+/// Resource limits (docs/security.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
     /// `RLIMIT_AS` of each process.
@@ -151,7 +152,7 @@ const STAGES: &[&str] = &[
 const STAGE_EXEC: i32 = STAGES.len() as i32;
 
 /// The device nodes the sandbox's `/dev` holds (bound read-only; no `tty`: the command has
-/// no controlling terminal, SPEC 20.2).
+/// no controlling terminal, docs/security.md).
 const DEV_NODES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 
 /// The host-wide parts of `/proc` that a fresh `/proc` would leave writable (as bubblewrap
@@ -258,7 +259,7 @@ struct Prepared {
     net_sock: libc::c_int,
 }
 
-// Landlock (a second fence on writes, SPEC 20.2): the filesystem rights revl handles.
+// Landlock (a second fence on writes, docs/security.md): the filesystem rights revl handles.
 const LL_WRITE_FILE: u64 = 1 << 1;
 const LL_REMOVE_DIR: u64 = 1 << 4;
 const LL_REMOVE_FILE: u64 = 1 << 5;

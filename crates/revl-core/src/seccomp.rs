@@ -1,4 +1,4 @@
-//! The exec sandbox's seccomp filter (SPEC 20.2), built with `seccompiler` before the fork
+//! The exec sandbox's seccomp filter (docs/security.md), built with `seccompiler` before the fork
 //! and installed by the command's own process as the last step before exec. Every denied
 //! call fails with `EPERM` (nothing is killed), except `clone3`, which fails with `ENOSYS`
 //! so that the C library falls back to `clone`, whose flags the filter can see.

@@ -10,7 +10,7 @@ use crate::wal::{Record, StepRecord};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// `live`, `frozen`, `committed`, `aborted` (SPEC 1).
+/// `live`, `frozen`, `committed`, `aborted` (docs/reference.md, "Concepts").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Life {
     Live,
@@ -158,7 +158,7 @@ pub struct State {
     pub flushed: BTreeSet<u64>,
     pub residue: BTreeMap<u64, Value>,
     pub intent: Option<PendingIntent>,
-    /// The `net-connect`/`net-close` records since the last intent (SPEC 20.1): what an
+    /// The `net-connect`/`net-close` records since the last intent (docs/user-guide.md §8): what an
     /// interrupted exec's proxy may have reached, for repair.
     pub net: Vec<Record>,
     /// An unfinished step-back: its target, mode, and whether it keeps drift.
@@ -178,7 +178,8 @@ pub struct State {
     pub fork_frozen: Option<ForkFrozen>,
     pub fork_complete: bool,
     pub fork_abandoned: bool,
-    /// Parallel forks (SPEC 14), in order: branches that live in their own workspaces.
+    /// Parallel forks (docs/user-guide.md §6), in order: branches that live in their own
+    /// workspaces.
     pub parallel_children: Vec<ParallelChild>,
     pub origin: Option<BranchOrigin>,
     /// Approvals: ticket → (tool, argsDigest) requested; granted tickets; standing tools.
@@ -190,7 +191,8 @@ pub struct State {
     pub tickets_consumed: BTreeSet<String>,
     pub standing: BTreeSet<String>,
     pub model_decisions: Vec<Value>,
-    /// Checkpoints bound to positions (`bind` records, SPEC 19), in WAL order: (at, label).
+    /// Checkpoints bound to positions (`bind` records, docs/langgraph.md), in WAL order:
+    /// (at, label).
     pub checkpoints: Vec<(u64, String)>,
     /// Drifted content preserved before a rewind (`preserved` records).
     pub preserved: Vec<PreservedSeen>,

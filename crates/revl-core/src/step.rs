@@ -1,4 +1,5 @@
-//! Steps, the seven kinds, and the scope gate (SPEC 1.1, 1.2).
+//! Steps, the seven kinds, and the scope gate (docs/reference.md, "Step kinds and buckets",
+//! "The scope gate").
 
 use crate::steptext::StepText;
 use serde_json::{json, Value};
@@ -119,7 +120,8 @@ impl Step {
         self.text.scope()
     }
 
-    /// A manifest effect's undo tool scope (SPEC 1.2: both must pass the gate).
+    /// A manifest effect's undo tool scope (docs/reference.md, "The scope gate": both must
+    /// pass the gate).
     pub fn undo_scope(&self) -> Option<&Value> {
         self.text.undo_scope()
     }
@@ -129,7 +131,7 @@ impl Step {
         self.text.undo()
     }
 
-    /// The timeline JSON of SPEC 1.1 (`timeline` returns these).
+    /// The timeline JSON (docs/reference.md, "Step kinds and buckets"; `timeline` returns these).
     pub fn to_json(&self) -> Value {
         crate::report::to_json(&crate::report::StepView::of(self))
     }
@@ -144,7 +146,7 @@ impl Step {
     }
 }
 
-/// The scope gate (SPEC 1.2), first match wins:
+/// The scope gate (docs/reference.md, "The scope gate"), first match wins:
 /// 1. scope absent → crossing (an unproven input is never assumed safe);
 /// 2. `"confined": true` or `"sandbox": true` → host-confined;
 /// 3. `{"caps": []}` → host-confined (declared nothing);
@@ -170,14 +172,16 @@ pub fn fs_scope() -> Value {
     json!({"caps": ["fs"]})
 }
 
-/// The scope of a sandboxed exec step (SPEC 12): `fs`, confinement proven by the sandbox.
+/// The scope of a sandboxed exec step (docs/reference.md, "The scope gate"): `fs`,
+/// confinement proven by the sandbox.
 pub fn sandbox_scope() -> Value {
     json!({"caps": ["fs"], "sandbox": true})
 }
 
-/// A position on a timeline (SPEC 1): before every step, or after step k ran. On the wire
-/// (WAL records, reports, arguments) it is an integer: `-1` for [`Pos::Start`], else `k`.
-/// The variants are ordered as the timeline is: `Start < After(0) < After(1) …`.
+/// A position on a timeline (docs/reference.md, "Concepts"): before every step, or after
+/// step k ran. On the wire (WAL records, reports, arguments) it is an integer: `-1` for
+/// [`Pos::Start`], else `k`. The variants are ordered as the timeline is: `Start < After(0)
+/// < After(1) …`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Pos {
     /// Before every step (`-1`).

@@ -157,7 +157,8 @@ impl StepText {
         self.json(Part::Scope)
     }
 
-    /// A manifest effect's undo tool scope (SPEC 1.2: both must pass the gate).
+    /// A manifest effect's undo tool scope (docs/reference.md, "The scope gate": both must
+    /// pass the gate).
     pub fn undo_scope(&self) -> Option<&Value> {
         self.json(Part::UndoScope)
     }

@@ -1,4 +1,4 @@
-//! The storage seams (SPEC 21): what a fleet store (the `revl-fleet` crate: S3-compatible
+//! The storage seams (docs/fleet.md): what a fleet store (the `revl-fleet` crate: S3-compatible
 //! object storage, a shared directory, PostgreSQL) reads from a local store when it pushes,
 //! as two traits with the local store as their implementation, so the core stays free of
 //! network code and every local guarantee is unchanged: the local WAL stays the commit

@@ -1,5 +1,6 @@
-//! The store (SPEC 1): `sessions/<id>/` (WAL and lock), the shared blob store, and the
-//! store lock that serialises session creation (one live session per workspace).
+//! The store (docs/reference.md, "Concepts"): `sessions/<id>/` (WAL and lock), the shared
+//! blob store, and the store lock that serialises session creation (one live session per
+//! workspace).
 
 use crate::blobs::BlobStore;
 use crate::error::{Code, Error, Remedy, Result};
@@ -10,7 +11,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// How long a command waits for a lock before giving up with `busy` (SPEC 1).
+/// How long a command waits for a lock before giving up with `busy` (docs/reference.md,
+/// "Concepts").
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone)]
@@ -18,13 +20,13 @@ pub struct Store {
     root: PathBuf,
     pub(crate) fp: Failpoints,
     pub(crate) lock_wait: Duration,
-    /// The process's runner of Python function tools (SPEC 18), if it has one.
+    /// The process's runner of Python function tools (docs/python.md), if it has one.
     host: Option<Host>,
-    /// A mirror of sessions another store wrote (SPEC 21), when this handle is one.
+    /// A mirror of sessions another store wrote (docs/fleet.md), when this handle is one.
     mirror: Option<std::sync::Arc<Mirror>>,
 }
 
-/// What a branch of a remote session names as its parent's WAL (SPEC 21): the remote and
+/// What a branch of a remote session names as its parent's WAL (docs/fleet.md): the remote and
 /// the session's key in its bucket, `remote NAME: sessions/<id>`.
 pub fn remote_parent_wal(remote: &str, id: &str) -> String {
     format!("{REMOTE_PARENT_PREFIX}{remote}: sessions/{id}")
@@ -33,7 +35,7 @@ pub fn remote_parent_wal(remote: &str, id: &str) -> String {
 /// How [`remote_parent_wal`] begins.
 pub const REMOTE_PARENT_PREFIX: &str = "remote ";
 
-/// How a mirror store differs from a store of this machine's sessions (SPEC 21): its WALs
+/// How a mirror store differs from a store of this machine's sessions (docs/fleet.md): its WALs
 /// were written elsewhere, so each session's workspace is a directory of this machine
 /// (its captured base tree, or a tree materialised from the bucket), attaching never
 /// repairs, and its blobs may live in another store's `blobs/`.
@@ -105,7 +107,7 @@ impl Store {
         })
     }
 
-    /// Open (creating) a mirror store at `root` (SPEC 21): sessions pushed from another
+    /// Open (creating) a mirror store at `root` (docs/fleet.md): sessions pushed from another
     /// store, read with the offline readers as if they were local.
     pub fn open_mirror(root: &Path, mirror: Mirror) -> Result<Store> {
         let mut s = Store::open(root, Failpoints::none())?;
@@ -446,7 +448,8 @@ pub fn resolve_future(p: &Path) -> Result<PathBuf> {
     }
 }
 
-/// A store inside a workspace, or a workspace inside a store, is refused (SPEC 1).
+/// A store inside a workspace, or a workspace inside a store, is refused
+/// (docs/reference.md, "Concepts").
 pub fn check_overlap(store: &Path, workspace: &Path) -> Result<()> {
     if store.starts_with(workspace) || workspace.starts_with(store) {
         return Err(Error::new(

@@ -1,6 +1,7 @@
-//! The manifest (`revl.toml`, SPEC 2) and running declared tools: argv (never through a
-//! shell) or HTTP (JSON body). A manifest is validated completely at `new`, copied into the
-//! blob store under its blake3 digest, and the session always uses that copy.
+//! The manifest (`revl.toml`, docs/user-guide.md §1) and running declared tools: argv
+//! (never through a shell) or HTTP (JSON body). A manifest is validated completely at
+//! `new`, copied into the blob store under its blake3 digest, and the session always uses
+//! that copy.
 
 use crate::error::{Code, Error, Result};
 use serde_json::{json, Map, Value};
@@ -35,7 +36,7 @@ pub enum Runner {
         method: String,
         url: String,
     },
-    /// A Python function, `module:qualname` (SPEC 18): declared through the Python package
+    /// A Python function, `module:qualname` (docs/python.md): declared through the Python package
     /// only, and run only by a process that holds it (a [`ToolHost`]).
     Python(String),
 }
@@ -63,14 +64,15 @@ pub struct Manifest {
     pub exec: ExecSection,
 }
 
-/// `[exec]` (SPEC 20.2): `hide = ["/abs/path", "~/rel", ...]`, paths the sandbox masks (an
+/// `[exec]` (docs/security.md): `hide = ["/abs/path", "~/rel", ...]`, paths the sandbox masks (an
 /// empty read-only tmpfs over a directory, an empty file over a file), so that a command
 /// cannot read them. `~/` is the home directory of whoever runs `exec`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExecSection {
     pub hide: Vec<String>,
-    /// `net = ["pypi.org:443", "*.pythonhosted.org:443", "127.0.0.1:8080"]` (SPEC 20.1):
-    /// the destinations a command may reach through revl's proxy, when it asks (`--net`).
+    /// `net = ["pypi.org:443", "*.pythonhosted.org:443", "127.0.0.1:8080"]`
+    /// (docs/user-guide.md §8): the destinations a command may reach through revl's proxy,
+    /// when it asks (`--net`).
     pub net: Vec<String>,
 }
 
@@ -712,7 +714,7 @@ pub fn check_args(tool: &Tool, args: &Value, inverse: bool) -> Result<()> {
     Ok(())
 }
 
-/// The process's own tool runner for [`Runner::Python`] tools (SPEC 18): the Python package
+/// The process's own tool runner for [`Runner::Python`] tools (docs/python.md): the Python package
 /// registers the functions a process passed in `tools=`; nothing else runs them. A process
 /// without a host (the CLI, the MCP server) holds no such function.
 pub trait ToolHost: Send + Sync {

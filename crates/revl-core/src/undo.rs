@@ -1,11 +1,11 @@
 //! Inverses and file images, typed.
 //!
-//! An [`Undo`] is the durable descriptor of how to undo a step (SPEC 1): revl's own file
-//! restore, a provision's withdrawal, or a manifest effect's undo tool. A file restore is a
-//! list of [`RestoreEntry`]s ("put this path back to this state"), applied in order. An
-//! [`Image`] is what a path looks like (kind, digest, mode): the post-image a file effect
-//! intends and records, and what `verify` observes. A directory's content is a listing of
-//! [`TreeItem`]s kept in the blob store.
+//! An [`Undo`] is the durable descriptor of how to undo a step (docs/reference.md,
+//! "Concepts"): revl's own file restore, a provision's withdrawal, or a manifest effect's
+//! undo tool. A file restore is a list of [`RestoreEntry`]s ("put this path back to this
+//! state"), applied in order. An [`Image`] is what a path looks like (kind, digest, mode):
+//! the post-image a file effect intends and records, and what `verify` observes. A
+//! directory's content is a listing of [`TreeItem`]s kept in the blob store.
 //!
 //! On disk these are JSON objects with sorted keys (the WAL has always been written so):
 //! [`sorted`] writes them that way, whatever the declaration order of the fields.
@@ -301,7 +301,8 @@ impl FileDetail {
     }
 }
 
-/// One entry of an exec step's change set: `{path, change, after?, why?}` (SPEC 12).
+/// One entry of an exec step's change set: `{path, change, after?, why?}`
+/// (docs/wal-format.md, "Step kinds, details and inverses").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecChange {
     /// The post-image (without its path); absent for `ignored`.
@@ -328,7 +329,7 @@ pub struct ExecDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     pub timed_out: bool,
-    /// Connections the egress proxy refused (SPEC 20.1), when the exec asked for the
+    /// Connections the egress proxy refused (docs/user-guide.md §8), when the exec asked for the
     /// network and forwarded nothing (otherwise its emission step lists them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denied: Vec<crate::egress::Denied>,

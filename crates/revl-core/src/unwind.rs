@@ -1,13 +1,13 @@
 //! THE unwind engine's plan: the one place where a rewind decides what runs.
 //!
 //! Every way of walking a tail back — a fork's rewind, a scoped or compensating step-back,
-//! an abort, `recover --force`, and the repair of each of them after a crash (SPEC 6.4) —
-//! asks [`plan`] which inverses run, in which order, which are owed and which have an
-//! unknown outcome. [`plan`] decides from the one classifier ([`crate::classify::bucket`])
-//! and two facts about the walk: its [`Mode`] (which buckets it may run) and its
-//! [`Context`] (a repair never crosses). The session's executor
-//! (`Session::execute_unwind`) then fences, runs, records `undone` and lists failures,
-//! the same way for all of them.
+//! an abort, `recover --force`, and the repair of each of them after a crash
+//! (docs/architecture.md, "Attach and repair") — asks [`plan`] which inverses run, in which
+//! order, which are owed and which have an unknown outcome. [`plan`] decides from the one
+//! classifier ([`crate::classify::bucket`]) and two facts about the walk: its [`Mode`]
+//! (which buckets it may run) and its [`Context`] (a repair never crosses). The session's
+//! executor (`Session::execute_unwind`) then fences, runs, records `undone` and lists
+//! failures, the same way for all of them.
 //!
 //! The rules, once:
 //! - host-confined inverses (`inversesRan`) and provision withdrawals run in every mode;
@@ -106,8 +106,9 @@ pub fn plan(steps: &[Step], tail: impl IntoIterator<Item = u64>, mode: Mode, ctx
 }
 
 /// Is a `replay-fence` written before this step's inverse runs? When it is declared not
-/// idempotent (running it twice could differ from once), or when it crosses (SPEC 6.4, v2:
-/// the one in flight at a crash is then `failed`, outcome unknown, never owed or re-run).
+/// idempotent (running it twice could differ from once), or when it crosses
+/// (docs/reference.md, "Step back": the one in flight at a crash is then `failed`, outcome
+/// unknown, never owed or re-run).
 pub fn needs_fence(s: &Step) -> bool {
     s.undo_idempotent == Some(false) || bucket(s) == Bucket::WouldCrossOnRewind
 }
@@ -122,9 +123,10 @@ pub enum Outcome {
     Unknown,
 }
 
-/// A failed inverse `{index, label, error, outcome}` (SPEC 4.3), as reports list it and the
-/// WAL records it (`step-back-done`, `aborted`, `fork-frozen`, `fork-branch`). Fields are in
-/// the order the WAL has always written them.
+/// A failed inverse `{index, label, error, outcome}` (docs/reference.md, "Report entries
+/// and the guarantee"), as reports list it and the WAL records it (`step-back-done`,
+/// `aborted`, `fork-frozen`, `fork-branch`). Fields are in the order the WAL has always
+/// written them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failed {
     pub error: String,

@@ -24,9 +24,10 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
-/// Preimages up to this size sit inline in the `intent` (SPEC 3.2); larger ones are blobs.
+/// Preimages up to this size sit inline in the `intent` (docs/wal-format.md, "Records");
+/// larger ones are blobs.
 pub const INLINE_MAX: usize = 4096;
-/// Content limit per call (SPEC 4.1).
+/// Content limit per call (docs/reference.md, "Effects").
 pub const CONTENT_MAX: usize = 16 * 1024 * 1024;
 
 pub fn b64(bytes: &[u8]) -> String {
@@ -1026,9 +1027,10 @@ impl Workspace {
     /// Overwrite a small regular file in place: one `pwrite` of at most a page, a truncate
     /// when it shrank, one `fdatasync`. Safe because the intent before it holds the whole
     /// preimage inline and the intended post-image digest: a crash part-way leaves a file
-    /// that shows neither, and repair puts the preimage back (SPEC 6.4). False (nothing
-    /// written) when the target is no longer a small regular file with one link, so a hard
-    /// link never carries a change outside the workspace: the caller stages and renames.
+    /// that shows neither, and repair puts the preimage back (docs/architecture.md, "Attach
+    /// and repair"). False (nothing written) when the target is no longer a small regular
+    /// file with one link, so a hard link never carries a change outside the workspace: the
+    /// caller stages and renames.
     fn overwrite_in_place(
         &self,
         dir: &rustix::fd::OwnedFd,
@@ -1127,11 +1129,12 @@ impl Workspace {
     }
 
     /// Write a small file's bytes and mode again, durably (repair of an in-place write a
-    /// power loss undid, SPEC 17), reached through directory handles like every change: in
-    /// place, or by rename when the file has another hard link (a write through it could
-    /// land outside the workspace). False, and nothing written, when the path is no longer
-    /// a regular file (removed, or replaced by a directory or a symlink since): revl does
-    /// not recreate what a person removed; `verify` reports it.
+    /// power loss undid, docs/wal-format.md, "Durability order"), reached through directory
+    /// handles like every change: in place, or by rename when the file has another hard
+    /// link (a write through it could land outside the workspace). False, and nothing
+    /// written, when the path is no longer a regular file (removed, or replaced by a
+    /// directory or a symlink since): revl does not recreate what a person removed;
+    /// `verify` reports it.
     pub fn rewrite_small(&self, path: &str, content: &[u8], mode: &str, step: u64) -> Result<bool> {
         use rustix::fs::{fchmod, fstat, fsync, ftruncate, openat, FileType, Mode, OFlags};
         let sys = |e: rustix::io::Errno| io(&self.abs(path), std::io::Error::from(e));

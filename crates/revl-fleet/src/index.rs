@@ -1,4 +1,4 @@
-//! The lineage index in PostgreSQL (SPEC 21): one row per session of a remote (its parent,
+//! The lineage index in PostgreSQL (docs/fleet.md): one row per session of a remote (its parent,
 //! fork step, state, head and remote head), kept by every push and rebuilt from the bucket
 //! alone by `revl remote index NAME postgres://...`. The bucket stays the truth: the index
 //! only answers lineage queries without listing the bucket.

@@ -1,4 +1,4 @@
-//! revl's fleet store (SPEC 21): a store's sessions pushed to an S3-compatible bucket (or a
+//! revl's fleet store (docs/fleet.md): a store's sessions pushed to an S3-compatible bucket (or a
 //! shared directory), read back on any machine, branched there, and their lineage indexed
 //! in PostgreSQL. The local WAL stays the commit point: nothing here is on the path of a
 //! verb that records a step.

@@ -1,4 +1,4 @@
-//! Reading a remote (SPEC 21): sessions pushed from any store are copied, verified, into a
+//! Reading a remote (docs/fleet.md): sessions pushed from any store are copied, verified, into a
 //! local mirror store (`<store>/remotes/NAME/mirror`), where the offline readers read them
 //! exactly as they read local sessions. Every object is checked against what names it (a
 //! segment's SHA-256 and the WAL's, a blob's blake3): an altered object is refused.

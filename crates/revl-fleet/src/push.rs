@@ -1,4 +1,4 @@
-//! `revl push [SESSION]` (SPEC 21): blobs first, then the new WAL segment, then the manifest
+//! `revl push [SESSION]` (docs/fleet.md): blobs first, then the new WAL segment, then the manifest
 //! by compare-and-swap, so a kill at any point leaves the remote as it was or extended, and
 //! the next push resumes. A push with nothing new writes nothing.
 //!

@@ -1,4 +1,4 @@
-//! The tools' arguments (SPEC 10): the CLI's names in camelCase. Every field is documented;
+//! The tools' arguments (docs/mcp.md): the CLI's names in camelCase. Every field is documented;
 //! the doc comments become the input schemas that clients show to the model. Unknown
 //! fields are refused (a misspelt `mode` must not silently fall back to the default).
 

@@ -1,4 +1,4 @@
-//! revl-mcp: the Model Context Protocol server of revl (SPEC 10), over stdio.
+//! revl-mcp: the Model Context Protocol server of revl (docs/mcp.md), over stdio.
 //!
 //! A thin table from MCP tools to session verbs: each tool parses its arguments, attaches
 //! to the session (taking its lock and rebuilding it from the WAL, so the server always
@@ -7,7 +7,7 @@
 //! JSON document. No rule of revl lives here.
 //!
 //! Results: the document as structured content and the same JSON as text. A refusal or
-//! failure is a tool result with `isError: true` carrying the error document of SPEC 9
+//! failure is a tool result with `isError: true` carrying the error document of docs/reference.md
 //! (`{"error": {code, message, hint}}`) or the verb's own negative document
 //! (`approvalRequired`, a stale hash's `refused: true`); never a protocol error. Only what
 //! is not a call of a revl tool at all (an unknown tool name, a message that is not
@@ -810,9 +810,10 @@ impl ServerHandler for RevlServer {
             .with_instructions(INSTRUCTIONS)
     }
 
-    /// Route a call; an argument that does not fit the tool's schema becomes the SPEC 9
-    /// error document with code `bad-args` (a tool result with isError), and an unknown
-    /// tool name a JSON-RPC `-32602` error naming the tools there are.
+    /// Route a call; an argument that does not fit the tool's schema becomes the error
+    /// document (docs/reference.md, "Errors and exit codes") with code `bad-args` (a tool
+    /// result with isError), and an unknown tool name a JSON-RPC `-32602` error naming the
+    /// tools there are.
     async fn call_tool(
         &self,
         request: CallToolRequestParams,

@@ -1,5 +1,6 @@
 //! Newline-delimited JSON-RPC over a byte stream (stdio), written for this server rather
-//! than taken from rmcp's stdio transport, because of three rules of SPEC 10:
+//! than taken from rmcp's stdio transport, because of three rules of docs/mcp.md ("How the
+//! server acts"):
 //!
 //! - malformed JSON-RPC gets a JSON-RPC error: a line that is not JSON is answered with
 //!   `-32700 Parse error`, JSON that is not a JSON-RPC message with `-32600 Invalid Request`

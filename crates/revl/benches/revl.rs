@@ -8,7 +8,7 @@
 //! exec, parallel (parallel fork on ext4, and on XFS and btrfs images when run as root),
 //! view (the lineage page at 500 sessions and 10,000 steps), python (the Python binding's
 //! cost per call next to the Rust library's; needs `REVL_BENCH_PYTHON`, an interpreter with
-//! the package installed), egress (declared egress, SPEC 20.1: added latency per
+//! the package installed), egress (declared egress, docs/user-guide.md §8: added latency per
 //! connection through the proxy with and without its durable record, against a direct
 //! connect; a 100 MB download through the proxy against direct).
 //! Timings are medians of repeated runs (wall clock, release build). A benchmark never fails a
@@ -1163,7 +1163,7 @@ fn egress_fetch(server: u16, proxy: Option<u16>, n: usize) -> usize {
 fn bench_egress() {
     use revl_core::egress::{proxy::Proxy, Dest};
     use std::sync::{Arc, Mutex};
-    println!("\negress: declared egress (SPEC 20.1), the proxy in revl against a direct connect");
+    println!("\negress: declared egress (docs/user-guide.md §8), revl's proxy vs a direct connect");
     let server = egress_server();
     let allowed = vec![Dest::parse(&format!("127.0.0.1:{server}")).unwrap()];
     // The durable proxy appends each record to a WAL-like file on the target's disk and

@@ -610,7 +610,8 @@ fn entries(out: &mut String, title: &str, v: &Value) {
     }
 }
 
-/// Report entries (the shared entry shapes of SPEC 4.3, as JSON values), one row each.
+/// Report entries (the shared entry shapes of docs/reference.md, "Report entries and the
+/// guarantee", as JSON values), one row each.
 fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
     rows(
         out,
@@ -634,7 +635,7 @@ fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
     );
 }
 
-/// An exec's network emission (SPEC 20.1): each destination it reached, named.
+/// An exec's network emission (docs/user-guide.md §8): each destination it reached, named.
 fn destinations(e: &Value) -> Option<String> {
     let names = reached_destinations(e);
     (!names.is_empty()).then(|| format!("reached {}", names.join(", ")))

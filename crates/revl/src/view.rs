@@ -1,8 +1,9 @@
-//! `revl view`: one self-contained HTML page of the store's lineage (SPEC 16). Everything is
-//! inline (styles, a few lines of script for the search box), nothing is fetched; the page
-//! is a pure function of the WALs, so the same store gives the same bytes. Every session's
-//! timeline sits in a collapsed `<details>`: a browser lays out only what is opened, which
-//! keeps a store of 500 sessions and 10,000 steps quick to open and to search.
+//! `revl view`: one self-contained HTML page of the store's lineage (docs/user-guide.md
+//! §7). Everything is inline (styles, a few lines of script for the search box), nothing is
+//! fetched; the page is a pure function of the WALs, so the same store gives the same
+//! bytes. Every session's timeline sits in a collapsed `<details>`: a browser lays out only
+//! what is opened, which keeps a store of 500 sessions and 10,000 steps quick to open and
+//! to search.
 
 use revl_core::lineage::OfflineWal;
 use revl_core::log::{self, Log, LogSession};
@@ -452,7 +453,7 @@ fn session(h: &mut String, x: &LogSession, w: Option<&OfflineWal>, lg: &Log) {
     h.push_str("</tbody></table></details>\n");
 }
 
-/// An exec's network emission (SPEC 20.1): the destinations it reached, named.
+/// An exec's network emission (docs/user-guide.md §8): the destinations it reached, named.
 fn net_dests(detail: &serde_json::Value) -> String {
     let names = crate::render::reached_destinations(detail);
     if names.is_empty() {

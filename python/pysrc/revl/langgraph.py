@@ -1,4 +1,5 @@
-"""``revl.langgraph``: a LangGraph checkpointer whose time travel rewinds the world (SPEC 19).
+"""``revl.langgraph``: a LangGraph checkpointer whose time travel rewinds the world
+(docs/langgraph.md).
 
 ::
 
@@ -473,10 +474,11 @@ class RevlSaver(InMemorySaver):
             return s, pos
 
     def branch(self, config: RunnableConfig, into: PathLike) -> Session:
-        """A parallel branch (SPEC 14) of the thread's session at the checkpoint the config
-        names (default: the latest), in its own workspace ``into``: for exploring several
-        alternatives from one checkpoint at once. The thread, its line and its checkpoints
-        are unchanged. A branch over something that crossed follows ``on_crossed``."""
+        """A parallel branch (docs/user-guide.md §6) of the thread's session at the
+        checkpoint the config names (default: the latest), in its own workspace ``into``:
+        for exploring several alternatives from one checkpoint at once. The thread, its line
+        and its checkpoints are unchanged. A branch over something that crossed follows
+        ``on_crossed``."""
         with self._lock:
             s, pos = self.position_of(config)
             preview = s.fork_preview(pos)
@@ -729,7 +731,7 @@ def _saver(config: RunnableConfig) -> RevlSaver:
 def session(config: RunnableConfig) -> Session:
     """The revl session of the run's thread, from the config LangGraph passes a node or a
     tool (made on first use). In a run resumed from a checkpoint that is not the latest,
-    the first call forks the session there first (SPEC 19). In an ``async`` node use
+    the first call forks the session there first (docs/langgraph.md). In an ``async`` node use
     :func:`asession`."""
     return _saver(config).session_for(config)
 

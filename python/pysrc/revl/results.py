@@ -337,7 +337,7 @@ class Log(Result):
 
 
 class Bound(Result):
-    """``bind``: a checkpoint id bound to the session's position (SPEC 19)."""
+    """``bind``: a checkpoint id bound to the session's position (docs/langgraph.md)."""
 
     session: str
     checkpoint_id: str

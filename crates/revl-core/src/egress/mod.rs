@@ -1,4 +1,4 @@
-//! Declared egress (SPEC 20.1): the destinations a human declared in the manifest's
+//! Declared egress (docs/user-guide.md §8): the destinations a human declared in the manifest's
 //! `[exec] net`, what a command asks for (`--net`, `--net=DEST`), and the rules the proxy
 //! applies to each connection: a destination must be in the requested set, and a name that
 //! resolves to a loopback, private or link-local address is refused (only a literal address
@@ -20,7 +20,7 @@ pub const PROXY_PORT: u16 = 3128;
 /// What an exec asks of the network (`ExecOptions::net`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum NetRequest {
-    /// No network (SPEC 12): the default.
+    /// No network (docs/user-guide.md, "Shell commands: `revl exec`"): the default.
     #[default]
     None,
     /// The whole declared set (`--net`, MCP `net: true`).

@@ -1,4 +1,4 @@
-//! revl's egress proxy (SPEC 20.1). It runs in revl (the host's network namespace) and
+//! revl's egress proxy (docs/user-guide.md §8). It runs in revl (the host's network namespace) and
 //! accepts on a listening socket the sandbox made inside its own namespace and handed over,
 //! so the command reaches it at `127.0.0.1:3128` and nowhere else.
 //!

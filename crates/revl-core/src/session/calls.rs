@@ -1,6 +1,6 @@
-//! Declared tool calls by class (SPEC 1.3, 2, 4.1): effects, emissions (with approvals),
-//! held sends, opaque tools; and running a manifest inverse (an undo tool or a
-//! compensation) for the unwind executor.
+//! Declared tool calls by class (docs/reference.md, "Action classes" and "Effects"):
+//! effects, emissions (with approvals), held sends, opaque tools; and running a manifest
+//! inverse (an undo tool or a compensation) for the unwind executor.
 
 use crate::error::{Code, Error, Remedy, Result};
 use crate::report::CallResult;
@@ -25,7 +25,7 @@ impl crate::store::Store {
     }
 
     /// [`Store::import_manifest`](crate::store::Store) plus the Python function tools a
-    /// front end declared (SPEC 18): each becomes a `[[tool]]` table with `python =
+    /// front end declared (docs/python.md): each becomes a `[[tool]]` table with `python =
     /// "module:qualname"` in the stored copy, validated with the file's tools as one manifest.
     pub fn import_manifest_with(
         &self,
@@ -136,7 +136,7 @@ impl Session {
         ]
     }
 
-    /// `call TOOL --args JSON`, by the tool's class (SPEC 4.1).
+    /// `call TOOL --args JSON`, by the tool's class (docs/reference.md, "Effects").
     pub fn call(&mut self, name: &str, args: Value) -> Result<CallResult> {
         self.require_live()?;
         let manifest = self.manifest()?;

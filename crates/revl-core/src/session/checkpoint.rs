@@ -1,4 +1,4 @@
-//! Checkpoints of a front end bound to timeline positions (SPEC 19).
+//! Checkpoints of a front end bound to timeline positions (docs/langgraph.md).
 
 use super::Session;
 use crate::error::{Code, Error, Result};

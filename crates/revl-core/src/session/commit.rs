@@ -1,4 +1,5 @@
-//! Approvals (SPEC 5), commit and resend (4.4), and model decisions (8).
+//! Approvals, commit and resend, and model decisions (docs/reference.md: "Approvals",
+//! "Commit and abort", "Model decisions").
 
 use super::Session;
 use crate::error::{Code, Error, Remedy, Result};
@@ -12,7 +13,7 @@ use crate::wal::Record;
 use serde_json::{json, Value};
 
 impl Session {
-    // ---- approvals (SPEC 5) ----
+    // ---- approvals (docs/reference.md, "Approvals") ----
 
     /// `approve --ticket T` (once) or `--tool NAME` (standing, this session only).
     pub fn approve(&mut self, ticket: Option<&str>, tool: Option<&str>) -> Result<Approval> {
@@ -89,7 +90,7 @@ impl Session {
         }
     }
 
-    // ---- commit (SPEC 4.4) ----
+    // ---- commit (docs/reference.md, "Commit and abort") ----
 
     /// The commit plan: `{deferred, witnessed: {count}, hash}`. Nothing fires.
     pub fn commit_plan(&self) -> CommitPlan {
@@ -243,8 +244,9 @@ impl Session {
         }
     }
 
-    /// `note-model` (SPEC 8): which model answered step k and what it cost. Metadata only:
-    /// no prompt or response text, and no digest of them, is ever written.
+    /// `note-model` (docs/reference.md, "Model decisions"): which model answered step k and
+    /// what it cost. Metadata only: no prompt or response text, and no digest of them, is
+    /// ever written.
     pub fn note_model(&mut self, args: &Value) -> Result<ModelNote> {
         self.require_live()?;
         let bad = |f: &str, want: &str| {

@@ -1,8 +1,8 @@
-//! `diff LEFT[@K] RIGHT[@K] [PATH]` (SPEC 15): the paths whose content differs between two
-//! sessions' workspaces at two points, with unified diffs for text. The paths compared are
-//! those either side's history witnessed (its lineage included); their content comes from
-//! the blob store and the WAL (as `read --at` finds it), or from the live files at a live
-//! session's head.
+//! `diff LEFT[@K] RIGHT[@K] [PATH]` (docs/user-guide.md §6): the paths whose content
+//! differs between two sessions' workspaces at two points, with unified diffs for text. The
+//! paths compared are those either side's history witnessed (its lineage included); their
+//! content comes from the blob store and the WAL (as `read --at` finds it), or from the
+//! live files at a live session's head.
 
 use super::Session;
 use crate::error::{Error, Result};

@@ -1,5 +1,6 @@
-//! Effects on a live session (SPEC 4.1): witnessed file effects, provisions, boundaries
-//! (exec is in `exec`). Each announces itself durably (`intent`) before it changes anything.
+//! Effects on a live session (docs/reference.md, "Effects"): witnessed file effects,
+//! provisions, boundaries (exec is in `exec`). Each announces itself durably (`intent`)
+//! before it changes anything.
 
 use super::Session;
 use crate::error::{Error, Result};
@@ -17,7 +18,8 @@ impl Session {
     ///
     /// A small overwrite made in place carries its new bytes in the intent too (`redo`):
     /// once that intent is fsynced the write is acknowledged, after one `pwrite`, without
-    /// waiting for the file's own fsync or the step record's (SPEC 17; docs/wal-format.md).
+    /// waiting for the file's own fsync or the step record's (docs/wal-format.md,
+    /// "Durability order").
     pub fn file_effect(&mut self, op: FileOp) -> Result<Stepped> {
         self.require_live()?;
         // A rename moves a file with whatever bytes it holds: an in-place write's bytes must

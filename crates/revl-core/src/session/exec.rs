@@ -1,5 +1,6 @@
-//! `exec` (SPEC 12): a command in the sandbox, its change set applied as ONE witnessed step
-//! through the intent protocol; or, `--unconfined`, on the host as an opaque step (v1).
+//! `exec` (docs/architecture.md, "The exec sandbox"): a command in the sandbox, its change
+//! set applied as ONE witnessed step through the intent protocol; or, `--unconfined`, on
+//! the host as an opaque step (v1).
 //!
 //! Records, in order: `intent {kind: "effect", site: "exec"}` once the command is running
 //! (no undo: the real workspace does not change while it runs; a crash now is repaired by
@@ -18,7 +19,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The default timeout of a sandboxed command (SPEC 12).
+/// The default timeout of a sandboxed command (docs/user-guide.md, "Shell commands: `revl exec`").
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Above this many files to make durable, one `syncfs` of the scratch filesystem is cheaper
@@ -38,19 +39,19 @@ pub struct ExecOptions {
     /// Also given the command's stdout and stderr while it runs, whole (the report keeps
     /// them capped, head and tail): `revl exec` in a terminal streams them to its own.
     pub output: Option<crate::proc::OutputSink>,
-    /// `--memory`, `--pids`, `--cpu-seconds`, `--max-bytes` (SPEC 20.2).
+    /// `--memory`, `--pids`, `--cpu-seconds`, `--max-bytes` (docs/security.md).
     pub limits: ExecLimits,
-    /// `--net` / `--net=DEST` (SPEC 20.1): what of the manifest's `[exec] net` the command
-    /// may reach through revl's proxy. Default: no network.
+    /// `--net` / `--net=DEST` (docs/user-guide.md §8): what of the manifest's `[exec] net`
+    /// the command may reach through revl's proxy. Default: no network.
     pub net: crate::egress::NetRequest,
 }
 
-/// The default `--pids` (SPEC 20.2).
+/// The default `--pids` (docs/security.md).
 pub const DEFAULT_PIDS: u64 = 4096;
 /// The default `--max-bytes`: 16 GiB.
 pub const DEFAULT_MAX_BYTES: u64 = 16 << 30;
 
-/// An exec's resource limits (SPEC 20.2); `None` is the default (`pids` 4096, `max_bytes`
+/// An exec's resource limits (docs/security.md); `None` is the default (`pids` 4096, `max_bytes`
 /// 16 GiB, memory and CPU unlimited).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExecLimits {
@@ -457,7 +458,7 @@ impl Session {
         Ok(hide)
     }
 
-    /// The emission of an exec whose proxy opened at least one connection (SPEC 20.1):
+    /// The emission of an exec whose proxy opened at least one connection (docs/user-guide.md §8):
     /// label `exec.net <argv0>`, site `exec`, scope `{"caps": ["net"]}`.
     pub(super) fn net_emission(
         &mut self,

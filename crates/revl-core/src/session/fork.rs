@@ -1,6 +1,7 @@
-//! Fork (SPEC 6): enumerate with a hash, confirm, scope-gated rewind, frozen parent, branch,
-//! and the repair of a fork interrupted at any point. What the rewind runs is decided by
-//! [`crate::unwind::plan`]; every bucket by `classify` (the one classifier).
+//! Fork (docs/reference.md, "Fork: enumerate", "Fork: confirm"): enumerate with a hash,
+//! confirm, scope-gated rewind, frozen parent, branch, and the repair of a fork interrupted
+//! at any point. What the rewind runs is decided by [`crate::unwind::plan`]; every bucket
+//! by `classify` (the one classifier).
 
 use super::{DriftPolicy, Session, GUARANTEE};
 use crate::classify::{self, Partition, Refusal};
@@ -51,7 +52,6 @@ fn remove_made(dir: &Path, existed: bool, branch: &str) {
     }
 }
 
-/// The three axes a branch does not preserve, in this order (SPEC 6.2).
 /// A branch inherits the step-k images of the drift its fork left in place
 /// (`preserved.keptDrift`), so its `verify` reports that drift and its rewinds preserve it.
 fn inherit(preserved: &mut Value, kept: &[crate::undo::Image]) {
@@ -60,6 +60,7 @@ fn inherit(preserved: &mut Value, kept: &[crate::undo::Image]) {
     }
 }
 
+/// The three axes a branch does not preserve, in this order (docs/reference.md, "Fork: confirm").
 pub fn not_preserved() -> Value {
     json!([
         {"axis": "providerVersions", "why": "revl records no model-provider or runtime version per step, so a branch cannot pin the versions the parent ran with"},
@@ -138,8 +139,9 @@ fn held_sends_by_mode(queue: &[u64]) -> HeldSendsByMode {
 }
 
 impl Session {
-    /// The checks of SPEC 6.1, in order; returns the partition of the tail above k. The
-    /// refusals are [`classify::fork_refusals`], the same function the offline reader uses.
+    /// The checks of docs/reference.md, "Fork: enumerate", in order; returns the partition
+    /// of the tail above k. The refusals are [`classify::fork_refusals`], the same function
+    /// the offline reader uses.
     fn fork_checks(&self, k: i64) -> Result<Partition> {
         self.require_live()?;
         let k = self.check_range(k)?;
@@ -154,7 +156,7 @@ impl Session {
         Ok(p)
     }
 
-    /// A fork refusal as the live fork's error (SPEC 6.1).
+    /// A fork refusal as the live fork's error (docs/reference.md, "Fork: enumerate").
     fn refusal_error(&self, k: Pos, r: Refusal) -> Error {
         let labels = |idx: &[u64]| -> String {
             idx.iter()
@@ -194,8 +196,8 @@ impl Session {
         }
     }
 
-    /// The hash of SPEC 6.1; with drift (SPEC 13), also each drifted path and what it shows
-    /// now, so new drift after the enumeration makes the hash stale.
+    /// The hash of docs/reference.md, "Fork: enumerate"; with drift, also each drifted path
+    /// and what it shows now, so new drift after the enumeration makes the hash stale.
     fn fork_hash(&self, p: &Partition, drift: &[Drift]) -> String {
         let mut doc = json!({
             "session": self.id, "at": p.at, "head": self.state.head(),
@@ -322,7 +324,7 @@ impl Session {
 
     /// `fork --at K` without recording `fork-pending`: the same checks and the same report
     /// (with its hash), and nothing written, so a front end can apply its own policy to the
-    /// report (SPEC 19's `on_crossed`) before it asks for the fork. A later `fork(k)`
+    /// report (`on_crossed`, docs/langgraph.md) before it asks for the fork. A later `fork(k)`
     /// records the pending fork whose hash `fork_confirm` checks.
     pub fn fork_preview(&mut self, k: i64) -> Result<ForkReport> {
         let p = self.fork_checks(k)?;
@@ -333,9 +335,10 @@ impl Session {
         Ok(report)
     }
 
-    /// The confirm's checks (SPEC 6.2): a pending fork, the checks of 6.1 again, and a hash
-    /// that is both the pending one and a fresh enumeration's. `Err(report)` is the refusal
-    /// of a stale hash (the pending fork is cleared).
+    /// The confirm's checks (docs/reference.md, "Fork: confirm"): a pending fork, the
+    /// enumeration's checks again, and a hash that is both the pending one and a fresh
+    /// enumeration's. `Err(report)` is the refusal of a stale hash (the pending fork is
+    /// cleared).
     fn confirm_checks(&mut self, hash: &str) -> Result<Confirmable> {
         let pending = match &self.state.fork_pending {
             Some((at, Some(h))) => Some((*at, h.clone())),
@@ -369,7 +372,7 @@ impl Session {
         Ok(Ok((p, drift, k)))
     }
 
-    /// `fork-confirm --hash H` (SPEC 6.2).
+    /// `fork-confirm --hash H` (docs/reference.md, "Fork: confirm").
     pub fn fork_confirm(&mut self, hash: &str) -> Result<ForkReport> {
         self.fork_confirm_with(hash, None, DriftPolicy::Restore)
     }
@@ -465,9 +468,9 @@ impl Session {
         Ok(report)
     }
 
-    /// `fork-confirm --hash H --into DIR` (SPEC 14): the branch gets DIR, a copy of the
-    /// parent's workspace rewound to step k there; the parent stays live, its workspace,
-    /// queue, approvals and head untouched.
+    /// `fork-confirm --hash H --into DIR` (docs/user-guide.md §6): the branch gets DIR, a
+    /// copy of the parent's workspace rewound to step k there; the parent stays live, its
+    /// workspace, queue, approvals and head untouched.
     pub fn fork_confirm_into(&mut self, hash: &str, into: &Path) -> Result<ForkReport> {
         self.fork_confirm_with(hash, Some(into), DriftPolicy::Restore)
     }
@@ -588,9 +591,9 @@ impl Session {
         Ok((snapshot, into_str, preserved, done))
     }
 
-    /// SPEC 14's checks of DIR: absent or an empty directory, not inside or around the store
-    /// or any live workspace (this session's included). Returns DIR resolved, and whether it
-    /// existed.
+    /// The checks of DIR (docs/user-guide.md §6): absent or an empty directory, not inside
+    /// or around the store or any live workspace (this session's included). Returns DIR
+    /// resolved, and whether it existed.
     fn check_into(&self, into: &Path) -> Result<(PathBuf, bool)> {
         let dir = crate::store::resolve_future(into)?;
         let outside = |why: String| {
@@ -723,7 +726,8 @@ impl Session {
             .map_err(|e| Error::io("sessions/", e))
     }
 
-    /// Repair an interrupted fork in this (parent) WAL (SPEC 6.4). Never crosses.
+    /// Repair an interrupted fork in this (parent) WAL (docs/architecture.md, "Attach and
+    /// repair"). Never crosses.
     pub(super) fn repair_fork(&mut self) -> Result<()> {
         let Some(begun) = self.state.fork_begun.clone() else {
             return Ok(());

@@ -3,7 +3,7 @@
 //!
 //! The session is split by responsibility; its fields are private to this module:
 //! - [`journal`](self): appending to the WAL through `State::apply`, and the life checks;
-//! - `repair`: attach-time repair of SPEC 6.4, in order;
+//! - `repair`: attach-time repair (docs/architecture.md, "Attach and repair"), in order;
 //! - `effects`: file effects, provisions, boundaries;
 //! - `exec`: a command in the sandbox, its change set applied as one step (or unconfined);
 //! - `read`: timeline, inspect, status, owed, verify;
@@ -44,7 +44,7 @@ use serde_json::json;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-/// What a rewind claims, and no more (SPEC 4.3).
+/// What a rewind claims, and no more (docs/reference.md, "Report entries and the guarantee").
 pub const GUARANTEE: &str = "The inverses of the unwound steps ran, newest first; for file effects the recorded preimage bytes, modes and kinds were restored. Nothing is claimed about anything outside the workspace.";
 
 /// What a timeline claims: only what revl recorded (a timeline documents no rewind).
@@ -71,7 +71,8 @@ pub struct Session {
     riders: Vec<Record>,
     /// `None`: read while another command holds the lock ([`Store::attach_read`]).
     lock: Option<File>,
-    /// What attaching repaired (SPEC 6.4): every front end reports it.
+    /// What attaching repaired (docs/architecture.md, "Attach and repair"): every front end
+    /// reports it.
     repairs: Vec<Repaired>,
     /// A repair that could not run (a full disk, say) when attached to read: the session is
     /// shown as its WAL stands; the next writing command repairs it.
@@ -138,7 +139,7 @@ impl Store {
         self.new_session_with(workspace, manifest, &[])
     }
 
-    /// [`Store::new_session`] with Python function tools declared by a front end (SPEC 18),
+    /// [`Store::new_session`] with Python function tools declared by a front end (docs/python.md),
     /// recorded in the session's manifest copy beside the file's tools.
     pub fn new_session_with(
         &self,
@@ -229,7 +230,7 @@ impl Store {
     }
 
     /// Attach to a session: take its lock, rebuild its state from the WAL, repair any
-    /// interrupted operation (SPEC 6.4).
+    /// interrupted operation (docs/architecture.md, "Attach and repair").
     pub fn attach(&self, id: &str) -> Result<Session> {
         let dir = self.known_session_dir(id)?;
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
@@ -310,7 +311,7 @@ impl Store {
         };
         // A command that writes cuts a torn last line before anything else (opening the
         // writer does it and says so), so the repair is reported with the others; a read
-        // leaves it, reported as `torn` (SPEC 3.1).
+        // leaves it, reported as `torn` (docs/wal-format.md, "Torn tails and corruption").
         // A mirror's WALs are another store's: read as they stand, never repaired or cut.
         if self.mirror().is_some_and(|m| m.read_only) {
             return Ok(s);

@@ -1,5 +1,5 @@
-//! Reading a session (SPEC 4.2): timeline, inspect, status, owed, verify; and the checks a
-//! rewind target passes.
+//! Reading a session (docs/reference.md, "Reading a session"): timeline, inspect, status,
+//! owed, verify; and the checks a rewind target passes.
 
 use super::{Session, TIMELINE_CLAIM};
 use crate::classify::{self, partition};
@@ -43,7 +43,7 @@ impl Session {
     }
 
     /// A rewind (fork, step-back) to `k`: the session is live, `k` is in range and a live
-    /// step (SPEC 4.3). Returns the partition of the tail above `k`.
+    /// step (docs/reference.md, "Step back"). Returns the partition of the tail above `k`.
     pub(crate) fn rewind_target(&self, k: i64, verb: &str) -> Result<classify::Partition> {
         self.require_live()?;
         let k = self.check_range(k)?;
@@ -146,9 +146,10 @@ impl Session {
         owed
     }
 
-    /// `verify` (SPEC 13): every witnessed path whose bytes, mode or kind no longer match
-    /// the last recorded image (post-image, or preimage after an undo), and every entry revl
-    /// never witnessed inside a directory it created.
+    /// `verify` (docs/architecture.md, "Drift: what revl expects, exactly"): every
+    /// witnessed path whose bytes, mode or kind no longer match the last recorded image
+    /// (post-image, or preimage after an undo), and every entry revl never witnessed inside
+    /// a directory it created.
     pub fn verify(&self) -> Result<Verify> {
         let exp = Expected::of_in_with(&self.state.steps, &self.blobs, self.state.inherited());
         let drift = exp.per_entry(exp.drift(&self.ws)?, &self.ws, &self.blobs);
@@ -160,12 +161,13 @@ impl Session {
         })
     }
 
-    /// `read PATH --at K` (SPEC 13): the content PATH had right after step K ran (K = -1:
-    /// before every step), even when a later rewind undid step K, in any state of the
-    /// session. What revl witnessed at K decides the image; a path revl had not touched by
-    /// then had what the first later step touching it found (its preimage), or, if revl never
-    /// touched it, what it has now. The bytes come from the blob store, an inline preimage,
-    /// or the workspace, whichever holds that digest. `absent` (exit 1) where it did not exist.
+    /// `read PATH --at K` (docs/user-guide.md §3): the content PATH had right after step K
+    /// ran (K = -1: before every step), even when a later rewind undid step K, in any state
+    /// of the session. What revl witnessed at K decides the image; a path revl had not
+    /// touched by then had what the first later step touching it found (its preimage), or,
+    /// if revl never touched it, what it has now. The bytes come from the blob store, an
+    /// inline preimage, or the workspace, whichever holds that digest. `absent` (exit 1)
+    /// where it did not exist.
     pub fn read_at(&self, path: &str, k: i64) -> Result<ReadAt> {
         let k = self.check_range(k)?;
         let rel = self.ws.confine(path, false)?;

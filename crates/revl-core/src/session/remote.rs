@@ -1,4 +1,4 @@
-//! What a session needs to be branched on another machine (SPEC 21): its base tree (the
+//! What a session needs to be branched on another machine (docs/fleet.md): its base tree (the
 //! workspace as `new` found it, captured into the blob store) and a workspace materialised
 //! from the base and the WAL alone, at any step. No network here: the fleet crate moves the
 //! bytes; this module only reads and writes the local store.

@@ -1,6 +1,6 @@
-//! Attach-time repair (SPEC 6.4), in order. Repair never crosses: it runs only
-//! host-confined inverses and provision withdrawals; what it cannot finish without crossing
-//! it lists `owed`.
+//! Attach-time repair (docs/architecture.md, "Attach and repair"), in order. Repair never
+//! crosses: it runs only host-confined inverses and provision withdrawals; what it cannot
+//! finish without crossing it lists `owed`.
 
 use super::{DriftPolicy, Session};
 use crate::drift::Expected;
@@ -11,11 +11,11 @@ use crate::wal::Record;
 use serde_json::json;
 
 impl Session {
-    // ---- repair on attach (SPEC 6.4) ----
+    // ---- repair on attach (docs/architecture.md, "Attach and repair") ----
 
-    /// Every repair of SPEC 6.4, in this order: a torn write's temp file; a fork (this
-    /// session's, then its parent's); an intent without outcome; a step-back, a commit and an
-    /// abort without their closing records.
+    /// Every repair of docs/architecture.md, "Attach and repair", in this order: a torn
+    /// write's temp file; a fork (this session's, then its parent's); an intent without
+    /// outcome; a step-back, a commit and an abort without their closing records.
     pub(super) fn repair(&mut self) -> Result<()> {
         // A write stages its content before its intent is durable: if the intent was torn,
         // nothing names the temp file; it can only be the next step's.
@@ -222,10 +222,11 @@ impl Session {
 }
 
 impl Session {
-    /// An exec interrupted while its proxy had opened connections (SPEC 20.1): they may have
-    /// reached their destinations, so they are recorded as the exec's emission (an open one
-    /// `interrupted`, its bytes unknown); the workspace is untouched (its change set was
-    /// never applied), so no effect is recorded. False when it opened none.
+    /// An exec interrupted while its proxy had opened connections (docs/user-guide.md §8):
+    /// they may have reached their destinations, so they are recorded as the exec's
+    /// emission (an open one `interrupted`, its bytes unknown); the workspace is untouched
+    /// (its change set was never applied), so no effect is recorded. False when it opened
+    /// none.
     fn exec_net_repaired(&mut self, intent: &crate::state::PendingIntent) -> Result<bool> {
         let recs: Vec<Record> = self
             .state

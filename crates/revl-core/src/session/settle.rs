@@ -1,6 +1,7 @@
-//! Small in-place writes acknowledged on their intent's one fsync (SPEC 17): their files
-//! are fsynced later, in batches (`files-synced`), and after a power loss repair writes
-//! again, from the intent's `redo` bytes, every one whose file lost them.
+//! Small in-place writes acknowledged on their intent's one fsync (docs/wal-format.md,
+//! "Durability order"): their files are fsynced later, in batches (`files-synced`), and
+//! after a power loss repair writes again, from the intent's `redo` bytes, every one whose
+//! file lost them.
 
 use super::Session;
 use crate::error::{Error, Result};

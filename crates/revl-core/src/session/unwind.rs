@@ -1,6 +1,7 @@
-//! The unwind executor and the verbs built on it: step-back (SPEC 4.3), abort (4.4), and
-//! their repairs (6.4). What runs is decided by [`crate::unwind::plan`]; this file runs it,
-//! once for every kind of unwind: fence, run, record `undone`, list what failed.
+//! The unwind executor and the verbs built on it: step-back, abort, and their repairs
+//! (docs/reference.md, "Step back", "Commit and abort"; docs/architecture.md, "Attach and
+//! repair"). What runs is decided by [`crate::unwind::plan`]; this file runs it, once for
+//! every kind of unwind: fence, run, record `undone`, list what failed.
 
 use super::{Session, GUARANTEE};
 use crate::classify;
@@ -141,9 +142,9 @@ impl Session {
 
     /// Before step `i`'s file restore runs over `entries`: save every drifted file (and
     /// symlink target) under their paths to the blob store and record `preserved`, durably
-    /// (SPEC 13); and keep the witnessed files it replaces in the blob store too. A path
-    /// already showing what the entry restores (a repair re-running an inverse that had run)
-    /// is not drift.
+    /// (docs/architecture.md, "Drift: what revl expects, exactly"); and keep the witnessed
+    /// files it replaces in the blob store too. A path already showing what the entry
+    /// restores (a repair re-running an inverse that had run) is not drift.
     pub(super) fn preserve_drift(
         &mut self,
         i: u64,
@@ -505,7 +506,7 @@ impl Session {
         (k.first_above()..self.state.next_index()).rev()
     }
 
-    // ---- step-back (SPEC 4.3) ----
+    // ---- step-back (docs/reference.md, "Step back") ----
 
     pub fn step_back(&mut self, to: i64, mode: StepBackMode) -> Result<StepBackReport> {
         self.step_back_with(to, mode, DriftPolicy::Restore)
@@ -611,9 +612,10 @@ impl Session {
         })
     }
 
-    /// Finish a step-back a crash interrupted (SPEC 6.4): its host-confined inverses not yet
-    /// `undone` run; a fenced one is `failed` (outcome unknown, never re-run); in
-    /// `compensating` mode the crossing inverses not yet run are `owed`.
+    /// Finish a step-back a crash interrupted (docs/architecture.md, "Attach and repair"):
+    /// its host-confined inverses not yet `undone` run; a fenced one is `failed` (outcome
+    /// unknown, never re-run); in `compensating` mode the crossing inverses not yet run are
+    /// `owed`.
     pub(crate) fn finish_step_back(
         &mut self,
         to: Pos,
@@ -655,7 +657,7 @@ impl Session {
             .collect()
     }
 
-    // ---- abort (SPEC 4.4) ----
+    // ---- abort (docs/reference.md, "Commit and abort") ----
 
     /// `abort`: drop the queue, run every remaining inverse newest first (effects and
     /// provisions, then compensations). On an aborted session with owed entries, run those.
@@ -710,8 +712,9 @@ impl Session {
         })
     }
 
-    /// Finish an abort a crash interrupted (SPEC 6.4): the queue is dropped, host-confined
-    /// inverses finished, crossing ones listed `owed`; `aborted` is written. Never crosses.
+    /// Finish an abort a crash interrupted (docs/architecture.md, "Attach and repair"): the
+    /// queue is dropped, host-confined inverses finished, crossing ones listed `owed`;
+    /// `aborted` is written. Never crosses.
     pub(crate) fn finish_abort(&mut self) -> Result<()> {
         let dropped = self.drop_deferred(|_| true, BY_RECOVER)?;
         let plan = unwind::plan(

@@ -26,7 +26,7 @@ pub(super) enum LineError {
     },
     /// The line's CRC is right (it was written whole, on purpose) but this revl cannot
     /// decode its record: a record or member of a newer revl (or an edit that re-sealed the
-    /// CRC). Never a torn tail (SPEC 3.1 version policy, `docs/wal-format.md`).
+    /// CRC). Never a torn tail (the version policy of `docs/wal-format.md`).
     Unknown {
         record: Option<String>,
         why: String,

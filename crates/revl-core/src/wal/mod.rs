@@ -1,11 +1,11 @@
-//! The write-ahead log (SPEC 3): JSON Lines, one record per line, each line closed by a
+//! The write-ahead log (docs/wal-format.md): JSON Lines, one record per line, each line closed by a
 //! CRC-32C member: `…,"crc":"hhhhhhhh"}\n`. The format is documented in `docs/wal-format.md`.
 //!
 //! Reading yields *unverified* records plus what the reader saw at the tail (`torn`); only
 //! the session's replay (see `state.rs`) turns them into a trusted timeline.
 //!
 //! One folder, one direction of use (no cycle):
-//! - [`record`](self): every record of SPEC 3.2, and the `step` record;
+//! - [`record`](self): every record of docs/wal-format.md ("Records"), and the `step` record;
 //! - `stepline`: the fast decoder of step lines in revl's own canonical shape;
 //! - `line`: one line: encode (CRC member included) and decode;
 //! - `read`: a whole WAL: torn tail, corruption, header and seq rules, read in blocks;

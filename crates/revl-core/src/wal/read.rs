@@ -1,5 +1,6 @@
-//! Reading a whole WAL: the torn-tail, corruption, header and seq rules of SPEC 3.1, over a
-//! file read in pieces and decoded a block of lines at a time on every core.
+//! Reading a whole WAL: the torn-tail, corruption, header and seq rules of
+//! docs/wal-format.md, over a file read in pieces and decoded a block of lines at a time on
+//! every core.
 
 use super::line::*;
 use super::record::Record;
@@ -58,10 +59,11 @@ pub fn parse_wal(path: &Path, bytes: &[u8]) -> Result<WalRead> {
     Ok(WalRead::new(path, records, meta))
 }
 
-/// Where a WAL stops being readable (SPEC 3.1 corruption: a bad line with a good one after
-/// it, a `seq` that goes back, a record replay rejects), for the readers that show the intact
-/// records before it (`status`, `timeline`, `log`, `sessions`) instead of refusing. `line` is
-/// the first unreadable line (1-based); every line before it is intact.
+/// Where a WAL stops being readable (docs/wal-format.md, "Torn tails and corruption": a bad
+/// line with a good one after it, a `seq` that goes back, a record replay rejects), for the
+/// readers that show the intact records before it (`status`, `timeline`, `log`, `sessions`)
+/// instead of refusing. `line` is the first unreadable line (1-based); every line before it
+/// is intact.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Corrupt {
     pub line: usize,
@@ -178,7 +180,7 @@ fn read_pieces_mode(
 /// Bytes read per piece by [`read_wal_each`].
 const READ_CHUNK: usize = 16 << 20;
 
-/// The torn/corrupt/header/seq rules of SPEC 3.1, applied to a WAL fed in pieces of whole
+/// The torn/corrupt/header/seq rules of docs/wal-format.md, applied to a WAL fed in pieces of whole
 /// lines (the last piece may end with a line that has no newline).
 struct LineChecker<'p> {
     path: &'p Path,
@@ -222,7 +224,7 @@ impl<'p> LineChecker<'p> {
         Error::new(
             Code::NewerWal,
             format!(
-                "WAL {} line {line_no} holds {e}: it was written by a newer revl (this is revl {}, which reads walVersion {WAL_VERSION} with the records of SPEC v1 and v2); nothing was read past it, nothing was changed",
+                "WAL {} line {line_no} holds {e}: it was written by a newer revl (this is revl {}, which reads walVersion {WAL_VERSION} with the records docs/wal-format.md lists); nothing was read past it, nothing was changed",
                 self.path.display(),
                 env!("CARGO_PKG_VERSION"),
             ),
@@ -424,9 +426,10 @@ enum Stop {
     Hard(Error),
 }
 
-/// The `corrupt-wal` error of SPEC 3.1 for corruption at `line` of the WAL at `path`. Past
-/// the header, the hint gives the way forward: the readers that show the intact prefix, and
-/// `recover --truncate-corrupt`, which keeps it and moves the rest aside.
+/// The `corrupt-wal` error of docs/wal-format.md for corruption at `line` of the WAL at
+/// `path`. Past the header, the hint gives the way forward: the readers that show the
+/// intact prefix, and `recover --truncate-corrupt`, which keeps it and moves the rest
+/// aside.
 pub(crate) fn corrupt_error(path: &Path, line: usize, why: &str) -> Error {
     let hint = if line > 1 {
         format!(

@@ -1,5 +1,5 @@
-//! Every record of SPEC 3.2 (one serde enum) and the `step` record, whose text members are
-//! packed in a [`StepText`].
+//! Every record of docs/wal-format.md, "Records" (one serde enum) and the `step` record,
+//! whose text members are packed in a [`StepText`].
 
 use crate::error::{Error, Result};
 use crate::step::{Pos, StepKind};
@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// Every record of SPEC 3.2. Field names are camelCase on disk; the discriminator is
-/// `"record"`. Optional fields are omitted when absent.
+/// Every record of docs/wal-format.md, "Records". Field names are camelCase on disk; the
+/// discriminator is `"record"`. Optional fields are omitted when absent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(
     tag = "record",
@@ -50,12 +50,13 @@ pub enum Record {
             serialize_with = "crate::undo::sorted_opt"
         )]
         after: Option<IntentAfter>,
-        /// v2 (SPEC 17): a small in-place write's new bytes, so that this intent's one fsync
-        /// makes the write durable (see [`Redo`]).
+        /// v2 (docs/wal-format.md, "Durability order"): a small in-place write's new bytes,
+        /// so that this intent's one fsync makes the write durable (see [`Redo`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         redo: Option<Redo>,
-        /// v3 (SPEC 20.1): an exec with declared egress: its whole argv, so that a repair
-        /// after a crash mid-connection names the command in the emission it records.
+        /// v3 (docs/user-guide.md §8): an exec with declared egress: its whole argv, so
+        /// that a repair after a crash mid-connection names the command in the emission it
+        /// records.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         argv: Option<Vec<String>>,
     },
@@ -103,8 +104,8 @@ pub enum Record {
         ticket: String,
         tool: String,
         args_digest: String,
-        /// v2 (SPEC 16): the arguments that would be sent, so `revl approvals` can show a
-        /// human what crosses (absent in v1 WALs).
+        /// v2 (docs/user-guide.md §7): the arguments that would be sent, so `revl
+        /// approvals` can show a human what crosses (absent in v1 WALs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         args: Option<Value>,
     },
@@ -154,7 +155,7 @@ pub enum Record {
         at: Pos,
         crossed: Vec<u64>,
         would_cross: Vec<u64>,
-        /// v2 (SPEC 14): a parallel fork's new workspace; the parent is not rewound.
+        /// v2 (docs/user-guide.md §6): a parallel fork's new workspace; the parent is not rewound.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         into: Option<String>,
         /// v2: revl made that directory (else it was an empty directory already).
@@ -195,12 +196,14 @@ pub enum Record {
         outcome: String,
         llm: Value,
     },
-    /// v2 (SPEC 17): every in-place write up to step `through` is durable in its file (it was
-    /// fsynced); repair after a power loss no longer needs those intents' `redo`.
+    /// v2 (docs/wal-format.md, "Durability order"): every in-place write up to step
+    /// `through` is durable in its file (it was fsynced); repair after a power loss no
+    /// longer needs those intents' `redo`.
     FilesSynced {
         through: u64,
     },
-    /// v2 (SPEC 13): drifted content saved to the blob store before an inverse ran over it.
+    /// v2 (docs/user-guide.md §3): drifted content saved to the blob store before an
+    /// inverse ran over it.
     Preserved {
         step: u64,
         path: String,
@@ -209,7 +212,7 @@ pub enum Record {
         mode: Option<String>,
         digest: String,
     },
-    /// v3 (SPEC 19): a checkpoint of a front end (a LangGraph checkpoint id) bound to the
+    /// v3 (docs/langgraph.md): a checkpoint of a front end (a LangGraph checkpoint id) bound to the
     /// timeline position `at` (the session's head when it was bound). Metadata only: it
     /// changes nothing in the workspace or the queue, and is allowed on a committed or
     /// aborted session (a graph may checkpoint after its last tool committed).
@@ -217,7 +220,7 @@ pub enum Record {
         label: String,
         at: u64,
     },
-    /// v3 (SPEC 20.1): a connection an exec's proxy is about to open (durable before it
+    /// v3 (docs/user-guide.md §8): a connection an exec's proxy is about to open (durable before it
     /// forwards a byte), or an attempt it refused (`denied`, with `why`; nothing forwarded).
     /// `step` is the exec's intent, `conn` numbers its connections from 1.
     NetConnect {
@@ -234,7 +237,7 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ts: Option<String>,
     },
-    /// v3 (SPEC 20.1): a forwarded connection closed, with what it carried each way.
+    /// v3 (docs/user-guide.md §8): a forwarded connection closed, with what it carried each way.
     NetClose {
         step: u64,
         conn: u64,
@@ -249,12 +252,12 @@ pub enum Record {
     },
 }
 
-/// The new bytes of a small in-place write, in its intent (v2, SPEC 17). The write is
-/// acknowledged once the intent is fsynced and the bytes are written (not yet fsynced): one
-/// ordered sync instead of three. The file is fsynced later, in batches (`files-synced`).
-/// Repair rolls such an intent forward (never back), and after a power loss (the machine's
-/// boot id differs from `boot`) writes the bytes again wherever the file still shows its
-/// preimage.
+/// The new bytes of a small in-place write, in its intent (v2, docs/wal-format.md,
+/// "Durability order"). The write is acknowledged once the intent is fsynced and the bytes
+/// are written (not yet fsynced): one ordered sync instead of three. The file is fsynced
+/// later, in batches (`files-synced`). Repair rolls such an intent forward (never back),
+/// and after a power loss (the machine's boot id differs from `boot`) writes the bytes
+/// again wherever the file still shows its preimage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Redo {

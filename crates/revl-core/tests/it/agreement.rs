@@ -1,8 +1,8 @@
 //! One classifier, three readers: over random histories of all seven kinds and every kind of
 //! scope, the live fork report, a live `step-back --scoped` and the offline `branch --at` put
 //! every step in the same bucket, and all three equal an oracle written here, independently,
-//! from the table of SPEC 1.1. Where the live fork refuses, its refusal is among the offline
-//! findings.
+//! from the table of docs/reference.md, "Step kinds and buckets". Where the live fork
+//! refuses, its refusal is among the offline findings.
 
 use proptest::prelude::*;
 use revl_core::lineage;
@@ -30,7 +30,7 @@ fn scopes() -> Vec<Option<Value>> {
     ]
 }
 
-/// The oracle's gate, written from SPEC 1.2's rules in order.
+/// The oracle's gate, written from the rules of docs/reference.md, "The scope gate", in order.
 fn oracle_confined(scope: &Option<Value>) -> bool {
     let Some(Value::Object(m)) = scope else {
         return false;
@@ -284,7 +284,7 @@ fn build(history: &[Gen]) -> Built {
     }
 }
 
-/// SPEC 1.1's last column, newest first.
+/// The last column of docs/reference.md, "Step kinds and buckets", newest first.
 fn oracle(model: &[ModelStep], k: i64) -> Buckets {
     let mut b = Buckets::default();
     for (i, (kind, scope, undo_scope, _, builtin)) in model.iter().enumerate().rev() {

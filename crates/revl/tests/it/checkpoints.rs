@@ -1,4 +1,4 @@
-//! Checkpoints bound to timeline positions (SPEC 19): the `bind` record made through the
+//! Checkpoints bound to timeline positions (docs/langgraph.md): the `bind` record made through the
 //! library (what `revl.langgraph` calls), seen through the `revl` binary: `revl log --json`
 //! lists `checkpoints: [{position, checkpointId}]`, the text log and `revl view` show them,
 //! a fork carries them in the old line's WAL, and `fork_preview` enumerates without

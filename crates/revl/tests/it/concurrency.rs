@@ -14,7 +14,7 @@ use std::sync::Arc;
 const PROCS: usize = 8;
 const WRITES: usize = 25;
 
-/// `seq` strictly increases over the seq-taking records (SPEC 3.1).
+/// `seq` strictly increases over the seq-taking records (docs/wal-format.md, "seq").
 fn assert_seq_increasing(recs: &[Value]) {
     let mut last: Option<u64> = None;
     for r in recs {

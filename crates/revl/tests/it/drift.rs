@@ -1,6 +1,6 @@
-//! SPEC 13 through the binary: every way of changing the workspace by hand, under every kind
-//! of rewind. Nothing is lost (each drifted file's bytes come back from `revl blob`), and the
-//! workspace ends at step k, byte for byte.
+//! Drift (docs/user-guide.md §3) through the binary: every way of changing the workspace by
+//! hand, under every kind of rewind. Nothing is lost (each drifted file's bytes come back
+//! from `revl blob`), and the workspace ends at step k, byte for byte.
 
 use crate::common::env::*;
 use crate::common::{assert_snap_eq, put, snapshot, Snapshot};
@@ -262,9 +262,10 @@ fn blob_refuses_what_it_does_not_hold() {
 }
 
 mod union {
-    //! Property (SPEC 13): random histories of witnessed changes interleaved with random
-    //! hand changes, then a rewind to a random k: the union of the workspace and the blob
-    //! store holds every byte that existed in the workspace before the rewind.
+    //! Property (docs/architecture.md, "Drift: what revl expects, exactly"): random
+    //! histories of witnessed changes interleaved with random hand changes, then a rewind
+    //! to a random k: the union of the workspace and the blob store holds every byte that
+    //! existed in the workspace before the rewind.
     use crate::common::{put, tempdir};
     use proptest::prelude::*;
     use proptest::sample::Index;

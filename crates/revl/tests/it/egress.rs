@@ -1,10 +1,10 @@
-//! Declared egress (SPEC 20.1), through the binary, against loopback servers only: a server
-//! on the host's 127.0.0.1 declared literally gets exactly the requests the command made
-//! (and the `net-connect` record was durable in the WAL when it accepted); an undeclared one
-//! gets nothing (through the proxy, through a tunnel, directly); a name that resolves to
-//! loopback is refused; `--net=DEST` outside the set runs nothing; a fork restores the files
-//! and reports the crossing; a revl killed mid-connection is repaired with the destination
-//! known.
+//! Declared egress (docs/user-guide.md §8), through the binary, against loopback servers
+//! only: a server on the host's 127.0.0.1 declared literally gets exactly the requests the
+//! command made (and the `net-connect` record was durable in the WAL when it accepted); an
+//! undeclared one gets nothing (through the proxy, through a tunnel, directly); a name that
+//! resolves to loopback is refused; `--net=DEST` outside the set runs nothing; a fork
+//! restores the files and reports the crossing; a revl killed mid-connection is repaired
+//! with the destination known.
 
 use crate::common::*;
 use serde_json::Value;

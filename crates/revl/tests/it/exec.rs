@@ -1,7 +1,8 @@
-//! Sandboxed `exec` (SPEC 12), through the binary: a golden table of edge cases, each run
-//! through `exec`, its change set checked against the table, the workspace compared with
-//! the same command run plainly on a copy (an independent computation), then rewound by a
-//! fork and compared byte for byte with a copy taken before.
+//! Sandboxed `exec` (docs/architecture.md, "The exec sandbox"), through the binary: a
+//! golden table of edge cases, each run through `exec`, its change set checked against the
+//! table, the workspace compared with the same command run plainly on a copy (an
+//! independent computation), then rewound by a fork and compared byte for byte with a copy
+//! taken before.
 
 use crate::common::*;
 use serde_json::Value;
@@ -462,7 +463,7 @@ fn the_sandbox_confines_what_the_command_reaches() {
     }
     assert!(
         stdout.contains("\nfull null random shm urandom zero \n"),
-        "/dev holds five nodes and shm (no tty: SPEC 20.2): {doc}"
+        "/dev holds five nodes and shm (no tty: docs/security.md): {doc}"
     );
     // Observed from outside: the listener received nothing; the host is untouched.
     assert!(

@@ -1,6 +1,7 @@
-//! `exec`'s outputs (SPEC 12, issue 23 #13), through the binary: beyond the 1 MiB cap the
-//! result keeps the head AND the tail (a test runner's summary is at the end) with one marker
-//! line between; in text mode the command's output reaches the terminal while it runs.
+//! `exec`'s outputs (docs/user-guide.md, "Shell commands: `revl exec`", issue 23 #13),
+//! through the binary: beyond the 1 MiB cap the result keeps the head AND the tail (a test
+//! runner's summary is at the end) with one marker line between; in text mode the command's
+//! output reaches the terminal while it runs.
 
 use crate::common::*;
 use std::io::{BufRead, BufReader};

@@ -1,4 +1,4 @@
-//! SPEC 21, many machines: push to an S3-compatible server (and a shared directory), fencing
+//! docs/fleet.md, many machines: push to an S3-compatible server (and a shared directory), fencing
 //! by compare-and-swap, reads of a remote with the same documents as local reads, a branch
 //! made in a second store directory (standing for a second machine), a tampered bucket
 //! refused, and the lineage index in PostgreSQL rebuilt from the bucket alone.
@@ -179,7 +179,7 @@ fn reads(run: &dyn Fn(&[&str]) -> Out, id: &str, head: u64) -> BTreeMap<String, 
     out
 }
 
-/// A document without the members that are local file paths (SPEC 21: the same documents
+/// A document without the members that are local file paths (docs/fleet.md: the same documents
 /// as local reads, local file paths aside).
 fn without_paths(mut v: Value) -> Value {
     fn strip(v: &mut Value) {

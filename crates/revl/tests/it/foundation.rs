@@ -1139,8 +1139,9 @@ fn error_documents_and_exit_codes() {
         .err(2, "store-in-workspace");
 }
 
-/// A refused `new` must leave no trace: SPEC 1 refuses a store inside a workspace, yet the
-/// refused command has already created the store (with `sessions/` and `blobs/`) inside it.
+/// A refused `new` must leave no trace: a store inside a workspace is refused
+/// (docs/reference.md, "Concepts"), yet the refused command has already created the store
+/// (with `sessions/` and `blobs/`) inside it.
 #[test]
 fn refused_store_in_workspace_leaves_no_store_behind() {
     let w = World::new();

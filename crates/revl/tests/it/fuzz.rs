@@ -7,7 +7,8 @@
 //!   written (a damaged record is never silently accepted);
 //! - the manifest parser (`revl_core::tools::Manifest::parse`) on arbitrary text, TOML-ish
 //!   text built from the manifest vocabulary, and mutations of a valid manifest: never
-//!   panics, refusals are `bad-manifest` on one line, and what it accepts obeys SPEC 2;
+//!   panics, refusals are `bad-manifest` on one line, and what it accepts obeys
+//!   docs/user-guide.md §1;
 //! - the argv templates (`template_names`, `fill_template`): never panic, agree with a
 //!   reference implementation, and substitute values verbatim (one argv element stays one);
 //! - the command line: random argv to the real binary exits 0, 1 or 2, never panics, prints
@@ -228,11 +229,12 @@ proptest! {
 }
 
 /// Found by `a_flipped_byte_is_never_silently_accepted`: flipping the newline that ends the
-/// second-to-last line merges it with the last line. SPEC 3.1 reads the merged line as a torn
-/// tail (it fails its CRC), so the reader reports `torn` and the next writer truncates BOTH
-/// records. A crash cannot produce this shape (a torn append never ends with a newline), only
-/// outside damage can; it is recorded here as the documented limit of the torn-tail rule:
-/// the loss is reported (`torn: true`), never silent, and the surviving records are intact.
+/// second-to-last line merges it with the last line. docs/wal-format.md reads the merged
+/// line as a torn tail (it fails its CRC), so the reader reports `torn` and the next writer
+/// truncates BOTH records. A crash cannot produce this shape (a torn append never ends with
+/// a newline), only outside damage can; it is recorded here as the documented limit of the
+/// torn-tail rule: the loss is reported (`torn: true`), never silent, and the surviving
+/// records are intact.
 #[test]
 fn regression_flipped_newline_of_the_penultimate_line_reads_as_torn() {
     let recs = [
@@ -250,7 +252,7 @@ fn regression_flipped_newline_of_the_penultimate_line_reads_as_torn() {
     let w = parse_wal(Path::new("fuzz.wal"), &bytes).unwrap();
     assert!(w.torn);
     assert_eq!(w.records, recs[..1].to_vec());
-    // One more good line after the damage and it is corruption, as SPEC 3.1 requires.
+    // One more good line after the damage and it is corruption, as docs/wal-format.md requires.
     bytes.extend(encode_line(&Record::AbortBegin {}));
     assert!(is_corrupt(&parse_wal(Path::new("fuzz.wal"), &bytes)));
 }
@@ -298,7 +300,8 @@ scope = []
 run = ["./tools/restore", "{{literal}}"]
 "#;
 
-/// The rules of SPEC 2 that an accepted manifest must satisfy (an oracle, not the parser).
+/// The rules of docs/user-guide.md §1 and docs/reference.md, "Manifest tools: templates,
+/// witnesses, failures" that an accepted manifest must satisfy (an oracle, not the parser).
 fn check_accepted(m: &Manifest) -> Result<(), TestCaseError> {
     let mut names = std::collections::BTreeSet::new();
     for t in &m.tools {
@@ -805,7 +808,7 @@ impl Cli {
     }
 }
 
-/// The CLI contract of SPEC 9 on one run.
+/// The CLI contract (docs/reference.md, "Errors and exit codes") on one run.
 fn cli_verdict(
     args: &[std::ffi::OsString],
     out: &(Option<i32>, String, String),
@@ -840,8 +843,9 @@ fn cli_verdict(
         let doc: Value = serde_json::from_str(stdout).unwrap();
         let negative_shape = doc.get("approvalRequired").is_some() || doc.get("refused").is_some();
         let error_doc = doc["error"]["code"].is_string() && doc["error"]["message"].is_string();
-        // `branch`/`compare` exit 1 with their own documents (SPEC 7.2, 7.3); `verify`
-        // answers "drift found" with exit 1 and its normal document (SPEC 9, 13).
+        // `branch`/`compare` exit 1 with their own documents (docs/reference.md, "branch",
+        // "compare"); `verify` answers "drift found" with exit 1 and its normal document
+        // (docs/reference.md, "Errors and exit codes").
         let offline = doc.get("kind").is_some();
         let answer = *code == Some(1) && doc["drift"].as_array().is_some_and(|d| !d.is_empty());
         if !(negative_shape || error_doc || offline || answer) {

@@ -1,4 +1,4 @@
-//! The sandbox holds against a hostile command (SPEC 20.2, issue 24): each red-team finding
+//! The sandbox holds against a hostile command (docs/security.md, issue 24): each red-team finding
 //! replayed through the binary and observed from outside. No test changes a host setting:
 //! where an attack would write a host value, it writes the value the host already has, so
 //! that even a sandbox that failed to hold leaves the host as it was; the test then checks
@@ -300,7 +300,7 @@ if pid == 0:
 print("fork", os.waitpid(pid, 0)[1] >> 8)
 "#;
 
-/// SPEC 20.2 / finding 6: the seccomp filter refuses each listed call with EPERM (clone3
+/// docs/security.md / finding 6: the seccomp filter refuses each listed call with EPERM (clone3
 /// with ENOSYS, so that the C library falls back to clone); ordinary calls still work.
 #[test]
 fn the_seccomp_filter_refuses_the_dangerous_calls_with_eperm() {
@@ -586,7 +586,7 @@ fn a_bad_exec_hide_is_refused_at_new() {
     }
 }
 
-/// SPEC 20.2 limits: past `--max-bytes` the command is stopped, nothing is applied and no
+/// docs/security.md limits: past `--max-bytes` the command is stopped, nothing is applied and no
 /// step is recorded (exit 1, limit-exceeded); `--pids`, `--memory` and `--cpu-seconds` act
 /// as the kernel does; a bad SIZE is refused before anything runs.
 #[test]
@@ -692,7 +692,7 @@ fn a_huge_sparse_file_is_refused_by_the_default_limit() {
     assert!(size <= 16 << 30, "a {size}-byte file reached the workspace");
 }
 
-/// SPEC 20.2: `doctor --json` reports each layer, and a refusal names the exact fix. The
+/// docs/security.md: `doctor --json` reports each layer, and a refusal names the exact fix. The
 /// refusal is made without touching the host: in a user namespace of the test's own, whose
 /// `user.max_user_namespaces` (a per-namespace setting) is 0, revl's sandbox cannot make
 /// the command's user namespace.

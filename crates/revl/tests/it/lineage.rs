@@ -314,7 +314,7 @@ fn partition_findings_and_exit_codes() {
     assert_eq!(
         branch(&["branch", "--wal", "/nonexistent/wal.jsonl"]).code,
         1,
-        "SPEC 7.2: a WAL that cannot be read exits 1"
+        "docs/reference.md, branch: a WAL that cannot be read exits 1"
     );
 }
 

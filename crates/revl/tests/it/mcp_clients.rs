@@ -1,4 +1,4 @@
-//! `revl mcp` (SPEC 10) driven by real clients.
+//! `revl mcp` (docs/mcp.md) driven by real clients.
 //!
 //! - `python_client_end_to_end` and `typescript_client_end_to_end` run the scripts in
 //!   tests/mcp/ (the official Python `mcp` client and `@modelcontextprotocol/sdk`) against
@@ -278,7 +278,7 @@ fn raw_malformed_jsonrpc_gets_errors_and_the_server_keeps_serving() {
         "{v}"
     );
 
-    // Wrong argument types: a tool result with isError and the SPEC 9 document.
+    // Wrong argument types: a tool result with isError and the error document (docs/reference.md).
     let r = s.call(7, "revl_write", json!({"path": ["a"], "content": 3}));
     assert_eq!(r["isError"], true, "{r}");
     assert_eq!(r["structuredContent"]["error"]["code"], "bad-args", "{r}");
@@ -373,7 +373,7 @@ fn raw_workspace_target_attaches_to_its_live_session_and_releases_the_lock() {
     assert_eq!(st["structuredContent"]["session"], first.as_str(), "{st}");
     c.finish();
 
-    // Bad targets are refused before serving, with the SPEC 9 document.
+    // Bad targets are refused before serving, with the error document (docs/reference.md).
     let out = Command::new(BIN)
         .args([
             "--store",

@@ -487,7 +487,8 @@ fn bare_emission_blocks_compensating_step_back_unless_forced() {
 }
 
 /// A compensating step-back over b.txt (host-confined), a compensated emission and a.txt,
-/// killed at `step-back.mid-replay:N`, then repaired by the next command (SPEC 6.4).
+/// killed at `step-back.mid-replay:N`, then repaired by the next command
+/// (docs/architecture.md, "Attach and repair").
 fn compensating_step_back_crash(n: u32) -> (Env, Sink, String, Value) {
     let (e, sink) = (env(), Sink::start().unwrap());
     let s = new_session(&e, &sink);

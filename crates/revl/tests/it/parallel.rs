@@ -1,7 +1,7 @@
-//! Parallel branches (SPEC 14) through the binary: siblings from one step, each in its own
-//! workspace; the parent untouched and live; held sends committed per session, counted by a
-//! loopback sink; concurrent writers; crashes at every fork failpoint in parallel mode;
-//! refusals of DIR.
+//! Parallel branches (docs/user-guide.md §6) through the binary: siblings from one step,
+//! each in its own workspace; the parent untouched and live; held sends committed per
+//! session, counted by a loopback sink; concurrent writers; crashes at every fork failpoint
+//! in parallel mode; refusals of DIR.
 
 use crate::common::env as support;
 use crate::common::manifest::{self, tool};

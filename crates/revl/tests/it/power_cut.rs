@@ -1,12 +1,13 @@
-//! Power loss (SPEC 17, issue 18): the store and the workspaces live on the power-cut FUSE
-//! layer (`revl-powercut`), which keeps only what fsync/fsyncdir made durable. Each scenario
-//! is a fixed list of `revl` commands, run one after another as separate processes against
-//! a loopback HTTP sink. A reference run without a cut counts the mutating FUSE requests T
-//! of the scenario's armed part and records the state after every command. Then, for each
-//! cut point N of a sample of 1..=T (every request for the short scenarios; a stride plus
-//! seeded random points for the long one), on a fresh disk: the same commands run until the
-//! N-th request, which never returns; the harness SIGKILLs the command in flight, drops every
-//! write that was not fsynced (power cycle), mounts again, and checks on the remounted store:
+//! Power loss (docs/reliability.md, issue 18): the store and the workspaces live on the
+//! power-cut FUSE layer (`revl-powercut`), which keeps only what fsync/fsyncdir made
+//! durable. Each scenario is a fixed list of `revl` commands, run one after another as
+//! separate processes against a loopback HTTP sink. A reference run without a cut counts
+//! the mutating FUSE requests T of the scenario's armed part and records the state after
+//! every command. Then, for each cut point N of a sample of 1..=T (every request for the
+//! short scenarios; a stride plus seeded random points for the long one), on a fresh disk:
+//! the same commands run until the N-th request, which never returns; the harness SIGKILLs
+//! the command in flight, drops every write that was not fsynced (power cycle), mounts
+//! again, and checks on the remounted store:
 //!
 //! - every session attaches (`status` repairs; `sessions` lists each one and each opens);
 //! - no acknowledged step is lost and only an unacknowledged tail is missing: each session's

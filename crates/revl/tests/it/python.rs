@@ -1,4 +1,4 @@
-//! The Python package (SPEC 18) as a newcomer gets it: a fresh virtual environment,
+//! The Python package (docs/python.md) as a newcomer gets it: a fresh virtual environment,
 //! `pip install ./python` (a release build through maturin), then the pytest suite in
 //! python/tests against the INSTALLED package (never the build tree) and `mypy --strict` on
 //! the package, examples/python and examples/tree_search. One test, so `cargo test --workspace` runs the Rust and

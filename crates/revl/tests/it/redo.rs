@@ -1,7 +1,8 @@
-//! The one-sync small write (SPEC 17): its intent carries the new bytes; after a power loss
-//! (a new boot id) repair writes again what the file lost, and only that. The power-cut
-//! harness (`power_cut.rs`) drops real unsynced writes; these tests stage the same states
-//! by hand, through the binary, so each rule is checked on its own.
+//! The one-sync small write (docs/wal-format.md, "Durability order"): its intent carries
+//! the new bytes; after a power loss (a new boot id) repair writes again what the file
+//! lost, and only that. The power-cut harness (`power_cut.rs`) drops real unsynced writes;
+//! these tests stage the same states by hand, through the binary, so each rule is checked
+//! on its own.
 
 use crate::common::World;
 use serde_json::Value;

@@ -88,7 +88,8 @@ fn disk() -> Disk {
     Disk { w, ws, fs }
 }
 
-/// The error of SPEC 9 for a full disk: exit 1, code `io`, one stderr line saying so.
+/// The error for a full disk (docs/reference.md, "Errors and exit codes"): exit 1, code
+/// `io`, one stderr line saying so.
 #[track_caller]
 fn assert_no_space(out: &Out) {
     let msg = out.err(1, "io");
@@ -226,7 +227,8 @@ fn a_full_disk_during_a_commit() {
         }
     };
     drop(out);
-    // Space is back: the interrupted commit is repaired as SPEC 6.4 says.
+    // Space is back: the interrupted commit is repaired as docs/architecture.md, "Attach
+    // and repair" says.
     let st = d.w.json(&["status", &sid]).ok().clone();
     assert_eq!(st["state"], "committed");
     let got = sink.received();

@@ -1,5 +1,6 @@
-//! Seeing it (SPEC 16, issue 17): `revl log`, `revl approvals`, `revl view` (checked as
-//! bytes here and as a page in headless Chromium), and reads that never wait for a writer.
+//! Seeing it (docs/user-guide.md §7, issue 17): `revl log`, `revl approvals`, `revl view`
+//! (checked as bytes here and as a page in headless Chromium), and reads that never wait
+//! for a writer.
 
 use crate::common::env as support;
 use crate::common::manifest::{self, tool};

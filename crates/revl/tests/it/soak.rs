@@ -1,10 +1,11 @@
 //! Soak-and-kill: a scripted agent drives the real `revl` binary through a long random mix of
 //! every verb (file effects, provisions, boundaries, exec (some with declared egress: a fetch
-//! from a loopback server through revl's proxy, SPEC 20.1), held sends, approved emissions with
-//! compensations, an outbound manifest effect, step-backs, forks, commits, aborts, new
-//! sessions) while a supervisor SIGKILLs the process at random moments and arms failpoints.
-//! After every kill a fresh `status`/`timeline` (attach + repair) runs and the invariants of
-//! SPEC 0, 3.1 and 6.4 are checked against an independent model:
+//! from a loopback server through revl's proxy, docs/user-guide.md §8), held sends,
+//! approved emissions with compensations, an outbound manifest effect, step-backs, forks,
+//! commits, aborts, new sessions) while a supervisor SIGKILLs the process at random moments
+//! and arms failpoints. After every kill a fresh `status`/`timeline` (attach + repair) runs
+//! and the invariants of docs/reliability.md ("What is promised") are checked against an
+//! independent model:
 //!
 //! - the WAL reads: every line but possibly the last is CRC-closed JSON, `seq` strictly
 //!   increases, and a torn tail is reported exactly when the file has one;
@@ -160,9 +161,10 @@ enum Op {
     },
     Exec,
     /// A file written by a sandboxed `exec` (`sh -c`): its change set is one effect step.
-    /// With `net`, it first fetches from a loopback server through declared egress (SPEC
-    /// 20.1): an `exec.net sh` emission step precedes the effect, and a kill in the middle
-    /// of the connection must leave that emission (the destination known) or nothing.
+    /// With `net`, it first fetches from a loopback server through declared egress
+    /// (docs/user-guide.md §8): an `exec.net sh` emission step precedes the effect, and a
+    /// kill in the middle of the connection must leave that emission (the destination
+    /// known) or nothing.
     Shell {
         path: String,
         content: Vec<u8>,
@@ -298,7 +300,7 @@ fn under(p: &str, q: &str) -> bool {
     q.len() > p.len() && q.starts_with(p) && q.as_bytes()[p.len()] == b'/'
 }
 
-/// The model's own semantics of the built-in file effects (SPEC 4.1).
+/// The model's own semantics of the built-in file effects (docs/reference.md, "Effects").
 fn apply_fs(s: &Snapshot, op: &Op, um: u32) -> Snapshot {
     let mut s = s.clone();
     let dmode = 0o777 & !um;
@@ -508,7 +510,7 @@ fn token_of(body: &str) -> Option<String> {
     body.get(at..at + 11).map(str::to_string)
 }
 
-/// The WAL oracle, written from SPEC 3.1 and independent of revl-core: every line but
+/// The WAL oracle, written from docs/wal-format.md and independent of revl-core: every line but
 /// possibly the last is `{…,"crc":"hhhhhhhh"}\n` with the right CRC-32C and parses as JSON;
 /// `seq` strictly increases. Returns the records and whether the tail is torn.
 fn read_wal_oracle(path: &Path) -> Result<(Vec<Value>, bool), String> {
@@ -545,7 +547,8 @@ fn read_wal_oracle(path: &Path) -> Result<(Vec<Value>, bool), String> {
     }
     let mut last: Option<u64> = None;
     for (i, r) in recs.iter().enumerate() {
-        // Only the seq-taking records (SPEC 3.1); `flushed {seq}` names a held send.
+        // Only the seq-taking records (docs/wal-format.md, "seq"); `flushed {seq}` names a
+        // held send.
         let takes = matches!(
             r["record"].as_str(),
             Some("header" | "step" | "deferred-emission")
@@ -1587,8 +1590,8 @@ impl Soak {
                 "wal.torn-append:2",
                 "wal.torn-append:3",
                 // Only the first write (the announcing record): a later ENOSPC inside an
-                // inverse is a reported `failed` entry by design (SPEC 4.3), which the
-                // resource-fault tests cover.
+                // inverse is a reported `failed` entry by design (docs/reference.md, "Step
+                // back"), which the resource-fault tests cover.
                 "io.enospc",
             ],
         );

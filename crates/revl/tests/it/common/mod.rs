@@ -103,9 +103,9 @@ impl Out {
         self.doc()
     }
 
-    /// Assert a failure with the SPEC 9 error document: `exit`, `code`, a JSON document of
-    /// exactly `{"error": {code, message, hint}}` on stdout, and one line on stderr.
-    /// Returns the message.
+    /// Assert a failure with the error document (docs/reference.md, "Errors and exit
+    /// codes"): `exit`, `code`, a JSON document of exactly `{"error": {code, message,
+    /// hint}}` on stdout, and one line on stderr. Returns the message.
     #[track_caller]
     pub fn err(&self, exit: i32, code: &str) -> String {
         assert_eq!(
@@ -462,7 +462,8 @@ pub fn put(p: &Path, bytes: &[u8], mode: u32) {
 
 // ---- the WAL ----
 
-/// The CRC member of SPEC 3.1: CRC-32C of the line bytes before `,"crc"`, 8 lowercase hex.
+/// The CRC member (docs/wal-format.md, "Lines"): CRC-32C of the line bytes before `,"crc"`,
+/// 8 lowercase hex.
 pub fn crc_hex(body: &[u8]) -> String {
     format!("{:08x}", crc32c::crc32c(body))
 }
