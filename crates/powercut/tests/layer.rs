@@ -1,6 +1,7 @@
 //! Tests of the power-cut layer through a real FUSE mount. They need
-//! `/dev/fuse` and root (CI runs as root); without them they fail with the
-//! mount error, which says so.
+//! `/dev/fuse` and root, so plain `cargo test` leaves them out (ignored) and
+//! `scripts/test` runs them (as root, with `--include-ignored`); without
+//! `/dev/fuse` or root they fail with the mount error, which says so.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -28,7 +29,7 @@ impl Fixture {
         fs::create_dir(&dir).expect("create mountpoint");
         let disk = Disk::new();
         let mnt = disk.mount(&dir).unwrap_or_else(|e| {
-            panic!("power-cut layer could not mount (needs /dev/fuse and root): {e}")
+            panic!("power-cut layer could not mount (needs /dev/fuse and root: run scripts/test as root): {e}")
         });
         Fixture {
             mnt: Some(mnt),
@@ -100,6 +101,7 @@ fn is_mountpoint(p: &Path) -> bool {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_unsynced_write_is_lost_synced_write_survives() {
     let mut fx = Fixture::new();
     let f = fx.p("data.bin");
@@ -132,6 +134,7 @@ fn power_cut_layer_unsynced_write_is_lost_synced_write_survives() {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_new_file_needs_directory_fsync() {
     let mut fx = Fixture::new();
     fs::create_dir(fx.p("d")).expect("mkdir");
@@ -170,6 +173,7 @@ fn power_cut_layer_new_file_needs_directory_fsync() {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_rename_needs_directory_fsync() {
     let mut fx = Fixture::new();
     write_file(&fx.p("old"), b"payload");
@@ -217,6 +221,7 @@ fn power_cut_layer_rename_needs_directory_fsync() {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_truncate_and_chmod_are_volatile_until_fsync() {
     let mut fx = Fixture::new();
     let body = pattern(1000, 3);
@@ -270,16 +275,34 @@ fn power_cut_layer_truncate_and_chmod_are_volatile_until_fsync() {
 const CHILD_ENV: &str = "REVL_POWERCUT_CHILD_DIR";
 const STEPS: usize = 13;
 
-/// The workload of `power_cut_layer_cut_point_*`: runs only in a child
-/// process started with `CHILD_ENV`; a no-op in a normal test run. Each step
-/// is exactly one mutating FUSE request; "STEP k" is printed after step k
-/// returned.
+/// The workload of `power_cut_layer_cut_point_*`, in a child process started
+/// with `CHILD_ENV` (on the mount that variable names). Run as a test of its
+/// own, without `CHILD_ENV`, it runs on a fresh mount and must end in the
+/// model's final state, live and after a cut (never a no-op that passes).
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_child_workload() {
-    let Some(dir) = std::env::var_os(CHILD_ENV) else {
+    if let Some(dir) = std::env::var_os(CHILD_ENV) {
+        workload(Path::new(&dir));
         return;
-    };
-    let dir = PathBuf::from(dir);
+    }
+    let mut fx = Fixture::new();
+    workload(&fx.root());
+    assert_eq!(
+        flat_snapshot(&fx.root()),
+        BTreeMap::from([
+            ("a".to_string(), b"hello world!!!".to_vec()),
+            ("c".to_string(), b"bee".to_vec()),
+        ]),
+        "the whole workload, live"
+    );
+    fx.crash();
+    assert_eq!(flat_snapshot(&fx.root()), model_after(STEPS));
+}
+
+/// Each step is exactly one mutating FUSE request; "STEP k" is printed after
+/// step k returned.
+fn workload(dir: &Path) {
     let step = |k: usize| {
         println!("STEP {k}");
         std::io::stdout().flush().expect("flush");
@@ -299,7 +322,7 @@ fn power_cut_layer_child_workload() {
     step(2);
     fa.sync_all().expect("fsync");
     step(3);
-    fsync_dir(&dir);
+    fsync_dir(dir);
     step(4);
     fa.write_all_at(b" world", 5).expect("write");
     step(5);
@@ -311,11 +334,11 @@ fn power_cut_layer_child_workload() {
     step(8);
     fa.sync_all().expect("fsync");
     step(9);
-    fsync_dir(&dir);
+    fsync_dir(dir);
     step(10);
     fs::rename(dir.join("b"), dir.join("c")).expect("rename");
     step(11);
-    fsync_dir(&dir);
+    fsync_dir(dir);
     step(12);
     fa.write_all_at(b"!!!", 11).expect("write");
     step(13);
@@ -358,6 +381,7 @@ fn spawn_workload(dir: &Path) -> std::process::Child {
         .args([
             "--exact",
             "power_cut_layer_child_workload",
+            "--include-ignored",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -385,6 +409,7 @@ fn steps_printed(child: &mut std::process::Child) -> Vec<usize> {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_cut_point_blocks_at_exactly_the_nth_op() {
     for n in 1..=STEPS {
         let mut fx = Fixture::new();
@@ -462,6 +487,7 @@ fn within<T: Send + 'static>(
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_unmount_with_blocked_request_does_not_hang() {
     let mut fx = Fixture::new();
     write_file(&fx.p("f"), b"durable");
@@ -498,6 +524,7 @@ fn power_cut_layer_unmount_with_blocked_request_does_not_hang() {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_unmount_with_killed_child_holding_files_does_not_hang() {
     let mut fx = Fixture::new();
     let root = fx.root();
@@ -552,6 +579,7 @@ fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<PathBuf, Obj>) {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_tree_round_trips_after_sync_all() {
     let mut fx = Fixture::new();
     let root = fx.root();
@@ -612,6 +640,7 @@ fn power_cut_layer_tree_round_trips_after_sync_all() {
 // ---- ordinary programs work ------------------------------------------------
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_shell_tools_work() {
     let fx = Fixture::new();
     let script = r#"
@@ -687,6 +716,7 @@ fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()>
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_layer_rename_flags() {
     let fx = Fixture::new();
     write_file(&fx.p("x"), b"x");

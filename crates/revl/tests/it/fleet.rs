@@ -3,15 +3,17 @@
 //! made in a second store directory (standing for a second machine), a tampered bucket
 //! refused, and the lineage index in PostgreSQL rebuilt from the bucket alone.
 //!
-//! The servers come from `.ci/start-fleet-servers` (moto's S3 server and PostgreSQL on
-//! loopback); without them these tests fail, saying so.
+//! The tests on S3 and PostgreSQL need the servers from `.ci/start-fleet-servers` (moto's S3
+//! server and PostgreSQL on loopback): plain `cargo test` leaves them out (ignored),
+//! `scripts/test` starts the servers and runs them; without the servers they fail, saying
+//! so. The tests on a shared directory (`Fleet::dir`) need nothing and always run.
 
 use crate::common::{Out, World};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const NO_SERVERS: &str = "the fleet tests need the S3 and PostgreSQL servers: run `eval \"$(bash .ci/start-fleet-servers)\"` first (.ci/run does)";
+const NO_SERVERS: &str = "the fleet tests on S3 need the S3 and PostgreSQL servers: run scripts/test (it starts them), or `eval \"$(bash .ci/start-fleet-servers)\"` first";
 
 /// The servers' environment (the AWS_* variables and the index URL).
 fn servers() -> Vec<(String, String)> {
@@ -203,6 +205,7 @@ fn pushed(o: &Out) -> Value {
 }
 
 #[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
 fn push_is_idempotent_and_reads_of_the_remote_equal_local_reads() {
     let f = Fleet::s3();
     f.add_remotes();
@@ -266,6 +269,7 @@ fn push_is_idempotent_and_reads_of_the_remote_equal_local_reads() {
 }
 
 #[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
 fn a_kill_at_any_point_of_a_push_leaves_the_remote_consistent_and_the_next_push_resumes() {
     let points = [
         "push.mid-blobs:1",
@@ -347,6 +351,7 @@ fn copy_store(f: &Fleet, to: &Path) {
 }
 
 #[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
 fn two_racing_writers_of_one_session_one_is_fenced_and_loses_nothing() {
     let f = Fleet::s3();
     f.add_remotes();
@@ -418,6 +423,7 @@ fn two_racing_writers_of_one_session_one_is_fenced_and_loses_nothing() {
 }
 
 #[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
 fn a_push_from_a_stale_remote_head_is_fenced() {
     let f = Fleet::s3();
     f.add_remotes();
@@ -483,6 +489,7 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 #[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
 fn a_branch_made_on_a_second_machine_is_the_source_read_at_k_byte_for_byte() {
     let f = Fleet::s3();
     f.add_remotes();
@@ -825,6 +832,7 @@ fn a_shared_directory_is_a_remote_too() {
 }
 
 #[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
 fn the_lineage_index_in_postgresql_is_rebuilt_from_the_bucket_alone() {
     let f = Fleet::s3();
     let name = format!("pg{}", &uniq()[..10]);

@@ -84,9 +84,10 @@ fn proc_sys_is_read_only_and_the_command_holds_no_capability() {
 /// Finding 5: capabilities revl inherits (here the inheritable set, which uid 0 turns into
 /// permitted ones at exec) never reach the command.
 #[test]
+#[ignore = "needs root: run by scripts/test (README)"]
 fn inherited_capabilities_never_reach_the_command() {
     // A test that cannot run fails, saying why (a skip would print `ok`).
-    assert!(is_root(), "this test needs root (to hand revl inheritable capabilities): run the suite as root, as .ci/run does");
+    assert!(is_root(), "this test needs root (to hand revl inheritable capabilities): run it as root, as scripts/test does");
     let w = World::new();
     let (sid, _ws) = w.session();
     let mut cmd = Command::new("setpriv");
@@ -426,10 +427,9 @@ fn setuid_setgid_and_file_capabilities_never_reach_the_workspace() {
 }
 
 /// Finding 4: `.revl-*` names are reserved: a command's are listed as ignored and never
-/// applied, and a rewind that stages across a mount point inside the workspace never
-/// follows a symlink planted at its staging name.
+/// applied.
 #[test]
-fn revl_names_are_reserved_and_cross_mount_staging_never_follows_a_link() {
+fn revl_names_are_reserved_and_never_applied() {
     let w = World::new();
     let (sid, ws) = w.session();
     let victim = w.path("victim");
@@ -468,18 +468,25 @@ fn revl_names_are_reserved_and_cross_mount_staging_never_follows_a_link() {
         .contains("reserved"));
     assert!(fs::symlink_metadata(ws.join(".revl-restore-2.tmp")).is_err());
     assert!(!ws.join(".revl-9.tmp").exists());
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "outside");
+}
 
+/// Finding 4: a rewind that stages across a mount point inside the workspace never follows
+/// a symlink planted at its staging name.
+#[test]
+#[ignore = "needs root: run by scripts/test (README)"]
+fn cross_mount_staging_never_follows_a_link() {
     // The staging: a tmpfs mounted inside the workspace, in a private mount namespace
     // (nothing changes on the host); the link planted by hand where a rewind stages.
     // A test that cannot run fails, saying why (a skip would print `ok`).
     assert!(
         is_root(),
-        "this test needs root to mount: run the suite as root, as .ci/run does"
+        "this test needs root to mount: run it as root, as scripts/test does"
     );
-    let (sid, ws) = {
-        let ws = w.ws("ws2");
-        (w.new_session(&ws), ws)
-    };
+    let w = World::new();
+    let (sid, ws) = w.session();
+    let victim = w.path("victim");
+    fs::write(&victim, "outside").unwrap();
     fs::create_dir(ws.join("mnt")).unwrap();
     let revl = |args: &str| format!("{} --store {} {args}", bin(), w.store.display());
     let script = format!(
@@ -811,11 +818,12 @@ fn verify_sees_no_drift_after_rewinding_a_symlink_replaced_by_a_directory() {
 /// the workspace) leaves no `.revl-*` staging behind, and the next exec runs. The small
 /// filesystem is a tmpfs mounted in a private mount namespace: nothing changes on the host.
 #[test]
+#[ignore = "needs root: run by scripts/test (README)"]
 fn a_full_disk_during_apply_leaves_no_staging_behind() {
     // A test that cannot run fails, saying why (a skip would print `ok`).
     assert!(
         is_root(),
-        "this test needs root to mount: run the suite as root, as .ci/run does"
+        "this test needs root to mount: run it as root, as scripts/test does"
     );
     let w = World::new();
     let (sid, ws) = w.session();
@@ -941,11 +949,12 @@ fn the_layers_hold_for_an_unprivileged_user_too() {
 /// The `pids` cgroup an exec makes (as root) is removed after it, and one a killed revl
 /// left behind is removed by the next exec: no host state accumulates.
 #[test]
+#[ignore = "needs root: run by scripts/test (README)"]
 fn no_pids_cgroup_outlives_an_exec_or_a_killed_revl() {
     // A test that cannot run fails, saying why (a skip would print `ok`).
     assert!(
         is_root(),
-        "this test needs root (revl makes a pids cgroup only as root): run the suite as root, as .ci/run does"
+        "this test needs root (revl makes a pids cgroup only as root): run it as root, as scripts/test does"
     );
     let w = World::new();
     let (sid, _ws) = w.session();

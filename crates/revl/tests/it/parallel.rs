@@ -495,8 +495,8 @@ impl Drop for LoopFs {
     }
 }
 
-/// Make and mount a `kind` (xfs, btrfs) filesystem (CI installs xfsprogs and btrfs-progs
-/// and runs as root).
+/// Make and mount a `kind` (xfs, btrfs) filesystem (scripts/test installs xfsprogs and
+/// btrfs-progs and runs as root).
 fn loop_fs(kind: &str) -> LoopFs {
     let have = |c: &str| {
         std::process::Command::new("sh")
@@ -512,7 +512,7 @@ fn loop_fs(kind: &str) -> LoopFs {
     // A test that cannot run fails, saying why: a skip would print `ok` in the summary.
     assert!(
         root && have(&format!("mkfs.{kind}")),
-        "making a {kind} image needs root and mkfs.{kind}: run the suite as root (as .ci/run does) with xfsprogs and btrfs-progs installed (`apt-get install xfsprogs btrfs-progs`)"
+        "making a {kind} image needs root and mkfs.{kind}: run scripts/test as root (it installs xfsprogs and btrfs-progs)"
     );
     // On the build disk, not in RAM: the image is sparse, 512 MiB at most.
     let dir = tempfile::Builder::new()
@@ -591,6 +591,7 @@ fn fork_each(e: &Env, sink: &Sink, dirs: &[PathBuf]) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root, mkfs.xfs and mkfs.btrfs: run by scripts/test (README)"]
 fn reflink_and_snapshot_clones_equal_the_copy_path() {
     {
         let fs = loop_fs("xfs");

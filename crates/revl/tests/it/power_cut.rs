@@ -29,6 +29,8 @@
 //! i/m)": the n-th mutating FUSE request of the armed part, the i-th of the m its command
 //! made in the reference run). Each test prints one line: cut points, distinct post-cut
 //! states, and how many cut points lost something or sent something twice or too early.
+//! The layer needs `/dev/fuse` and root: plain `cargo test` leaves these tests out (ignored),
+//! `scripts/test` runs them (add `-- --include-ignored` to a cargo test command line as root).
 //! `REVL_POWER_CUT_ALL=1` cuts after every request of every scenario (a longer run);
 //! `REVL_POWER_CUT_SEED` picks the random points; `REVL_POWER_CUT_ONLY=n[,m…]` runs just
 //! those cut points and prints every WAL and the sink after the repair (to diagnose one).
@@ -125,7 +127,7 @@ impl Rig {
         std::fs::create_dir_all(off.join("home")).unwrap();
         let disk = Disk::new();
         let mnt = disk.mount(&mp).unwrap_or_else(|e| {
-            panic!("the power-cut layer could not mount (needs /dev/fuse and root): {e}")
+            panic!("the power-cut layer could not mount (needs /dev/fuse and root: run scripts/test as root): {e}")
         });
         Rig {
             root: mnt.path().to_path_buf(),
@@ -1245,26 +1247,31 @@ fn mixed(c: &mut Ctx) -> Option<()> {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_new_session_in_a_fresh_store() {
     drive("fresh-store", &["ws"], fresh_store, Sample::Every);
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_file_effects() {
     drive("writes", &["ws"], writes, Sample::Every);
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_step_back() {
     drive("step-back", &["ws"], step_back, Sample::Every);
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_fork_serial() {
     drive("fork-serial", &["ws"], fork_serial, Sample::Every);
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_fork_parallel() {
     drive(
         "fork-parallel",
@@ -1275,16 +1282,19 @@ fn power_cut_fork_parallel() {
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_commit_with_held_sends_and_approvals() {
     drive("commit", &["ws"], commit, Sample::Every);
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_abort() {
     drive("abort", &["ws"], abort, Sample::Every);
 }
 
 #[test]
+#[ignore = "needs root and /dev/fuse: run by scripts/test (README)"]
 fn power_cut_random_points_in_a_mixed_session_tree() {
     drive(
         "mixed",

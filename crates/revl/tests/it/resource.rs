@@ -1,6 +1,8 @@
-//! Resource faults: a full disk during a write, a commit and a fork, on a real 2 MiB tmpfs
-//! holding both the store and the workspace (root mounts it; elsewhere the same scenarios run
-//! with `REVL_FAILPOINT=io.enospc`), and a manifest tool that hangs past its timeout.
+//! Resource faults: a full disk during a write, a commit and a fork, and a manifest tool that
+//! hangs past its timeout. Each full-disk scenario runs twice: on a real 2 MiB tmpfs holding
+//! both the store and the workspace (mounting it needs root: plain `cargo test` leaves these
+//! out (ignored), `scripts/test` runs them as root), and with `REVL_FAILPOINT=io.enospc`
+//! (the `_by_failpoint` tests, which need nothing and always run).
 //!
 //! Each time: a clear one-line error (code `io`, "No space left"), the WAL and the workspace
 //! stay consistent (a fresh `status` works once there is room for its repair; the workspace
@@ -18,26 +20,28 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A small real filesystem, unmounted on drop; `None` when mounting is not permitted.
+/// A small real filesystem, unmounted on drop. Mounting it needs root: without, the test
+/// fails, saying so (a skip would print `ok`).
 struct SmallFs {
     dir: PathBuf,
 }
 
 impl SmallFs {
-    fn mount(at: &Path) -> Option<SmallFs> {
-        std::fs::create_dir_all(at).ok()?;
-        if std::env::var_os("REVL_TEST_NO_MOUNT").is_some() {
-            return None;
-        }
-        let ok = Command::new("mount")
+    fn mount(at: &Path) -> SmallFs {
+        std::fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
             .arg(at)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then(|| SmallFs {
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "mounting a 2 MiB tmpfs needs root: run it as root, as scripts/test does ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        SmallFs {
             dir: at.to_path_buf(),
-        })
+        }
     }
 
     /// Fill every free byte with a filler file; returns its path.
@@ -64,22 +68,30 @@ impl Drop for SmallFs {
 }
 
 /// Where a scenario runs: a world whose store and workspace live on the small filesystem
-/// when it could be mounted.
+/// (`fs`), or on the world's own disk with the full disk made by a failpoint (`fs` is
+/// `None`).
 struct Disk {
     w: World,
     ws: PathBuf,
     fs: Option<SmallFs>,
 }
 
-fn disk() -> Disk {
+/// A [`Disk`] on a real 2 MiB tmpfs (root).
+fn small_tmpfs() -> Disk {
+    disk(true)
+}
+
+/// A [`Disk`] whose full disk is `REVL_FAILPOINT=io.enospc`.
+fn failpoint() -> Disk {
+    disk(false)
+}
+
+fn disk(real: bool) -> Disk {
     let mut w = World::new();
-    let fs = SmallFs::mount(&w.path("disk"));
+    let fs = real.then(|| SmallFs::mount(&w.path("disk")));
     let base = match &fs {
         Some(f) => f.dir.clone(),
-        None => {
-            println!("mount not permitted: using REVL_FAILPOINT=io.enospc");
-            w.path("disk")
-        }
+        None => w.path("disk"),
     };
     w.store = base.join("store");
     let ws = base.join("ws");
@@ -129,8 +141,17 @@ fn labels(tl: &Value) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root: run by scripts/test (README)"]
 fn a_full_disk_during_a_write() {
-    let d = disk();
+    a_full_disk_during_a_write_on(small_tmpfs());
+}
+
+#[test]
+fn a_full_disk_during_a_write_by_failpoint() {
+    a_full_disk_during_a_write_on(failpoint());
+}
+
+fn a_full_disk_during_a_write_on(d: Disk) {
     let sid = d.w.new_session(&d.ws);
     d.w.json(&["write", &sid, "small", "--content", "kept"])
         .ok();
@@ -179,9 +200,18 @@ fn a_full_disk_during_a_write() {
 }
 
 #[test]
+#[ignore = "needs root: run by scripts/test (README)"]
 fn a_full_disk_during_a_commit() {
+    a_full_disk_during_a_commit_on(small_tmpfs());
+}
+
+#[test]
+fn a_full_disk_during_a_commit_by_failpoint() {
+    a_full_disk_during_a_commit_on(failpoint());
+}
+
+fn a_full_disk_during_a_commit_on(d: Disk) {
     const SENDS: usize = 120;
-    let d = disk();
     let sink = Sink::start().unwrap();
     let manifest = d.w.path("revl.toml");
     std::fs::write(
@@ -267,8 +297,17 @@ fn a_full_disk_during_a_commit() {
 }
 
 #[test]
+#[ignore = "needs root: run by scripts/test (README)"]
 fn a_full_disk_during_a_fork() {
-    let d = disk();
+    a_full_disk_during_a_fork_on(small_tmpfs());
+}
+
+#[test]
+fn a_full_disk_during_a_fork_by_failpoint() {
+    a_full_disk_during_a_fork_on(failpoint());
+}
+
+fn a_full_disk_during_a_fork_on(d: Disk) {
     let sid = d.w.new_session(&d.ws);
     for i in 0..6 {
         d.w.json(&[
