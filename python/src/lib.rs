@@ -114,6 +114,13 @@ impl ToolHost for Host {
         self.tools.get(tool).is_some_and(|(t, _)| t == target)
     }
 
+    fn accepts(&self, tool: &str, args: &Value) -> std::result::Result<(), String> {
+        match self.tools.get(tool) {
+            Some((_, f)) => Python::attach(|py| binds(py, f, args)),
+            None => Ok(()),
+        }
+    }
+
     fn run(&self, call: HostCall<'_>) -> ToolRun {
         let Some((_, f)) = self.tools.get(&call.tool.name) else {
             return ToolRun::failed("missing-tool", format!("{} is not held", call.target));
@@ -134,6 +141,32 @@ impl ToolHost for Host {
             }
         })
     }
+}
+
+/// Whether `f`'s signature takes `args` (a JSON object) as keyword arguments:
+/// `inspect.signature(f).bind(**args)`; its `TypeError` says why not.
+fn binds(py: Python<'_>, f: &Py<PyAny>, args: &Value) -> std::result::Result<(), String> {
+    let check = || -> PyResult<std::result::Result<(), String>> {
+        let kwargs = PyDict::new(py);
+        let parsed = py
+            .import("json")?
+            .getattr("loads")?
+            .call1((args.to_string(),))?;
+        kwargs.update(parsed.cast::<pyo3::types::PyMapping>()?)?;
+        let sig = py
+            .import("inspect")?
+            .getattr("signature")?
+            .call1((f.bind(py),))?;
+        match sig.getattr("bind")?.call((), Some(&kwargs)) {
+            Ok(_) => Ok(Ok(())),
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyTypeError>(py) => {
+                Ok(Err(e.value(py).to_string()))
+            }
+            Err(e) => Err(e),
+        }
+    };
+    // A function whose signature cannot be read (a builtin) is not refused here.
+    check().unwrap_or(Ok(()))
 }
 
 /// Call the function: a forward call with the call's args as keyword arguments, an inverse

@@ -164,7 +164,7 @@ impl Store {
             state: now.life().as_str(),
             head: now.head(),
             corrupt,
-            note: "the session reads and attaches again at its intact records; the next command on it repairs any operation the cut left open (docs/architecture.md, \"Attach and repair\"). What the moved records did to the workspace is no longer witnessed: `revl verify` shows it as drift, and a rewind preserves it before overwriting it. Blobs only the moved records name are not kept by `revl gc`",
+            note: "the session reads and attaches again at its intact records; the next command on it repairs any operation the cut left open (docs/architecture.md, \"Attach and repair\"). What the moved records did to the workspace is no longer witnessed: revl cannot tell it from a hand edit. Only where it changed a path a kept step witnessed does `revl verify` report drift (and a rewind preserve it first); a path only the moved records touched is not reported at all. The moved records stay in the file named above for a person to read. Blobs only they name are not kept by `revl gc`",
         })
     }
 

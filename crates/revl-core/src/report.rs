@@ -263,7 +263,8 @@ pub struct Sandboxed {
 pub struct Timeline {
     pub session: String,
     pub state: &'static str,
-    pub head: u64,
+    /// The last live step (after a step-back to k with nothing run since: k).
+    pub head: Pos,
     pub torn: bool,
     pub steps: Vec<StepView>,
     pub accumulated: Vec<u64>,
@@ -297,7 +298,8 @@ pub struct Status {
     pub state: &'static str,
     pub workspace: String,
     pub wal: String,
-    pub head: u64,
+    /// The last live step (after a step-back to k with nothing run since: k).
+    pub head: Pos,
     pub torn: bool,
     /// Active now, the inherited base layer included.
     pub provisions: std::collections::BTreeMap<String, String>,

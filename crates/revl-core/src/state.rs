@@ -900,6 +900,16 @@ impl State {
         Pos::After(self.head())
     }
 
+    /// Where the session stands: its last live step. After a step-back to k (or the rewind
+    /// of a serial fork at k) with no step run since, k; otherwise the last step. This is
+    /// the `head` that `status`, `timeline` and a front end's position report.
+    pub fn position(&self) -> Pos {
+        match self.spans.last() {
+            Some((to, h)) if *h == self.head() && !self.steps.is_empty() => *to,
+            _ => self.head_pos(),
+        }
+    }
+
     /// A position given as an integer, checked against this timeline: `-1` or a step index
     /// in `[0, head]`.
     pub fn pos(&self, k: i64) -> Option<Pos> {

@@ -696,22 +696,72 @@ impl ToolRun {
     }
 }
 
-/// Check every template argument is present, before anything runs.
-pub fn check_args(tool: &Tool, args: &Value, inverse: bool) -> Result<()> {
-    if let Runner::Argv(argv) = &tool.runner {
-        for part in argv {
-            for name in template_names(part).unwrap_or_default() {
-                if args.get(&name).is_none() && !(inverse && name == "witness") {
-                    return Err(Error::bad_args(
-                        format!("tool {:?} needs argument `{name}`", tool.name),
-                        "give it in the call's args",
-                    )
-                    .with_remedy(crate::error::Remedy::PassArg(name.clone())));
-                }
+/// Check the call's args fit the tool's declaration, before anything runs or is queued:
+/// every placeholder of its `run` argv and of its `http` URL is given, and a Python
+/// function's signature accepts them (asked of the host that holds it).
+pub fn check_args(
+    tool: &Tool,
+    args: &Value,
+    inverse: bool,
+    host: Option<&dyn ToolHost>,
+) -> Result<()> {
+    let templates: Vec<&String> = match &tool.runner {
+        Runner::Argv(argv) => argv.iter().collect(),
+        Runner::Http { url, .. } => vec![url],
+        Runner::Python(_) => Vec::new(),
+    };
+    for part in templates {
+        for name in template_names(part).unwrap_or_default() {
+            if args.get(&name).is_none() && !(inverse && name == "witness") {
+                return Err(Error::bad_args(
+                    format!("tool {:?} needs argument `{name}`", tool.name),
+                    "give it in the call's args; nothing was queued or run",
+                )
+                .with_remedy(crate::error::Remedy::PassArg(name.clone())));
             }
         }
     }
+    if let (Runner::Python(target), Some(h), false) = (&tool.runner, host, inverse) {
+        if h.holds(&tool.name, target) {
+            h.accepts(&tool.name, args).map_err(|why| {
+                Error::bad_args(
+                    format!(
+                        "tool {:?} ({target}) does not take these args: {why}",
+                        tool.name
+                    ),
+                    "pass the args its Python signature names; nothing was queued or run",
+                )
+            })?;
+        }
+    }
     Ok(())
+}
+
+/// An `http` tool's URL with its `{name}` placeholders filled from the args, each value
+/// percent-encoded (a string as it is, any other value as its JSON text).
+fn fill_url(url: &str, args: &Value, witness: Option<&Value>) -> Result<String> {
+    let mut enc = serde_json::Map::new();
+    for name in template_names(url).unwrap_or_default() {
+        let v = match (args.get(&name), name.as_str()) {
+            (Some(v), _) => v.clone(),
+            (None, "witness") => witness.cloned().unwrap_or(Value::Null),
+            (None, _) => continue,
+        };
+        let text = match v {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let mut out = String::new();
+        for b in text.bytes() {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        enc.insert(name, Value::String(out));
+    }
+    fill_template(url, &Value::Object(enc), None)
 }
 
 /// The process's own tool runner for [`Runner::Python`] tools (docs/python.md): the Python package
@@ -724,6 +774,11 @@ pub trait ToolHost: Send + Sync {
     /// and witness. The witness is the function's return value; an exception is
     /// `error: {type: <exception type>, message}`.
     fn run(&self, call: HostCall<'_>) -> ToolRun;
+    /// Whether the function held as `tool` takes `args` as its keyword arguments (checked at
+    /// the call, before anything is queued or run); why not, in a few words.
+    fn accepts(&self, _tool: &str, _args: &Value) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 /// One call of a host's function.
@@ -934,9 +989,10 @@ pub fn run_tool(
             } else {
                 args.clone()
             };
+            let url = fill_url(url, args, witness)?;
             Ok(http_call(
                 method,
-                url,
+                &url,
                 &body,
                 idem_key,
                 tool.timeout,

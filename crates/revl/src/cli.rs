@@ -125,6 +125,11 @@ enum Cmd {
         /// even when a later rewind undid step K.
         #[arg(long, allow_hyphen_values = true)]
         at: Option<String>,
+        /// Write exactly the file's bytes to this file (text or binary). Without it, text is
+        /// printed exactly as stored (no newline added) and binary content is written only to
+        /// a pipe or a file, never to a terminal (or use --json: base64).
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// Find the blobs no live or frozen session can reach any more; --apply removes them
     /// (a dry run by default: it says what it would free).
@@ -864,28 +869,36 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             session,
             path,
             at: Some(at),
+            out,
         } => {
             let k = parse_k(at, "--at")?;
             let s = attach_read(&store, session)?;
             let r = s.read_at(path, k)?;
-            let text = match (&r.content, &r.content_base64) {
-                (Some(c), _) => c.clone(),
-                (None, b) => format!("(binary, base64) {}", b.as_deref().unwrap_or("")),
-            };
-            Ok(Outcome::ok(to_json(&r), text))
+            read_out(
+                cli,
+                to_json(&r),
+                &r.path,
+                &r.content,
+                &r.content_base64,
+                out,
+            )
         }
         Cmd::Read {
             session,
             path,
             at: None,
+            out,
         } => {
             let s = attach_read(&store, session)?;
             let r = s.workspace().read(path)?;
-            let text = match (&r.content, &r.content_base64) {
-                (Some(c), _) => c.clone(),
-                (None, b) => format!("(binary, base64) {}", b.as_deref().unwrap_or("")),
-            };
-            Ok(Outcome::ok(to_json(&r), text))
+            read_out(
+                cli,
+                to_json(&r),
+                &r.path,
+                &r.content,
+                &r.content_base64,
+                out,
+            )
         }
         Cmd::List { session, path } => {
             let s = attach_read(&store, session)?;
@@ -1328,16 +1341,13 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
             session,
             path,
             at: Some(at),
+            out,
         } => {
             let k = parse_k(at, "--at")?;
             let id = fetch(session)?;
             let s = mirror.attach_read(&id)?;
             let r = s.read_at(path, k)?;
-            let text = match (&r.content, &r.content_base64) {
-                (Some(c), _) => c.clone(),
-                (None, b) => format!("(binary, base64) {}", b.as_deref().unwrap_or("")),
-            };
-            Ok(Outcome::ok(to_json(&r), text))
+            read_out(cli, to_json(&r), &r.path, &r.content, &r.content_base64, out)
         }
         Cmd::Read { at: None, .. } => Err(Error::new(
             Code::Usage,
@@ -1433,6 +1443,63 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
 }
 
 /// A verb's own-shape refusal (a stale hash, an approval required) exits 1.
+/// What `read` gives: with `--out FILE`, exactly the bytes into FILE; with `--json`, the
+/// document; else the bytes exactly on stdout (text as stored, no newline added), binary
+/// content refused when stdout is a terminal (it would garble it).
+fn read_out(
+    cli: &Cli,
+    mut doc: Value,
+    path: &str,
+    content: &Option<String>,
+    base64: &Option<String>,
+    out: &Option<PathBuf>,
+) -> Result<Outcome, Error> {
+    use std::io::{IsTerminal as _, Write as _};
+    let bytes = match (content, base64) {
+        (Some(c), _) => c.clone().into_bytes(),
+        (None, Some(b)) => revl_core::workspace::unb64(b)?,
+        (None, None) => Vec::new(),
+    };
+    let shown = render::path_text(path);
+    if let Some(file) = out {
+        std::fs::write(file, &bytes)
+            .map_err(|e| Error::io(format!("cannot write {}", file.display()), e))?;
+        if let Value::Object(m) = &mut doc {
+            m.remove("content");
+            m.remove("contentBase64");
+            m.insert("out".into(), file.display().to_string().into());
+            m.insert("size".into(), bytes.len().into());
+        }
+        let text = format!(
+            "{} bytes of {shown} written to {}",
+            bytes.len(),
+            file.display()
+        );
+        return Ok(Outcome::ok(doc, text));
+    }
+    if cli.json {
+        return Ok(Outcome::ok(doc, String::new()));
+    }
+    let stdout = std::io::stdout();
+    if content.is_none() && stdout.is_terminal() {
+        return Err(Error::bad_args(
+            format!(
+                "{shown} is binary ({} bytes): written to a terminal it would garble it",
+                bytes.len()
+            ),
+            "write it to a file with --out FILE (or pipe it), or read it as base64 with --json",
+        ));
+    }
+    let mut o = stdout.lock();
+    let _ = o.write_all(&bytes).and_then(|_| o.flush());
+    Ok(Outcome {
+        doc: Value::Null,
+        text: String::new(),
+        exit: 0,
+        printed: true,
+    })
+}
+
 fn answered(r: &impl revl_core::api::Answer, t: String) -> Outcome {
     use revl_core::api::Refusal;
     let doc = r.document();

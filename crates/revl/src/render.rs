@@ -325,13 +325,18 @@ pub fn exec(v: &ExecReport) -> String {
             }
             for c in &n.connections {
                 let _ = match &c.error {
-                    None => write!(
-                        out,
-                        "\n  reached     {}  {} bytes up, {} down",
-                        host_port(&visible(&c.dest), c.port),
-                        c.bytes_up,
-                        c.bytes_down,
-                    ),
+                    None => match (c.bytes_up, c.bytes_down) {
+                        (Some(up), Some(down)) => write!(
+                            out,
+                            "\n  reached     {}  {up} bytes up, {down} down",
+                            host_port(&visible(&c.dest), c.port),
+                        ),
+                        _ => write!(
+                            out,
+                            "\n  reached     {}  bytes unknown (interrupted while open; it may have crossed)",
+                            host_port(&visible(&c.dest), c.port),
+                        ),
+                    },
                     Some(e) => write!(
                         out,
                         "\n  failed      {}  ({}; nothing was forwarded)",

@@ -288,10 +288,12 @@ pub struct Connection {
     pub port: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved: Option<String>,
-    pub bytes_up: u64,
-    pub bytes_down: u64,
-    /// Set after a crash or power cut: the connection was open, its bytes are unknown (the
-    /// counts are what was recorded, zero), and the destination may have been reached.
+    /// Bytes the command sent and received through it; `null` when unknown (an interrupted
+    /// connection: nothing counted them to the end).
+    pub bytes_up: Option<u64>,
+    pub bytes_down: Option<u64>,
+    /// Set after a crash or power cut: the connection was open, its byte counts are unknown
+    /// (`null`), and the destination may have been reached.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
     /// The outbound connection failed (nothing was forwarded).
@@ -353,8 +355,8 @@ impl NetSummary {
                             dest: dest.clone(),
                             port: *port,
                             resolved: resolved.clone(),
-                            bytes_up: 0,
-                            bytes_down: 0,
+                            bytes_up: None,
+                            bytes_down: None,
                             interrupted: true,
                             error: None,
                         });
@@ -369,8 +371,8 @@ impl NetSummary {
                 } => {
                     if let Some(i) = ids.iter().position(|c| c == conn) {
                         let c = &mut s.connections[i];
-                        c.bytes_up = *bytes_up;
-                        c.bytes_down = *bytes_down;
+                        c.bytes_up = Some(*bytes_up);
+                        c.bytes_down = Some(*bytes_down);
                         c.interrupted = false;
                         c.error = error.clone();
                     }

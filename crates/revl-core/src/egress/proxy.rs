@@ -433,8 +433,8 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
         dest: dest.clone(),
         port,
         resolved: Some(addr.ip().to_string()),
-        bytes_up: 0,
-        bytes_down: 0,
+        bytes_up: Some(0),
+        bytes_down: Some(0),
         interrupted: false,
         error: None,
     };
@@ -444,8 +444,8 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
             conn,
             dest: c.dest.clone(),
             port: c.port,
-            bytes_up: c.bytes_up,
-            bytes_down: c.bytes_down,
+            bytes_up: c.bytes_up.unwrap_or(0),
+            bytes_down: c.bytes_down.unwrap_or(0),
             error: c.error.clone(),
             ts: ts(),
         };
@@ -500,8 +500,8 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
         });
     }
     lock(&sh.live).remove(&conn);
-    c.bytes_up = up.load(Ordering::SeqCst);
-    c.bytes_down = down.load(Ordering::SeqCst);
+    c.bytes_up = Some(up.load(Ordering::SeqCst));
+    c.bytes_down = Some(down.load(Ordering::SeqCst));
     close(&c);
 }
 

@@ -145,7 +145,7 @@ impl Session {
             .cloned()
             .ok_or_else(|| manifest.unknown_tool(name))?;
         object_args(&args)?;
-        check_args(&tool, &args, false)?;
+        check_args(&tool, &args, false, self.store.tool_host())?;
         crate::tools::check_runnable(&tool, self.store.tool_host())?;
         match tool.class {
             Class::Inverse => Err(Error::bad_args(

@@ -70,7 +70,8 @@ pub struct Position {
     pub session: String,
     /// `live`, `frozen`, `committed` or `aborted`.
     pub state: &'static str,
-    pub head: u64,
+    /// The last live step (see [`crate::state::State::position`]).
+    pub head: crate::step::Pos,
     /// The serial branch that continues a frozen session.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frozen_into: Option<String>,
@@ -84,7 +85,7 @@ impl Session {
         Position {
             session: self.id.clone(),
             state: life.as_str(),
-            head: self.state.head(),
+            head: self.state.position(),
             frozen_into: match life {
                 Life::Frozen { branch, .. } => Some(branch),
                 _ => None,

@@ -15,7 +15,7 @@ impl Session {
         Timeline {
             session: self.id.clone(),
             state: self.state.life().as_str(),
-            head: self.state.head(),
+            head: self.state.position(),
             torn: self.torn,
             steps: self
                 .state
@@ -100,7 +100,7 @@ impl Session {
             state: st.life().as_str(),
             workspace: st.workspace.clone(),
             wal: self.wal_path.display().to_string(),
-            head: st.head(),
+            head: st.position(),
             torn: self.torn,
             provisions: st.provisions_at(st.head_pos()),
             queue: st.held_sends(),

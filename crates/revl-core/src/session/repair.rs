@@ -177,12 +177,24 @@ impl Session {
         }
         if let Some((to, mode, keep)) = self.state.step_back_open.clone() {
             let undone = self.undone_count();
-            self.finish_step_back(to, &mode, DriftPolicy::keeping(keep))?;
+            let kept = self.finish_step_back(to, &mode, DriftPolicy::keeping(keep))?;
             let ran = self.undone_count() - undone;
+            let kept: Vec<String> = kept
+                .iter()
+                .map(|p| format!("{} (`revl blob {}`)", p.path, p.digest))
+                .collect();
+            let kept = if kept.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; preserved first (changed outside revl): {}",
+                    kept.join(", ")
+                )
+            };
             self.repaired(
                 "step-back-finished",
                 to.step(),
-                format!("finished the {mode} step-back to step {to} a crash interrupted: {ran} more inverse(s) ran (`revl timeline` marks every step it undid)"),
+                format!("finished the {mode} step-back to step {to} an interruption left open: {ran} more inverse(s) ran (`revl timeline` marks every step it undid){kept}"),
             );
         }
         if self.state.commit_approved.is_some() && !self.state.activation_complete {

@@ -501,6 +501,43 @@ impl Session {
         Ok(dropped)
     }
 
+    /// Which steps are undone now (to tell, after a failure, what a rewind had run).
+    fn undone_set(&self) -> Vec<bool> {
+        self.state.steps.iter().map(|s| s.undone).collect()
+    }
+
+    /// A rewind that failed after its first record (a full disk, an I/O error): the error
+    /// says what had run, and that the next command on the session finishes it; never that
+    /// nothing happened.
+    fn stopped_part_way(&self, e: Error, verb: &str, before: &[bool]) -> Error {
+        let ran: Vec<String> = self
+            .state
+            .steps
+            .iter()
+            .filter(|s| s.undone && !before.get(s.index as usize).copied().unwrap_or(false))
+            .map(|s| s.index.to_string())
+            .collect();
+        let done = if ran.is_empty() {
+            "no inverse had run yet".to_string()
+        } else {
+            format!("the inverses of step(s) {} had run", ran.join(", "))
+        };
+        let hint = format!(
+            "{done}; the {verb} is recorded as begun, and the next command on this session finishes it (`revl status {}`), listing what it preserved{}",
+            self.id,
+            if e.hint.contains("disk space") {
+                "; free some disk space first"
+            } else {
+                ""
+            }
+        );
+        Error::new(
+            e.code,
+            format!("the {verb} stopped part-way: {}", e.message),
+            hint,
+        )
+    }
+
     /// The steps of the tail above `k`, newest first.
     pub(crate) fn tail_above(&self, k: Pos) -> impl Iterator<Item = u64> + use<> {
         (k.first_above()..self.state.next_index()).rev()
@@ -555,18 +592,23 @@ impl Session {
             },
             true,
         )?;
-        let mut done = self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay")?;
-        self.beyond_tail(to, &plan, drift, &mut done)?;
-        let dropped = self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
-        self.append(
-            Record::StepBackDone {
-                to,
-                failed: done.failed.clone(),
-                owed: Vec::new(),
-            },
-            false,
-        )?;
-        self.sync()?;
+        let before = self.undone_set();
+        let (done, dropped) = (|| {
+            let mut done = self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay")?;
+            self.beyond_tail(to, &plan, drift, &mut done)?;
+            let dropped = self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
+            self.append(
+                Record::StepBackDone {
+                    to,
+                    failed: done.failed.clone(),
+                    owed: Vec::new(),
+                },
+                false,
+            )?;
+            self.sync()?;
+            Ok((done, dropped))
+        })()
+        .map_err(|e| self.stopped_part_way(e, "step-back", &before))?;
         let steps = &self.state.steps;
         let ran_of = |kinds: &[StepKind], entry: fn(&Step) -> serde_json::Value| {
             done.ran
@@ -621,7 +663,7 @@ impl Session {
         to: Pos,
         mode: &str,
         drift: DriftPolicy,
-    ) -> Result<()> {
+    ) -> Result<Vec<Preserved>> {
         let head_then = self
             .state
             .spans
@@ -647,7 +689,8 @@ impl Session {
             },
             false,
         )?;
-        self.sync()
+        self.sync()?;
+        Ok(done.preserved)
     }
 
     fn owed_steps(&self, plan: &Plan) -> Vec<OwedStep> {

@@ -199,6 +199,64 @@ fn a_full_disk_during_a_write_on(d: Disk) {
     assert_consistent(&d, &sid, &before);
 }
 
+/// A step-back whose disk fills after some inverses ran (preserving a large hand edit needs
+/// room the disk no longer has): the error says the step-back stopped part-way and which
+/// inverses had run, never "nothing was acknowledged"; once there is room, the next command
+/// finishes it and lists what it preserved, and nothing is lost.
+#[test]
+#[ignore = "needs root: run by scripts/test (README)"]
+fn a_full_disk_during_a_step_back() {
+    let d = small_tmpfs();
+    let sid = d.w.new_session(&d.ws);
+    for (p, c) in [("a.txt", "1"), ("b.txt", "2"), ("c.txt", "3")] {
+        d.w.json(&["write", &sid, p, "--content", c]).ok();
+    }
+    // A hand edit as large as a fifth of the disk, then the rest of the disk filled.
+    let hand: Vec<u8> = (0..400 * 1024).map(|i| (i % 251) as u8).collect();
+    std::fs::write(d.ws.join("a.txt"), &hand).unwrap();
+    // Room left for the small records and blobs of the first two inverses, not for it.
+    let filler = d.fs.as_ref().unwrap().fill();
+    let len = std::fs::metadata(&filler).unwrap().len();
+    File::options()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .set_len(len.saturating_sub(96 * 1024))
+        .unwrap();
+    let out = d.w.json(&["step-back", &sid, "--to", "1"]);
+    let msg = out.err(1, "io");
+    let hint = out.doc()["error"]["hint"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(msg.contains("No space left"), "{msg}");
+    assert!(
+        msg.contains("stopped part-way") && hint.contains("step(s) 2, 3 had run"),
+        "the error says what had run: {msg} / {hint}"
+    );
+    assert!(!hint.contains("nothing was acknowledged"), "{hint}");
+    std::fs::remove_file(filler).unwrap();
+    let st = d.w.run(&["status", &sid]);
+    assert_eq!(st.code, Some(0), "{}", st.dump());
+    assert!(
+        st.stdout.contains("finished the scoped step-back") && st.stdout.contains("a.txt"),
+        "the repair lists what it preserved: {}",
+        st.stdout
+    );
+    assert_eq!(std::fs::read(d.ws.join("a.txt")).unwrap(), b"1");
+    // The hand bytes are in the blob store.
+    let wal = std::fs::read_to_string(d.w.wal(&sid)).unwrap();
+    let digest = wal
+        .lines()
+        .find(|l| l.contains("\"preserved\"") && l.contains("a.txt"))
+        .and_then(|l| l.split("\"digest\":\"").nth(1))
+        .map(|r| r[..64].to_string())
+        .expect("a preserved record for a.txt");
+    let back = d.w.path("back");
+    d.w.run(&["blob", &digest, "--out", back.to_str().unwrap()]);
+    assert_eq!(std::fs::read(back).unwrap(), hand);
+}
+
 #[test]
 #[ignore = "needs root: run by scripts/test (README)"]
 fn a_full_disk_during_a_commit() {
