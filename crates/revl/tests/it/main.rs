@@ -32,5 +32,6 @@ mod resource;
 mod rough_edges;
 mod security;
 mod seeing;
+mod small_promises;
 mod soak;
 mod wal_policy;
