@@ -36,6 +36,23 @@ pub struct Ran {
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
     pub timed_out: bool,
+    /// The person at the terminal interrupted it (Ctrl-C, see [`interrupt`]): revl killed
+    /// it and went on to record what it had done.
+    pub interrupted: bool,
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Note an interrupt (Ctrl-C): the command running now is killed at the next look (within
+/// 100 ms) and its run reports `interrupted`. Async-signal-safe (one atomic store): the
+/// CLI's SIGINT handler calls it.
+pub fn interrupt() {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether an interrupt was noted.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Which output of the command a chunk was read from.
@@ -259,10 +276,17 @@ pub fn run_command_watched(
     let start = Instant::now();
     let mut last_watch = start;
     let mut timed_out = false;
+    let mut interrupted_here = false;
     let mut nap = Duration::from_micros(200);
     let status = loop {
         if let Some(st) = child.try_wait()? {
+            interrupted_here = interrupted();
             break st;
+        }
+        if interrupted() {
+            interrupted_here = true;
+            let _ = child.kill();
+            break child.wait()?;
         }
         if timeout.is_some_and(|t| start.elapsed() >= t) {
             timed_out = true;
@@ -289,6 +313,7 @@ pub fn run_command_watched(
         stdout_truncated,
         stderr_truncated,
         timed_out,
+        interrupted: interrupted_here,
     })
 }
 

@@ -244,6 +244,10 @@ pub struct Sandboxed {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     pub timed_out: bool,
+    /// Interrupted by the person at the terminal (Ctrl-C): revl stopped the command and
+    /// recorded what it had changed by then as this step.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
     pub changes: Vec<crate::undo::ExecChange>,

@@ -754,6 +754,26 @@ pub fn run_to(
     }
 }
 
+/// Catch the first SIGINT (Ctrl-C) of this process: instead of dying mid-step, revl stops
+/// the command it is running ([`crate::proc::interrupt`]) and records what it had done by
+/// then, then says so. The handler only stores an atomic flag (async-signal-safe) and is
+/// reset by the first delivery (`SA_RESETHAND`): a second Ctrl-C ends revl at once (every
+/// operation is crash-safe; the next command repairs it).
+pub fn catch_interrupt() {
+    extern "C" fn on_sigint(_: libc::c_int) {
+        crate::proc::interrupt();
+    }
+    // SAFETY: installs a handler that performs one atomic store; the sigaction struct is
+    // zeroed and filled before the call, which reads it only.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        sa.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
+    }
+}
+
 /// Does the sandbox work here? Runs `true` (or `/bin/sh -c :`) in it over an empty
 /// workspace under `dir`; `Err(why)` when it cannot be set up.
 pub fn probe(dir: &Path) -> Result<(), String> {

@@ -940,6 +940,9 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 max_bytes.as_deref(),
             )?;
             let mut s = attach(&store, session)?;
+            // Ctrl-C stops the command, not revl: what it did by then is recorded and said.
+            #[cfg(target_os = "linux")]
+            revl_core::sandbox::catch_interrupt();
             // In text mode the command's output streams to the terminal as it runs; the
             // summary follows it. --json keeps the captured document alone.
             let stream = (!cli.json).then(Streamed::default);
@@ -960,7 +963,12 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 })),
                 None => render::exec(&r),
             };
-            Ok(Outcome::ok(to_json(&r), text))
+            let mut out = Outcome::ok(to_json(&r), text);
+            if r.sandboxed.as_ref().is_some_and(|x| x.interrupted) {
+                // As a shell reports a command Ctrl-C ended.
+                out.exit = 130;
+            }
+            Ok(out)
         }
         Cmd::Diff { left, right, path } => {
             let report = revl_core::session::diff::diff_in(&store, left, right, path.as_deref())?;

@@ -290,6 +290,7 @@ pub fn visible(s: &str) -> String {
 
 pub fn exec(v: &ExecReport) -> String {
     let status = match (v.exit_code, &v.sandboxed) {
+        (_, Some(s)) if s.interrupted => "interrupted (Ctrl-C: revl stopped it)".to_string(),
         (Some(c), _) => format!("exit {c}"),
         (None, Some(s)) if s.timed_out => "timed out (killed)".to_string(),
         (None, Some(s)) => format!("killed by signal {}", s.signal.unwrap_or(0)),
@@ -373,6 +374,14 @@ pub fn exec(v: &ExecReport) -> String {
             let more = if cut { " (cut at 1 MiB)" } else { "" };
             let _ = write!(out, "\n--- {k}{more} ---\n{}", visible(t.trim_end()));
         }
+    }
+    if v.sandboxed.as_ref().is_some_and(|s| s.interrupted) {
+        let _ = write!(
+            out,
+            "\ninterrupted: revl stopped the command; what it had changed by then is kept as step {} (`revl step-back SESSION --to {}` undoes it)",
+            v.step,
+            v.step.saturating_sub(1)
+        );
     }
     out
 }

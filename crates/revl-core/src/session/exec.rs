@@ -429,6 +429,7 @@ impl Session {
             sandboxed: Some(crate::report::Sandboxed {
                 signal: ran.signal,
                 timed_out: ran.timed_out,
+                interrupted: ran.interrupted,
                 stdout_truncated: ran.stdout_truncated,
                 stderr_truncated: ran.stderr_truncated,
                 changes,

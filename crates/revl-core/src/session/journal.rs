@@ -48,7 +48,7 @@ impl Session {
                     "torn-tail",
                     None,
                     format!(
-                        "removed an incomplete last WAL line ({} bytes): a write interrupted before it was acknowledged",
+                        "removed an incomplete last WAL line ({} bytes) and kept the {records} whole records before it: that line never reached the disk whole (a write interrupted before revl acknowledged it, or a file that lost its end after it was written; revl cannot tell which); `revl timeline` shows what the kept records say",
                         len.saturating_sub(good_len)
                     ),
                 );

@@ -109,3 +109,52 @@ http = { method = "POST", url = "http://127.0.0.1:9/tickets/{id}" }
     let ok = w.json(&["call", &s, "post", "--args", r#"{"id": "a b/c"}"#]);
     assert_eq!(ok.ok()["queued"], true, "{}", ok.dump());
 }
+
+#[test]
+fn ctrl_c_during_exec_stops_the_command_and_says_what_was_kept() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let mut cmd = w.command_for(&[
+        "--store",
+        w.store.to_str().unwrap(),
+        "exec",
+        &s,
+        "--",
+        "sh",
+        "-c",
+        "echo started; echo kept > made.txt; exec sleep 60",
+    ]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    // Wait until the command has started (its first line is out), then Ctrl-C revl.
+    let pid = child.id() as i32;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    loop {
+        let scratch = w.store.join("scratch");
+        let busy = std::fs::read_dir(&scratch).is_ok_and(|mut d| d.next().is_some());
+        if busy || std::time::Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{stdout}");
+    assert!(
+        stdout.contains("interrupted") && stdout.contains("kept as step 1"),
+        "says what happened and what was kept: {stdout}"
+    );
+    assert_eq!(std::fs::read(ws.join("made.txt")).unwrap(), b"kept\n");
+    let tl = w.json(&["timeline", &s]).ok().clone();
+    assert_eq!(tl["head"], 1, "{tl}");
+    w.json(&["step-back", &s, "--to", "0"]).ok();
+    assert!(!ws.join("made.txt").exists());
+}
