@@ -1617,7 +1617,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> u8 {
             } else if cli.json && !out.doc.is_null() {
                 out_line(&serde_json::to_string_pretty(&out.doc).unwrap_or_default());
             } else if !out.text.is_empty() {
-                out_line(&out.text);
+                out_line(&shown(&out.text));
             }
             out.exit
         }
@@ -1627,7 +1627,7 @@ pub fn main_with(args: Vec<std::ffi::OsString>) -> u8 {
             if !cli.json {
                 let out = with_repairs(Outcome::ok(Value::Null, String::new()));
                 if !out.text.is_empty() {
-                    out_line(&out.text);
+                    out_line(&shown(&out.text));
                 }
             }
             fail(&e, cli.json)
@@ -1661,11 +1661,20 @@ fn fail(e: &Error, json: bool) -> u8 {
         out_line(&serde_json::to_string_pretty(&e.to_json_with_hint(&hint)).unwrap_or_default());
     }
     err_line(&format!(
-        "revl: {}: {} (hint: {hint})",
+        "revl: {}: {} (hint: {})",
         e.code.as_str(),
-        e.message
+        render::path_text(&e.message),
+        render::path_text(&hint)
     ));
     e.code.exit_code() as u8
+}
+
+/// A text report as the terminal gets it: whatever came from the workspace, a command or a
+/// manifest and was not escaped where it was written, its control characters escaped here
+/// (newlines and tabs of the report kept). The last line of defence: the renderers escape
+/// each name on its own line (render::path_text), so a newline in a name forges no line.
+fn shown(text: &str) -> String {
+    revl_core::util::visible(text, true)
 }
 
 /// One line to stdout. A closed stdout (`revl log | head`) is the reader's choice, not an

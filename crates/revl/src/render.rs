@@ -59,7 +59,7 @@ pub fn inspect(v: &Inspect) -> String {
     if !v.active_provisions.is_empty() {
         let _ = write!(out, "\nprovisions in effect:");
         for (k, val) in &v.active_provisions {
-            let _ = write!(out, "\n  {k} = {val}");
+            let _ = write!(out, "\n  {} = {}", path_text(k), path_text(val));
         }
     }
     out
@@ -160,15 +160,17 @@ pub fn log(v: &Log) -> String {
             let _ = write!(
                 l,
                 "  {}",
-                x.error
-                    .as_ref()
-                    .and_then(|e| e.get("message"))
-                    .map(s)
-                    .unwrap_or_default()
+                path_text(
+                    &x.error
+                        .as_ref()
+                        .and_then(|e| e.get("message"))
+                        .map(s)
+                        .unwrap_or_default()
+                )
             );
             return l;
         }
-        let _ = write!(l, "  head {}  {}", x.head, x.workspace);
+        let _ = write!(l, "  head {}  {}", x.head, path_text(&x.workspace));
         if let (Some(at), Some(mode)) = (x.at, x.mode) {
             let _ = write!(
                 l,
@@ -267,7 +269,7 @@ pub fn approvals(v: &Approvals) -> String {
             t.session,
             t.ticket,
             t.after_step,
-            t.tool,
+            path_text(&t.tool),
             if t.args.is_null() {
                 "(not recorded: requested by an older revl)".to_string()
             } else {
@@ -280,7 +282,7 @@ pub fn approvals(v: &Approvals) -> String {
 }
 
 pub fn stepped(v: &Stepped) -> String {
-    format!("step {}  {}", v.step, v.label)
+    format!("step {}  {}", v.step, path_text(&v.label))
 }
 
 /// Output or names shown in text: control characters escaped, lines kept.
@@ -356,9 +358,9 @@ pub fn exec(v: &ExecReport) -> String {
             }
         }
         for c in &s.changes {
-            let _ = write!(out, "\n  {:<11} {}", c.change, visible(&c.path));
+            let _ = write!(out, "\n  {:<11} {}", c.change, path_text(&c.path));
             if let Some(why) = &c.why {
-                let _ = write!(out, "  ({why})");
+                let _ = write!(out, "  ({})", path_text(why));
             }
         }
     }
@@ -437,7 +439,8 @@ pub fn sessions(v: &Sessions) -> String {
                 corrupt,
             } => writeln!(
                 out,
-                "{session}  {state:<9} head {head:<5} {workspace}{}{}",
+                "{session}  {state:<9} head {head:<5} {}{}{}",
+                path_text(workspace),
                 parent
                     .as_ref()
                     .map(|p| format!("  (branch of {p})"))
@@ -451,7 +454,7 @@ pub fn sessions(v: &Sessions) -> String {
             } => writeln!(
                 out,
                 "{session}  {state:<9} {}",
-                error["message"].as_str().unwrap_or("")
+                path_text(error["message"].as_str().unwrap_or(""))
             ),
         };
     }
@@ -463,8 +466,8 @@ pub fn status(v: &Status) -> String {
         "session   {}\nstate     {}\nworkspace {}\nwal       {}\nhead      {}{}",
         v.session,
         v.state,
-        v.workspace,
-        v.wal,
+        path_text(&v.workspace),
+        path_text(&v.wal),
         v.head,
         if v.torn {
             "  (torn tail: the next write truncates it)"
@@ -473,7 +476,7 @@ pub fn status(v: &Status) -> String {
         }
     );
     if let Some(why) = &v.repair_pending {
-        let _ = write!(out, "\nREPAIR PENDING: {why}");
+        let _ = write!(out, "\nREPAIR PENDING: {}", path_text(why));
     }
     if let (Some(p), Some(at)) = (&v.parent, v.forked_at) {
         let _ = write!(out, "\nbranch of {p} at step {at}");
@@ -486,7 +489,7 @@ pub fn status(v: &Status) -> String {
             out,
             "\nfork at step {} ABANDONED (no branch was made; the workspace was put back): {}",
             f.at,
-            f.why.as_deref().unwrap_or("interrupted")
+            path_text(f.why.as_deref().unwrap_or("interrupted"))
         );
     }
     if v.busy {
@@ -496,7 +499,7 @@ pub fn status(v: &Status) -> String {
     if !v.provisions.is_empty() {
         let _ = write!(out, "\nprovisions:");
         for (k, val) in &v.provisions {
-            let _ = write!(out, "\n  {k} = {val}");
+            let _ = write!(out, "\n  {} = {}", path_text(k), path_text(val));
         }
     }
     if !v.queue.is_empty() {
@@ -506,9 +509,9 @@ pub fn status(v: &Status) -> String {
                 out,
                 "\n  send {}  {} ({}.{})  {}",
                 d.seq,
-                d.tool,
-                d.service,
-                d.method,
+                path_text(&d.tool),
+                path_text(&d.service),
+                path_text(&d.method),
                 one_line(&d.args)
             );
         }
@@ -553,7 +556,7 @@ pub fn list(v: &Listing) -> String {
             e.kind.as_str(),
             e.mode,
             e.size.map(|n| n.to_string()).unwrap_or_default(),
-            e.name
+            path_text(&e.name)
         );
     }
     out.trim_end().to_string()
@@ -708,8 +711,11 @@ fn rows(
     }
     let _ = write!(out, "\n{title}:");
     for (idx, label, extra) in list {
-        let extra = extra.map(|w| format!("  ({w})")).unwrap_or_default();
-        let _ = write!(out, "\n  {idx:>10}  {label}{extra}");
+        // Labels and notes name paths, tools and messages from outside: one line each.
+        let extra = extra
+            .map(|w| format!("  ({})", path_text(&w)))
+            .unwrap_or_default();
+        let _ = write!(out, "\n  {idx:>10}  {}{extra}", path_text(&label));
     }
 }
 

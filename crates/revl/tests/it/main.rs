@@ -11,6 +11,7 @@ mod concurrency;
 mod demo;
 mod drift;
 mod egress;
+mod escaped_output;
 mod exec;
 mod exec_output;
 mod fleet;
