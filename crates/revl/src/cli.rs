@@ -70,7 +70,7 @@ enum Cmd {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// A path relative to the workspace root.
-        path: String,
+        path: std::ffi::OsString,
         /// The new content, as text.
         #[arg(
             long,
@@ -88,30 +88,30 @@ enum Cmd {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// A path relative to the workspace root.
-        path: String,
+        path: std::ffi::OsString,
     },
     /// Rename a file or directory (replaces an existing file target).
     Rename {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// The path to move, relative to the workspace root.
-        from: String,
+        from: std::ffi::OsString,
         /// Where it goes, relative to the workspace root.
-        to: String,
+        to: std::ffi::OsString,
     },
     /// Create a directory (like mkdir -p; an existing directory is an error).
     Mkdir {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// A path relative to the workspace root.
-        path: String,
+        path: std::ffi::OsString,
     },
     /// Change a mode (octal).
     Chmod {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// A path relative to the workspace root.
-        path: String,
+        path: std::ffi::OsString,
         /// The new mode, in octal (e.g. 644 or 0755).
         mode: String,
     },
@@ -120,7 +120,7 @@ enum Cmd {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// A path relative to the workspace root.
-        path: String,
+        path: std::ffi::OsString,
         /// The step after which to read PATH (-1: before every step); the content is kept
         /// even when a later rewind undid step K.
         #[arg(long, allow_hyphen_values = true)]
@@ -152,7 +152,7 @@ enum Cmd {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// A directory relative to the workspace root (default: the root).
-        path: Option<String>,
+        path: Option<std::ffi::OsString>,
     },
     /// Provide a session-scoped key/value (a provision step).
     #[command(allow_negative_numbers = true)]
@@ -837,20 +837,30 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             effect(
                 session,
                 FileOp::Write {
-                    path: path.clone(),
+                    path: path_arg(path),
                     content: bytes,
                 },
             )
         }
-        Cmd::Delete { session, path } => effect(session, FileOp::Delete { path: path.clone() }),
+        Cmd::Delete { session, path } => effect(
+            session,
+            FileOp::Delete {
+                path: path_arg(path),
+            },
+        ),
         Cmd::Rename { session, from, to } => effect(
             session,
             FileOp::Rename {
-                from: from.clone(),
-                to: to.clone(),
+                from: path_arg(from),
+                to: path_arg(to),
             },
         ),
-        Cmd::Mkdir { session, path } => effect(session, FileOp::Mkdir { path: path.clone() }),
+        Cmd::Mkdir { session, path } => effect(
+            session,
+            FileOp::Mkdir {
+                path: path_arg(path),
+            },
+        ),
         Cmd::Chmod {
             session,
             path,
@@ -860,7 +870,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             effect(
                 session,
                 FileOp::Chmod {
-                    path: path.clone(),
+                    path: path_arg(path),
                     mode,
                 },
             )
@@ -873,7 +883,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         } => {
             let k = parse_k(at, "--at")?;
             let s = attach_read(&store, session)?;
-            let r = s.read_at(path, k)?;
+            let r = s.read_at(&path_arg(path), k)?;
             read_out(
                 cli,
                 to_json(&r),
@@ -890,7 +900,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             out,
         } => {
             let s = attach_read(&store, session)?;
-            let r = s.workspace().read(path)?;
+            let r = s.workspace().read(&path_arg(path))?;
             read_out(
                 cli,
                 to_json(&r),
@@ -902,7 +912,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         }
         Cmd::List { session, path } => {
             let s = attach_read(&store, session)?;
-            let r = s.workspace().list(path.as_deref())?;
+            let r = s.workspace().list(path.as_ref().map(path_arg).as_deref())?;
             Ok(Outcome::ok(to_json(&r), render::list(&r)))
         }
         Cmd::Provide {
@@ -1354,7 +1364,7 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
             let k = parse_k(at, "--at")?;
             let id = fetch(session)?;
             let s = mirror.attach_read(&id)?;
-            let r = s.read_at(path, k)?;
+            let r = s.read_at(&path_arg(path), k)?;
             read_out(cli, to_json(&r), &r.path, &r.content, &r.content_base64, out)
         }
         Cmd::Read { at: None, .. } => Err(Error::new(
@@ -1451,6 +1461,12 @@ fn offline_branch(wals: &[PathBuf], at: Option<&str>, json: bool) -> Result<Outc
 }
 
 /// A verb's own-shape refusal (a stale hash, an approval required) exits 1.
+/// A path argument as revl's text: any name the filesystem allows, one that is not UTF-8
+/// in the escaped form of docs/wal-format.md, "Names that are not UTF-8".
+fn path_arg(os: &std::ffi::OsString) -> String {
+    revl_core::name::from_os(os).into_owned()
+}
+
 /// What `read` gives: with `--out FILE`, exactly the bytes into FILE; with `--json`, the
 /// document; else the bytes exactly on stdout (text as stored, no newline added), binary
 /// content refused when stdout is a terminal (it would garble it).
