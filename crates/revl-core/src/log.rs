@@ -45,7 +45,7 @@ pub struct LogSession {
     pub session: String,
     /// `live`, `frozen`, `committed`, `aborted`, or `unreadable` (then `error` says why).
     pub state: &'static str,
-    pub head: u64,
+    pub head: crate::step::Pos,
     pub workspace: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
@@ -238,7 +238,7 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
                 sessions.push(LogSession {
                     session: l.id.clone(),
                     state: "unreadable",
-                    head: 0,
+                    head: crate::step::Pos::After(0),
                     workspace: String::new(),
                     parent: None,
                     at: None,
@@ -272,7 +272,7 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
         sessions.push(LogSession {
             session: l.id.clone(),
             state: st.life().as_str(),
-            head: st.head(),
+            head: st.position(),
             workspace: st.workspace.clone(),
             parent: lin.parent.clone(),
             at: lin.diverged_at,

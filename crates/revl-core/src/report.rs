@@ -618,7 +618,7 @@ pub enum SessionEntry {
         session: String,
         state: &'static str,
         workspace: String,
-        head: u64,
+        head: Pos,
         #[serde(skip_serializing_if = "Option::is_none")]
         parent: Option<String>,
         /// The WAL is corrupt from this line on: this is what its intact records say.

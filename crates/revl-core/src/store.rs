@@ -68,7 +68,7 @@ pub struct SessionInfo {
     pub id: String,
     pub state: Life,
     pub workspace: String,
-    pub head: u64,
+    pub head: crate::step::Pos,
     pub parent: Option<String>,
 }
 
@@ -390,7 +390,7 @@ impl SessionInfo {
             id: id.to_string(),
             state: st.life(),
             workspace: st.workspace.clone(),
-            head: st.head(),
+            head: st.position(),
             parent: st.origin.as_ref().map(|o| o.parent.clone()),
         }
     }

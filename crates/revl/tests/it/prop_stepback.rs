@@ -375,11 +375,12 @@ fn bin_apply(
     };
     let args: Vec<&str> = owned.iter().map(String::as_str).collect();
     let head = w.head(sid);
+    let next = w.next_index(sid);
     let out = w.json(&args);
     match out.code {
         Some(0) => {
             let k = out.doc()["step"].as_u64().expect("step");
-            prop_assert_eq!(k, head + 1, "{:?}", op);
+            prop_assert_eq!(k, next, "{:?}", op);
             if let Op::Provide { key, value } = op {
                 model
                     .provisions

@@ -339,8 +339,14 @@ impl World {
         self.json(&["timeline", id]).ok().clone()
     }
 
-    pub fn head(&self, id: &str) -> u64 {
-        self.timeline(id)["head"].as_u64().expect("head")
+    /// The session's head: its last live step (-1 after a step-back to the start).
+    pub fn head(&self, id: &str) -> i64 {
+        self.timeline(id)["head"].as_i64().expect("head")
+    }
+
+    /// The index the next step will take (one past the highest recorded).
+    pub fn next_index(&self, id: &str) -> u64 {
+        self.timeline(id)["steps"].as_array().expect("steps").len() as u64
     }
 }
 
