@@ -36,6 +36,12 @@ def test_every_python_block_of_the_reference_runs(
     assert lines == ['{"to": "ana@example.com", "subject": "Fixed"}'], lines
     assert "parent-branch" in out and "['src/app.py']" in out
     assert "ConnectionError" in out
+    # Content over 16 MiB: BadArgs, nothing written, and the hint says how to put it in place.
+    assert "put it in place with a sandboxed command (exec" in out
+    assert not (tmp_path / "work2" / "big.bin").exists()
+    # A name that is not UTF-8: written under its real bytes, named by verify() as text.
+    assert (tmp_path / "work2" / os.fsdecode(b"caf\xe9.txt")).read_bytes() == b"menu\nmore\n"
+    assert "[True]" in out
     # The approval line it printed is a command that works: a human approves from a terminal.
     approve = next(l for l in out.splitlines() if l.startswith("revl --store store approve "))
     # The `revl` command installed with the package, beside this interpreter.
