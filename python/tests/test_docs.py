@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 
@@ -91,3 +92,45 @@ def test_the_reference_lists_every_result_class_and_no_member_that_does_not_exis
     assert "`rewind` member" not in section
     for member in re.findall(r"`\.([a-z_]+)`", section):
         assert hasattr(revl.results.ForkReport, member) or member in revl.results.ForkReport.__annotations__, member
+
+
+def _extra_ranges() -> list[str]:
+    """The `langgraph` extra of python/pyproject.toml (read with a regex: tomllib is 3.11+)."""
+    text = (DOC.parents[1] / "python/pyproject.toml").read_text()
+    (extra,) = re.findall(r"^langgraph = \[(.*)\]$", text, flags=re.M)
+    return re.findall(r'"([^"]+)"', extra)
+
+
+def test_the_langgraph_install_adds_langgraph_without_building_revl() -> None:
+    """docs/langgraph.md's install commands, run offline as a dry run in this environment
+    (where revl and the pinned LangGraph are installed): each is satisfied from what is
+    there, so none builds revl's native extension again (`./python[langgraph]` would: pip
+    builds a local directory afresh on every install). The pins satisfy the extra's ranges,
+    and the page's plain command names exactly those ranges."""
+    from packaging.requirements import Requirement
+
+    guide = (DOC.parent / "langgraph.md").read_text()
+    install = guide[guide.index("## Install") : guide.index("## Use")]
+    commands = [shlex.split(line[2:]) for line in install.splitlines() if line.startswith("$ pip install")]
+    assert ["pip", "install", "-r", "python/requirements-langgraph.txt"] in commands, install
+    for readme in ("python/README.md", "examples/tree_search/README.md"):
+        assert "pip install -r python/requirements-langgraph.txt" in (DOC.parents[1] / readme).read_text(), readme
+    assert "pip install -r python/requirements-langgraph.txt" in DOC.read_text()
+    for argv in commands:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index",
+             "--disable-pip-version-check", *argv[2:]],
+            cwd=DOC.parents[1], capture_output=True, text=True, timeout=300,
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, f"{shlex.join(argv)} needs a build or a download:\n{out}"
+        assert "Would install" not in out and "Building" not in out, out
+    pins = {}
+    for line in (DOC.parents[1] / "python/requirements-langgraph.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.lower().replace("_", "-")] = version
+    ranges = _extra_ranges()
+    for r in map(Requirement, ranges):
+        assert r.specifier.contains(pins[r.name]), (r, pins[r.name])
+    assert ["pip", "install", *ranges] in commands, (ranges, commands)
