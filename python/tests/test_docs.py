@@ -1,8 +1,10 @@
-"""docs/python.md is literal: its ```python blocks run, in order, in one namespace, in a
-scratch directory, as a newcomer following the page would run them."""
+"""docs/python.md and docs/langgraph.md are literal: their ```python blocks run, in order, in
+one namespace, in a scratch directory, as a newcomer following the page would run them; and
+their install commands do what they say."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -53,6 +55,33 @@ def test_every_python_block_of_the_reference_runs(
     post = ns["post_message"]
     res = e.call(post, {"text": "deploying"})  # type: ignore[attr-defined]
     assert res.witness == {"posted": "deploying"}
+
+
+def test_the_langgraph_guide_is_a_program_that_runs(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/langgraph.md's ```python blocks, in order, in one namespace, in a scratch
+    directory: the agent drafts, travels back and sends the formal reply once; the travel
+    names the held sends it dropped (the target checkpoint's own among them)."""
+    guide = DOC.parent / "langgraph.md"
+    code = blocks(guide.read_text())
+    assert len(code) >= 2, f"{guide} lost its program"
+    monkeypatch.chdir(tmp_path)
+    ns: dict[str, object] = {"__name__": "__langgraph_docs__"}
+    for i, block in enumerate(code):
+        try:
+            # As a file of its own: without this module's `from __future__ import annotations`.
+            exec(compile(block, f"{guide.name} block {i + 1}", "exec", dont_inherit=True), ns)
+        except BaseException as e:  # noqa: BLE001 - say which block failed
+            raise AssertionError(f"{guide.name}, python block {i + 1} failed: {e!r}\n{block}") from e
+    out = capsys.readouterr().out
+    sent = [json.loads(line) for line in (tmp_path / "outbox.jsonl").read_text().splitlines()]
+    assert sent == [{"to": "ann@example.com", "body": ns["formal"]}], sent
+    assert "['team@example.com', 'ann@example.com']" in out, out
+    assert ns["model"].script == [], "every scripted answer was used"  # type: ignore[attr-defined]
+    saver = ns["saver"]
+    lines = saver.thread_sessions("ann")  # type: ignore[attr-defined]
+    assert len(lines) == 2 and lines[1].status().state == "committed"
 
 
 def test_the_readme_python_example_runs(tmp_path: pathlib.Path) -> None:
