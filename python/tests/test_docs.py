@@ -9,8 +9,10 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -163,3 +165,63 @@ def test_the_langgraph_install_adds_langgraph_without_building_revl() -> None:
     for r in map(Requirement, ranges):
         assert r.specifier.contains(pins[r.name]), (r, pins[r.name])
     assert ["pip", "install", *ranges] in commands, (ranges, commands)
+
+
+def test_the_user_guide_brings_a_winning_branch_back_from_under_tmp(tmp_path: pathlib.Path) -> None:
+    """docs/user-guide.md, "When a branch wins", run as written with the installed `revl`
+    on a winner whose directory is under /tmp (private in the exec sandbox) and which
+    changed more than one file: a modified file, a new directory with a file, a deleted
+    directory with its contents, a mode, a retargeted symlink. Afterwards the parent and
+    the winner do not differ, and the parent's workspace holds the winner's files."""
+    from conftest import REVL_CLI
+
+    guide = (DOC.parent / "user-guide.md").read_text()
+    section = guide[guide.index("### When a branch wins") : guide.index("## 7. ")]
+    block = section[section.index("```console\n") + len("```console\n") :]
+    block = block[: block.index("```")]
+    commands: list[str] = []
+    for line in block.splitlines():
+        if line.startswith("$ "):
+            commands.append(line[2:])
+        elif (line.startswith("> ") or line == ">") and commands:
+            commands[-1] += "\n" + line[2:]
+    home = pathlib.Path(tempfile.mkdtemp(dir="/tmp", prefix="revl-guide-"))
+    try:
+        setup = r"""
+        set -e
+        P=$(revl --json new --workspace ~/work/search | jq -er .session)
+        revl write $P answer.txt --content "draft" > /dev/null      # step 1
+        revl mkdir $P gone > /dev/null                              # step 2
+        revl write $P gone/x --content x > /dev/null                # step 3
+        revl write $P run.sh --content "echo run" > /dev/null       # step 4
+        revl exec $P -- ln -s answer.txt ln2 > /dev/null            # step 5
+        T=()
+        for n in 1 2 3; do
+          H=$(revl --json fork $P --at 5 | jq -er .hash)
+          T+=($(revl --json fork-confirm $P --hash "$H" --into ~/work/try-$n | jq -er .branch))
+        done
+        T1=${T[0]} T2=${T[1]} T3=${T[2]}
+        revl write $T2 answer.txt --content "thank you" > /dev/null
+        revl mkdir $T2 sub > /dev/null
+        revl write $T2 sub/new.txt --content "new" > /dev/null
+        revl delete $T2 gone > /dev/null
+        revl chmod $T2 run.sh 755 > /dev/null
+        revl exec $T2 -- ln -sfn run.sh ln2 > /dev/null
+        set +e
+        """
+        script = setup + "\n".join(commands) + "\nrevl diff $P $T2 > /dev/null; echo \"diff:$?\"\necho \"P=$P T2=$T2\"\n"
+        env = dict(os.environ, HOME=str(home), PATH=f"{REVL_CLI.parent}:{os.environ['PATH']}",
+                   REVL_STORE=str(tmp_path / "store"))
+        done = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300, stdin=subprocess.DEVNULL)
+        out = done.stdout + done.stderr
+        assert "diff:0" in out, out
+        ws, win = home / "work/search", home / "work/try-2"
+        assert str(win).startswith("/tmp/")
+        for rel in ("answer.txt", "sub/new.txt", "run.sh"):
+            assert (ws / rel).read_bytes() == (win / rel).read_bytes(), rel
+        assert not (ws / "gone").exists()
+        assert os.stat(ws / "run.sh").st_mode & 0o777 == 0o755
+        assert os.readlink(ws / "ln2") == "run.sh"
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
