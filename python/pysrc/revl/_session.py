@@ -177,7 +177,8 @@ class Store:
         manifest beside the file's tools and runnable by this process.
         """
         tools = _with_inverses(tools)
-        declarations = [t.declaration() for t in tools]
+        # (_host refuses what is not a Tool, with a TypeError)
+        declarations = [t.declaration() for t in tools if isinstance(t, Tool)]
         check_text("new", declarations, "tools")
         host = _host(tools)
         decls = json.dumps(declarations, ensure_ascii=False)
