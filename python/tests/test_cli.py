@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
@@ -91,3 +93,47 @@ def test_a_held_send_that_does_not_read_stdin_does_not_kill_commit_confirm(
         "the installed `revl commit-confirm` was killed mid-flush (rc -13: SIGPIPE), leaving "
         f"the send owed with an unknown outcome: {outcomes}"
     )
+
+
+def test_a_remote_fork_keeps_the_remote_sessions_held_sends(
+    store: revl.Store, base: Path, cli: Callable[..., CliRun]
+) -> None:
+    """docs/fleet.md, "A branch on another machine": a remote fork is confirmed as a
+    parallel fork into a new DIR, so nothing is dropped. The remote session's held sends
+    stay with it (`parentKeeps.queue`, `droppedDeferred: []`), the branch starts with none,
+    and the page says so (it used to speak of held sends that would be dropped)."""
+
+    @revl.tool(cls="deferred", scope=["mail"])
+    def send(to: str) -> None:
+        raise AssertionError("never runs here")
+
+    s = store.new(base / "ws", tools=[send])
+    s.write("f.txt", "1")
+    s.write("f.txt", "2")
+    queued = s.call(send, {"to": "ann@example.com"})
+    bucket = f"file://{base / 'bucket'}"
+    assert cli("remote", "add", "origin", bucket).rc == 0
+    assert cli("push").rc == 0
+    other = str(base / "other-store")
+
+    def there(*args: str) -> CliRun:
+        cp = subprocess.run([str(REVL_CLI), "--store", other, "--json", *args], capture_output=True, text=True, timeout=120)
+        return CliRun(cp.returncode, cp.stdout, cp.stderr)
+
+    assert there("remote", "add", "origin", bucket).rc == 0
+    plan = there("fork", "--remote", "origin", s.id, "--at", "1")
+    assert plan.rc == 0, plan.stderr
+    assert [d["seq"] for d in plan.doc["droppedDeferred"]] == [queued.seq]  # what a serial fork would drop
+    assert "keeps the held sends" in plan.doc["heldSendsByMode"]["parallel"]
+    serial = there("fork-confirm", s.id, "--hash", plan.doc["hash"])
+    assert serial.rc == 2 and serial.doc["error"]["code"] == "usage", serial.stdout
+    done = there("fork-confirm", s.id, "--hash", plan.doc["hash"], "--into", str(base / "branch"))
+    assert done.rc == 0, done.stderr
+    assert done.doc["mode"] == "parallel" and done.doc["droppedDeferred"] == []
+    assert done.doc["parentKeeps"] == {"queue": [queued.seq]}
+    assert there("status", done.doc["branch"]).doc["queue"] == []
+    assert [q["seq"] for q in s.status().queue] == [queued.seq], "the session keeps its send"
+    fleet = (Path(os.environ.get("REVL_REPO", Path(__file__).parents[2])) / "docs/fleet.md").read_text()
+    section = fleet[fleet.index("## A branch on another machine") : fleet.index("## The lineage index")]
+    assert "held sends that would be dropped" not in section
+    assert "Nothing is" in section and "dropped" in section and "`parentKeeps.queue`" in section

@@ -148,6 +148,75 @@ def test_arguments_python_cannot_hand_to_rust_are_bad_args(session: revl.Session
     assert session.timeline().to_dict() == before
 
 
+def test_every_str_with_a_lone_surrogate_is_bad_args_and_nothing_is_recorded(
+    store: revl.Store, base: Path
+) -> None:
+    """A str that is not Unicode text (a lone surrogate, as `"\\ud800"` or what
+    os.fsdecode makes of a byte that is not UTF-8) is refused as revl.BadArgs wherever it
+    is given: write() content, paths, labels, call args (values and keys, nested), tool
+    names, exec argv, note_model. One line that says what was wrong (the verb, where, the
+    character) and what to do; nothing recorded, nothing written."""
+
+    @revl.tool(cls="deferred", scope=["mail"])
+    def send(to: str) -> None:
+        raise AssertionError("never runs")
+
+    s = store.new(base / "ws", tools=[send])
+    s.write("a.txt", "1")
+    before = s.timeline().to_dict()
+    files = sorted(p.name for p in (base / "ws").iterdir())
+    bad = "x\ud800y"
+    cases: list[tuple[str, Any]] = [
+        ("content", lambda: s.write("b.txt", bad)),
+        ("content", lambda: revl.aio.Session(s).write("b.txt", "\udce9")),
+        ("path", lambda: s.write(bad, "y")),
+        ("path", lambda: s.mkdir(bad)),
+        ("path", lambda: s.rename("a.txt", bad)),
+        ("path", lambda: s.read(bad)),
+        ("label", lambda: s.boundary(bad)),
+        ("label", lambda: s.bind(bad)),
+        ("provide", lambda: s.provide("k", bad)),
+        ("args", lambda: s.call(send, {"to": bad})),
+        ("args", lambda: s.call(send, {bad: "a@example.com"})),
+        ("args", lambda: s.call(send, {"to": ["ok", {"deep": bad}]})),
+        ("tool", lambda: s.call(bad, {})),
+        ("argv", lambda: s.exec(["echo", bad])),
+        ("model", lambda: s.note_model(
+            1, bad, tokens_in=1, tokens_out=1, latency_seconds=0.1, attempts=1,
+            attempt_ceiling=1, outcome="validated")),
+    ]
+    for what, verb in cases:
+        with pytest.raises(revl.BadArgs) as exc:
+            r = verb()
+            if inspect.iscoroutine(r):
+                asyncio.run(r)
+        check(exc, revl.BadArgs)
+        text = str(exc.value)
+        assert "\n" not in text and text.isprintable(), (what, text)
+        assert "lone surrogate" in exc.value.message and "nothing was recorded" in exc.value.message, text
+        assert "U+D800" in text or "U+DCE9" in text, text
+        assert "valid Unicode" in exc.value.hint and "revl.name_of" in exc.value.hint, text
+        text.encode()  # the error itself is Unicode text: it prints
+    # Where: the argument is named (nested call args by their path).
+    with pytest.raises(revl.BadArgs) as exc:
+        s.call(send, {"to": ["ok", {"deep": bad}]})
+    assert "args['to'][1]['deep']" in exc.value.message, exc.value.message
+    with pytest.raises(revl.BadArgs) as exc:
+        s.write("b.txt", bad)
+    assert exc.value.message.startswith("write: content 'x\\ud800y'"), exc.value.message
+    # A tool whose name is not Unicode: refused when the session is made.
+    with pytest.raises(revl.BadArgs) as exc:
+        store.new(base / "ws2", tools=[revl.tool(cls="deferred", scope=["mail"], name=bad)(lambda: None)])
+    assert "tools[0]['name']" in exc.value.message, exc.value.message
+    assert not (base / "ws2").exists()
+    assert s.timeline().to_dict() == before
+    assert sorted(p.name for p in (base / "ws").iterdir()) == files
+    assert s.status().queue == []
+    # Valid text beyond the BMP and revl's escaped names are text, not mistakes.
+    s.write("emoji.txt", "\U0001f600")
+    assert s.read("emoji.txt") == "\U0001f600".encode()
+
+
 def test_path_outside(session: revl.Session, base: Path) -> None:
     for bad in ("../x", "/etc/passwd", "a/../../x"):
         with pytest.raises(revl.PathOutside) as exc:

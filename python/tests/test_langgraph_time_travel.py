@@ -8,7 +8,8 @@ Exactly one email (the new one) reaches the sink, the workspace holds the new re
 byte, the old reply is readable with `revl read --at`, and `revl log` shows both lines with
 their checkpoint ids. Under every durability mode. Plus: reading history never forks; a fork
 over a crossed emission raises `ForkNotClean` and changes nothing, or proceeds and keeps the
-report; a checkpoint of an abandoned line is refused as unreachable.
+report; a clean travel names the held sends it dropped; a checkpoint of an abandoned line is
+refused as unreachable.
 """
 
 from __future__ import annotations
@@ -388,6 +389,63 @@ def test_fork_not_clean_proceeds_and_keeps_the_report(
     assert len(saver.thread_sessions("x")) == 2
 
 
+@pytest.mark.parametrize("durability", ["sync", "async", "exit"])
+def test_a_clean_travel_names_the_held_sends_it_dropped(
+    base: Path, sink: Sink, store_dir: Path, durability: str
+) -> None:
+    """A travel back to a checkpoint drops the whole queue of the line it leaves, the sends
+    the target checkpoint itself had queued included. Clean or not, it says so:
+    `last_travel(...)["droppedDeferred"]` and `metadata["revl"]["fork"]["droppedDeferred"]`
+    on the run's checkpoints name each one (docs/langgraph.md, "Time travel")."""
+    saver = RevlSaver(store=store_dir, workspace_root=base / "threads", tools=[mail_tool(sink)])
+    script = Script()
+    app = build(saver, script, sink)
+    cfg: RunnableConfig = {"configurable": {"thread_id": "d"}}
+    # Run 1 queues a note: the checkpoint after it (k1) has a held send.
+    script.add(call("queue_email", 1, to="team@example.com", body="Ann wrote in"), AIMessage(content="noted"))
+    app.invoke(human("hello"), cfg, durability=durability)
+    k1 = app.get_state(cfg)
+    s1 = saver.thread_session("d")
+    assert s1 is not None
+    [team] = s1.status().queue
+    # Run 2 drafts and queues the reply.
+    script.add(*draft_script(OLD, 1, commit=False))
+    app.invoke(human("Draft"), cfg, durability=durability)
+    [_, draft] = s1.status().queue
+    # Back to k1: clean (nothing crossed), and both held sends are dropped.
+    script.add(call("write_reply", 2, text=NEW), AIMessage(content="ok"))
+    app.invoke(human("formally"), k1.config, durability=durability)
+    travel = saver.last_travel("d")
+    assert travel is not None and travel["residueClean"] is True
+    dropped = travel["droppedDeferred"]
+    assert [d["seq"] for d in dropped] == [team["seq"], draft["seq"]], dropped
+    assert [d["args"]["to"] for d in dropped] == ["team@example.com", "ann@example.com"]
+    assert dropped == travel["report"]["droppedDeferred"]
+    fork = (app.get_state(cfg).metadata or {}).get("revl", {}).get("fork")
+    assert fork is not None, app.get_state(cfg).metadata
+    assert fork["droppedDeferred"] == dropped and fork["residueClean"] is True
+    assert fork["checkpointId"] == k1.config["configurable"]["checkpoint_id"]
+    for h in run_checkpoints(app, cfg, k1):
+        assert (h.metadata or {}).get("revl", {}).get("fork") == fork, h.metadata
+    # The new line starts empty; what it commits is its own.
+    new = saver.thread_session("d")
+    assert new is not None and new != s1 and new.status().queue == []
+    new.commit_confirm(new.commit().hash)
+    assert sink.count == 0, "the dropped sends never fire"
+    # A clean travel that drops nothing leaves the metadata as LangGraph made it.
+    other: RunnableConfig = {"configurable": {"thread_id": "e"}}
+    script.add(call("write_reply", 3, text=OLD), AIMessage(content="ok"))
+    app.invoke(human("one"), other, durability=durability)
+    e1 = app.get_state(other)
+    script.add(call("write_reply", 4, text=NEW), AIMessage(content="ok"))
+    app.invoke(human("two"), other, durability=durability)
+    script.add(call("write_reply", 5, text="three"), AIMessage(content="ok"))
+    app.invoke(human("three"), e1.config, durability=durability)
+    quiet = saver.last_travel("e")
+    assert quiet is not None and quiet["droppedDeferred"] == [] and quiet["residueClean"] is True
+    assert all("revl" not in (h.metadata or {}) for h in app.get_state_history(other))
+
+
 def test_a_checkpoint_of_an_abandoned_line_is_unreachable(base: Path, sink: Sink, store_dir: Path) -> None:
     saver = RevlSaver(store=store_dir, workspace_root=base / "threads", tools=[mail_tool(sink)])
     script = Script()
@@ -473,3 +531,13 @@ def test_a_new_saver_on_the_same_store_travels_back(base: Path, sink: Sink, stor
     assert sink.bodies == [{"to": "ann@example.com", "body": NEW}]
     assert (Path(second.workspace_of("r")) / "reply.txt").read_bytes() == NEW.encode()
     assert [s.id for s in second.thread_sessions("r")][0] == old.id
+
+
+def test_any_thread_id_gets_a_workspace_name() -> None:
+    """A thread id is LangGraph's: any str, one that is not Unicode text too (it never
+    reaches revl's core as it is, only through `safe_name`)."""
+    from revl.langgraph import safe_name
+
+    names = {safe_name(t) for t in ("t\ud800", "t\udc80", "t_", "t/")}
+    assert len(names) == 4
+    assert all(n.isascii() and "/" not in n for n in names)

@@ -122,3 +122,24 @@ def test_mypy_strict_sees_the_signatures(tmp_path: Path) -> None:
     assert 'Missing named argument "outcome"' in out, out
     assert 'Missing named argument "attempt_ceiling"' in out, out
     assert 'Unexpected keyword argument "memroy"' in out, out
+
+
+@pytest.mark.parametrize("page", ["python.md", "langgraph.md"])
+def test_the_docs_examples_pass_mypy_strict_as_written(tmp_path: Path, page: str) -> None:
+    """The ```python blocks of docs/python.md and docs/langgraph.md, in order (each page
+    runs as one program: test_docs.py), type-check with `mypy --strict` as a reader would
+    paste them: typed tools, no `Optional` used as if it were set, no name reused with
+    another type."""
+    import re
+
+    doc = Path(os.environ.get("REVL_REPO", Path(__file__).parents[2])) / "docs" / page
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert len(blocks) >= 2, f"{doc} lost its examples"
+    (tmp_path / "page.py").write_text("\n".join(blocks))
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull,
+         "--show-error-codes", "page.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "Success" in out, out

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import errors, results
+from . import errors, names, results
 from ._session import Session, Store, compare, diff
 from .errors import *  # noqa: F403  (one exception class per error code)
 from .errors import __all__ as _errors_all
+from .names import fspath, name_of
 from .tools import Tool, tool
 
 if TYPE_CHECKING:
@@ -50,8 +51,11 @@ __all__ = [
     "diff",
     "tool",
     "Tool",
+    "fspath",
+    "name_of",
     "aio",
     "errors",
+    "names",
     "results",
     *_errors_all,
 ]

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar, Union, c
 
 from . import _revl
 from .errors import ApprovalRequired, BadArgs, StaleHash
+from .names import check_text, not_unicode
 from .results import (
     AbortReport,
     CallResult,
@@ -48,8 +49,9 @@ N = TypeVar("N")
 
 
 def _converted(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call into the native layer; an argument it cannot take (a number past 64 bits, a
-    string that is not valid Unicode) is :class:`revl.BadArgs`, as the CLI's would be."""
+    """Call into the native layer: the one gate every argument crosses. An argument it
+    cannot take (a number past 64 bits, a string that is not Unicode text) is
+    :class:`revl.BadArgs`, as the CLI's would be, raised before the verb runs."""
     try:
         return call(*args, **kwargs)
     except OverflowError as e:
@@ -58,10 +60,12 @@ def _converted(what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -
             "give steps, sequence numbers and limits as non-negative integers below 2**64",
         ) from None
     except UnicodeEncodeError as e:
+        # A str that UTF-8 cannot encode: it holds a lone surrogate.
+        if isinstance(e.object, str):
+            raise not_unicode(what, e.object, e.start) from None
         raise BadArgs(
             f"{what}: a string is not valid Unicode ({e.reason} at index {e.start})",
-            "give paths, names and text as valid Unicode (no lone surrogates); "
-            "pass bytes for binary content",
+            "pass valid Unicode text (no lone surrogates)",
         ) from None
 
 
@@ -115,7 +119,7 @@ def _host(tools: Iterable[Tool[Any]]) -> _revl.NativeHost | None:
                 f"tools= takes functions decorated with @revl.tool, not {type(t).__name__}"
             )
         held[t.name] = (t.target, t.fn)
-    return _revl.NativeHost(held) if held else None
+    return _converted("tools", _revl.NativeHost, held) if held else None
 
 
 def _result(cls: type[T], answer: tuple[str, str | None, str | None]) -> T:
@@ -173,8 +177,11 @@ class Store:
         manifest beside the file's tools and runnable by this process.
         """
         tools = _with_inverses(tools)
+        # (_host refuses what is not a Tool, with a TypeError)
+        declarations = [t.declaration() for t in tools if isinstance(t, Tool)]
+        check_text("new", declarations, "tools")
         host = _host(tools)
-        decls = json.dumps([t.declaration() for t in tools])
+        decls = json.dumps(declarations, ensure_ascii=False)
         text, _, _ = self._native.new_session(
             os.fspath(workspace),
             os.fspath(manifest) if manifest is not None else None,
@@ -243,9 +250,16 @@ class Session:
     # ---- file effects ----
 
     def write(self, path: str, content: str | bytes) -> Stepped:
-        """Write a file (text is written as UTF-8): one witnessed, rewindable step."""
+        """Write a file (text is written as UTF-8): one witnessed, rewindable step.
+
+        ``content`` is at most 16 MiB (``revl.BadArgs`` above it, nothing written): put a
+        larger file in place with :meth:`exec` (``["cp", SOURCE, path]``). Text with a lone
+        surrogate is not Unicode and is ``revl.BadArgs`` too; pass bytes for binary data."""
         if isinstance(content, str):
-            data = content.encode()
+            try:
+                data = content.encode()
+            except UnicodeEncodeError as e:
+                raise not_unicode("write", content, e.start, "content") from None
         elif isinstance(content, (bytes, bytearray, memoryview)):
             data = bytes(content)
         else:
@@ -428,6 +442,8 @@ class Session:
 
         Every decision field is required, as ``revl note-model`` requires it; ``cost`` and
         ``currency`` are optional. ``outcome`` is ``"validated"`` or ``"exhausted"``."""
+        for field, text in (("model", model), ("outcome", outcome), ("currency", currency)):
+            check_text("note_model", text, field)
         fields = {
             "step": step,
             "model": model,
@@ -441,7 +457,7 @@ class Session:
             "currency": currency,
         }
         try:
-            text = json.dumps(fields, allow_nan=False)
+            text = json.dumps(fields, allow_nan=False, ensure_ascii=False)
         except (TypeError, ValueError) as e:
             raise BadArgs(
                 f"note_model: {e}",
@@ -454,6 +470,7 @@ def _call_args(tool: str, args: object) -> str:
     """A call's args as the JSON object the core takes; anything else is
     :class:`revl.BadArgs` (as ``revl call --args`` with bad JSON is), before anything is
     recorded."""
+    check_text("call", tool, "tool")
     if args is None:
         args = {}
     if not isinstance(args, Mapping):
@@ -462,8 +479,11 @@ def _call_args(tool: str, args: object) -> str:
             f"not {type(args).__name__}",
             'pass a dict, e.g. {"to": "a@example.com"} (or None for no args)',
         )
+    check_text(f"call {tool}", dict(args), "args")
     try:
-        return json.dumps(dict(args), allow_nan=False)
+        # Not ASCII-escaped: a surrogate the check missed still reaches the native gate as
+        # a character (and is refused there), never as a JSON escape.
+        return json.dumps(dict(args), allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as e:
         raise BadArgs(
             f"call {tool}: args are not JSON-serialisable ({e})",

@@ -96,7 +96,9 @@ def safe_name(thread_id: str) -> str:
     if _SAFE.fullmatch(thread_id):
         return thread_id
     readable = re.sub(r"[^A-Za-z0-9._-]", "_", thread_id)[:48].lstrip(".") or "thread"
-    return f"{readable}-{hashlib.sha256(thread_id.encode()).hexdigest()[:16]}"
+    # surrogatepass: any str is a thread id, one with a lone surrogate too.
+    digest = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{readable}-{digest}"
 
 
 @dataclass
@@ -111,9 +113,9 @@ class _Thread:
     bound: dict[str, list[tuple[str | None, int]]] = field(default_factory=dict)
     # A checkpoint a task ran from before it was put: the position before its first effect.
     pending: dict[str, int] = field(default_factory=dict)
-    # The report of the last fork that left something in the world (on_crossed="proceed"),
-    # put into the metadata (under "revl") of every root checkpoint the run that made the
-    # fork puts, so the run's latest state shows it.
+    # The report of the last fork that left something in the world (on_crossed="proceed")
+    # or dropped held sends, put into the metadata (under "revl") of every root checkpoint
+    # the run that made the fork puts, so the run's latest state shows it.
     unreported: dict[str, Any] | None = None
     # The run that made that fork (see _run_of: the run of the first checkpoint put after
     # it), and how many checkpoints carried it.
@@ -134,7 +136,9 @@ class RevlSaver(InMemorySaver):
     does when the fork is not clean (something crossed after the checkpoint): ``"raise"``
     raises :class:`revl.ForkNotClean` (with ``.report``) and changes nothing; ``"proceed"``
     forks and keeps the report (``last_travel``, ``metadata["revl"]`` of every checkpoint the
-    resumed run puts, so ``get_state`` after the run shows it, and ``revl log``).
+    resumed run puts, so ``get_state`` after the run shows it, and ``revl log``). A travel
+    drops every held send of the line it leaves (the target checkpoint's own too): a clean
+    one that dropped any names them the same way (``droppedDeferred``).
 
     ``copy_thread`` is not offered: a thread's checkpoints are bound to what its revl
     session witnessed, and a copy under another thread would claim a world (files, held
@@ -390,17 +394,23 @@ class RevlSaver(InMemorySaver):
         st.lines.append(branch.id)
         st.tip = target
         self._append(thread_id, [{"op": "line", "session": branch.id}, {"op": "tip", "id": target}])
+        # A serial fork drops the whole queue: the sends queued after the target and the
+        # ones the target itself had queued. They never fire; say which.
+        dropped: list[dict[str, Any]] = list(done.dropped_deferred or [])
         summary = {
             "checkpointId": target,
             "parent": s.id,
             "branch": branch.id,
             "at": pos,
             "residueClean": done.clean,
+            "droppedDeferred": dropped,
             "report": done.to_dict(),
         }
         st.travels.append(summary)
         st.unreported, st.unreported_run, st.unreported_puts = None, None, 0
-        if not done.clean:
+        if not done.clean or dropped:
+            # What the run could otherwise miss: something stayed out in the world, or
+            # held sends (the target's own included) will never fire.
             st.unreported = {k: v for k, v in summary.items() if k != "report"} | {
                 "residue": done.to_dict().get("residue"),
                 "warning_emissions": done.to_dict().get("warning_emissions"),
@@ -509,7 +519,9 @@ class RevlSaver(InMemorySaver):
 
     def last_travel(self, thread_id: str) -> dict[str, Any] | None:
         """The last time travel of a thread: ``{checkpointId, parent, branch, at,
-        residueClean, report}`` (``report``: the fork's whole document)."""
+        residueClean, droppedDeferred, report}`` (``droppedDeferred``: the held sends the
+        fork dropped, ``{seq, tool, service, method, args}`` each, the target checkpoint's
+        own queue included; ``report``: the fork's whole document)."""
         st = self._threads.get(thread_id)
         return st.travels[-1] if st and st.travels else None
 
