@@ -960,9 +960,16 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
             libc::write(sync[1], b"1".as_ptr().cast(), 1);
             libc::close(sync[1]);
         }
-        // PID 1 needs no capability from here on: it only waits.
+        // PID 1 only waits from here on: a session of its own (out of revl's process
+        // group: the command cannot signal the caller's shell through it), not dumpable (no
+        // `/proc/1/mem` to write into), no capability, nothing open, and the command's
+        // seccomp filter (docs/security.md).
+        ok(libc::setsid() as libc::c_long)?;
+        ok(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) as libc::c_long)?;
+        drop_bounding()?;
         clear_caps()?;
         close_all();
+        crate::seccomp::install(&p.seccomp)?;
         let status = reap_until(cmd);
         board.status.store(status, Ordering::SeqCst);
         board.done.store(1, Ordering::SeqCst);
@@ -994,6 +1001,10 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
 unsafe fn confine(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
     at(22);
     ok(libc::setsid() as libc::c_long)?;
+    // Nothing the caller holds reaches the command: every descriptor above 2 (one revl's
+    // caller left open without close-on-exec: a host file, a directory, a terminal) closes
+    // at exec. Standard input is /dev/null unless revl feeds it; output goes to revl's pipes.
+    cloexec_above_stderr();
     at(24);
     // A new anonymous session keyring: the caller's session keyring (and, as root, root's
     // user keyring) is out of reach; the filter then refuses the keyring calls.
@@ -1181,6 +1192,39 @@ unsafe fn write_child_map(pid: libc::pid_t, name: &[u8], data: &[u8]) -> std::io
         std::ffi::CStr::from_bytes_until_nul(&path).map_err(|_| fail())?,
         data,
     )
+}
+
+/// Mark every descriptor above 2 close-on-exec (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`,
+/// or one by one where the kernel lacks it): `Command`'s own exec-error pipe stays usable
+/// until the exec, everything else is gone after it.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn cloexec_above_stderr() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    let done = libc::syscall(
+        libc::SYS_close_range,
+        3 as libc::c_uint,
+        !0 as libc::c_uint,
+        CLOSE_RANGE_CLOEXEC,
+    );
+    if done != 0 {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as libc::c_int
+        } else {
+            1024
+        };
+        for fd in 3..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
 }
 
 /// Hold nothing open: not the command's output pipes, not `Command`'s exec-error pipe.

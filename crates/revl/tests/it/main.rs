@@ -6,6 +6,7 @@
 mod common;
 
 mod back_at_k;
+mod caller_holds;
 mod checkpoints;
 mod concurrency;
 mod demo;

@@ -1,0 +1,100 @@
+//! Nothing the caller holds leaks into a command (docs/security.md, "What a command can
+//! reach"): descriptors revl's caller left open are closed in the command, its standard
+//! input is /dev/null, and PID 1 of the sandbox (which only waits for the command) is
+//! filtered, not dumpable and out of the caller's process group.
+
+use crate::common::{bin, World};
+use serde_json::Value;
+use std::process::{Command, Stdio};
+
+/// `revl --json exec SID -- ARGV` started by `sh`, which first opens `setup` (redirections
+/// such as `5>>FILE`): the descriptors stay open in revl, as a careless caller leaves them.
+fn exec_from_shell(w: &World, sid: &str, setup: &str, argv: &[&str]) -> Value {
+    let quoted: Vec<String> = argv
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let script = format!(
+        "exec {setup}; exec '{}' --store '{}' --json exec {sid} -- {}",
+        bin(),
+        w.store.display(),
+        quoted.join(" ")
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    assert!(
+        out.status.success(),
+        "{script}\n{doc}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    doc
+}
+
+#[test]
+fn descriptors_the_caller_left_open_do_not_reach_the_command() {
+    let w = World::new();
+    let (sid, _ws) = w.session();
+    let canary = w.path("canary.txt");
+    std::fs::write(&canary, b"untouched").unwrap();
+    let dir = w.path("hostdir");
+    std::fs::create_dir(&dir).unwrap();
+    let setup = format!(
+        "5>>'{}' 6<'{}' 7<'{}'",
+        canary.display(),
+        canary.display(),
+        dir.display()
+    );
+    let doc = exec_from_shell(
+        &w,
+        &sid,
+        &setup,
+        &[
+            "sh",
+            "-c",
+            "echo pwned >&5 && echo wrote5; cat <&6 && echo read6; ls /proc/self/fd; cat > /dev/null && echo stdin-empty",
+        ],
+    );
+    let out = doc["stdout"].as_str().unwrap_or_default();
+    assert!(!out.contains("wrote5") && !out.contains("read6"), "{doc}");
+    assert_eq!(std::fs::read(&canary).unwrap(), b"untouched");
+    // Only 0, 1, 2 (and the descriptor `ls` itself holds on the directory it lists).
+    let fds: Vec<u32> = out.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert!(
+        fds.iter().all(|&f| f <= 3),
+        "open descriptors: {fds:?}\n{doc}"
+    );
+    assert!(out.contains("stdin-empty"), "stdin is /dev/null: {doc}");
+}
+
+#[test]
+fn pid_1_of_the_sandbox_is_filtered_not_dumpable_and_in_a_session_of_its_own() {
+    let w = World::new();
+    let (sid, _ws) = w.session();
+    let doc = w
+        .json(&[
+            "exec",
+            &sid,
+            "--",
+            "sh",
+            "-c",
+            "grep -E '^(Seccomp|NoNewPrivs):' /proc/1/status; \
+             if head -c 1 /proc/1/mem >/dev/null 2>&1; then echo mem-readable; else echo mem-refused; fi; \
+             echo session $(cut -d' ' -f6 /proc/1/stat) pgrp $(cut -d' ' -f5 /proc/1/stat)",
+        ])
+        .ok()
+        .clone();
+    let out = doc["stdout"].as_str().unwrap_or_default();
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2')),
+        "PID 1 runs under the filter: {doc}"
+    );
+    assert!(out.contains("mem-refused"), "PID 1 is not dumpable: {doc}");
+    // PID 1 leads a session of its own (its session id is its own pid, 1).
+    assert!(out.contains("session 1 pgrp 1"), "{doc}");
+}
