@@ -56,6 +56,9 @@ pub struct Planned {
     pub inside: Vec<ExecChange>,
     /// Small post-images, kept in the intent for `read --at`.
     pub kept: KeptBytes,
+    /// What was removed from an entry before it was applied, by path: metadata the command
+    /// set that revl neither records nor rewinds (shown as the change's `why`).
+    pub stripped: std::collections::BTreeMap<String, String>,
 }
 
 impl Planned {
@@ -71,11 +74,14 @@ impl Planned {
                 }),
                 change: i.change.to_string(),
                 path: i.path.clone(),
-                why: None,
+                why: self.stripped.get(&i.path).cloned(),
             })
             .collect();
         out.extend(self.ignored.iter().cloned());
-        out.extend(self.inside.iter().cloned());
+        out.extend(self.inside.iter().cloned().map(|mut c| {
+            c.why = c.why.or_else(|| self.stripped.get(&c.path).cloned());
+            c
+        }));
         out.sort_by(|a, b| a.path.cmp(&b.path));
         out
     }
@@ -176,6 +182,96 @@ fn defang(abs: &Path) -> Result<fs::Metadata> {
     fs::symlink_metadata(abs).map_err(|e| io(abs, e))
 }
 
+/// Inode flags a command may set that change what others can do with the file (append
+/// only, immutable, no dump, no atime, synchronous, no copy-on-write, ...): none is recorded
+/// or rewound, so none is applied unless the real path already had it.
+fn meaningful_flags() -> rustix::fs::IFlags {
+    use rustix::fs::IFlags;
+    IFlags::APPEND
+        | IFlags::IMMUTABLE
+        | IFlags::NODUMP
+        | IFlags::NOATIME
+        | IFlags::SYNC
+        | IFlags::DIRSYNC
+        | IFlags::NOCOW
+        | IFlags::JOURNALING
+        | IFlags::NOTAIL
+        | IFlags::TOPDIR
+        | IFlags::UNRM
+        | IFlags::SECURE_REMOVAL
+        | IFlags::PROJECT_INHERIT
+        | IFlags::COMPRESSED
+}
+
+/// Remove from the upper-layer entry `abs` what the command set that revl neither records
+/// nor rewinds: every extended attribute (user attributes, ACLs, `user.overlay.*` as root)
+/// and inode flag (`chattr`) that the real path `real` does not already hold the same, so
+/// nothing reaches the workspace silently. The overlay's own attributes (`prefix` +
+/// `overlay.`) are left for the walk. Returns what was removed, in words ("" for nothing).
+fn strip_unrecorded(abs: &Path, real: &Path, prefix: &str) -> String {
+    let mut gone: Vec<String> = Vec::new();
+    let names = |p: &Path| -> Vec<Vec<u8>> {
+        let Ok(size) = rustix::fs::llistxattr_query(p) else {
+            return Vec::new();
+        };
+        let mut buf = vec![0u8; size];
+        let n = rustix::fs::llistxattr(p, &mut buf[..]).unwrap_or(0);
+        buf[..n]
+            .split(|b| *b == 0)
+            .filter(|n| !n.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let value = |p: &Path, name: &std::ffi::CStr| -> Option<Vec<u8>> {
+        let size = rustix::fs::lgetxattr(p, name, &mut [0u8; 0][..]).ok()?;
+        let mut v = vec![0u8; size];
+        let n = rustix::fs::lgetxattr(p, name, &mut v[..]).ok()?;
+        v.truncate(n);
+        Some(v)
+    };
+    let own = format!("{prefix}overlay.");
+    for name in names(abs) {
+        if name.starts_with(own.as_bytes()) {
+            continue;
+        }
+        let Ok(c) = std::ffi::CString::new(name.clone()) else {
+            continue;
+        };
+        if value(abs, &c).is_some_and(|v| value(real, &c) == Some(v)) {
+            continue;
+        }
+        if rustix::fs::lremovexattr(abs, c.as_c_str()).is_ok() {
+            gone.push(String::from_utf8_lossy(&name).into_owned());
+        }
+    }
+    let flags_of = |p: &Path| -> Option<(rustix::fd::OwnedFd, rustix::fs::IFlags)> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(
+            p,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let f = rustix::fs::ioctl_getflags(&fd).ok()?;
+        Some((fd, f))
+    };
+    if let Some((fd, f)) = flags_of(abs) {
+        let had = flags_of(real).map_or(rustix::fs::IFlags::empty(), |(_, f)| f);
+        let extra = f & meaningful_flags() & !had;
+        if !extra.is_empty() && rustix::fs::ioctl_setflags(&fd, f & !extra).is_ok() {
+            gone.push(format!("inode flags {extra:?}"));
+        }
+    }
+    if gone.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "not applied: {} (revl neither records nor rewinds them)",
+            gone.join(", ")
+        )
+    }
+}
+
 /// A whiteout: the overlay's mark of a deleted path.
 fn is_whiteout(m: &fs::Metadata) -> bool {
     m.file_type().is_char_device() && m.rdev() == 0
@@ -229,6 +325,12 @@ fn walk(
         }
         let m = defang(&abs)?;
         let t = m.file_type();
+        if !is_whiteout(&m) {
+            let note = strip_unrecorded(&abs, &ws.abs(&rel), prefix);
+            if !note.is_empty() {
+                out.stripped.insert(rel.clone(), note);
+            }
+        }
         let real = ws.lstat_rel(&rel)?;
         let real_kind = real.as_ref().map_or(FileKind::Absent, |(k, _, _)| *k);
         let mut add = |change: &'static str, after: Image, how: How, budget: &mut usize| {
@@ -265,7 +367,7 @@ fn walk(
                 walk(&abs, &rel, prefix, up, ws, blobs, out, budget)?;
             } else {
                 // A new tree (or one that replaced what was there): applied whole.
-                tidy_tree(&abs, &rel, prefix, &mut out.ignored)?;
+                tidy_tree(&abs, &rel, prefix, &mut out.ignored, &mut out.stripped)?;
                 let (after, entries) = up.observe_entries(&rel, Some(&mut out.kept))?;
                 if ws.observe(&rel)? != after {
                     add("dir-created", after, How::Move(abs.clone()), budget)?;
@@ -417,6 +519,7 @@ fn tidy_tree(
     rel_dir: &str,
     prefix: &str,
     ignored_out: &mut Vec<ExecChange>,
+    stripped: &mut std::collections::BTreeMap<String, String>,
 ) -> Result<()> {
     for name in sorted_entries(dir)? {
         let abs = dir.join(&name);
@@ -430,11 +533,18 @@ fn tidy_tree(
         }
         let m = defang(&abs)?;
         let t = m.file_type();
+        if !is_whiteout(&m) {
+            // A new tree: nothing real to compare with; whatever the command set goes.
+            let note = strip_unrecorded(&abs, Path::new("/nonexistent/revl"), prefix);
+            if !note.is_empty() {
+                stripped.insert(rel.clone(), note);
+            }
+        }
         if is_whiteout(&m) {
             fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
         } else if t.is_dir() {
             strip_overlay_attrs(&abs, prefix);
-            tidy_tree(&abs, &rel, prefix, ignored_out)?;
+            tidy_tree(&abs, &rel, prefix, ignored_out, stripped)?;
         } else if t.is_file() {
             strip_overlay_attrs(&abs, prefix);
             if m.nlink() > 1 {

@@ -164,6 +164,10 @@ const PROC_RO: [&std::ffi::CStr; 4] = [
     c"/proc/bus",
 ];
 
+/// Parts of `/proc` that name what the caller holds (every key it may view, and their
+/// users, by name and description): masked by the sandbox's read-only `/dev/null`.
+const PROC_MASKED: [&std::ffi::CStr; 2] = [c"/proc/keys", c"/proc/key-users"];
+
 /// What the children tell revl through the shared page.
 #[repr(C)]
 struct Board {
@@ -1458,6 +1462,30 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
             libc::AT_FDCWD,
             path.as_ptr(),
             AT_RECURSIVE,
+            &ro as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+    }
+    for path in PROC_MASKED {
+        // /dev/null (the sandbox's own, read-only): reads as empty, and is always there.
+        if libc::mount(
+            c"/dev/null".as_ptr(),
+            path.as_ptr(),
+            null,
+            libc::MS_BIND,
+            std::ptr::null(),
+        ) < 0
+        {
+            if *libc::__errno_location() == libc::ENOENT {
+                continue; // a kernel without keys: nothing to mask
+            }
+            return Err(fail());
+        }
+        ok(libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            0 as libc::c_uint,
             &ro as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         ))?;

@@ -98,3 +98,111 @@ fn pid_1_of_the_sandbox_is_filtered_not_dumpable_and_in_a_session_of_its_own() {
     // PID 1 leads a session of its own (its session id is its own pid, 1).
     assert!(out.contains("session 1 pgrp 1"), "{doc}");
 }
+
+/// Metadata revl neither records nor rewinds (extended attributes: user attributes, ACLs;
+/// inode flags) that a command set never reaches the workspace silently: it is removed
+/// before the change is applied, and the change says so. What the real file already had
+/// stays.
+#[test]
+fn xattrs_and_inode_flags_a_command_set_are_not_applied() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    std::fs::write(ws.join("old.txt"), b"old").unwrap();
+    let had = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import os,sys; os.setxattr(sys.argv[1], 'user.owner', b'kept')",
+        ])
+        .arg(ws.join("old.txt"))
+        .status()
+        .unwrap();
+    assert!(had.success(), "user xattrs on the test's filesystem");
+    let doc = w
+        .json(&[
+            "exec",
+            &sid,
+            "--",
+            "python3",
+            "-c",
+            "import os, subprocess\n\
+             open('new.txt','w').write('new')\n\
+             os.setxattr('new.txt','user.evil',b'1')\n\
+             open('old.txt','a').write('+')\n\
+             os.setxattr('old.txt','user.evil',b'2')\n\
+             os.makedirs('d')\n\
+             open('d/in.txt','w').write('in')\n\
+             os.setxattr('d/in.txt','user.evil',b'3')\n\
+             subprocess.run(['chattr','+d','new.txt'])\n",
+        ])
+        .ok()
+        .clone();
+    let xattr = |p: &std::path::Path, name: &str| -> Option<Vec<u8>> {
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import os,sys\ntry: sys.stdout.write(os.getxattr(sys.argv[1], sys.argv[2]).decode())\nexcept OSError: sys.exit(3)",
+            ])
+            .arg(p)
+            .arg(name)
+            .output()
+            .unwrap();
+        out.status.success().then_some(out.stdout)
+    };
+    for p in ["new.txt", "old.txt", "d/in.txt"] {
+        assert_eq!(xattr(&ws.join(p), "user.evil"), None, "{p}: {doc}");
+    }
+    assert_eq!(
+        xattr(&ws.join("old.txt"), "user.owner").as_deref(),
+        Some(&b"kept"[..])
+    );
+    let flags = std::process::Command::new("lsattr")
+        .arg(ws.join("new.txt"))
+        .output()
+        .unwrap();
+    let flags = String::from_utf8_lossy(&flags.stdout);
+    assert!(
+        !flags.split_whitespace().next().unwrap_or("").contains('d'),
+        "no-dump flag applied: {flags}"
+    );
+    let changes = doc["changes"].as_array().unwrap();
+    let why = |p: &str| {
+        changes
+            .iter()
+            .find(|c| c["path"] == p)
+            .and_then(|c| c["why"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(why("new.txt").contains("user.evil"), "{doc}");
+    assert!(why("old.txt").contains("user.evil"), "{doc}");
+    assert!(why("d/in.txt").contains("user.evil"), "{doc}");
+}
+
+/// `/proc/keys` lists the key names the caller may view (across its keyrings): the command
+/// reads an empty file.
+#[test]
+fn the_callers_key_names_are_hidden() {
+    let w = World::new();
+    let (sid, _ws) = w.session();
+    // A key in the caller's user keyring, named so that a leak is visible.
+    let _ = Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes; l=ctypes.CDLL(None); l.syscall(248, b'user', b'revl-canary-key', b'x', 1, -4)",
+        ])
+        .status();
+    let doc = w
+        .json(&[
+            "exec",
+            &sid,
+            "--",
+            "sh",
+            "-c",
+            "wc -c < /proc/keys; cat /proc/keys /proc/key-users",
+        ])
+        .ok()
+        .clone();
+    let out = doc["stdout"].as_str().unwrap_or_default();
+    assert_eq!(out.lines().next().map(str::trim), Some("0"), "{doc}");
+    assert!(!out.contains("revl-canary-key"), "{doc}");
+}
