@@ -110,6 +110,21 @@ impl BlobStore {
     /// Copy a blob into a new file `dest` (which must not exist), streamed and verified
     /// against its name; `dest` is removed if the blob turns out damaged.
     pub fn copy_out(&self, digest: &str, dest: &Path, step: Option<u64>) -> Result<()> {
+        let dst = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dest)
+            .map_err(|e| Error::io(dest.display(), e))?;
+        self.copy_into(digest, dst, &dest.display().to_string(), step)
+            .inspect_err(|_| {
+                let _ = fs::remove_file(dest);
+            })
+    }
+
+    /// [`BlobStore::copy_out`] into a file the caller opened (made through a directory
+    /// handle): the blob's bytes, checked against its name as they stream. On an error the
+    /// caller removes what it made; `what` names it in the message.
+    pub fn copy_into(&self, digest: &str, dst: File, what: &str, step: Option<u64>) -> Result<()> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
         let mut src = File::open(self.path_of(digest)).map_err(|e| {
             Error::new(
@@ -118,25 +133,16 @@ impl BlobStore {
                 "restore the store's blobs/ directory from a backup; nothing was run",
             )
         })?;
-        let copied = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(dest)
-            .and_then(|dst| copy_hashing(&mut src, dst));
-        match copied {
+        match copy_hashing(&mut src, dst) {
             Ok(d) if d == digest => Ok(()),
-            Ok(_) => {
-                let _ = fs::remove_file(dest);
-                Err(Error::new(
-                    Code::MissingPreimage,
-                    format!("{who}preimage blob {digest} is damaged (its content does not match its name)"),
-                    "restore the store's blobs/ directory from a backup",
-                ))
-            }
-            Err(e) => {
-                let _ = fs::remove_file(dest);
-                Err(Error::io(dest.display(), e))
-            }
+            Ok(_) => Err(Error::new(
+                Code::MissingPreimage,
+                format!(
+                    "{who}preimage blob {digest} is damaged (its content does not match its name)"
+                ),
+                "restore the store's blobs/ directory from a backup",
+            )),
+            Err(e) => Err(Error::io(what, e)),
         }
     }
 

@@ -1440,64 +1440,113 @@ impl Workspace {
                             "restore the store's blobs/ from a backup",
                         )
                     })?;
-                fs::create_dir_all(&parent).map_err(|e| io(&parent, e))?;
-                remove_any(&abs)?;
-                fs::create_dir(&abs).map_err(|e| io(&abs, e))?;
-                let mut dirs = vec![(abs.clone(), mode)];
-                for it in &listing {
-                    let p = abs.join(name::to_os(&it.path));
-                    let m = it
-                        .mode
-                        .as_deref()
-                        .map(parse_mode)
-                        .transpose()?
-                        .unwrap_or(0o644);
-                    match it.kind {
-                        FileKind::Dir => {
-                            fs::create_dir(&p).map_err(|e| io(&p, e))?;
-                            dirs.push((p, m));
-                        }
-                        FileKind::File => {
-                            let content = match &it.content {
-                                Some(c) => unb64(c)?,
-                                None => {
-                                    let d = it.digest.as_deref().unwrap_or("");
-                                    blobs.copy_out(d, &p, Some(step))?;
-                                    fs::set_permissions(&p, fs::Permissions::from_mode(m))
-                                        .map_err(|e| io(&p, e))?;
-                                    continue;
-                                }
-                            };
-                            let mut f = OpenOptions::new()
-                                .write(true)
-                                .create_new(true)
-                                .mode(0o600)
-                                .open(&p)
-                                .map_err(|e| io(&p, e))?;
-                            f.write_all(&content)
+                self.restore_tree(rel, mode, &listing, blobs, step)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Put a directory back from its listing, through directory handles only: the
+    /// directory is made and opened (`O_NOFOLLOW`) beneath the root, and every entry made
+    /// relative to its parent's handle. A concurrent writer that swaps a directory being
+    /// rebuilt for a symlink changes nothing outside: revl keeps writing into the directory
+    /// it made, never through the name. Modes are set through the handles, deepest first.
+    fn restore_tree(
+        &self,
+        rel: &str,
+        mode: u32,
+        listing: &[TreeItem],
+        blobs: &BlobStore,
+        step: u64,
+    ) -> Result<()> {
+        use rustix::fs::{fchmod, fsync, mkdirat, openat, symlinkat, Mode, OFlags};
+        use std::collections::HashMap;
+        let abs = self.abs(rel);
+        let sys = |p: &Path, e: rustix::io::Errno| io(p, std::io::Error::from(e));
+        let (prel, name) = split_rel(rel);
+        let name = &*name;
+        let parent = self.dir_beneath(prel, true)?;
+        self.remove_beneath(&parent, name, step)?;
+        let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        mkdirat(&parent, name, Mode::from_raw_mode(0o700)).map_err(|e| sys(&abs, e))?;
+        let top = openat(&parent, name, dir_flags, Mode::empty())
+            .map_err(|e| self.beneath_error(rel, e))?;
+        // Each directory made so far, by its path in the listing ("" is the top).
+        let mut dirs: HashMap<String, rustix::fd::OwnedFd> = HashMap::new();
+        let mut modes: Vec<(String, u32)> = vec![(String::new(), mode)];
+        dirs.insert(String::new(), top);
+        for it in listing {
+            let p = abs.join(name::to_os(&it.path));
+            let (within, leaf) = split_rel(&it.path);
+            let Some(pfd) = dirs.get(within) else {
+                return Err(Error::new(
+                    Code::CorruptWal,
+                    format!(
+                        "step {step}: tree blob {} lists {:?} before its directory",
+                        it.path, within
+                    ),
+                    "restore the store's blobs/ from a backup",
+                ));
+            };
+            let m = it
+                .mode
+                .as_deref()
+                .map(parse_mode)
+                .transpose()?
+                .unwrap_or(0o644);
+            match it.kind {
+                FileKind::Dir => {
+                    mkdirat(pfd, &*leaf, Mode::from_raw_mode(0o700)).map_err(|e| sys(&p, e))?;
+                    let fd = openat(pfd, &*leaf, dir_flags, Mode::empty())
+                        .map_err(|e| self.beneath_error(&it.path, e))?;
+                    dirs.insert(it.path.clone(), fd);
+                    modes.push((it.path.clone(), m));
+                }
+                FileKind::File => {
+                    let fd = openat(
+                        pfd,
+                        &*leaf,
+                        OFlags::WRONLY
+                            | OFlags::CREATE
+                            | OFlags::EXCL
+                            | OFlags::NOFOLLOW
+                            | OFlags::CLOEXEC,
+                        Mode::from_raw_mode(0o600),
+                    )
+                    .map_err(|e| sys(&p, e))?;
+                    let f = File::from(fd);
+                    match &it.content {
+                        Some(c) => {
+                            let mut f = f;
+                            f.write_all(&unb64(c)?)
                                 .and_then(|_| f.set_permissions(fs::Permissions::from_mode(m)))
                                 .and_then(|_| f.sync_all())
                                 .map_err(|e| io(&p, e))?;
                         }
-                        FileKind::Symlink => {
-                            std::os::unix::fs::symlink(
-                                name::to_os(it.target.as_deref().unwrap_or("")),
-                                &p,
-                            )
-                            .map_err(|e| io(&p, e))?;
+                        None => {
+                            let d = it.digest.as_deref().unwrap_or("");
+                            let keep = f.try_clone().map_err(|e| io(&p, e))?;
+                            blobs.copy_into(d, f, &p.display().to_string(), Some(step))?;
+                            keep.set_permissions(fs::Permissions::from_mode(m))
+                                .and_then(|_| keep.sync_all())
+                                .map_err(|e| io(&p, e))?;
                         }
-                        FileKind::Absent | FileKind::Special => {}
                     }
                 }
-                // Modes deepest first (a read-only directory is set after its contents).
-                for (d, m) in dirs.iter().rev() {
-                    fsync_dir(d)?;
-                    fs::set_permissions(d, fs::Permissions::from_mode(*m)).map_err(|e| io(d, e))?;
+                FileKind::Symlink => {
+                    let target = it.target.as_deref().unwrap_or("");
+                    symlinkat(&*name::to_os(target), pfd, &*leaf).map_err(|e| sys(&p, e))?;
                 }
-                fsync_dir(&parent)?;
+                FileKind::Absent | FileKind::Special => {}
             }
         }
-        Ok(())
+        // Modes deepest first (a read-only directory is set after its contents).
+        for (d, m) in modes.iter().rev() {
+            let fd = &dirs[d];
+            fsync(fd).map_err(|e| sys(&abs, e))?;
+            fchmod(fd, Mode::from_raw_mode(*m)).map_err(|e| sys(&abs, e))?;
+        }
+        fsync(&parent).map_err(|e| sys(&abs, e))
     }
 
     /// `read PATH` → `{path, mode, content | contentBase64}`

@@ -206,3 +206,48 @@ fn the_callers_key_names_are_hidden() {
     assert_eq!(out.lines().next().map(str::trim), Some("0"), "{doc}");
     assert!(!out.contains("revl-canary-key"), "{doc}");
 }
+
+/// A directory is rewound through handles, never by path: while revl rebuilds a deleted
+/// tree of 2,000 files, a concurrent writer keeps swapping the directory being rebuilt for a
+/// symlink to a directory outside the workspace. Nothing is ever written outside.
+#[test]
+fn a_directory_swapped_for_a_symlink_mid_rewind_is_never_written_through() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for round in 0..3 {
+        let w = World::new();
+        let (sid, ws) = w.session();
+        std::fs::create_dir_all(ws.join("d")).unwrap();
+        for i in 0..2000 {
+            std::fs::write(ws.join(format!("d/f{i}")), format!("{i}")).unwrap();
+        }
+        let outside = w.path("outside");
+        std::fs::create_dir(&outside).unwrap();
+        w.json(&["delete", &sid, "d"]).ok();
+        let stop = AtomicBool::new(false);
+        let swaps = std::thread::scope(|sc| {
+            let attacker = sc.spawn(|| {
+                let mut n = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let d = ws.join("d");
+                    if std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) {
+                        if std::fs::rename(&d, ws.join(format!("moved-{n}"))).is_ok() {
+                            let _ = std::os::unix::fs::symlink(&outside, &d);
+                            n += 1;
+                        }
+                    }
+                }
+                n
+            });
+            // The rewind may fail (the directory it made was taken away): it must never
+            // write outside.
+            let _ = w.json(&["step-back", &sid, "--to", "0"]);
+            stop.store(true, Ordering::Relaxed);
+            attacker.join().unwrap()
+        });
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "round {round}: revl wrote through the swapped symlink ({swaps} swaps)"
+        );
+    }
+}
