@@ -248,6 +248,14 @@ pub struct Sandboxed {
     /// recorded what it had changed by then as this step.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub interrupted: bool,
+    /// The limit that stopped the command, where revl can tell (`timeout`, `cpu`, `bytes`,
+    /// `pids`; docs/security.md, "Limits").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<&'static str>,
+    /// How `--pids` held where no pids cgroup could be made: `rlimit` or `none` (absent:
+    /// a cgroup).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<&'static str>,
     pub stdout_truncated: bool,
     pub stderr_truncated: bool,
     pub changes: Vec<crate::undo::ExecChange>,

@@ -98,6 +98,14 @@ pub struct Outcome {
     /// The prefix of the overlay's own extended attributes in `upper` (`trusted.` as root,
     /// `user.` in a user namespace).
     pub xattr_prefix: &'static str,
+    /// The limit that stopped the command, where revl can tell: `timeout`, `cpu`
+    /// (`SIGXCPU`), `bytes` (a file past `--max-bytes`: `SIGXFSZ`), `pids` (the pids
+    /// cgroup refused a fork). A memory limit shows only as the program's own failure.
+    pub limit: Option<&'static str>,
+    /// How `--pids` was enforced: `cgroup`, `rlimit` (`RLIMIT_NPROC`, counted in the
+    /// sandbox's user namespace), or `none` (root without a pids cgroup: the kernel does not
+    /// apply `RLIMIT_NPROC` to uid 0).
+    pub pids_limit: &'static str,
 }
 
 /// Why nothing ran.
@@ -150,6 +158,41 @@ const STAGES: &[&str] = &[
     "hand the egress proxy's listening socket to revl",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
+
+/// The open-file limit of every process of a command (`RLIMIT_NOFILE`): a command cannot
+/// hold more of the host's file handles than this at once.
+pub const OPEN_FILES: u64 = 4096;
+
+/// What each of the sandbox's private tmpfs (`/tmp`, `/dev/shm`, `/run`) may hold: a third
+/// of `--memory` when it is given (their pages are memory the command pins), else 512 MiB;
+/// never less than 4 MiB. Inodes: at most 65,536 each.
+pub fn tmpfs_size(memory: Option<u64>) -> u64 {
+    memory.map_or(512 << 20, |m| m / 3).max(4 << 20)
+}
+
+/// [`OPEN_FILES`], or the caller's own hard limit where that is lower (a limit can only be
+/// lowered without privilege).
+fn open_files() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct it is given.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    if got == 0 {
+        OPEN_FILES.min(lim.rlim_max)
+    } else {
+        OPEN_FILES
+    }
+}
+
+fn tmpfs_opts(mode: &str, memory: Option<u64>) -> std::io::Result<CString> {
+    CString::new(format!(
+        "mode={mode},size={}k,nr_inodes=65536",
+        tmpfs_size(memory) >> 10
+    ))
+    .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "tmpfs options"))
+}
 
 /// The device nodes the sandbox's `/dev` holds (bound read-only; no `tty`: the command has
 /// no controlling terminal, docs/security.md).
@@ -251,7 +294,11 @@ struct Prepared {
     /// An empty read-only file of revl's, bound over each hidden file.
     empty: CString,
     /// `(resource, limit)` pairs for setrlimit.
-    rlimits: [(libc::__rlimit_resource_t, u64); 4],
+    rlimits: [(libc::__rlimit_resource_t, u64); 5],
+    /// The mount options of the private `/tmp` and `/dev/shm` (mode 1777) and `/run` (mode
+    /// 755): each bounded (see [`tmpfs_size`]).
+    tmpfs_sticky: CString,
+    tmpfs_run: CString,
     /// `tasks` (v1) or `cgroup.procs` (v2) of the command's pids cgroup, open for writing
     /// (-1: none).
     cgroup_procs: libc::c_int,
@@ -408,6 +455,19 @@ impl PidsCgroup {
                 None
             }
         }
+    }
+}
+
+impl PidsCgroup {
+    /// Whether the cgroup refused a fork at its limit (`pids.events`: `max N`, N > 0).
+    pub fn hit_max(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("pids.events")).is_ok_and(|e| {
+            e.lines().any(|l| {
+                l.strip_prefix("max ")
+                    .and_then(|n| n.trim().parse::<u64>().ok())
+                    .is_some_and(|n| n > 0)
+            })
+        })
     }
 }
 
@@ -618,7 +678,10 @@ fn prepare(
                     spec.limits.cpu_seconds.unwrap_or(libc::RLIM_INFINITY),
                 ),
                 (libc::RLIMIT_FSIZE, spec.limits.max_bytes.saturating_add(1)),
+                (libc::RLIMIT_NOFILE, open_files()),
             ],
+            tmpfs_sticky: tmpfs_opts("1777", spec.limits.memory)?,
+            tmpfs_run: tmpfs_opts("755", spec.limits.memory)?,
             cgroup_procs: cgroup.map_or(-1, |c| {
                 use std::os::fd::AsRawFd;
                 c.procs.as_raw_fd()
@@ -705,6 +768,12 @@ pub fn run_to(
         n > max
     };
     let result = run_command_watched(cmd, None, spec.timeout, &mut started, &mut stop, sink);
+    let pids_hit = cgroup.as_ref().is_some_and(PidsCgroup::hit_max);
+    let pids_limit = match (&cgroup, is_root()) {
+        (Some(_), _) => "cgroup",
+        (None, false) => "rlimit",
+        (None, true) => "none",
+    };
     drop(cgroup);
     if result.is_ok() && over.is_none() {
         // What it wrote after the last look.
@@ -739,10 +808,25 @@ pub fn run_to(
                     (None, Some(libc::WTERMSIG(st)))
                 };
             }
+            let limit = if ran.timed_out {
+                Some("timeout")
+            } else if ran.signal == Some(libc::SIGXCPU)
+                || (ran.signal == Some(libc::SIGKILL) && spec.limits.cpu_seconds.is_some())
+            {
+                Some("cpu")
+            } else if ran.signal == Some(libc::SIGXFSZ) {
+                Some("bytes")
+            } else if pids_hit {
+                Some("pids")
+            } else {
+                None
+            };
             Ok(Outcome {
                 ran,
                 upper,
                 xattr_prefix: xattr_prefix(),
+                limit,
+                pids_limit,
             })
         }
         Err(e) if said => Err(Failure::Started(e)),
@@ -1025,9 +1109,16 @@ unsafe fn confine(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
     at(27);
     for (res, lim) in p.rlimits {
         if lim != libc::RLIM_INFINITY {
+            // CPU: SIGXCPU at the limit (the result names it), SIGKILL a second later for a
+            // command that ignores it.
+            let max = if res == libc::RLIMIT_CPU {
+                lim.saturating_add(1)
+            } else {
+                lim
+            };
             let r = libc::rlimit {
                 rlim_cur: lim,
-                rlim_max: lim,
+                rlim_max: max,
             };
             ok(libc::setrlimit(res, &r) as libc::c_long)?;
         }
@@ -1354,10 +1445,10 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
         ) as libc::c_long)
     };
     at(10);
-    tmpfs(c"/tmp", c"mode=1777", libc::MS_NOSUID | libc::MS_NODEV)?;
+    tmpfs(c"/tmp", &p.tmpfs_sticky, libc::MS_NOSUID | libc::MS_NODEV)?;
     if p.run_exists {
         at(11);
-        tmpfs(c"/run", c"mode=755", libc::MS_NOSUID | libc::MS_NODEV)?;
+        tmpfs(c"/run", &p.tmpfs_run, libc::MS_NOSUID | libc::MS_NODEV)?;
     }
     at(12);
     tmpfs(c"/dev", c"mode=755", libc::MS_NOSUID | libc::MS_NOEXEC)?;
@@ -1381,7 +1472,11 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
     }
     at(14);
     ok(libc::mkdir(c"/dev/shm".as_ptr(), 0o755) as libc::c_long)?;
-    tmpfs(c"/dev/shm", c"mode=1777", libc::MS_NOSUID | libc::MS_NODEV)?;
+    tmpfs(
+        c"/dev/shm",
+        &p.tmpfs_sticky,
+        libc::MS_NOSUID | libc::MS_NODEV,
+    )?;
     at(15);
     for dir in &p.ws_chain {
         if libc::mkdir(dir.as_ptr(), 0o755) < 0 && *libc::__errno_location() != libc::EEXIST {

@@ -298,6 +298,10 @@ pub fn exec(v: &ExecReport) -> String {
         (None, Some(s)) => format!("killed by signal {}", s.signal.unwrap_or(0)),
         (None, None) => "killed by a signal".to_string(),
     };
+    let status = match v.sandboxed.as_ref().and_then(|s| s.limit) {
+        Some(l) => format!("{status} ({l} limit reached)"),
+        None => status,
+    };
     let mut out = match &v.sandboxed {
         Some(s) => format!(
             "step {}  exec (sandboxed)  {status}  {} change(s)",
@@ -376,6 +380,11 @@ pub fn exec(v: &ExecReport) -> String {
             let more = if cut { " (cut at 1 MiB)" } else { "" };
             let _ = write!(out, "\n--- {k}{more} ---\n{}", visible(t.trim_end()));
         }
+    }
+    match v.sandboxed.as_ref().and_then(|s| s.pids_limit) {
+        Some("rlimit") => out.push_str("\nnote: --pids held by RLIMIT_NPROC (no pids cgroup could be made here)"),
+        Some(_) => out.push_str("\nnote: --pids did NOT hold: as root without a pids cgroup the kernel applies no process limit"),
+        None => {}
     }
     if v.sandboxed.as_ref().is_some_and(|s| s.interrupted) {
         let _ = write!(

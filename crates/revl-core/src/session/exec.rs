@@ -420,6 +420,7 @@ impl Session {
         let result = self.apply_changes(step, o, cwd_rel, &outcome, denied);
         let _ = crate::workspace::remove_any(&scratch);
         let changes = result?;
+        let (limit, pids_limit) = (outcome.limit, outcome.pids_limit);
         let ran = outcome.ran;
         Ok(ExecReport {
             step,
@@ -430,6 +431,8 @@ impl Session {
                 signal: ran.signal,
                 timed_out: ran.timed_out,
                 interrupted: ran.interrupted,
+                limit,
+                pids_limit: (pids_limit != "cgroup").then_some(pids_limit),
                 stdout_truncated: ran.stdout_truncated,
                 stderr_truncated: ran.stderr_truncated,
                 changes,
