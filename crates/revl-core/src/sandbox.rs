@@ -392,9 +392,11 @@ pub fn xattr_prefix() -> &'static str {
     }
 }
 
-/// The bytes the files of `dir` hold (their apparent sizes: a sparse file counts whole,
-/// as a copy of it might), stopping early past `cap`.
+/// What the entries of `dir` take (a file's apparent size or its blocks, whichever is more:
+/// a sparse file counts whole, as a copy of it might; every directory and symlink too, with
+/// [`ENTRY_OVERHEAD`] each), stopping early past `cap`.
 fn tree_bytes(dir: &Path, cap: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let mut total = 0u64;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -402,19 +404,28 @@ fn tree_bytes(dir: &Path, cap: u64) -> u64 {
             continue;
         };
         for e in rd.flatten() {
-            let Ok(m) = e.metadata() else { continue };
+            let Ok(m) = e.path().symlink_metadata() else {
+                continue;
+            };
+            // Every entry counts what it takes on disk: its bytes or its blocks, whichever
+            // is more, plus an inode's worth of metadata (directories and symlinks
+            // included: a command cannot fill the disk with them under the limit).
+            let used = m.len().max(m.blocks().saturating_mul(512));
+            total = total.saturating_add(used).saturating_add(ENTRY_OVERHEAD);
             if m.is_dir() {
                 stack.push(e.path());
-            } else if m.is_file() {
-                total = total.saturating_add(m.len());
-                if total > cap {
-                    return total;
-                }
+            }
+            if total > cap {
+                return total;
             }
         }
     }
     total
 }
+
+/// What each entry of the upper layer counts against `--max-bytes` beyond its own bytes or
+/// blocks: an inode and a directory entry (docs/security.md, "Limits").
+pub const ENTRY_OVERHEAD: u64 = 256;
 
 /// A `pids` cgroup of revl's own for one command (cgroup v2 where the controller is
 /// delegated to revl's cgroup, else the v1 `pids` hierarchy), removed when dropped.

@@ -591,19 +591,41 @@ fn with_repairs(mut out: Outcome) -> Outcome {
 struct Streamed {
     open: std::sync::Arc<std::sync::atomic::AtomicBool>,
     escapes: std::sync::Arc<std::sync::Mutex<[revl_core::util::Visible; 2]>>,
+    /// Bytes shown so far on each lane: the terminal gets at most [`STREAM_CAP`] of each.
+    shown: std::sync::Arc<[std::sync::atomic::AtomicUsize; 2]>,
 }
+
+/// What a terminal is shown of each of a command's outputs (escaped): as much as the step
+/// records of it (1 MiB); past it, one line says the rest was cut.
+const STREAM_CAP: usize = revl_core::proc::OUTPUT_CAP;
 
 impl Streamed {
     fn sink(&self) -> revl_core::proc::OutputSink {
         let open = self.open.clone();
         let escapes = self.escapes.clone();
+        let shown = self.shown.clone();
         revl_core::proc::OutputSink::new(move |which, raw| {
+            use std::sync::atomic::Ordering;
             let lane = usize::from(matches!(which, revl_core::proc::Stream::Stderr));
             let bytes = match escapes.lock() {
                 Ok(mut e) => e[lane].push(raw),
                 Err(_) => return,
             };
-            Self::write(&open, lane, &bytes);
+            let before = shown[lane].fetch_add(bytes.len(), Ordering::Relaxed);
+            if before > STREAM_CAP || bytes.is_empty() {
+                return;
+            }
+            let room = STREAM_CAP - before;
+            if bytes.len() <= room {
+                Self::write(&open, lane, &bytes);
+            } else {
+                Self::write(&open, lane, &bytes[..room]);
+                let which = if lane == 0 { "stdout" } else { "stderr" };
+                let note = format!(
+                    "\n[revl: the command's {which} shown up to 1 MiB; the rest is cut here]\n"
+                );
+                Self::write(&open, lane, note.as_bytes());
+            }
         })
     }
 

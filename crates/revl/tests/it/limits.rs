@@ -66,3 +66,53 @@ fn the_result_names_the_limit_that_stopped_a_command() {
         Some(weaker) => assert!(weaker == "rlimit" || weaker == "none", "{doc}"),
     }
 }
+
+/// Text output is capped: a command that prints 3 MB of control bytes (each shown as four
+/// escaped characters) does not flood the terminal with 12 MB; the cut is said.
+#[test]
+fn text_output_is_capped_and_says_so() {
+    let w = World::new();
+    let (sid, _ws) = w.session();
+    let out = w.run(&[
+        "exec",
+        &sid,
+        "--",
+        "sh",
+        "-c",
+        "head -c 3000000 /dev/zero | tr '\\000' '\\001'",
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.len() < (1 << 20) + 64 * 1024,
+        "{} bytes reached the terminal",
+        out.stdout.len()
+    );
+    assert!(
+        out.stdout.contains("the rest is cut here"),
+        "the cut is said"
+    );
+}
+
+/// `--max-bytes` counts every entry, directories included: 5,000 empty directories do not
+/// pass a 1 MiB limit.
+#[test]
+fn max_bytes_counts_directories_too() {
+    let w = World::new();
+    let (sid, ws) = w.session();
+    let out = w.json(&[
+        "exec",
+        &sid,
+        "--max-bytes",
+        "1M",
+        "--",
+        "sh",
+        "-c",
+        "for i in $(seq 1 5000); do mkdir d$i; done",
+    ]);
+    out.err(1, "limit-exceeded");
+    assert_eq!(
+        std::fs::read_dir(&ws).unwrap().count(),
+        0,
+        "nothing applied"
+    );
+}
