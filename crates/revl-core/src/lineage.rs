@@ -404,7 +404,7 @@ impl OfflineWal {
             role: self.role(),
             session: st.session.clone(),
             state: st.life().as_str(),
-            steps: st.steps.len(),
+            steps: st.steps.iter().filter(|s| !s.armed()).count(),
             complete: st.activation_complete,
             torn: self.torn,
             parent: None,
@@ -545,7 +545,7 @@ impl OfflineWal {
             wal: self.path.display().to_string(),
             session: self.state.session.clone(),
             role: self.role(),
-            steps: self.state.steps.len(),
+            steps: self.state.steps.iter().filter(|s| !s.armed()).count(),
             emissions_crossed: self
                 .state
                 .steps

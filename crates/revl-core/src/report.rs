@@ -420,6 +420,10 @@ pub struct StepView {
     pub undo_idempotent: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compensation: Option<u64>,
+    /// A declared compensation that has not run (see [`crate::step::Step::armed`]): it
+    /// fires only in a compensating rewind; nothing happened at this index.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub armed: bool,
     pub undone: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undone_by: Option<String>,
@@ -449,6 +453,7 @@ impl StepView {
                 .map(|u| serde_json::from_str(u).unwrap_or(Value::Null)),
             undo_idempotent: s.undo_idempotent,
             compensation: s.compensation,
+            armed: s.armed(),
             undone: s.undone,
             undone_by: s.undone_by.clone(),
             rewound_by: None,

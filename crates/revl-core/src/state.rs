@@ -906,7 +906,11 @@ impl State {
     pub fn position(&self) -> Pos {
         match self.spans.last() {
             Some((to, h)) if *h == self.head() && !self.steps.is_empty() => *to,
-            _ => self.head_pos(),
+            _ => {
+                // An armed compensation is no step that happened: the head is its emission.
+                let last = self.steps.iter().rev().find(|s| !s.armed());
+                last.map_or(Pos::Start, |s| Pos::After(s.index))
+            }
         }
     }
 

@@ -102,6 +102,13 @@ pub struct Step {
 }
 
 impl Step {
+    /// A declared compensation that has not run: recorded with its emission (so that a
+    /// rewind knows what would undo it), but nothing happened. The timeline shows it as
+    /// armed, and it is not counted as a step that happened (`head`, `branch` counts).
+    pub fn armed(&self) -> bool {
+        self.kind == StepKind::Compensation && !self.undone
+    }
+
     pub fn label(&self) -> &str {
         self.text.label()
     }

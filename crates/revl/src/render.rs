@@ -603,6 +603,9 @@ pub fn timeline(v: &Timeline) -> String {
         if st.crossed == Some(true) {
             note.push_str("  [crossed]");
         }
+        if st.armed {
+            note.push_str("  [armed: not run; fires only in a compensating rewind]");
+        }
         let scope = st
             .scope
             .as_ref()

@@ -158,3 +158,52 @@ fn ctrl_c_during_exec_stops_the_command_and_says_what_was_kept() {
     w.json(&["step-back", &s, "--to", "0"]).ok();
     assert!(!ws.join("made.txt").exists());
 }
+
+/// A declared compensation that never ran is no step that happened: the timeline shows it
+/// armed, `head` is the emission, and `branch` counts only what happened.
+#[test]
+fn an_unfired_compensation_is_armed_not_a_step_that_happened() {
+    let w = World::new();
+    let ws = w.ws("ws");
+    let m = w.path("revl.toml");
+    std::fs::write(
+        &m,
+        r#"
+[[tool]]
+name = "post_status"
+class = "emission"
+service = "status"
+method = "post"
+scope = ["net"]
+run = ["true"]
+approval = "none"
+compensate = "unpost"
+
+[[tool]]
+name = "unpost"
+class = "inverse"
+service = "status"
+method = "unpost"
+scope = ["net"]
+run = ["true"]
+"#,
+    )
+    .unwrap();
+    let s = w.new_session_with(&ws, &m);
+    w.json(&["call", &s, "post_status"]).ok();
+    let tl = w.json(&["timeline", &s]).ok().clone();
+    assert_eq!(tl["head"], 1, "the head is the emission: {tl}");
+    assert_eq!(tl["steps"][2]["kind"], "compensation");
+    assert_eq!(tl["steps"][2]["armed"], true, "{tl}");
+    assert!(tl["steps"][1].get("armed").is_none());
+    let text = w.run(&["timeline", &s]).stdout;
+    assert!(text.contains("[armed: not run"), "{text}");
+    let wal = w.wal(&s);
+    let b = w.json(&["branch", wal.to_str().unwrap()]).ok().clone();
+    assert_eq!(b["steps"], 2, "hinge and emission: {b}");
+    // A compensating step-back fires it: then it happened.
+    w.json(&["step-back", &s, "--to", "0", "--compensating"])
+        .ok();
+    let tl = w.json(&["timeline", &s]).ok().clone();
+    assert!(tl["steps"][2].get("armed").is_none(), "{tl}");
+}
