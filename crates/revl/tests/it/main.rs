@@ -21,6 +21,7 @@ mod fuzz;
 mod guide;
 mod hardening;
 mod lineage;
+mod mcp_authority;
 mod mcp_clients;
 mod outbound;
 mod parallel;
