@@ -55,9 +55,10 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "path-outside": ("PathOutside", 2),
     "store-in-workspace": ("StoreInWorkspace", 2),
     "bad-args": ("BadArgs", 2),
+    "not-allowed": ("NotAllowed", 2),
 }
 EXIT_2 = {"usage", "unknown-session", "ambiguous-session", "bad-manifest", "path-outside",
-          "store-in-workspace", "bad-args"}
+          "store-in-workspace", "bad-args", "not-allowed"}
 
 
 def error_classes() -> list[type[revl.RevlError]]:

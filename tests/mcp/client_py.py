@@ -151,7 +151,9 @@ scope = ["net"]
 http = {{ method = "POST", url = "{sink.url('/emit')}" }}
 """)
 
-    async with stdio_client(server(store, "--workspace", str(ws), "--manifest", str(manifest))) as (r, w):
+    # --root: the parallel sibling below (tmp / "sibling") is made where the operator allows.
+    async with stdio_client(server(store, "--workspace", str(ws), "--manifest", str(manifest),
+                                   "--root", str(tmp))) as (r, w):
         async with ClientSession(r, w) as s:
             init = await s.initialize()
             check(init.server_info.name == "revl", "server name", init.server_info)

@@ -50,6 +50,11 @@ pub enum Code {
     /// v3: a push whose local history does not extend the remote one (docs/fleet.md): another
     /// store wrote the session; nothing local changed.
     Fenced,
+    /// `revl mcp`: a call asks for more than the operator allowed when starting the server
+    /// (unconfined exec, a workspace or `into` outside the `--root` directories, a manifest
+    /// the agent names, a session whose manifest is not the server's; docs/mcp.md, "Who
+    /// decides what"). Nothing ran, nothing was recorded.
+    NotAllowed,
 }
 
 impl Code {
@@ -86,6 +91,7 @@ impl Code {
             Code::LimitExceeded => "limit-exceeded",
             Code::ToolUnavailable => "tool-unavailable",
             Code::Fenced => "fenced",
+            Code::NotAllowed => "not-allowed",
         }
     }
 
@@ -98,7 +104,8 @@ impl Code {
             | Code::BadManifest
             | Code::PathOutside
             | Code::StoreInWorkspace
-            | Code::BadArgs => 2,
+            | Code::BadArgs
+            | Code::NotAllowed => 2,
             _ => 1,
         }
     }

@@ -70,6 +70,8 @@ pub struct SessionInfo {
     pub workspace: String,
     pub head: crate::step::Pos,
     pub parent: Option<String>,
+    /// The digest of the manifest copy its header names (`None`: no manifest).
+    pub manifest_digest: Option<String>,
 }
 
 impl Store {
@@ -392,6 +394,7 @@ impl SessionInfo {
             workspace: st.workspace.clone(),
             head: st.position(),
             parent: st.origin.as_ref().map(|o| o.parent.clone()),
+            manifest_digest: st.manifest_digest.clone(),
         }
     }
 }

@@ -10,12 +10,14 @@ use serde_json::{Map, Value};
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewArgs {
     /// The workspace directory the new session's file effects are confined to (created if
-    /// missing). It must not have, or be nested in or around, a live session.
+    /// missing): one the operator named with --root when starting the server, or below one
+    /// (symlinks resolved). It must not have, or be nested in or around, a live session.
     pub workspace: String,
-    /// Optional path of the tool manifest (revl.toml) declaring the session's tools; by
-    /// default the workspace's own revl.toml, if present, is used.
+    /// Not in the schema: the manifest is the operator's, fixed when the server started.
+    /// Accepted only to refuse it with `not-allowed` (not `bad-args`), saying why.
     #[serde(default)]
-    pub manifest: Option<String>,
+    #[schemars(skip)]
+    pub manifest: Option<Value>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -121,7 +123,8 @@ pub struct ExecArgs {
     #[serde(default)]
     pub cwd: Option<String>,
     /// Run it on the host, outside the sandbox: recorded as an opaque step that a fork
-    /// refuses to cross. Only where the sandbox is unavailable.
+    /// refuses to cross. Only where the sandbox is unavailable, and only when the operator
+    /// started the server with --allow-unconfined (else refused, not-allowed, nothing runs).
     #[serde(default)]
     pub unconfined: Option<bool>,
     /// Address space per process, bytes or with K/M/G (e.g. "512M"); unlimited by default.
@@ -137,7 +140,7 @@ pub struct ExecArgs {
     /// is stopped, nothing is applied (error limit-exceeded).
     #[serde(default)]
     pub max_bytes: Option<String>,
-    /// Declared egress: true lets the command reach the manifest's whole [exec] net through
+    /// Declared egress: true lets the command reach the (operator's) manifest's whole [exec] net through
     /// revl's proxy; a list (["pypi.org:443"]) only that part of it (a destination outside
     /// the declared set is refused, bad-args, before anything runs). Every connection is
     /// recorded before its first byte. Absent or false: no network.
@@ -216,7 +219,8 @@ pub struct ForkConfirmArgs {
     /// The `hash` of the fork report you read (64 hex characters).
     pub hash: String,
     /// A parallel fork: a new (or empty) directory that becomes the branch's workspace, at
-    /// step k's content; this session stays live with its own workspace and held sends, and
+    /// step k's content (one the operator named with --root when starting the server, or
+    /// below one; else refused, not-allowed); this session stays live with its own workspace and held sends, and
     /// the server keeps serving it. Without `into`, the fork is serial: this session is
     /// frozen and the server continues on the branch.
     #[serde(default)]

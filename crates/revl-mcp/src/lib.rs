@@ -18,10 +18,14 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod authority;
 mod transport;
 
 use args::*;
+use authority::{not_allowed, Authority};
+pub use authority::{Bounds, Config, Target};
 use revl_core::api::Answer;
+use revl_core::session::ManifestSource;
 use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -33,23 +37,10 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use transport::MAX_LINE;
-
-/// Which session the server serves, decided once at startup.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// An existing session: its 32-hex id or a unique prefix of at least 6 characters.
-    Session(String),
-    /// The live session of this workspace; if it has none, a new session is created there
-    /// (with the manifest, if given).
-    Workspace {
-        dir: PathBuf,
-        manifest: Option<PathBuf>,
-    },
-}
 
 /// What the server tells a client about using revl well (sent at `initialize`).
 pub const INSTRUCTIONS: &str = "revl records every effect of this session on a step timeline so it can be rewound. \
@@ -62,6 +53,7 @@ Before retrying something that went wrong, step back first: revl_step_back {to: 
 To explore an alternative from an earlier step, call revl_fork {at: K}, read its report (emissionsCrossed, wouldCrossOnRewind, unrestored and residue list what cannot be undone), and only then confirm with revl_fork_confirm {hash}; the server then continues on the branch. \
 Calls to deferred tools are held sends: they have NOT been sent and will not arrive anywhere until revl_commit shows the plan and revl_commit_confirm {hash} fires them; never tell anyone they were delivered before that. \
 Emissions (immediate sends) need a human's approval: when a call returns approvalRequired, ask the user to run `revl approve SESSION --ticket T` (or --tool NAME) in a terminal, then call again; you cannot approve yourself. \
+The operator who started this server fixed its bounds (below): the manifest (the tools revl_call reaches and where revl_exec may connect), whether revl_exec may run unconfined on the host, and the directories revl_new and revl_fork_confirm {into} may use. A call outside them is refused with not-allowed and nothing runs: do not work around it; ask the user when you need more. \
 A result with isError carries {error: {code, message, hint}}: follow the hint.";
 
 /// The server: the store, the session it currently serves, and the tool table.
@@ -71,19 +63,23 @@ pub struct RevlServer {
     /// The id of the session tools act on; it moves to the branch after a fork confirm
     /// and to the new session after revl_new. The mutex also serialises the calls.
     current: Arc<Mutex<String>>,
+    /// What the operator fixed at start; no call changes it.
+    authority: Arc<Authority>,
     tool_router: ToolRouter<RevlServer>,
 }
 
-/// Serve `target` over stdio until the client closes stdin. Errors only at startup (the
-/// target cannot be resolved or created, or no runtime can be built).
-pub fn serve(store: Store, target: Target) -> Result<(), Error> {
-    let (id, notice) = resolve_target(&store, &target)?;
+/// Serve `config.target` within `config`'s bounds over stdio until the client closes stdin.
+/// Errors only at startup (a root that is not a directory, an unreadable manifest, a target
+/// that cannot be resolved or created or whose manifest is not the server's, no runtime).
+pub fn serve(store: Store, config: Config) -> Result<(), Error> {
+    let (id, notice, authority) = authority::fix(&store, &config)?;
     let info = store.info(&id)?;
+    let bounds = format!("revl mcp: bounds: {}", authority.describe());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .map_err(|e| Error::io("cannot start the MCP runtime", e))?;
-    let server = RevlServer::new(store, id.clone());
+    let server = RevlServer::with_authority(store, id.clone(), authority);
     // The notices go to stderr once the client has completed the handshake, so a client that
     // never speaks MCP gets exactly one line: the error.
     let serving = format!(
@@ -99,6 +95,7 @@ pub fn serve(store: Store, target: Target) -> Result<(), Error> {
                     eprintln!("{n}");
                 }
                 eprintln!("{serving}");
+                eprintln!("{bounds}");
                 running
                     .waiting()
                     .await
@@ -122,28 +119,6 @@ pub fn serve(store: Store, target: Target) -> Result<(), Error> {
             format!("the MCP connection for session {id} ended with an error: {e}"),
             "check that the client speaks MCP over stdio (newline-delimited JSON-RPC)",
         )),
-    }
-}
-
-/// `--session ID`, or the live session of `--workspace DIR` (created there if it has none),
-/// with a notice for stderr when a session was created or `--manifest` ignored.
-pub fn resolve_target(store: &Store, target: &Target) -> Result<(String, Option<String>), Error> {
-    match target {
-        Target::Session(given) => Ok((store.resolve(given)?, None)),
-        Target::Workspace { dir, manifest } => {
-            if let Some(id) = live_session_of(store, dir)? {
-                let notice = manifest.is_some().then(|| format!(
-                    "revl mcp: workspace {} already has live session {id}; --manifest is ignored (the session keeps the manifest it was created with)",
-                    dir.display()
-                ));
-                return Ok((id, notice));
-            }
-            let s = store.new_session(dir, manifest.as_deref())?;
-            let id = s.id().to_string();
-            drop(s);
-            let notice = format!("revl mcp: created session {id} on {}", dir.display());
-            Ok((id, Some(notice)))
-        }
     }
 }
 
@@ -178,41 +153,73 @@ fn result_of(r: Reply) -> CallToolResult {
     }
 }
 
-/// A remedy in the words of this server's tools.
-fn mcp_remedy(r: &Remedy) -> String {
+/// A remedy in the words of this server's tools, within its bounds.
+fn mcp_remedy(r: &Remedy, allow_unconfined: bool) -> String {
     match r {
         Remedy::ListSessions => "revl_sessions lists them".into(),
         Remedy::Timeline => "revl_timeline lists the steps".into(),
         Remedy::ListPath => "revl_list shows what is there".into(),
         Remedy::Status => "revl_status".into(),
-        Remedy::NewSession => "revl_new {workspace}".into(),
+        Remedy::NewSession => {
+            "revl_new {workspace}, under a directory the operator allowed (--root)".into()
+        }
         Remedy::PassArg(name) => format!("args: {{\"{name}\": ...}}"),
         Remedy::ArgsObject => "args: {\"name\": value, ...}".into(),
         Remedy::GiveStore => "start the server with --store DIR or REVL_STORE".into(),
-        Remedy::GiveManifest => "the manifest argument".into(),
+        Remedy::GiveManifest => "the operator's --manifest FILE when starting revl mcp".into(),
         Remedy::GiveWorkspace => "the workspace argument".into(),
-        Remedy::Unconfined => "revl_exec with unconfined: true".into(),
+        Remedy::Unconfined if allow_unconfined => "revl_exec with unconfined: true".into(),
+        Remedy::Unconfined => {
+            "only the operator can allow unconfined: true (revl mcp --allow-unconfined)".into()
+        }
     }
 }
 
-fn error_result(e: &Error) -> CallToolResult {
-    CallToolResult::structured_error(e.to_json_with_hint(&e.hint_with(mcp_remedy)))
+fn error_result_with(e: &Error, allow_unconfined: bool) -> CallToolResult {
+    // The core's hint for an unavailable sandbox is to run unconfined: not a way out for an
+    // agent whose operator did not allow it.
+    let hint = if e.remedy == Some(Remedy::Unconfined) && !allow_unconfined {
+        "tell the user: this machine cannot set up the sandbox (`revl doctor` says what it lacks) and this server refuses unconfined: true (only the operator can allow it, with revl mcp --allow-unconfined)".to_string()
+    } else {
+        e.hint_with(|r| mcp_remedy(r, allow_unconfined))
+    };
+    CallToolResult::structured_error(e.to_json_with_hint(&hint))
 }
 
 fn bad_args_result(tool: &str, why: &str) -> CallToolResult {
-    error_result(&Error::bad_args(
-        format!("bad arguments for {tool}: {why}"),
-        "see the tool's input schema (tools/list) for the argument names and types",
-    ))
+    error_result_with(
+        &Error::bad_args(
+            format!("bad arguments for {tool}: {why}"),
+            "see the tool's input schema (tools/list) for the argument names and types",
+        ),
+        false,
+    )
 }
 
 impl RevlServer {
-    pub fn new(store: Store, session: String) -> Self {
+    /// A server on `session` with the narrowest bounds: no root, no unconfined exec, and
+    /// the session's own manifest.
+    pub fn new(store: Store, session: String) -> Result<Self, Error> {
+        let config = Config {
+            target: Target::Session(session),
+            manifest: None,
+            bounds: Bounds::default(),
+        };
+        let (id, _, authority) = authority::fix(&store, &config)?;
+        Ok(Self::with_authority(store, id, authority))
+    }
+
+    fn with_authority(store: Store, session: String, authority: Authority) -> Self {
         RevlServer {
             store,
             current: Arc::new(Mutex::new(session)),
+            authority: Arc::new(authority),
             tool_router: Self::tool_router(),
         }
+    }
+
+    fn error_result(&self, e: &Error) -> CallToolResult {
+        error_result_with(e, self.authority.allow_unconfined)
     }
 
     /// The session the server currently acts on.
@@ -238,8 +245,8 @@ impl RevlServer {
         .await;
         match joined {
             Ok(Ok(Ok(reply))) => result_of(reply),
-            Ok(Ok(Err(e))) => error_result(&e),
-            Ok(Err(_)) | Err(_) => error_result(&Error::new(
+            Ok(Ok(Err(e))) => self.error_result(&e),
+            Ok(Err(_)) | Err(_) => self.error_result(&Error::new(
                 Code::Io,
                 "internal error while running the tool",
                 "this is a bug in revl; the WAL is intact; report it with the call you made",
@@ -272,23 +279,40 @@ impl RevlServer {
 #[tool_router]
 impl RevlServer {
     /// Create a new session on a workspace directory and continue on it (the server's later
-    /// calls act on the new session). Refused when the workspace already has, or is nested
-    /// in or around, a live session: commit or abort that one first.
+    /// calls act on the new session). Operator-bounded: the directory must be one the
+    /// operator named with --root when starting the server, or below one (else not-allowed;
+    /// a server started without --root refuses every revl_new), and the session gets the
+    /// server's manifest, fixed at start, never a revl.toml in the workspace. Refused when the
+    /// workspace already has, or is nested in or around, a live session: commit or abort
+    /// that one first.
     #[tool(
         name = "revl_new",
         annotations(
-            title = "New session",
+            title = "New session (in an operator's --root, with the server's manifest)",
             read_only_hint = false,
             destructive_hint = false,
             open_world_hint = false
         )
     )]
     async fn revl_new(&self, Parameters(a): Parameters<NewArgs>) -> CallToolResult {
+        let auth = self.authority.clone();
         self.blocking(move |store, cur| {
-            let s = store.new_session(
-                Path::new(&a.workspace),
-                a.manifest.as_deref().map(Path::new),
+            if a.manifest.is_some() {
+                return Err(not_allowed(
+                    format!(
+                        "revl_new takes no manifest: the operator fixed this server's manifest when starting it ({}), and every session it creates gets that one",
+                        auth.manifest.origin
+                    ),
+                    "call revl_new {workspace} without `manifest`; a different manifest needs the operator (revl mcp --manifest FILE)",
+                ));
+            }
+            let ws = auth.inside_roots(&a.workspace, "workspace")?;
+            let s = store.new_session_from(
+                &ws,
+                ManifestSource::Fixed(auth.manifest.text.as_deref()),
+                &[],
             )?;
+            auth.admit_digest(s.id(), &s.state().manifest_digest)?;
             *cur = s.id().to_string();
             Ok(Reply::of(&revl_core::api::Created::of(&s), &[]))
         })
@@ -313,7 +337,7 @@ impl RevlServer {
             (Some(c), None) => c.into_bytes(),
             (None, Some(b)) => match revl_core::workspace::unb64(&b) {
                 Ok(bytes) => bytes,
-                Err(e) => return error_result(&e),
+                Err(e) => return self.error_result(&e),
             },
             _ => {
                 return bad_args_result(
@@ -391,7 +415,7 @@ impl RevlServer {
     async fn revl_chmod(&self, Parameters(a): Parameters<ChmodArgs>) -> CallToolResult {
         let mode = match revl_core::workspace::parse_mode(&a.mode) {
             Ok(m) => m,
-            Err(e) => return error_result(&e),
+            Err(e) => return self.error_result(&e),
         };
         self.effect(FileOp::Chmod { path: a.path, mode }).await
     }
@@ -470,7 +494,8 @@ impl RevlServer {
             .await
     }
 
-    /// Call a tool declared in the session's manifest, by its class: `deferred` is held (it
+    /// Call a tool declared in the session's manifest (the operator's, fixed when the
+    /// server started; an agent cannot add tools), by its class: `deferred` is held (it
     /// is NOT sent until a confirmed commit); `emission` fires now and needs a human's
     /// approval first (a result with approvalRequired and a ticket: ask the user to run
     /// `revl approve`, then call again); `effect` runs and is recorded with its undo;
@@ -478,7 +503,7 @@ impl RevlServer {
     #[tool(
         name = "revl_call",
         annotations(
-            title = "Call declared tool",
+            title = "Call declared tool (the operator's manifest)",
             read_only_hint = false,
             destructive_hint = true,
             open_world_hint = true
@@ -494,22 +519,30 @@ impl RevlServer {
     /// that a fork or step-back rewinds byte for byte: {step, exitCode, signal?, timedOut,
     /// stdout, stderr, stdoutTruncated, stderrTruncated, changes, sandbox, netStep?, net?}.
     /// net: true (or a list of the manifest's [exec] net destinations) lets it reach those
-    /// through revl's proxy, each connection recorded first (an emission step, netStep). With unconfined:
-    /// true it runs on the host and is recorded as an opaque step (a fork refuses to cross
-    /// it): {step, exitCode, stdout, stderr}.
+    /// through revl's proxy, each connection recorded first (an emission step, netStep); the
+    /// destinations are the operator's manifest's, never the agent's. unconfined: true runs
+    /// it on the host, recorded as an opaque step (a fork refuses to cross it): {step,
+    /// exitCode, stdout, stderr}; operator-bounded: refused (not-allowed, nothing runs)
+    /// unless the operator started the server with --allow-unconfined.
     #[tool(
         name = "revl_exec",
         annotations(
-            title = "Run command (sandboxed, rewindable)",
+            title = "Run command (sandboxed, rewindable; unconfined only if the operator allows)",
             read_only_hint = false,
             destructive_hint = true,
             open_world_hint = true
         )
     )]
     async fn revl_exec(&self, Parameters(a): Parameters<ExecArgs>) -> CallToolResult {
+        if a.unconfined == Some(true) && !self.authority.allow_unconfined {
+            return self.error_result(&not_allowed(
+                "revl_exec with unconfined: true would run the command on the host, and the operator started this server without --allow-unconfined; nothing ran",
+                "run it in the sandbox (leave out unconfined); only the operator can allow host commands (revl mcp --allow-unconfined)",
+            ));
+        }
         let timeout = match revl_core::ExecOptions::timeout_secs(a.timeout) {
             Ok(t) => t,
-            Err(e) => return error_result(&e),
+            Err(e) => return self.error_result(&e),
         };
         let o = revl_core::ExecOptions {
             argv: a.argv,
@@ -524,7 +557,7 @@ impl RevlServer {
                 a.max_bytes.as_deref(),
             ) {
                 Ok(l) => l,
-                Err(e) => return error_result(&e),
+                Err(e) => return self.error_result(&e),
             },
             net: args::NetArg::request(a.net),
         };
@@ -699,12 +732,13 @@ impl RevlServer {
     /// session and continue on the new branch: the server's later calls act on the branch.
     /// With `into` (a new or empty directory), the fork is parallel: the branch gets that
     /// directory at step k's content, this session stays live and untouched, and the server
-    /// keeps serving it (the report names the branch). A stale hash is refused (enumerate
-    /// again).
+    /// keeps serving it (the report names the branch). Operator-bounded: `into` must be a
+    /// directory the operator named with --root when starting the server, or below one
+    /// (else not-allowed, nothing changes). A stale hash is refused (enumerate again).
     #[tool(
         name = "revl_fork_confirm",
         annotations(
-            title = "Fork (confirm)",
+            title = "Fork (confirm; `into` only in an operator's --root)",
             read_only_hint = false,
             destructive_hint = true,
             open_world_hint = true
@@ -714,17 +748,25 @@ impl RevlServer {
         &self,
         Parameters(a): Parameters<ForkConfirmArgs>,
     ) -> CallToolResult {
+        let auth = self.authority.clone();
         self.blocking(move |store, cur| {
+            // Checked before attaching: a refused `into` changes nothing, not even a repair.
+            let into = match &a.into {
+                Some(into) => Some(auth.inside_roots(into, "into")?),
+                None => None,
+            };
             let mut s = store.attach(cur)?;
             let repaired = s.repairs().to_vec();
             let drift = revl_core::DriftPolicy::keeping(a.keep_drift);
-            if let Some(into) = &a.into {
-                let doc = s.fork_confirm_with(&a.hash, Some(Path::new(into)), drift)?;
+            if let Some(into) = &into {
+                let doc = s.fork_confirm_with(&a.hash, Some(into), drift)?;
                 return Ok(Reply::of(&doc, &repaired));
             }
             let doc = s.fork_confirm_with(&a.hash, None, drift)?;
             drop(s);
             if let (true, Some(branch)) = (doc.forked, &doc.branch) {
+                // A branch inherits its parent's manifest; the check holds the rule anyway.
+                auth.admit(store, branch)?;
                 eprintln!("revl mcp: forked; now serving branch {branch} (parent {cur} is frozen)");
                 *cur = branch.clone();
             }
@@ -807,7 +849,10 @@ impl ServerHandler for RevlServer {
                 Implementation::new("revl", env!("CARGO_PKG_VERSION"))
                     .with_title("revl: branch and rewind agent sessions"),
             )
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(format!(
+                "{INSTRUCTIONS} This server's bounds: {}.",
+                self.authority.describe()
+            ))
     }
 
     /// Route a call; an argument that does not fit the tool's schema becomes the error

@@ -442,9 +442,11 @@ enum Cmd {
         truncate_corrupt: bool,
     },
     /// Serve the Model Context Protocol over stdio on one session (for MCP clients: coding
-    /// agents, custom agents).
+    /// agents, custom agents). What the agent may do beyond the session's workspace is fixed
+    /// here, by whoever starts the server (docs/mcp.md, "Who decides what").
     Mcp {
-        /// Serve the live session of this workspace, or create one there.
+        /// Serve the live session of this workspace, or create one there (with --manifest,
+        /// never the workspace's own revl.toml).
         #[arg(
             long,
             value_name = "DIR",
@@ -455,9 +457,19 @@ enum Cmd {
         /// Serve this session (id or unique prefix), frozen or not.
         #[arg(long, value_name = "ID")]
         session: Option<String>,
-        /// The tool manifest for a session created on --workspace.
-        #[arg(long, value_name = "FILE", conflicts_with = "session")]
+        /// The server's manifest, read once at start: a session created here gets it, and a
+        /// session whose manifest differs is not served. Default: the served session's own
+        /// (none for a session created on --workspace).
+        #[arg(long, value_name = "FILE")]
         manifest: Option<PathBuf>,
+        /// Let `revl_exec {unconfined: true}` run commands on the host (default: refused,
+        /// `not-allowed`).
+        #[arg(long)]
+        allow_unconfined: bool,
+        /// A directory `revl_new {workspace}` and `revl_fork_confirm {into}` may use, itself
+        /// or below it (repeatable; default: none, both refused with `not-allowed`).
+        #[arg(long, value_name = "DIR")]
+        root: Vec<PathBuf>,
     },
     /// The end-to-end story on a temporary workspace.
     Demo {
@@ -738,13 +750,12 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             workspace,
             session,
             manifest,
+            allow_unconfined,
+            root,
         } => {
             let target = match (session, workspace) {
                 (Some(id), _) => revl_mcp::Target::Session(id.clone()),
-                (None, Some(dir)) => revl_mcp::Target::Workspace {
-                    dir: dir.clone(),
-                    manifest: manifest.clone(),
-                },
+                (None, Some(dir)) => revl_mcp::Target::Workspace(dir.clone()),
                 (None, None) => {
                     return Err(Error::new(
                         Code::Usage,
@@ -753,7 +764,15 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                     ))
                 }
             };
-            revl_mcp::serve(store, target)?;
+            let config = revl_mcp::Config {
+                target,
+                manifest: manifest.clone(),
+                bounds: revl_mcp::Bounds {
+                    allow_unconfined: *allow_unconfined,
+                    roots: root.clone(),
+                },
+            };
+            revl_mcp::serve(store, config)?;
             Ok(Outcome::ok(Value::Null, String::new()))
         }
         Cmd::New {

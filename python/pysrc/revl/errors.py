@@ -227,6 +227,14 @@ class Fenced(RevlError):
     code = "fenced"
     exit_code = 1
 
+class NotAllowed(RevlError):
+    """Code ``not-allowed``: a call asked for more than the operator allowed when starting
+    ``revl mcp`` (docs/mcp.md, "Who decides what"). The MCP server raises it, never the
+    Python package; here so that every code has its class."""
+
+    code = "not-allowed"
+    exit_code = 2
+
 class StaleHash(RevlError):
     """Code ``stale-hash``: the confirm's hash no longer matches the plan or enumeration
     (something changed, or the hash is wrong); nothing ran. ``.document`` is the refusal's
@@ -295,6 +303,7 @@ _BY_CODE: dict[str, type[RevlError]] = {
     "limit-exceeded": LimitExceeded,
     "tool-unavailable": ToolUnavailable,
     "fenced": Fenced,
+    "not-allowed": NotAllowed,
 }
 
 
@@ -341,6 +350,7 @@ __all__ = [
     "LimitExceeded",
     "ToolUnavailable",
     "Fenced",
+    "NotAllowed",
     "StaleHash",
     "ApprovalRequired",
     "ForkNotClean",

@@ -13,6 +13,20 @@ use crate::wal::Record;
 use serde_json::{json, Value};
 use std::path::Path;
 
+/// Where a new session's manifest comes from. The caller decides; the core never guesses
+/// beyond what the variant says (docs/mcp.md, "Who decides what").
+#[derive(Debug, Clone, Copy)]
+pub enum ManifestSource<'a> {
+    /// This file when given, else the workspace's own `revl.toml` when there is one: what
+    /// `revl new` and the Python package do, whose caller is the operator.
+    FileOrWorkspace(Option<&'a Path>),
+    /// Exactly this manifest text (`None`: no manifest), as a front end fixed it before any
+    /// agent could act; no file is read, the workspace's `revl.toml` least of all. `revl
+    /// mcp` creates sessions this way, so what an agent writes in a workspace never becomes
+    /// a session's tools.
+    Fixed(Option<&'a str>),
+}
+
 impl crate::store::Store {
     /// Read, validate and store a manifest file; returns its digest. `None` when neither a
     /// file was given nor `revl.toml` exists in the workspace.
@@ -21,7 +35,7 @@ impl crate::store::Store {
         given: Option<&Path>,
         workspace: &Path,
     ) -> Result<Option<String>> {
-        self.import_manifest_with(given, workspace, &[])
+        self.import_manifest_from(ManifestSource::FileOrWorkspace(given), workspace, &[])
     }
 
     /// [`Store::import_manifest`](crate::store::Store) plus the Python function tools a
@@ -33,34 +47,40 @@ impl crate::store::Store {
         workspace: &Path,
         python: &[DeclaredTool],
     ) -> Result<Option<String>> {
-        let path = match given {
-            Some(p) => Some(p.to_path_buf()),
-            None => Some(workspace.join("revl.toml")).filter(|p| p.is_file()),
+        self.import_manifest_from(ManifestSource::FileOrWorkspace(given), workspace, python)
+    }
+
+    /// Validate and store the manifest `source` names (with the Python function tools a
+    /// front end declared); returns its digest, `None` when there is no manifest at all.
+    pub fn import_manifest_from(
+        &self,
+        source: ManifestSource<'_>,
+        workspace: &Path,
+        python: &[DeclaredTool],
+    ) -> Result<Option<String>> {
+        let (mut text, mut file, any) = match source {
+            ManifestSource::FileOrWorkspace(given) => {
+                let path = match given {
+                    Some(p) => Some(p.to_path_buf()),
+                    None => Some(workspace.join("revl.toml")).filter(|p| p.is_file()),
+                };
+                match path {
+                    Some(path) => {
+                        let text = read_manifest_file(&path)?;
+                        let file = path.display().to_string();
+                        // The file alone first: a `python` key in it is refused there.
+                        Manifest::parse(&text, &file)?;
+                        (text, file, true)
+                    }
+                    None => (String::new(), "tools=".to_string(), false),
+                }
+            }
+            // A fixed text was stored before (it may hold Python tools a front end declared
+            // then): it is parsed as a stored copy.
+            ManifestSource::Fixed(Some(t)) => (t.to_string(), "the fixed manifest".into(), true),
+            ManifestSource::Fixed(None) => (String::new(), "tools=".to_string(), false),
         };
-        let mut text = String::new();
-        let mut file = "tools=".to_string();
-        if let Some(path) = &path {
-            let bytes = std::fs::read(path).map_err(|e| {
-                Error::new(
-                    Code::BadManifest,
-                    format!("cannot read manifest {}: {e}", path.display()),
-                    "give a readable revl.toml as the manifest",
-                )
-                .with_remedy(Remedy::GiveManifest)
-                .with_cause(e)
-            })?;
-            text = String::from_utf8(bytes).map_err(|_| {
-                Error::new(
-                    Code::BadManifest,
-                    format!("{}: not UTF-8", path.display()),
-                    "save the manifest as UTF-8",
-                )
-            })?;
-            file = path.display().to_string();
-            // The file alone first: a `python` key in it is refused there.
-            Manifest::parse(&text, &file)?;
-        }
-        if path.is_none() && python.is_empty() {
+        if !any && python.is_empty() {
             return Ok(None);
         }
         if !python.is_empty() {
@@ -70,13 +90,44 @@ impl crate::store::Store {
             for t in python {
                 text += &t.to_toml();
             }
-            if path.is_some() {
+            if any {
                 file = format!("{file} with the Python tools of tools=");
             }
         }
         Manifest::parse_from(&text, &file, Source::Stored)?;
         Ok(Some(self.blobs().put(text.as_bytes())?))
     }
+
+    /// The text of a stored manifest (a session's `manifestDigest`).
+    pub fn manifest_text(&self, digest: &str) -> Result<String> {
+        let bytes = self.blobs().get(digest, None)?;
+        String::from_utf8(bytes).map_err(|_| {
+            Error::new(
+                Code::BadManifest,
+                format!("manifest blob {digest}: not UTF-8"),
+                "the stored copy is damaged; give the manifest file again",
+            )
+        })
+    }
+}
+
+fn read_manifest_file(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        Error::new(
+            Code::BadManifest,
+            format!("cannot read manifest {}: {e}", path.display()),
+            "give a readable revl.toml as the manifest",
+        )
+        .with_remedy(Remedy::GiveManifest)
+        .with_cause(e)
+    })?;
+    String::from_utf8(bytes).map_err(|_| {
+        Error::new(
+            Code::BadManifest,
+            format!("{}: not UTF-8", path.display()),
+            "save the manifest as UTF-8",
+        )
+    })
 }
 
 fn object_args(args: &Value) -> Result<()> {

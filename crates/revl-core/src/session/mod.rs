@@ -26,6 +26,7 @@ mod repair;
 mod settle;
 mod unwind;
 
+pub use calls::ManifestSource;
 pub use checkpoint::{Bound, Position};
 pub use exec::{parse_size, ExecLimits, ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
@@ -147,6 +148,18 @@ impl Store {
         manifest: Option<&Path>,
         python: &[crate::tools::DeclaredTool],
     ) -> Result<Session> {
+        self.new_session_from(workspace, ManifestSource::FileOrWorkspace(manifest), python)
+    }
+
+    /// [`Store::new_session_with`] with the manifest's source said explicitly: a front end
+    /// that must never read the workspace's own `revl.toml` (`revl mcp`, whose agent can
+    /// write it) gives [`ManifestSource::Fixed`].
+    pub fn new_session_from(
+        &self,
+        workspace: &Path,
+        manifest: ManifestSource<'_>,
+        python: &[crate::tools::DeclaredTool],
+    ) -> Result<Session> {
         // Every check runs on the path the workspace will have, before anything is created.
         let ws = crate::store::resolve_future(workspace)?;
         if ws.exists() && !ws.is_dir() {
@@ -157,7 +170,7 @@ impl Store {
             .with_remedy(Remedy::GiveWorkspace));
         }
         crate::store::check_overlap(self.root(), &ws)?;
-        let manifest_digest = self.import_manifest_with(manifest, &ws, python)?;
+        let manifest_digest = self.import_manifest_from(manifest, &ws, python)?;
         let _store_lock = self.store_lock()?;
         for h in self.workspace_holders()? {
             let (id, other) = (&h.id, Path::new(&h.workspace));

@@ -3,3 +3,4 @@
 mod agreement;
 mod exec_args;
 mod large_wal;
+mod manifest_source;

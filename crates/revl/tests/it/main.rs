@@ -23,6 +23,7 @@ mod guide;
 mod hardening;
 mod limits;
 mod lineage;
+mod mcp_authority;
 mod mcp_clients;
 mod outbound;
 mod parallel;
