@@ -427,7 +427,10 @@ fn the_readme_story_runs_as_written() {
         "1",
         "exactly one send left the machine: {stdout}"
     );
-    assert!(lines[n - 2].contains("  FROZEN  head 4"), "{stdout}");
+    assert!(
+        lines[n - 2].contains("  FROZEN  head 2"),
+        "frozen at the fork point: {stdout}"
+    );
     assert!(
         lines[n - 1].starts_with("└─ ") && lines[n - 1].contains("residue NOT CLEAN"),
         "{stdout}"
