@@ -1,16 +1,18 @@
 //! Declared egress (docs/user-guide.md §8): the destinations a human declared in the manifest's
 //! `[exec] net`, what a command asks for (`--net`, `--net=DEST`), and the rules the proxy
 //! applies to each connection: a destination must be in the requested set, and a name that
-//! resolves to a loopback, private or link-local address is refused (only a literal address
-//! in the set reaches such an address).
+//! resolves to an address that is not globally reachable (the IANA special-purpose
+//! registries, [`special`]) is refused (only a literal address in the set reaches such an
+//! address).
 
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub mod proxy;
+pub mod special;
 
 use crate::error::{Error, Result};
 use serde::Serialize;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 /// The address inside the sandbox where the command reaches revl's proxy.
 pub const PROXY_ADDR: &str = "127.0.0.1:3128";
@@ -231,53 +233,11 @@ pub fn requested(declared: &[String], req: &NetRequest) -> Result<Vec<Dest>> {
     }
 }
 
-/// Why an address a name resolved to is refused: loopback, private, link-local (and the
-/// like: unspecified, multicast, broadcast, CGNAT, documentation, unique-local); `None` for
-/// a public address.
-pub fn non_public(ip: &IpAddr) -> Option<&'static str> {
-    match ip {
-        IpAddr::V4(a) => v4_class(a),
-        IpAddr::V6(a) => {
-            if let Some(v4) = a.to_ipv4_mapped() {
-                return v4_class(&v4);
-            }
-            let seg = a.segments();
-            if a.is_loopback() {
-                Some("a loopback address")
-            } else if a.is_unspecified() {
-                Some("the unspecified address")
-            } else if seg[0] & 0xffc0 == 0xfe80 {
-                Some("a link-local address")
-            } else if seg[0] & 0xfe00 == 0xfc00 {
-                Some("a private (unique-local) address")
-            } else if a.is_multicast() {
-                Some("a multicast address")
-            } else if *a == Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1) {
-                Some("a loopback address")
-            } else {
-                None
-            }
-        }
-    }
-}
-
-fn v4_class(a: &Ipv4Addr) -> Option<&'static str> {
-    let o = a.octets();
-    if a.is_loopback() {
-        Some("a loopback address")
-    } else if a.is_private() {
-        Some("a private address")
-    } else if a.is_link_local() {
-        Some("a link-local address")
-    } else if o[0] == 0 {
-        Some("the unspecified network")
-    } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
-        Some("a shared (CGNAT) address")
-    } else if a.is_multicast() || a.is_broadcast() || o[0] >= 240 {
-        Some("a multicast or reserved address")
-    } else {
-        None
-    }
+/// Why an address a declared name resolved to is refused (`None`: admitted): the IANA
+/// special-purpose table of [`special`] (docs/security.md, "Which addresses a name may
+/// resolve to"), e.g. `in 10.0.0.0/8 (private-use, RFC 1918): not globally reachable`.
+pub fn non_public(ip: &IpAddr) -> Option<String> {
+    special::refused(ip)
 }
 
 /// One connection an exec's proxy forwarded (the emission's `connections`).

@@ -320,7 +320,7 @@ fn admit(allowed: &[Dest], host: &str, port: u16) -> Result<SocketAddr, String> 
                 .find_map(|a| non_public(&a.ip()).map(|w| (a, w)))
             {
                 return Err(format!(
-                    "{name} resolves to {}, {}: only a literal address in the set reaches such an address",
+                    "{name} resolves to {}, {}; only a literal address in the set reaches such an address",
                     bad.0.ip(),
                     bad.1
                 ));

@@ -737,3 +737,177 @@ fn power_cut_at_every_egress_record_leaves_every_destination_known() {
     }
     assert!(cuts >= 8, "{cuts} cut points");
 }
+
+/// A loopback listener for [`a_name_resolving_to_a_special_purpose_address_is_refused`]: it
+/// binds `PORT` on each address given, appends the address to `HITS` on every connection
+/// (the canary: any line there is a connection that reached it), and answers `canary`.
+const CANARY: &str = r#"
+import socket, sys, threading
+port, hits, ready = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+lock = threading.Lock()
+def serve(a, s):
+    while True:
+        c, _ = s.accept()
+        with lock, open(hits, "a") as f:
+            f.write(a + "\n")
+        try:
+            c.recv(65536)
+            c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\ncanary")
+        except OSError:
+            pass
+        c.close()
+for a in sys.argv[4:]:
+    s = socket.socket(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((a, port))
+    s.listen(16)
+    threading.Thread(target=serve, args=(a, s), daemon=True).start()
+open(ready, "w").write("ready")
+threading.Event().wait()
+"#;
+
+/// Declared names that resolve into the IANA special-purpose blocks are refused
+/// (docs/security.md, "Which addresses a name may resolve to"): benchmarking, documentation,
+/// IETF protocol assignments, CGNAT, reserved, IPv4-mapped, IPv4-compatible, NAT64 (well-known
+/// and local-use), 6to4, Teredo, discard-only, ORCHID, site-local. Each address is a
+/// listener (the canary) on the loopback of a network namespace of the test's own, where
+/// revl runs with an `/etc/hosts` bound over the host's in a mount namespace of its own:
+/// nothing on the host changes. Only the control, a name resolving to a public address,
+/// reaches its listener. Before the table, the first twelve (all but CGNAT and reserved)
+/// reached theirs.
+#[test]
+#[ignore = "needs root: run by scripts/test (README)"]
+fn a_name_resolving_to_a_special_purpose_address_is_refused() {
+    // A test that cannot run fails, saying why (a skip would print `ok`).
+    let root = std::process::Command::new("id").arg("-u").output().unwrap();
+    assert_eq!(
+        root.stdout, b"0\n",
+        "this test needs root (network and mount namespaces of its own, addresses on their loopback, /etc/hosts bound over): run it as root, as scripts/test does"
+    );
+    const PORT: u16 = 8080;
+    // (name, the address it resolves to, the block its refusal names)
+    let refused: &[(&str, &str, &str)] = &[
+        ("bench.test", "198.18.0.1", "198.18.0.0/15"),
+        ("doc.test", "192.0.2.1", "192.0.2.0/24"),
+        ("ietf.test", "192.0.0.1", "192.0.0.0/29"),
+        ("mapped.test", "::ffff:198.18.0.1", "::ffff:0:0/96"),
+        ("compat.test", "::7f00:1", "::/96"),
+        ("nat64.test", "64:ff9b::a00:1", "64:ff9b::/96"),
+        ("nat64local.test", "64:ff9b:1::1", "64:ff9b:1::/48"),
+        ("sixtofour.test", "2002:7f00:1::1", "2002::/16"),
+        ("teredo.test", "2001:0:7f00:1::1", "2001::/32"),
+        ("doc6.test", "2001:db8::1", "2001:db8::/32"),
+        ("discard.test", "100::1", "100::/64"),
+        ("orchid.test", "2001:10::1", "2001:10::/28"),
+        ("cgnat.test", "100.64.0.1", "100.64.0.0/10"),
+        ("reserved.test", "240.0.0.1", "240.0.0.0/4"),
+        ("bench6.test", "2001:2::1", "2001:2::/48"),
+        ("doc3fff.test", "3fff::1", "3fff::/20"),
+        ("sitelocal.test", "fec0::1", "fec0::/10"),
+    ];
+    let control = ("public.test", "192.0.3.1");
+    let mut net: Vec<String> = refused
+        .iter()
+        .map(|(n, _, _)| format!("{n}:{PORT}"))
+        .collect();
+    net.push(format!("{}:{PORT}", control.0));
+    let (w, id, ws) = setup(&net);
+    let d = w.root();
+    let (hosts, hits, ready, out, canary) = (
+        d.join("hosts"),
+        d.join("hits"),
+        d.join("ready"),
+        d.join("out.json"),
+        d.join("canary.py"),
+    );
+    let mut lines = vec!["127.0.0.1 localhost".to_string()];
+    lines.extend(refused.iter().map(|(n, a, _)| format!("{a} {n}")));
+    lines.push(format!("{} {}", control.1, control.0));
+    std::fs::write(&hosts, lines.join("\n") + "\n").unwrap();
+    std::fs::write(&canary, CANARY).unwrap();
+    // Every address on the namespace's loopback (the IPv4-mapped one is reached through
+    // its IPv4 address).
+    let listen: Vec<&str> = refused
+        .iter()
+        .map(|(_, a, _)| *a)
+        .filter(|a| !a.starts_with("::ffff:"))
+        .chain([control.1])
+        .collect();
+    let mut script = String::from("set -e\nip link set lo up\n");
+    for a in &listen {
+        if a.contains(':') {
+            script.push_str(&format!("ip -6 addr add {a}/128 dev lo nodad\n"));
+        } else {
+            script.push_str(&format!("ip addr add {a}/32 dev lo\n"));
+        }
+    }
+    let gets: Vec<String> = refused
+        .iter()
+        .map(|(n, _, _)| format!("get=http://{n}:{PORT}/"))
+        .chain([format!("get=http://{}:{PORT}/", control.0)])
+        .collect();
+    script.push_str(&format!(
+        "mount --bind {hosts} /etc/hosts\n\
+         python3 {canary} {PORT} {hits} {ready} {listen} &\n\
+         c=$!\n\
+         i=0; while [ ! -e {ready} ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n\
+         {revl} --store {store} --json exec {id} --net -- python3 client.py {gets} > {out} || true\n\
+         kill $c\n",
+        hosts = hosts.display(),
+        canary = canary.display(),
+        hits = hits.display(),
+        ready = ready.display(),
+        listen = listen.join(" "),
+        revl = bin(),
+        store = w.store.display(),
+        gets = gets.join(" "),
+        out = out.display(),
+    ));
+    let ran = std::process::Command::new("unshare")
+        .args(["-n", "-m", "--propagation", "private", "sh", "-c", &script])
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", &w.home)
+        .env("LC_ALL", "C")
+        .current_dir(d)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&ran.stdout),
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert!(ran.status.success(), "{said}");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no exec result ({e}): {said}"));
+    // The canary: only the control's listener was reached.
+    let hit = std::fs::read_to_string(&hits).unwrap_or_default();
+    assert_eq!(
+        hit,
+        format!("{}\n", control.1),
+        "a refused name reached its listener: {doc}"
+    );
+    let got = std::fs::read_to_string(ws.join("out.txt")).unwrap();
+    let got: Vec<&str> = got.lines().collect();
+    assert_eq!(got.len(), refused.len() + 1, "{got:?}");
+    for (i, (n, a, block)) in refused.iter().enumerate() {
+        assert!(
+            got[i].starts_with("fail") && got[i].contains("403"),
+            "{n} ({a}): {}",
+            got[i]
+        );
+        let recs = net_records(&w, &id);
+        let why = recs
+            .iter()
+            .find(|r| r["dest"] == *n && r["denied"] == true)
+            .and_then(|r| r["why"].as_str())
+            .unwrap_or_else(|| panic!("no refusal of {n} recorded: {recs:?}"))
+            .to_string();
+        assert!(
+            why.contains(&format!("in {block} ")) && why.contains("literal"),
+            "{n} ({a}): {why}"
+        );
+    }
+    assert_eq!(got[refused.len()], "ok 200 canary", "the control: {doc}");
+}
