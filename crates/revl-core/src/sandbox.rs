@@ -16,12 +16,13 @@
 //! still visible, with five device nodes (cloned read-only); every mount is made read-only
 //! at once (`mount_setattr(AT_RECURSIVE)`); private tmpfs on `/tmp`, `/dev/shm` and `/run`;
 //! a tmpfs `/dev` with the nodes (no `tty`); the overlay moved to the workspace's own path;
-//! the store and `[exec] hide` masked; a fresh `/proc` whose `sys`, `sysrq-trigger`, `irq`
-//! and `bus` are read-only; the loopback interface up. As root the command is cloned into a
-//! user namespace of its own (identity maps written by PID 1), so its uid 0 holds no host
-//! capability. Last, in the command's process: `setsid`, a fresh session keyring, the
-//! rlimits, every capability set cleared with `no_new_privs`, Landlock, and the seccomp
-//! filter (docs/security.md).
+//! a fresh `/proc` whose `sys`, `sysrq-trigger`, `irq` and `bus` are read-only; the store,
+//! `file://` remotes and `[exec] hide` masked, last (a file's mask is a clone of an empty
+//! file opened before the private `/tmp` may cover it); the loopback interface up. As root
+//! the command is cloned into a user namespace of its own (identity maps written by PID 1),
+//! so its uid 0 holds no host capability. Last, in the command's process: `setsid`, a fresh
+//! session keyring, the rlimits, every capability set cleared with `no_new_privs`, Landlock,
+//! and the seccomp filter (docs/security.md).
 //!
 //! Everything the child does between fork and exec is a raw system call (through `libc`) on
 //! data prepared before the fork: no allocation, no lock, as `pre_exec` requires. Which step
@@ -51,10 +52,13 @@ pub struct Spec<'a> {
     /// An empty directory of revl's on a filesystem that can hold an overlay upper layer,
     /// outside the workspace: `upper/`, `work/` and `merged/` are made in it.
     pub scratch: &'a Path,
-    /// Paths the command must not read (the store, the manifest's `[exec] hide`): each is
-    /// masked inside the sandbox by an empty read-only tmpfs (a directory) or an empty
-    /// file (a file). A path that does not exist is skipped; one that holds the workspace
-    /// is refused.
+    /// Paths the command must not read (the store, a `file://` remote, the manifest's
+    /// `[exec] hide`): each is masked inside the sandbox by an empty read-only tmpfs (a
+    /// directory) or an empty read-only file (a file), wherever revl's store lives. A path
+    /// that does not exist, or that lies where the sandbox has its own filesystem (`/tmp`,
+    /// `/dev`, `/dev/shm`, `/run`, outside the workspace), is out of the command's sight
+    /// already; any other that cannot be masked (it holds the workspace, it cannot be
+    /// resolved, its mask fails) is [`Failure::CannotHide`] and nothing runs.
     pub hide: &'a [PathBuf],
     pub limits: Limits,
     /// Declared egress (docs/user-guide.md §8): where to put the listening socket the
@@ -121,6 +125,8 @@ pub enum Failure {
     Started(std::io::Error),
     /// It went past `--max-bytes` and was stopped: which limit, and by how much.
     LimitExceeded(String),
+    /// `Spec::hide[index]` cannot be hidden from the command (why): nothing ran.
+    CannotHide { index: usize, why: String },
 }
 
 /// The steps of the set-up, in order; the shared page holds the index of the one under way.
@@ -158,6 +164,12 @@ const STAGES: &[&str] = &[
     "hand the egress proxy's listening socket to revl",
 ];
 const STAGE_EXEC: i32 = STAGES.len() as i32;
+/// The index of "hide the store and the manifest's hidden paths" in [`STAGES`].
+const STAGE_HIDE: i32 = 26;
+const _: () = assert!(matches!(
+    STAGES[STAGE_HIDE as usize].as_bytes(),
+    [b'h', b'i', b'd', b'e', ..]
+));
 
 /// The open-file limit of every process of a command (`RLIMIT_NOFILE`): a command cannot
 /// hold more of the host's file handles than this at once.
@@ -219,6 +231,8 @@ struct Board {
     /// 1 once `status` holds the command's wait status.
     done: AtomicI32,
     status: AtomicI32,
+    /// While the masks are made: the index in `Spec::hide` of the one under way (else 0).
+    hiding: AtomicI32,
 }
 
 /// A page shared with the children (it survives their fork).
@@ -289,9 +303,10 @@ struct Prepared {
     ws_chain: Vec<CString>,
     workspace: CString,
     cwd: CString,
-    /// Masked paths: (path, is a directory), files first.
-    hide: Vec<(CString, bool)>,
-    /// An empty read-only file of revl's, bound over each hidden file.
+    /// Masked paths: (path, is a directory, index in `Spec::hide`), files first.
+    hide: Vec<(CString, bool, i32)>,
+    /// An empty read-only file of revl's, cloned (opened before the private `/tmp` may
+    /// cover it) and bound over each hidden file.
     empty: CString,
     /// `(resource, limit)` pairs for setrlimit.
     rlimits: [(libc::__rlimit_resource_t, u64); 5],
@@ -567,11 +582,62 @@ pub fn limits_mode() -> &'static str {
     }
 }
 
+/// Where the sandbox mounts a filesystem of its own before the masks: what lies under them
+/// on the host is out of the command's sight (but for the workspace and the device nodes,
+/// placed there).
+fn sandbox_own(real: &Path, workspace: &Path) -> bool {
+    if real.starts_with(workspace) {
+        return false;
+    }
+    if DEV_NODES.iter().any(|n| real == Path::new("/dev").join(n)) {
+        return false;
+    }
+    let run = Path::new("/run").is_dir();
+    ["/tmp", "/dev"].iter().any(|d| real.starts_with(d)) || (run && real.starts_with("/run"))
+}
+
+/// The masks to make: each path of `spec.hide` resolved on the host (a symlink is masked
+/// where it leads), files first; what needs no mask is left out (absent, or out of sight);
+/// what cannot be hidden is refused.
+fn hidden(spec: &Spec) -> Result<Vec<(CString, bool, i32)>, Failure> {
+    let mut hide = Vec::new();
+    for (index, h) in spec.hide.iter().enumerate() {
+        let refuse = |why: String| Failure::CannotHide { index, why };
+        let real = match h.canonicalize() {
+            Ok(r) => r,
+            // Nothing there (the host is read-only to the command: nothing can appear).
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(refuse(format!("it cannot be resolved: {e}"))),
+        };
+        if spec.workspace.starts_with(&real) {
+            return Err(refuse(format!(
+                "it holds the workspace {}",
+                spec.workspace.display()
+            )));
+        }
+        if sandbox_own(&real, spec.workspace) {
+            continue;
+        }
+        let path = cstr(&real).map_err(|e| refuse(e.to_string()))?;
+        hide.push((path, real.is_dir(), index as i32));
+    }
+    hide.sort_by_key(|(_, dir, _)| *dir);
+    Ok(hide)
+}
+
 fn prepare(
     spec: &Spec,
     board: usize,
     cgroup: Option<&PidsCgroup>,
     net_sock: libc::c_int,
+    hide: Vec<(CString, bool, i32)>,
 ) -> std::io::Result<(Prepared, PathBuf)> {
     let root = is_root();
     let upper = spec.scratch.join("upper");
@@ -611,27 +677,6 @@ fn prepare(
         at.push(c);
         ws_chain.push(cstr(&at)?);
     }
-    let mut hide = Vec::new();
-    for h in spec.hide {
-        // Resolved on the host (a symlink is masked where it leads); absent: nothing to hide.
-        let Ok(real) = h.canonicalize() else {
-            continue;
-        };
-        if spec.workspace.starts_with(&real) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                format!(
-                    "{} is to be hidden from the command, but it holds the workspace {}",
-                    h.display(),
-                    spec.workspace.display()
-                ),
-            ));
-        }
-        hide.push((cstr(&real)?, real.is_dir()));
-    }
-    // Files first: their mask is bound from `empty`, in the scratch directory, which a
-    // directory mask (the store's) may cover.
-    hide.sort_by_key(|(_, dir)| *dir);
     let empty = spec.scratch.join("empty");
     std::fs::write(&empty, b"")?;
     std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o444))?;
@@ -739,7 +784,8 @@ pub fn run_to(
         use std::os::fd::AsRawFd;
         theirs.as_raw_fd()
     });
-    let (prepared, upper) = prepare(spec, shared.ptr as usize, cgroup.as_ref(), net_sock)
+    let hide = hidden(spec)?;
+    let (prepared, upper) = prepare(spec, shared.ptr as usize, cgroup.as_ref(), net_sock, hide)
         .map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
     let Some((prog, args)) = spec.argv.split_first() else {
         return Err(Failure::NotStarted(std::io::Error::new(
@@ -845,6 +891,11 @@ pub fn run_to(
             let st = shared.board().stage.load(Ordering::SeqCst);
             if st >= STAGE_EXEC {
                 Err(Failure::NotStarted(e))
+            } else if st == STAGE_HIDE {
+                Err(Failure::CannotHide {
+                    index: shared.board().hiding.load(Ordering::SeqCst).max(0) as usize,
+                    why: format!("its mask failed in the sandbox: {e}"),
+                })
             } else {
                 let what = STAGES.get(st.max(0) as usize).copied().unwrap_or("set up");
                 Err(Failure::Unavailable(format!("{what}: {e}")))
@@ -910,6 +961,7 @@ pub fn probe(dir: &Path) -> Result<(), String> {
         Err(Failure::NotStarted(e)) => Err(format!("cannot start /bin/sh in the sandbox: {e}")),
         Err(Failure::Started(e)) => Err(format!("waiting for the probe failed: {e}")),
         Err(Failure::LimitExceeded(why)) => Err(why),
+        Err(Failure::CannotHide { why, .. }) => Err(why),
     }
 }
 
@@ -1455,6 +1507,18 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
             opts.as_ptr().cast(),
         ) as libc::c_long)
     };
+    // The mask of hidden files, held before the private /tmp (or /dev/shm) may cover it: a
+    // store under /tmp is the README's own set-up.
+    let empty = if let Some((_, _, first)) = p.hide.iter().find(|(_, dir, _)| !*dir) {
+        at(STAGE_HIDE);
+        (*(p.board as *const Board))
+            .hiding
+            .store(*first, Ordering::SeqCst);
+        ok(libc::open(p.empty.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) as libc::c_long)?
+            as libc::c_int
+    } else {
+        -1
+    };
     at(10);
     tmpfs(c"/tmp", &p.tmpfs_sticky, libc::MS_NOSUID | libc::MS_NODEV)?;
     if p.run_exists {
@@ -1503,43 +1567,6 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
         MOVE_MOUNT_F_EMPTY_PATH,
     ))?;
     libc::close(overlay);
-    at(26);
-    for (path, dir) in &p.hide {
-        let r = if *dir {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                path.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                c"mode=555,size=4k,nr_inodes=1".as_ptr().cast(),
-            )
-        } else {
-            libc::mount(
-                p.empty.as_ptr(),
-                path.as_ptr(),
-                null,
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        };
-        if r < 0 {
-            // Not in the sandbox's view (under the private /tmp, say): nothing to hide.
-            if *libc::__errno_location() == libc::ENOENT {
-                continue;
-            }
-            return Err(fail());
-        }
-        if !*dir {
-            ok(libc::syscall(
-                libc::SYS_mount_setattr,
-                libc::AT_FDCWD,
-                path.as_ptr(),
-                0 as libc::c_uint,
-                &ro as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            ))?;
-        }
-    }
     at(16);
     ok(libc::mount(
         c"proc".as_ptr(),
@@ -1595,6 +1622,49 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
             &ro as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         ))?;
+    }
+    // The masks, last of the mounts (after /proc: a path under it is masked too). Each
+    // failure is the exec's: a path that cannot be hidden runs nothing.
+    at(STAGE_HIDE);
+    let board = &*(p.board as *const Board);
+    for (path, dir, index) in &p.hide {
+        board.hiding.store(*index, Ordering::SeqCst);
+        if *dir {
+            ok(libc::mount(
+                c"tmpfs".as_ptr(),
+                path.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=555,size=4k,nr_inodes=1".as_ptr().cast(),
+            ) as libc::c_long)?;
+            continue;
+        }
+        let mask = ok(libc::syscall(
+            libc::SYS_open_tree,
+            empty,
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint,
+        ))? as libc::c_int;
+        ok(libc::syscall(
+            libc::SYS_mount_setattr,
+            mask,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &ro as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+        ok(libc::syscall(
+            libc::SYS_move_mount,
+            mask,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        ))?;
+        libc::close(mask);
+    }
+    if empty >= 0 {
+        libc::close(empty);
     }
     at(17);
     let sock =

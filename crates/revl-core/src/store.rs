@@ -182,6 +182,39 @@ impl Store {
         BlobStore::new(self.root.join("blobs"), self.fp.clone())
     }
 
+    /// The directories of this store's `file://` remotes (docs/fleet.md; `remotes.toml`,
+    /// `[remotes.NAME] url = "file:///DIR"`), which the exec sandbox hides as it hides the
+    /// store. A `remotes.toml` that does not parse is an error: what it names cannot be
+    /// hidden.
+    pub fn file_remote_dirs(&self) -> Result<Vec<PathBuf>> {
+        let p = self.root.join("remotes.toml");
+        let text = match fs::read_to_string(&p) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(p.display(), e)),
+        };
+        let doc: toml::Table = toml::from_str(&text).map_err(|e| {
+            Error::new(
+                Code::Usage,
+                format!("{} does not parse: {e}", p.display()),
+                "fix or remove that file, then `revl remote add NAME URL` again",
+            )
+        })?;
+        let mut out = Vec::new();
+        if let Some(remotes) = doc.get("remotes").and_then(|r| r.as_table()) {
+            for r in remotes.values() {
+                let url = r.get("url").and_then(|u| u.as_str()).unwrap_or_default();
+                if let Some(dir) = url.strip_prefix("file://").map(PathBuf::from) {
+                    // A relative one is refused when the remote is added (it names nothing).
+                    if dir.is_absolute() {
+                        out.push(dir);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     pub fn session_dir(&self, id: &str) -> PathBuf {
         self.root.join("sessions").join(id)
     }

@@ -77,13 +77,17 @@ pub struct ExecSection {
 }
 
 impl ExecSection {
-    /// The hidden paths, `~/` expanded with `home` (none: such entries are skipped).
-    pub fn hide_paths(&self, home: Option<&Path>) -> Vec<std::path::PathBuf> {
+    /// The hidden paths, `~/` expanded with `home`; `Err(entry)`: an entry under `~/` with
+    /// no home to expand it (it cannot be hidden: docs/security.md).
+    pub fn hide_paths(
+        &self,
+        home: Option<&Path>,
+    ) -> std::result::Result<Vec<std::path::PathBuf>, String> {
         self.hide
             .iter()
-            .filter_map(|h| match h.strip_prefix("~/") {
-                Some(rest) => home.map(|d| d.join(rest)),
-                None => Some(std::path::PathBuf::from(h)),
+            .map(|h| match h.strip_prefix("~/") {
+                Some(rest) => home.map(|d| d.join(rest)).ok_or_else(|| h.clone()),
+                None => Ok(std::path::PathBuf::from(h)),
             })
             .collect()
     }

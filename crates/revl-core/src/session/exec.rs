@@ -144,6 +144,27 @@ impl ExecOptions {
     }
 }
 
+/// Every entry of `dir` (which holds the workspace `ws`) but the one on the way down to
+/// `ws`, recursively: what the sandbox masks of a store or remote that holds the workspace.
+/// A symbolic link is left out (the mask would fall where it leads, outside `dir`).
+#[cfg(target_os = "linux")]
+fn around(dir: &Path, ws: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    if dir == ws {
+        return Ok(());
+    }
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir.display(), e))?;
+    for e in rd {
+        let e = e.map_err(|e| Error::io(dir.display(), e))?;
+        let p = e.path();
+        if ws.starts_with(&p) {
+            around(&p, ws, out)?;
+        } else if !e.file_type().is_ok_and(|t| t.is_symlink()) {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
 fn unavailable(why: impl std::fmt::Display) -> Error {
     let why = why.to_string();
     let fix = crate::doctor::refusal_fix(&why, crate::doctor::is_root())
@@ -276,7 +297,7 @@ impl Session {
             env.push(("no_proxy".to_string(), String::new()));
         }
         let listener = std::sync::Mutex::new(None);
-        let hide = self.hidden_from_exec(&root)?;
+        let (hide, from_manifest) = self.hidden_from_exec(&root)?;
         let spec = sandbox::Spec {
             argv: &o.argv,
             workspace: &root,
@@ -393,6 +414,22 @@ impl Session {
                 let _ = crate::workspace::remove_any(&scratch);
                 return Err(match f {
                     Failure::Unavailable(why) => unavailable(why),
+                    Failure::CannotHide { index, why } => {
+                        let path = crate::util::visible(&hide[index].to_string_lossy(), false);
+                        if index >= from_manifest {
+                            Error::new(
+                                Code::BadManifest,
+                                format!("[exec] hide: {path} cannot be hidden from the command ({why}); nothing ran"),
+                                "fix the manifest's [exec] hide: list files and directories the command could read, none holding the workspace (docs/security.md)",
+                            )
+                        } else {
+                            Error::new(
+                                Code::SandboxUnavailable,
+                                format!("{path} (revl's store or a file:// remote) cannot be hidden from the command ({why}); nothing ran"),
+                                "keep the store and file:// remotes out of the workspace's ancestors, where revl can mask them (docs/security.md)",
+                            )
+                        }
+                    }
                     Failure::LimitExceeded(why) => {
                         self.void(step, &format!("stopped: {why}"))?;
                         Error::new(
@@ -443,23 +480,37 @@ impl Session {
         })
     }
 
-    /// What the sandbox masks: the store (every session's WAL, blobs and scratch; its
-    /// parts when it holds the workspace) and the manifest's `[exec] hide`.
+    /// What the sandbox masks: the store (every session's WAL, blobs and scratch) and each
+    /// `file://` remote's directory (every pushed session), or, when one holds the
+    /// workspace, everything in it but the way down to the workspace; then the manifest's
+    /// `[exec] hide`, from the index returned on.
     #[cfg(target_os = "linux")]
-    fn hidden_from_exec(&self, ws: &Path) -> Result<Vec<PathBuf>> {
-        let store = self.store.root();
-        let store = store.canonicalize().unwrap_or_else(|_| store.to_path_buf());
-        let mut hide = if ws.starts_with(&store) {
-            ["sessions", "blobs", "scratch"]
-                .iter()
-                .map(|d| store.join(d))
-                .collect()
-        } else {
-            vec![store]
-        };
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        hide.extend(self.manifest()?.exec.hide_paths(home.as_deref()));
-        Ok(hide)
+    fn hidden_from_exec(&self, ws: &Path) -> Result<(Vec<PathBuf>, usize)> {
+        let mut hide = Vec::new();
+        let mut dirs = vec![self.store.root().to_path_buf()];
+        dirs.extend(self.store.file_remote_dirs()?);
+        for d in dirs {
+            // Absent (a remote not pushed to yet): nothing to hide.
+            let Ok(d) = d.canonicalize() else { continue };
+            if ws.starts_with(&d) {
+                around(&d, ws, &mut hide)?;
+            } else {
+                hide.push(d);
+            }
+        }
+        let from_manifest = hide.len();
+        let home = std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from);
+        let listed = self.manifest()?.exec.hide_paths(home.as_deref()).map_err(|h| {
+            Error::new(
+                Code::BadManifest,
+                format!("[exec] hide: {h} cannot be hidden from the command (HOME is not set, so ~/ names nothing); nothing ran"),
+                "set HOME, or list the path absolute in the manifest's [exec] hide (docs/security.md)",
+            )
+        })?;
+        hide.extend(listed);
+        Ok((hide, from_manifest))
     }
 
     /// The emission of an exec whose proxy opened at least one connection (docs/user-guide.md §8):

@@ -1070,3 +1070,121 @@ fn a_sparse_file_stays_sparse_in_the_blob_store_and_when_restored() {
     let v = w.json(&["verify", &sid]);
     assert_eq!(v.code, Some(0), "{}", v.dump());
 }
+
+/// Finding 2 of the second pass: `[exec] hide` masks a file wherever the store lives. With the
+/// store under `/tmp` (the README's set-up) or `/dev/shm`, which the sandbox mounts
+/// privately, the empty file bound over a hidden file sat out of the sandbox's sight, the
+/// bind failed and the failure was skipped: the file was readable. Hidden as well: a
+/// `file://` remote's directory (every session pushed there), and a path under `/proc`
+/// (masked after the sandbox's own `/proc` is mounted, not under it).
+#[test]
+fn hidden_paths_are_masked_wherever_the_store_lives() {
+    // The secrets on the host's disk, where the sandbox shows the host.
+    let outside = tempfile::Builder::new()
+        .prefix("revl-hide-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let o = outside.path();
+    let key = o.join("key.pem");
+    fs::write(&key, "TOPSECRET-FILE").unwrap();
+    let secrets = o.join("secrets");
+    fs::create_dir(&secrets).unwrap();
+    fs::write(secrets.join("token"), "TOPSECRET-DIR").unwrap();
+    let remote = o.join("remote");
+    fs::create_dir_all(remote.join("sessions/s1")).unwrap();
+    fs::write(remote.join("sessions/s1/wal"), "TOPSECRET-REMOTE").unwrap();
+    for base in ["/tmp", "/dev/shm"] {
+        let w = World::new_in(Path::new(base));
+        let ws = w.ws("ws");
+        let manifest = w.path("revl.toml");
+        fs::write(
+            &manifest,
+            format!(
+                "[exec]\nhide = [{:?}, {:?}, \"/proc/version\"]\n",
+                key.display().to_string(),
+                secrets.display().to_string()
+            ),
+        )
+        .unwrap();
+        let sid = w.new_session_with(&ws, &manifest);
+        w.json(&[
+            "remote",
+            "add",
+            "origin",
+            &format!("file://{}", remote.display()),
+        ])
+        .ok();
+        let doc = sh_exec(
+            &w,
+            &sid,
+            &format!(
+                "cat {k}; cat {s}/token; cat {r}/sessions/s1/wal; ls -A {r}; cat /proc/version; \
+                 echo x > {k} && echo WROTE-HIDDEN; echo end",
+                k = key.display(),
+                s = secrets.display(),
+                r = remote.display()
+            ),
+        );
+        let out = stdout(&doc);
+        assert!(out.ends_with("end\n"), "store under {base}: {doc}");
+        for leak in ["TOPSECRET", "sessions", "Linux version", "WROTE-HIDDEN"] {
+            assert!(
+                !out.contains(leak),
+                "store under {base}: {leak} leaked: {doc}"
+            );
+        }
+        assert_eq!(fs::read_to_string(&key).unwrap(), "TOPSECRET-FILE");
+    }
+}
+
+/// A path of `[exec] hide` that cannot be hidden fails the exec with one line naming it
+/// (`bad-manifest`), and nothing runs: one that holds the workspace, one whose mask fails in
+/// the sandbox (`/proc/self/…` resolves to revl's own process, which the sandbox's `/proc`
+/// does not show), and a `~/` path with no HOME to expand it. Before, the last two were
+/// skipped in silence and the command ran.
+#[test]
+fn a_path_that_cannot_be_hidden_fails_the_exec_and_runs_nothing() {
+    let w = World::new();
+    let manifest = w.path("revl.toml");
+    let root = w.root().to_str().unwrap().to_string();
+    for (i, (hide, why)) in [
+        (root.as_str(), "holds the workspace"),
+        ("/proc/self/environ", "its mask failed in the sandbox"),
+        ("~/.ssh", "HOME is not set"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ws = w.ws(&format!("ws{i}"));
+        fs::write(&manifest, format!("[exec]\nhide = [{hide:?}]\n")).unwrap();
+        let sid = w.new_session_with(&ws, &manifest);
+        let head = w.head(&sid);
+        let argv = ["exec", &sid, "--", "sh", "-c", "echo ran > ran; echo RAN"];
+        let out = if hide.starts_with("~/") {
+            let store = w.store.to_str().unwrap();
+            let mut a = vec!["--store", store, "--json"];
+            a.extend(argv);
+            let o = w.command_for(&a).env_remove("HOME").output().unwrap();
+            let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+            Out {
+                code: o.status.code(),
+                signal: None,
+                json: serde_json::from_str(&stdout).ok(),
+                stdout,
+                stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+                cmdline: format!("HOME unset: revl {}", a.join(" ")),
+            }
+        } else {
+            w.json(&argv)
+        };
+        let msg = out.err(2, "bad-manifest");
+        assert!(
+            msg.contains(hide) && msg.contains("cannot be hidden") && msg.contains(why),
+            "{msg}"
+        );
+        assert!(msg.contains("nothing ran"), "{msg}");
+        assert!(!out.stdout.contains("RAN"), "{}", out.dump());
+        assert!(!ws.join("ran").exists(), "the command ran");
+        assert_eq!(w.head(&sid), head, "a step was recorded");
+    }
+}
