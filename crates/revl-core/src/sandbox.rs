@@ -1445,11 +1445,13 @@ unsafe fn setup(p: &Prepared, at: &dyn Fn(i32)) -> std::io::Result<()> {
         std::ptr::null(),
     ) as libc::c_long)?;
     at(6);
+    // nosuid, nodev: a setuid file the command makes grants nothing, in here either (on
+    // the host, its upper layer is out of other users' reach: a private scratch directory).
     ok(libc::mount(
         c"overlay".as_ptr(),
         p.merged.as_ptr(),
         c"overlay".as_ptr(),
-        0,
+        libc::MS_NOSUID | libc::MS_NODEV,
         p.overlay_opts.as_ptr().cast(),
     ) as libc::c_long)?;
     at(7);

@@ -26,6 +26,61 @@ pub struct Store {
     mirror: Option<std::sync::Arc<Mirror>>,
 }
 
+/// Mode 0700 for a directory of the store that revl's user owns and that holds others' bits
+/// (group, other). A directory another user owns, or a shared sticky one (`/tmp` given as
+/// the store), is left as it is: revl keeps what must be private in [`private_dir`]s of its
+/// own. Absent: nothing to do. A read-only filesystem is left as it is.
+fn tighten(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = match fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if !m.is_dir()
+        || m.mode() & 0o077 == 0
+        || m.mode() & 0o1000 != 0
+        || m.uid() != rustix::process::geteuid().as_raw()
+    {
+        return Ok(());
+    }
+    match fs::set_permissions(dir, fs::Permissions::from_mode(0o700)) {
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => Ok(()),
+        r => r,
+    }
+}
+
+/// Make `dir` (and its missing parents) a directory that only revl's user reaches: mode
+/// 0700, owned by revl's effective user, not a symlink, whatever was there before (an
+/// exec's upper layer lives in one: a setuid file the command makes sits there while it
+/// runs, docs/security.md).
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let m = fs::symlink_metadata(dir)?;
+    let euid = rustix::process::geteuid().as_raw();
+    if !m.is_dir() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    if m.uid() != euid {
+        return Err(std::io::Error::other(format!(
+            "{} belongs to uid {}, not to revl's user (uid {euid})",
+            dir.display(),
+            m.uid()
+        )));
+    }
+    if m.mode() & 0o7777 != 0o700 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
 /// What a branch of a remote session names as its parent's WAL (docs/fleet.md): the remote and
 /// the session's key in its bucket, `remote NAME: sessions/<id>`.
 pub fn remote_parent_wal(remote: &str, id: &str) -> String {
@@ -99,6 +154,17 @@ impl Store {
                 crate::util::create_dir_durable(&p, Some(0o700))
                     .map_err(|e| Error::io(p.display(), e))?;
             }
+        }
+        // Only revl's user reaches what the store holds (docs/security.md): the store made
+        // with a looser mode, by hand or by an older revl, is tightened.
+        for p in [
+            root.clone(),
+            root.join("sessions"),
+            root.join("blobs"),
+            root.join("scratch"),
+        ] {
+            tighten(&p)
+                .map_err(|e| Error::io(format!("cannot make {} private", p.display()), e))?;
         }
         Ok(Store {
             root,

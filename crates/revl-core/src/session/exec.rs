@@ -279,8 +279,20 @@ impl Session {
             )));
         }
         let _ = crate::workspace::remove_any(&scratch);
-        std::fs::create_dir_all(&scratch)
-            .map_err(|e| Error::io(format!("cannot make {}", scratch.display()), e))?;
+        // The upper layer lives here while the command runs: a setuid file it makes must be
+        // out of every other user's reach (docs/security.md), whatever modes were there.
+        let scratch_root = self.store.root().join("scratch");
+        crate::store::private_dir(&scratch_root)
+            .and_then(|()| crate::store::private_dir(&scratch))
+            .map_err(|e| {
+                Error::io(
+                    format!(
+                        "cannot make {} private to revl's user (mode 0700)",
+                        scratch.display()
+                    ),
+                    e,
+                )
+            })?;
         let label = exec_label(&o.argv, None);
         let mut env = vec![
             ("REVL_SESSION".to_string(), self.id.clone()),
