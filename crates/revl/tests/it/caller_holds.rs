@@ -229,11 +229,11 @@ fn a_directory_swapped_for_a_symlink_mid_rewind_is_never_written_through() {
                 let mut n = 0u32;
                 while !stop.load(Ordering::Relaxed) {
                     let d = ws.join("d");
-                    if std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir()) {
-                        if std::fs::rename(&d, ws.join(format!("moved-{n}"))).is_ok() {
-                            let _ = std::os::unix::fs::symlink(&outside, &d);
-                            n += 1;
-                        }
+                    if std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir())
+                        && std::fs::rename(&d, ws.join(format!("moved-{n}"))).is_ok()
+                    {
+                        let _ = std::os::unix::fs::symlink(&outside, &d);
+                        n += 1;
                     }
                 }
                 n
