@@ -1089,16 +1089,18 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
     setup(p, &at)?;
     at(21);
+    // The command waits for PID 1's go-ahead: PID 1 writes the command's id maps (as
+    // root) and confines itself first, so the command never runs beside an unconfined PID 1.
     let mut sync = [-1 as libc::c_int; 2];
+    ok(libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) as libc::c_long)?;
     let cmd = if p.command_userns {
-        ok(libc::pipe2(sync.as_mut_ptr(), libc::O_CLOEXEC) as libc::c_long)?;
         raw_clone(libc::CLONE_NEWUSER)?
     } else {
         raw_fork()?
     };
     if cmd > 0 {
+        libc::close(sync[0]);
         if p.command_userns {
-            libc::close(sync[0]);
             // The whole id range, as is: files keep their owners; the capabilities of
             // uid 0 there reach only that (empty) namespace.
             let full = b"0 0 4294967295\n";
@@ -1108,19 +1110,24 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
                 libc::kill(cmd, libc::SIGKILL);
                 return Err(e);
             }
-            libc::write(sync[1], b"1".as_ptr().cast(), 1);
-            libc::close(sync[1]);
         }
         // PID 1 only waits from here on: a session of its own (out of revl's process
         // group: the command cannot signal the caller's shell through it), not dumpable (no
-        // `/proc/1/mem` to write into), no capability, nothing open, and the command's
-        // seccomp filter (docs/security.md).
-        ok(libc::setsid() as libc::c_long)?;
-        ok(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) as libc::c_long)?;
-        drop_bounding()?;
-        clear_caps()?;
+        // `/proc/1/mem` to write into), no capability, and the command's seccomp filter
+        // (docs/security.md); then nothing open.
+        let confined = (|| -> std::io::Result<()> {
+            ok(libc::setsid() as libc::c_long)?;
+            ok(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) as libc::c_long)?;
+            drop_bounding()?;
+            clear_caps()?;
+            crate::seccomp::install(&p.seccomp)
+        })();
+        if let Err(e) = confined {
+            libc::kill(cmd, libc::SIGKILL);
+            return Err(e);
+        }
+        libc::write(sync[1], b"1".as_ptr().cast(), 1);
         close_all();
-        crate::seccomp::install(&p.seccomp)?;
         let status = reap_until(cmd);
         board.status.store(status, Ordering::SeqCst);
         board.done.store(1, Ordering::SeqCst);
@@ -1129,15 +1136,13 @@ unsafe fn enter(p: &Prepared) -> std::io::Result<()> {
     }
     // The command's process: exec follows.
     ok(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
-    if p.command_userns {
-        // Wait for PID 1 to map the ids (EOF: it failed and reported why).
-        libc::close(sync[1]);
-        let mut b = 0u8;
-        if libc::read(sync[0], (&mut b as *mut u8).cast(), 1) != 1 {
-            libc::_exit(125);
-        }
-        libc::close(sync[0]);
+    // Wait for PID 1 (EOF: it failed and reported why).
+    libc::close(sync[1]);
+    let mut b = 0u8;
+    if libc::read(sync[0], (&mut b as *mut u8).cast(), 1) != 1 {
+        libc::_exit(125);
     }
+    libc::close(sync[0]);
     confine(p, &at)?;
     at(STAGE_EXEC);
     Ok(())
