@@ -160,34 +160,7 @@ impl Session {
                 if d.path == e.path() && e.image().shown_by(&d.actual) {
                     continue;
                 }
-                // A drifted directory: every file (and symlink) below it, one by one.
-                let nodes = if d.actual.kind == Some(crate::undo::FileKind::Dir) {
-                    self.ws.observe_tree(&d.path, &|_| false)?
-                } else {
-                    vec![d.actual]
-                };
-                for node in nodes {
-                    if kept.iter().any(|k: &Preserved| k.path == node.path) {
-                        continue;
-                    }
-                    let Some(digest) = self.ws.keep(&node.path, &self.blobs)? else {
-                        continue;
-                    };
-                    let kind = node.kind.unwrap_or(crate::undo::FileKind::File);
-                    records.push(Record::Preserved {
-                        step: i,
-                        path: node.path.clone(),
-                        kind,
-                        mode: node.mode.clone(),
-                        digest: digest.clone(),
-                    });
-                    kept.push(Preserved {
-                        path: node.path,
-                        kind,
-                        mode: node.mode,
-                        digest,
-                    });
-                }
+                self.keep_what_is_there(i, d.actual, &mut kept, &mut records)?;
             }
         }
         // What revl did witness and the inverse replaces (the abandoned alternative) is kept
@@ -275,31 +248,7 @@ impl Session {
             };
             done_roots.push(d.path.clone());
             if !self.detached {
-                // Every file (and symlink) of what is there, one by one.
-                let nodes = if d.actual.kind == Some(crate::undo::FileKind::Dir) {
-                    self.ws.observe_tree(&d.path, &|_| false)?
-                } else {
-                    vec![d.actual.clone()]
-                };
-                for node in nodes {
-                    let Some(digest) = self.ws.keep(&node.path, &self.blobs)? else {
-                        continue;
-                    };
-                    let kind = node.kind.unwrap_or(crate::undo::FileKind::File);
-                    records.push(Record::Preserved {
-                        step,
-                        path: node.path.clone(),
-                        kind,
-                        mode: node.mode.clone(),
-                        digest: digest.clone(),
-                    });
-                    kept.push(Preserved {
-                        path: node.path,
-                        kind,
-                        mode: node.mode,
-                        digest,
-                    });
-                }
+                self.keep_what_is_there(step, d.actual.clone(), &mut kept, &mut records)?;
             }
             todo.push((entry, out.len() - 1));
         }
@@ -403,6 +352,47 @@ impl Session {
             },
             _ => Err(NOWHERE),
         }
+    }
+
+    /// Keep what is at a drifted path before a rewind runs over it: every file (and symlink
+    /// target) of it, one by one (a directory's whole tree), in the blob store, each with a
+    /// `preserved` record for `step` (appended by the caller, durably, before the rewind)
+    /// and an entry in the report. A path already kept is not kept twice.
+    fn keep_what_is_there(
+        &self,
+        step: u64,
+        actual: crate::undo::Image,
+        kept: &mut Vec<Preserved>,
+        records: &mut Vec<Record>,
+    ) -> Result<()> {
+        let nodes = if actual.kind == Some(crate::undo::FileKind::Dir) {
+            self.ws.observe_tree(&actual.path, &|_| false)?
+        } else {
+            vec![actual]
+        };
+        for node in nodes {
+            if kept.iter().any(|k| k.path == node.path) {
+                continue;
+            }
+            let Some(digest) = self.ws.keep(&node.path, &self.blobs)? else {
+                continue;
+            };
+            let kind = node.kind.unwrap_or(crate::undo::FileKind::File);
+            records.push(Record::Preserved {
+                step,
+                path: node.path.clone(),
+                kind,
+                mode: node.mode.clone(),
+                digest: digest.clone(),
+            });
+            kept.push(Preserved {
+                path: node.path,
+                kind,
+                mode: node.mode,
+                digest,
+            });
+        }
+        Ok(())
     }
 
     /// Run one step's inverse and record `undone`.
