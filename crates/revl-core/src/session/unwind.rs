@@ -226,15 +226,12 @@ impl Session {
             if entries_carry && (d.expected.mode.is_none() || d.expected.mode == d.actual.mode) {
                 continue;
             }
-            let entry = if keep {
-                Err("kept")
-            } else {
-                self.entry_for(&d.expected, entries_carry)
-            };
+            // `None`: kept as it is (`--keep-drift`).
+            let entry = (!keep).then(|| self.entry_for(&d.expected, entries_carry));
             let (outcome, why) = match &entry {
-                Ok(_) => ("restored", None),
-                Err("kept") => ("kept", None),
-                Err(why) => ("unrestored", Some(why.to_string())),
+                None => ("kept", None),
+                Some(Ok(_)) => ("restored", None),
+                Some(Err(why)) => ("unrestored", Some(why.to_string())),
             };
             out.push(BeyondTail {
                 path: d.path.clone(),
@@ -242,7 +239,7 @@ impl Session {
                 outcome,
                 why,
             });
-            let Ok(entry) = entry else {
+            let Some(Ok(entry)) = entry else {
                 kept_images.push(d.expected.clone());
                 continue;
             };
@@ -319,11 +316,30 @@ impl Session {
                 })
             }
             (Some(FileKind::Symlink), Some(d)) => {
-                let target = self.blobs.get(d, None).map_err(|_| NOWHERE)?;
-                Ok(RestoreEntry::Symlink {
-                    path,
-                    target: crate::name::from_bytes(&target).into_owned(),
-                })
+                // A target revl kept: preserved into the blob store, or recorded in a restore
+                // entry of the timeline (its digest is the target's).
+                let recorded = self.state.steps.iter().find_map(|s| match s.undo() {
+                    Some(crate::undo::Undo::Restore { entries }) => {
+                        entries.iter().find_map(|e| match e {
+                            RestoreEntry::Symlink { target, .. }
+                                if crate::util::blake3_hex(&crate::name::to_bytes(target))
+                                    == *d =>
+                            {
+                                Some(target.clone())
+                            }
+                            _ => None,
+                        })
+                    }
+                    _ => None,
+                });
+                let target = match recorded {
+                    Some(t) => t,
+                    None => {
+                        let b = self.blobs.get(d, None).map_err(|_| NOWHERE)?;
+                        crate::name::from_bytes(&b).into_owned()
+                    }
+                };
+                Ok(RestoreEntry::Symlink { path, target })
             }
             (Some(FileKind::Dir), digest) => match actual {
                 Some((FileKind::Dir, _, _))
