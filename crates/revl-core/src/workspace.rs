@@ -1245,6 +1245,9 @@ impl Workspace {
     /// Run a file restore: put every listed path back to its recorded state, in order.
     /// Idempotent. Intermediate components must still be real directories.
     pub fn restore(&self, entries: &[RestoreEntry], blobs: &BlobStore, step: u64) -> Result<()> {
+        // A tree this restore was removing when a crash stopped it sits at the root under
+        // its trash name: a repair running the restore again removes it first.
+        self.remove_trash(step)?;
         for e in entries {
             self.restore_entry(e, blobs, step)?;
         }
