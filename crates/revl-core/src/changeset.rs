@@ -246,6 +246,11 @@ fn strip_unrecorded(abs: &Path, real: &Path, prefix: &str) -> String {
     }
     let flags_of = |p: &Path| -> Option<(rustix::fd::OwnedFd, rustix::fs::IFlags)> {
         use rustix::fs::{Mode, OFlags};
+        // Only a regular file or a directory is opened (never a device or a FIFO).
+        let m = fs::symlink_metadata(p).ok()?;
+        if !(m.is_file() || m.is_dir()) {
+            return None;
+        }
         let fd = rustix::fs::open(
             p,
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
