@@ -600,6 +600,20 @@ pub(crate) fn after_images(s: &Step) -> Vec<Image> {
         .unwrap_or_default()
 }
 
+/// The file restores a plan runs, in the order it runs them (its other inverses restore no
+/// file).
+fn restores_of<'a>(
+    steps: &'a [Step],
+    plan: &crate::unwind::Plan,
+) -> impl Iterator<Item = &'a [RestoreEntry]> {
+    plan.runs()
+        .into_iter()
+        .filter_map(|i| match steps.get(i as usize).and_then(Step::undo) {
+            Some(Undo::Restore { entries }) => Some(entries.as_slice()),
+            _ => None,
+        })
+}
+
 /// The drift a rewind to `k` meets beyond its inverses' reach: once the plan's restores
 /// ran, revl expects every witnessed path at its step-k image; each witnessed path outside
 /// what those restores put back that differs from it (a hand edit of a path the rewound
@@ -615,11 +629,9 @@ pub fn beyond_plan(
 ) -> Result<Vec<Drift>> {
     let mut exp = Expected::of_in_with(steps, blobs, inherited);
     let mut roots: Vec<String> = Vec::new();
-    for i in plan.runs() {
-        if let Some(Undo::Restore { entries }) = steps.get(i as usize).and_then(Step::undo) {
-            roots.extend(entries.iter().map(|e| e.path().to_string()));
-            exp.undone(entries);
-        }
+    for entries in restores_of(steps, plan) {
+        roots.extend(entries.iter().map(|e| e.path().to_string()));
+        exp.undone(entries);
     }
     let under = |p: &str, root: &str| p == root || p.starts_with(&format!("{root}/"));
     Ok(exp
@@ -642,10 +654,7 @@ pub fn of_plan(
     let mut exp = Expected::of_in_with(steps, blobs, inherited);
     let mut checked: Vec<String> = Vec::new();
     let mut out = Vec::new();
-    for i in plan.runs() {
-        let Some(Undo::Restore { entries }) = steps.get(i as usize).and_then(Step::undo) else {
-            continue;
-        };
+    for entries in restores_of(steps, plan) {
         for e in entries {
             let under = |p: &str, root: &str| p == root || p.starts_with(&format!("{root}/"));
             if checked.iter().any(|c| under(e.path(), c)) {

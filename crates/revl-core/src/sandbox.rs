@@ -1357,37 +1357,13 @@ unsafe fn write_child_map(pid: libc::pid_t, name: &[u8], data: &[u8]) -> std::io
     )
 }
 
-/// Mark every descriptor above 2 close-on-exec (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`,
-/// or one by one where the kernel lacks it): `Command`'s own exec-error pipe stays usable
+/// Mark every descriptor above 2 close-on-exec: `Command`'s own exec-error pipe stays usable
 /// until the exec, everything else is gone after it.
 ///
 /// # Safety
 /// Raw system calls only.
 unsafe fn cloexec_above_stderr() {
-    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    let done = libc::syscall(
-        libc::SYS_close_range,
-        3 as libc::c_uint,
-        !0 as libc::c_uint,
-        CLOSE_RANGE_CLOEXEC,
-    );
-    if done != 0 {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur.min(1 << 20) as libc::c_int
-        } else {
-            1024
-        };
-        for fd in 3..max {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags >= 0 {
-                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-            }
-        }
-    }
+    close_from(3, true);
 }
 
 /// Hold nothing open: not the command's output pipes, not `Command`'s exec-error pipe.
@@ -1395,24 +1371,37 @@ unsafe fn cloexec_above_stderr() {
 /// # Safety
 /// Raw system calls only.
 unsafe fn close_all() {
-    let closed = libc::syscall(
-        libc::SYS_close_range,
-        0 as libc::c_uint,
-        !0 as libc::c_uint,
-        0,
-    );
-    if closed != 0 {
-        // No close_range (an old kernel, a filter): every descriptor up to the limit.
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
-            lim.rlim_cur.min(1 << 20) as libc::c_int
+    close_from(0, false);
+}
+
+/// Close every descriptor from `first` on, or with `cloexec` mark them close-on-exec:
+/// `close_range` (`CLOSE_RANGE_CLOEXEC`), or one by one up to the open-file limit where the
+/// kernel (or a filter) lacks it.
+///
+/// # Safety
+/// Raw system calls only.
+unsafe fn close_from(first: libc::c_uint, cloexec: bool) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    let flags = if cloexec { CLOSE_RANGE_CLOEXEC } else { 0 };
+    if libc::syscall(libc::SYS_close_range, first, !0 as libc::c_uint, flags) == 0 {
+        return;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+        lim.rlim_cur.min(1 << 20) as libc::c_int
+    } else {
+        1024
+    };
+    for fd in first as libc::c_int..max {
+        if cloexec {
+            let f = libc::fcntl(fd, libc::F_GETFD);
+            if f >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, f | libc::FD_CLOEXEC);
+            }
         } else {
-            1024
-        };
-        for fd in 0..max {
             libc::close(fd);
         }
     }
