@@ -9,6 +9,7 @@
 //! A `NativeSession` names a session by id and attaches for each call (taking the session
 //! lock, rebuilding from the WAL, repairing), as the MCP server does: `revl approve` from a
 //! terminal works while a Python process holds the object.
+#![forbid(unsafe_code)]
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};

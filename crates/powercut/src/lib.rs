@@ -108,10 +108,9 @@
 //! files are still open; a session that is still serving a detached mount
 //! answers `EIO` to everything and can never change the disk again.
 //! Dropping a [`Mounted`] (also while panicking) unmounts.
+#![forbid(unsafe_code)]
 
-use std::ffi::CString;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -449,16 +448,10 @@ impl Drop for Mounted {
 
 /// `umount2(dir, MNT_DETACH)`; "not mounted" counts as success.
 fn detach(dir: &Path) -> io::Result<()> {
-    let c = CString::new(dir.as_os_str().as_bytes())?;
-    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
-    let rc = unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EINVAL) {
-        return Ok(());
-    }
+    let err: io::Error = match rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH) {
+        Ok(()) | Err(rustix::io::Errno::INVAL) => return Ok(()),
+        Err(e) => e.into(),
+    };
     Err(io::Error::new(
         err.kind(),
         format!("revl-powercut: unmount {}: {err}", dir.display()),

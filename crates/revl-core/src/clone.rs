@@ -134,11 +134,10 @@ impl Walk<'_> {
     }
 }
 
-/// A btrfs subvolume snapshot (`BTRFS_IOC_SNAP_CREATE_V2`): the one ioctl revl makes itself.
+/// A btrfs subvolume snapshot (`BTRFS_IOC_SNAP_CREATE_V2`, made in `revl-sandbox`, the
+/// crate that holds revl's raw system calls).
 #[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
 mod btrfs {
-    use std::os::fd::AsRawFd;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     use std::path::Path;
@@ -146,17 +145,6 @@ mod btrfs {
     const SUPER_MAGIC: i64 = 0x9123_683E;
     /// A subvolume's root directory has this inode number.
     const FIRST_FREE_OBJECTID: u64 = 256;
-    /// `_IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)`, the struct being 4096 bytes.
-    const SNAP_CREATE_V2: libc::c_ulong = 0x5000_9417;
-
-    #[repr(C)]
-    struct VolArgsV2 {
-        fd: i64,
-        transid: u64,
-        flags: u64,
-        unused: [u64; 4],
-        name: [u8; 4040],
-    }
 
     fn is_btrfs(p: &Path) -> bool {
         // `f_type`'s integer type differs between targets.
@@ -171,7 +159,11 @@ mod btrfs {
             return false;
         };
         let root = std::fs::metadata(src).is_ok_and(|m| m.ino() == FIRST_FREE_OBJECTID);
-        if !root || !is_btrfs(src) || !is_btrfs(parent) || name.len() >= 4040 {
+        if !root
+            || !is_btrfs(src)
+            || !is_btrfs(parent)
+            || name.len() > revl_sandbox::fsioctl::NAME_MAX
+        {
             return false;
         }
         let (Ok(s), Ok(p)) = (std::fs::File::open(src), std::fs::File::open(parent)) else {
@@ -182,20 +174,10 @@ mod btrfs {
         if existed && std::fs::remove_dir(dst).is_err() {
             return false;
         }
-        let mut args = VolArgsV2 {
-            fd: s.as_raw_fd() as i64,
-            transid: 0,
-            flags: 0,
-            unused: [0; 4],
-            name: [0; 4040],
-        };
-        args.name[..name.len()].copy_from_slice(name.as_bytes());
-        // SAFETY: a valid fd of a directory and a properly sized, initialised argument struct
-        // that outlives the call; the kernel reads it only.
-        let r = unsafe { libc::ioctl(p.as_raw_fd(), SNAP_CREATE_V2, &args as *const VolArgsV2) };
-        if r != 0 && existed {
+        let r = revl_sandbox::fsioctl::btrfs_snapshot(&s, &p, name.as_bytes());
+        if r.is_err() && existed {
             let _ = std::fs::create_dir(dst);
         }
-        r == 0
+        r.is_ok()
     }
 }

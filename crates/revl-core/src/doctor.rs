@@ -84,7 +84,7 @@ pub fn check(store_root: &Path) -> Doctor {
     let check = Check::from(sandbox);
     #[cfg(target_os = "linux")]
     let (seccomp, landlock, limits) = (
-        crate::seccomp::programs().is_ok(),
+        revl_sandbox::seccomp::programs().is_ok(),
         match crate::sandbox::landlock_abi() {
             0 => serde_json::Value::Bool(false),
             n => serde_json::Value::from(n),

@@ -9,6 +9,7 @@
 //!   ranges of its intact prefix, zero-padded so they sort, named by content);
 //! - `sessions/<id>/manifest.json`: the remote head (the WAL length and its SHA-256, the
 //!   segments, the base tree, the lineage), replaced only by compare-and-swap.
+#![forbid(unsafe_code)]
 
 pub mod bucket;
 pub mod config;

@@ -1,6 +1,7 @@
 //! The `revl` command line as a library: the `revl` binary and the Python package's `revl`
 //! command run this same code (same flags, same documents); and support code shared with the
 //! tests.
+#![forbid(unsafe_code)]
 
 mod cli;
 mod demo;

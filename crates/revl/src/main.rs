@@ -1,4 +1,5 @@
 //! The `revl` binary: the command line of [`revl::main_with`].
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -6,7 +6,6 @@
 //! address).
 
 #[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
 pub mod proxy;
 pub mod special;
 

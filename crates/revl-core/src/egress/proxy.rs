@@ -16,7 +16,7 @@ use crate::wal::Record;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -101,10 +101,7 @@ impl Proxy {
     fn stop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         // Wakes the blocked accept (Linux: it returns EINVAL on a shut-down listener).
-        // SAFETY: shutdown on a descriptor this value owns; no memory is involved.
-        unsafe {
-            libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR);
-        }
+        let _ = rustix::net::shutdown(&self.listener, rustix::net::Shutdown::Both);
         if let Some(a) = self.accept.take() {
             let _ = a.join();
         }
@@ -508,19 +505,8 @@ fn serve(mut client: TcpStream, sh: &Arc<Shared>) {
 /// 4 MiB socket buffers each way: fewer wake-ups per megabyte relayed (the kernel caps
 /// them at `net.core.rmem_max`/`wmem_max`; failure leaves the defaults).
 fn big_buffers(s: &TcpStream) {
-    let size: libc::c_int = 4 << 20;
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        // SAFETY: setsockopt on a descriptor owned by `s`, with a pointer to a local int.
-        unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&size as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            );
-        }
-    }
+    let _ = rustix::net::sockopt::set_socket_recv_buffer_size(s, 4 << 20);
+    let _ = rustix::net::sockopt::set_socket_send_buffer_size(s, 4 << 20);
 }
 
 /// Copy `from` to `to` until `from` ends (then end `to`'s writing side), counting the bytes
@@ -549,73 +535,33 @@ fn pump(from: &TcpStream, to: &TcpStream, n: &AtomicU64) {
 
 /// `Err` only when splice cannot be used at all (before a byte moved).
 fn splice_pump(from: &TcpStream, to: &TcpStream, n: &AtomicU64) -> Result<(), ()> {
-    let mut p = [-1 as libc::c_int; 2];
-    // SAFETY: pipe2 fills the two-element array; checked below.
-    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+    let Ok((r, w)) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC) else {
         return Err(());
-    }
-    // SAFETY: the pipe's descriptors were just made; this function closes them.
-    let (r, w) = unsafe {
-        use std::os::fd::FromRawFd;
-        (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1]))
     };
-    // SAFETY: fcntl on a descriptor owned here; failure only leaves the default size.
-    unsafe {
-        libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, CHUNK as libc::c_int);
-    }
+    // Failure only leaves the default size.
+    let _ = rustix::pipe::fcntl_setpipe_size(&w, CHUNK);
     // No SPLICE_F_MORE: on a socket it corks a partial segment for up to 200 ms (as
     // MSG_MORE does), which a request-response exchange pays on every turn.
-    let flags = libc::SPLICE_F_MOVE;
+    let flags = rustix::pipe::SpliceFlags::MOVE;
     let mut moved_any = false;
     loop {
-        // SAFETY: splice between descriptors owned for the whole call; null offsets.
-        let k = unsafe {
-            libc::splice(
-                from.as_raw_fd(),
-                std::ptr::null_mut(),
-                w.as_raw_fd(),
-                std::ptr::null_mut(),
-                CHUNK,
-                flags,
-            )
+        let k = match rustix::pipe::splice(from, None, &w, None, CHUNK, flags) {
+            Ok(0) => return Ok(()),
+            Ok(k) => k,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(rustix::io::Errno::INVAL) if !moved_any => return Err(()),
+            Err(_) => return Ok(()),
         };
-        if k == 0 {
-            return Ok(());
-        }
-        if k < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            if !moved_any && e.raw_os_error() == Some(libc::EINVAL) {
-                return Err(());
-            }
-            return Ok(());
-        }
         moved_any = true;
-        let mut left = k as usize;
+        let mut left = k;
         while left > 0 {
-            // SAFETY: as above.
-            let m = unsafe {
-                libc::splice(
-                    r.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    to.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    left,
-                    flags,
-                )
+            let m = match rustix::pipe::splice(&r, None, to, None, left, flags) {
+                Ok(0) => return Ok(()),
+                Ok(m) => m,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => return Ok(()),
             };
-            if m < 0 {
-                if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Ok(());
-            }
-            if m == 0 {
-                return Ok(());
-            }
-            left -= m as usize;
+            left -= m;
             n.fetch_add(m as u64, Ordering::SeqCst);
         }
     }
