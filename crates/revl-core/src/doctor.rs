@@ -2,6 +2,7 @@
 //! revl to do: the exec sandbox, and reflink clones on the store's filesystem. Every check
 //! runs for real in a scratch directory of the store, then is removed.
 
+use crate::sandbox::Stage;
 use serde::Serialize;
 use std::path::Path;
 
@@ -74,11 +75,19 @@ pub fn check(store_root: &Path) -> Doctor {
     let made =
         std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()));
     #[cfg(target_os = "linux")]
-    let sandbox = made
+    let (sandbox, stage) = match made
         .clone()
-        .and_then(|_| crate::sandbox::probe(&dir.join("sandbox")));
+        .map(|_| crate::sandbox::probe(&dir.join("sandbox")))
+    {
+        Ok(Ok(())) => (Ok(()), None),
+        Ok(Err(u)) => (Err(u.to_string()), u.stage),
+        Err(why) => (Err(why), None),
+    };
     #[cfg(not(target_os = "linux"))]
-    let sandbox = Err("the sandbox needs Linux namespaces and overlayfs".to_string());
+    let (sandbox, stage) = (
+        Err("the sandbox needs Linux namespaces and overlayfs".to_string()),
+        None,
+    );
     let reflink = made.and_then(|_| reflink(&dir));
     let _ = crate::workspace::remove_any(&dir);
     let check = Check::from(sandbox);
@@ -93,7 +102,10 @@ pub fn check(store_root: &Path) -> Doctor {
     );
     #[cfg(not(target_os = "linux"))]
     let (seccomp, landlock, limits) = (false, serde_json::Value::Bool(false), "rlimit");
-    let fix = check.why.as_deref().and_then(|w| refusal_fix(w, is_root()));
+    let fix = check
+        .why
+        .as_ref()
+        .and_then(|_| refusal_fix(stage, is_root()));
     Doctor {
         sandbox: Sandbox {
             available: check.available,
@@ -143,20 +155,18 @@ fn read_sysctl(path: &str) -> Option<String> {
 }
 
 /// The common reasons a distribution refuses the sandbox, recognised from the system's
-/// settings (and the failed stage), with the exact fix.
-pub fn refusal_fix(why: &str, root: bool) -> Option<String> {
-    refusal_fix_with(why, root, &read_sysctl)
+/// settings and the stage that failed, with the exact fix.
+pub fn refusal_fix(stage: Option<Stage>, root: bool) -> Option<String> {
+    refusal_fix_with(stage, root, &read_sysctl)
 }
 
 /// [`refusal_fix`] over given settings (`read` answers a /proc/sys path).
 pub fn refusal_fix_with(
-    why: &str,
+    stage: Option<Stage>,
     root: bool,
     read: &dyn Fn(&str) -> Option<String>,
 ) -> Option<String> {
-    let userns_stage = why.contains("create the namespaces")
-        || why.contains("map the user and group ids")
-        || why.contains("own user namespace");
+    let userns_stage = stage.is_some_and(Stage::needs_user_namespaces);
     if userns_stage && read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
         return Some(
             "user namespaces are disabled (user.max_user_namespaces is 0): \
@@ -183,7 +193,7 @@ pub fn refusal_fix_with(
             );
         }
     }
-    if why.contains("mount the overlay") {
+    if stage == Some(Stage::Overlay) {
         return Some(if root {
             "the kernel refused overlayfs: load it with `sudo modprobe overlay`, and keep the \
              store's scratch directory on a filesystem that can hold an overlay upper layer \
@@ -201,7 +211,7 @@ pub fn refusal_fix_with(
 
 #[cfg(test)]
 mod tests {
-    use super::refusal_fix_with;
+    use super::{refusal_fix_with, Stage};
 
     fn with<'a>(settings: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |p: &str| {
@@ -214,7 +224,7 @@ mod tests {
 
     #[test]
     fn the_common_refusals_get_their_exact_fix() {
-        let ns = "create the namespaces: Operation not permitted (os error 1)";
+        let ns = Some(Stage::Namespaces);
         let apparmor = with(&[("apparmor_restrict_unprivileged_userns", "1")]);
         let fix = refusal_fix_with(ns, false, &apparmor).unwrap();
         assert!(
@@ -231,11 +241,15 @@ mod tests {
         let none = with(&[("max_user_namespaces", "0")]);
         let fix = refusal_fix_with(ns, true, &none).unwrap();
         assert!(fix.contains("user.max_user_namespaces=15000"), "{fix}");
-        let ovl = "mount the overlay over the workspace: Invalid argument (os error 22)";
+        let ovl = Some(Stage::Overlay);
         let fix = refusal_fix_with(ovl, false, &with(&[])).unwrap();
         assert!(fix.contains("5.11"), "{fix}");
         // Root is not held back by the unprivileged-only switches.
         assert_eq!(refusal_fix_with(ns, true, &apparmor), None);
-        assert_eq!(refusal_fix_with("unrelated", false, &apparmor), None);
+        assert_eq!(refusal_fix_with(Some(Stage::Proc), false, &apparmor), None);
+        assert_eq!(refusal_fix_with(None, false, &apparmor), None);
+        // The command's own user namespace (as root) is a user-namespace stage too.
+        let fix = refusal_fix_with(Some(Stage::CommandUserns), true, &none).unwrap();
+        assert!(fix.contains("user.max_user_namespaces=15000"), "{fix}");
     }
 }

@@ -218,9 +218,17 @@ impl Error {
         self
     }
 
+    /// Whether the underlying failure is a full disk (`ENOSPC`, or a quota: `EDQUOT`).
+    pub fn disk_full(&self) -> bool {
+        self.cause
+            .as_deref()
+            .and_then(|c| c.downcast_ref::<std::io::Error>())
+            .is_some_and(io_disk_full)
+    }
+
     /// An I/O failure on `what` (a path or an operation); the `io::Error` is its cause.
     pub fn io(what: impl fmt::Display, e: std::io::Error) -> Self {
-        let hint = if e.raw_os_error() == Some(28) {
+        let hint = if io_disk_full(&e) {
             "free some disk space, then run the command again; nothing was acknowledged"
         } else {
             "check the path and its permissions, then run the command again"
@@ -295,4 +303,11 @@ mod tests {
         assert_eq!(e.to_json()["error"]["hint"], "check it");
         assert_eq!(Error::bad_args("m", "h").hint_with(|_| "x".into()), "h");
     }
+}
+
+fn io_disk_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
 }

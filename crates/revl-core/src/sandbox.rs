@@ -112,11 +112,36 @@ pub struct Outcome {
     pub pids_limit: &'static str,
 }
 
+/// Why the sandbox cannot be set up: the stage that failed (where one did) and why.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    pub stage: Option<Stage>,
+    pub why: String,
+}
+
+impl Unavailable {
+    fn at(stage: Stage, e: impl std::fmt::Display) -> Unavailable {
+        Unavailable {
+            stage: Some(stage),
+            why: e.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.stage {
+            Some(s) => write!(f, "{}: {}", s.text(), self.why),
+            None => f.write_str(&self.why),
+        }
+    }
+}
+
 /// Why nothing ran.
 #[derive(Debug)]
 pub enum Failure {
     /// The sandbox could not be set up: which part failed, and the system's reason.
-    Unavailable(String),
+    Unavailable(Unavailable),
     /// The sandbox was ready but the program could not be started (not found, not
     /// executable).
     NotStarted(std::io::Error),
@@ -129,7 +154,8 @@ pub enum Failure {
     CannotHide { index: usize, why: String },
 }
 
-use revl_sandbox::{Board, Plan, STAGES, STAGE_EXEC, STAGE_HIDE};
+pub use revl_sandbox::Stage;
+use revl_sandbox::{Board, Plan};
 
 /// The open-file limit of every process of a command (`RLIMIT_NOFILE`): a command cannot
 /// hold more of the host's file handles than this at once.
@@ -552,7 +578,8 @@ pub fn run_to(
     started: &mut dyn FnMut() -> std::io::Result<()>,
     sink: Option<OutputSink>,
 ) -> Result<Outcome, Failure> {
-    let board = Board::new().map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
+    let board =
+        Board::new().map_err(|e| Failure::Unavailable(Unavailable::at(Stage::Prepare, e)))?;
     // As root, the pids limit is a cgroup's (the kernel does not apply RLIMIT_NPROC to
     // uid 0); unprivileged, RLIMIT_NPROC counts the sandbox's own user namespace.
     let cgroup = if is_root() {
@@ -563,7 +590,7 @@ pub fn run_to(
     let mut pair = match spec.net_listener {
         Some(_) => Some(
             revl_sandbox::fdpass::socket_pair()
-                .map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?,
+                .map_err(|e| Failure::Unavailable(Unavailable::at(Stage::Prepare, e)))?,
         ),
         None => None,
     };
@@ -573,7 +600,7 @@ pub fn run_to(
     });
     let hide = hidden(spec)?;
     let (plan, upper) = prepare(spec, cgroup.as_ref(), net_sock, hide)
-        .map_err(|e| Failure::Unavailable(format!("{}: {e}", STAGES[0])))?;
+        .map_err(|e| Failure::Unavailable(Unavailable::at(Stage::Prepare, e)))?;
     let Some((prog, args)) = spec.argv.split_first() else {
         return Err(Failure::NotStarted(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -669,20 +696,14 @@ pub fn run_to(
             })
         }
         Err(e) if said => Err(Failure::Started(e)),
-        Err(e) => {
-            let st = board.stage();
-            if st >= STAGE_EXEC {
-                Err(Failure::NotStarted(e))
-            } else if st == STAGE_HIDE {
-                Err(Failure::CannotHide {
-                    index: board.hiding().max(0) as usize,
-                    why: format!("its mask failed in the sandbox: {e}"),
-                })
-            } else {
-                let what = STAGES.get(st.max(0) as usize).copied().unwrap_or("set up");
-                Err(Failure::Unavailable(format!("{what}: {e}")))
-            }
-        }
+        Err(e) => match board.stage() {
+            None => Err(Failure::NotStarted(e)),
+            Some(Stage::Hide) => Err(Failure::CannotHide {
+                index: board.hiding().max(0) as usize,
+                why: format!("its mask failed in the sandbox: {e}"),
+            }),
+            Some(stage) => Err(Failure::Unavailable(Unavailable::at(stage, e))),
+        },
     }
 }
 
@@ -696,16 +717,19 @@ pub fn catch_interrupt() {
 }
 
 /// Does the sandbox work here? Runs `true` (or `/bin/sh -c :`) in it over an empty
-/// workspace under `dir`; `Err(why)` when it cannot be set up.
-pub fn probe(dir: &Path) -> Result<(), String> {
+/// workspace under `dir`; why (and at which stage, where one failed) when it cannot be set
+/// up.
+pub fn probe(dir: &Path) -> Result<(), Unavailable> {
+    let no_stage = |why: String| Unavailable { stage: None, why };
     let ws = dir.join("workspace");
     let scratch = dir.join("scratch");
-    std::fs::create_dir_all(&ws).map_err(|e| format!("cannot make {}: {e}", ws.display()))?;
+    std::fs::create_dir_all(&ws)
+        .map_err(|e| no_stage(format!("cannot make {}: {e}", ws.display())))?;
     std::fs::create_dir_all(&scratch)
-        .map_err(|e| format!("cannot make {}: {e}", scratch.display()))?;
+        .map_err(|e| no_stage(format!("cannot make {}: {e}", scratch.display())))?;
     let ws = ws
         .canonicalize()
-        .map_err(|e| format!("cannot resolve {}: {e}", ws.display()))?;
+        .map_err(|e| no_stage(format!("cannot resolve {}: {e}", ws.display())))?;
     let argv = ["/bin/sh".to_string(), "-c".to_string(), ":".to_string()];
     let spec = Spec {
         argv: &argv,
@@ -720,18 +744,21 @@ pub fn probe(dir: &Path) -> Result<(), String> {
     };
     match run(&spec, &mut || Ok(())) {
         Ok(o) if o.ran.code == Some(0) => Ok(()),
-        Ok(o) => Err(format!(
+        Ok(o) => Err(no_stage(format!(
             "a probe command in the sandbox failed ({}): {}",
             o.ran.code.map_or_else(
                 || format!("signal {:?}", o.ran.signal),
                 |c| format!("exit {c}")
             ),
             String::from_utf8_lossy(&o.ran.stderr).trim()
-        )),
-        Err(Failure::Unavailable(why)) => Err(why),
-        Err(Failure::NotStarted(e)) => Err(format!("cannot start /bin/sh in the sandbox: {e}")),
-        Err(Failure::Started(e)) => Err(format!("waiting for the probe failed: {e}")),
-        Err(Failure::LimitExceeded(why)) => Err(why),
-        Err(Failure::CannotHide { why, .. }) => Err(why),
+        ))),
+        Err(Failure::Unavailable(u)) => Err(u),
+        Err(Failure::NotStarted(e)) => Err(no_stage(format!(
+            "cannot start /bin/sh in the sandbox: {e}"
+        ))),
+        Err(Failure::Started(e)) => Err(no_stage(format!("waiting for the probe failed: {e}"))),
+        Err(Failure::LimitExceeded(why)) | Err(Failure::CannotHide { why, .. }) => {
+            Err(no_stage(why))
+        }
     }
 }

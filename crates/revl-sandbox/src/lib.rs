@@ -48,7 +48,75 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 
-/// The steps of the set-up, in order; the shared page holds the index of the one under way.
+/// The steps of the set-up, in order; the shared page holds the one under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+pub enum Stage {
+    /// prepare the sandbox
+    Prepare = 0,
+    /// set the parent-death signal
+    DeathSignal = 1,
+    /// create the namespaces
+    Namespaces = 2,
+    /// map the user and group ids into the user namespace
+    IdMaps = 3,
+    /// start the namespace's first process
+    Pid1 = 4,
+    /// make the mount tree private
+    PrivateTree = 5,
+    /// mount the overlay over the workspace
+    Overlay = 6,
+    /// clone the overlay mount
+    CloneOverlay = 7,
+    /// clone the device nodes
+    CloneDevices = 8,
+    /// make the host read-only
+    HostReadOnly = 9,
+    /// mount a private /tmp
+    PrivateTmp = 10,
+    /// mount a private /run
+    PrivateRun = 11,
+    /// mount the minimal /dev
+    Dev = 12,
+    /// bind the device nodes into /dev
+    DevNodes = 13,
+    /// mount a private /dev/shm
+    DevShm = 14,
+    /// place the workspace at its own path
+    PlaceWorkspace = 15,
+    /// mount /proc
+    Proc = 16,
+    /// bring up the loopback interface
+    Loopback = 17,
+    /// enter the working directory
+    Cwd = 18,
+    /// drop capabilities
+    DropCaps = 19,
+    /// make /proc's host-wide files read-only
+    ProcReadOnly = 20,
+    /// start the command in its own user namespace
+    CommandUserns = 21,
+    /// start a new session without a controlling terminal
+    Setsid = 22,
+    /// clear the command's capabilities
+    ClearCaps = 23,
+    /// join a fresh session keyring
+    Keyring = 24,
+    /// install the seccomp filter
+    Seccomp = 25,
+    /// hide the store and the manifest's hidden paths
+    Hide = 26,
+    /// set the resource limits
+    Rlimits = 27,
+    /// join the pids cgroup
+    Cgroup = 28,
+    /// restrict writes with Landlock
+    Landlock = 29,
+    /// hand the egress proxy's listening socket to revl
+    ProxySocket = 30,
+}
+
+/// What each [`Stage`] does, in words (what `sandbox-unavailable` names).
 pub const STAGES: &[&str] = &[
     "prepare the sandbox",
     "set the parent-death signal",
@@ -82,14 +150,65 @@ pub const STAGES: &[&str] = &[
     "restrict writes with Landlock",
     "hand the egress proxy's listening socket to revl",
 ];
+
+impl Stage {
+    const ALL: [Stage; STAGES.len()] = [
+        Stage::Prepare,
+        Stage::DeathSignal,
+        Stage::Namespaces,
+        Stage::IdMaps,
+        Stage::Pid1,
+        Stage::PrivateTree,
+        Stage::Overlay,
+        Stage::CloneOverlay,
+        Stage::CloneDevices,
+        Stage::HostReadOnly,
+        Stage::PrivateTmp,
+        Stage::PrivateRun,
+        Stage::Dev,
+        Stage::DevNodes,
+        Stage::DevShm,
+        Stage::PlaceWorkspace,
+        Stage::Proc,
+        Stage::Loopback,
+        Stage::Cwd,
+        Stage::DropCaps,
+        Stage::ProcReadOnly,
+        Stage::CommandUserns,
+        Stage::Setsid,
+        Stage::ClearCaps,
+        Stage::Keyring,
+        Stage::Seccomp,
+        Stage::Hide,
+        Stage::Rlimits,
+        Stage::Cgroup,
+        Stage::Landlock,
+        Stage::ProxySocket,
+    ];
+
+    /// The stage the shared page names (`None`: past the set-up, or not a stage).
+    pub fn from_index(i: i32) -> Option<Stage> {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| Stage::ALL.get(i).copied())
+    }
+
+    /// What it does, in words.
+    pub fn text(self) -> &'static str {
+        STAGES[self as usize]
+    }
+
+    /// Whether it needs user namespaces (the caller's, or the command's own as root).
+    pub fn needs_user_namespaces(self) -> bool {
+        matches!(
+            self,
+            Stage::Namespaces | Stage::IdMaps | Stage::CommandUserns
+        )
+    }
+}
+
 /// The stage reached once everything is set up: a failure from here on is the exec's own.
 pub const STAGE_EXEC: i32 = STAGES.len() as i32;
-/// The index of "hide the store and the manifest's hidden paths" in [`STAGES`].
-pub const STAGE_HIDE: i32 = 26;
-const _: () = assert!(matches!(
-    STAGES[STAGE_HIDE as usize].as_bytes(),
-    [b'h', b'i', b'd', b'e', ..]
-));
 
 /// Everything the children need, made before the fork.
 #[derive(Debug)]
@@ -174,9 +293,10 @@ impl Board {
         unsafe { self.ptr.as_ref() }
     }
 
-    /// The set-up stage reached (an index of [`STAGES`], or [`STAGE_EXEC`]).
-    pub fn stage(&self) -> i32 {
-        self.page().stage.load(Ordering::SeqCst)
+    /// The set-up stage under way (`None` once everything was set up: a failure from then
+    /// on is the exec's own).
+    pub fn stage(&self) -> Option<Stage> {
+        Stage::from_index(self.page().stage.load(Ordering::SeqCst))
     }
 
     /// The command's wait status, once PID 1 reported it.
@@ -218,8 +338,8 @@ pub fn arm(cmd: &mut Command, plan: Plan, board: &Board) {
 /// then the command's own process, which returns to exec. The other two never return.
 fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
     use rustix::process::{set_parent_process_death_signal, Signal};
-    let at = |i: i32| board.stage.store(i, Ordering::SeqCst);
-    at(1);
+    let at = |s: Stage| board.stage.store(s as i32, Ordering::SeqCst);
+    at(Stage::DeathSignal);
     set_parent_process_death_signal(Some(Signal::KILL))?;
     // revl may have died before the death signal was armed: then nothing may run.
     if rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get()) != p.parent {
@@ -229,16 +349,16 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
         // Into the pids cgroup before anything is forked. "0" (this very thread, which is
         // the whole process) is the one move the kernel makes without waiting for an RCU
         // grace period (~10 ms).
-        at(28);
+        at(Stage::Cgroup);
         fdpass::write_and_close(procs, b"0")?;
     }
-    at(2);
+    at(Stage::Namespaces);
     namespaces::unshare(p.unshare)?;
     if let Some((uid_map, gid_map)) = &p.maps {
-        at(3);
+        at(Stage::IdMaps);
         namespaces::write_own_maps(uid_map, gid_map)?;
     }
-    at(4);
+    at(Stage::Pid1);
     let init = namespaces::fork()?;
     if init > 0 {
         // Outside the namespace: wait for its PID 1, then exit as it did (0 after it
@@ -254,17 +374,17 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
     // PID 1.
     set_parent_process_death_signal(Some(Signal::KILL))?;
     mounts::build(&p.mounts, &at, &board.hiding)?;
-    at(17);
+    at(Stage::Loopback);
     namespaces::loopback_up()?;
     if let Some(sock) = p.net_sock {
-        at(30);
+        at(Stage::ProxySocket);
         fdpass::send_listener(sock, p.proxy_port)?;
     }
-    at(18);
+    at(Stage::Cwd);
     rustix::process::chdir(p.cwd.as_c_str())?;
-    at(19);
+    at(Stage::DropCaps);
     caps::drop_bounding()?;
-    at(21);
+    at(Stage::CommandUserns);
     // The command waits for PID 1's go-ahead: PID 1 writes the command's id maps (as
     // root) and confines itself first, so the command never runs beside an unconfined PID 1.
     let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
@@ -317,7 +437,7 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
     }
     drop(sync_r);
     confine(p, &at)?;
-    at(STAGE_EXEC);
+    board.stage.store(STAGE_EXEC, Ordering::SeqCst);
     Ok(())
 }
 
@@ -325,25 +445,25 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
 /// terminal (no TIOCSTI into the caller's terminal, no `kill(0, …)` reaching revl's
 /// process group), nothing the caller holds, a fresh keyring, the limits, every capability
 /// set cleared, Landlock, and the seccomp filter.
-fn confine(p: &Plan, at: &dyn Fn(i32)) -> std::io::Result<()> {
-    at(22);
+fn confine(p: &Plan, at: &dyn Fn(Stage)) -> std::io::Result<()> {
+    at(Stage::Setsid);
     rustix::process::setsid()?;
     // Nothing the caller holds reaches the command: every descriptor above 2 (one revl's
     // caller left open without close-on-exec: a host file, a directory, a terminal) closes
     // at exec. Standard input is /dev/null unless revl feeds it; output goes to revl's pipes.
     fdpass::close_from(3, true);
-    at(24);
+    at(Stage::Keyring);
     namespaces::join_fresh_keyring()?;
-    at(27);
+    at(Stage::Rlimits);
     limits::apply(&p.rlimits)?;
-    at(23);
+    at(Stage::ClearCaps);
     caps::drop_bounding()?;
     caps::clear()?;
     if p.landlock.abi > 0 {
-        at(29);
+        at(Stage::Landlock);
         landlock::restrict(&p.landlock)?;
     }
-    at(25);
+    at(Stage::Seccomp);
     seccomp::install(&p.seccomp)?;
     Ok(())
 }

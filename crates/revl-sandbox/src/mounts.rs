@@ -10,6 +10,7 @@
 //! The new mount API goes through rustix (`open_tree`, `move_mount`, `mount`);
 //! `mount_setattr`, which rustix does not wrap, is the one raw call here.
 
+use crate::Stage;
 use rustix::fs::{Mode, OFlags, CWD};
 use rustix::mount::{MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags};
 use std::ffi::{CStr, CString};
@@ -123,13 +124,13 @@ fn tmpfs(target: &CStr, opts: &CStr, flags: MountFlags) -> std::io::Result<()> {
 
 /// Build the tree in PID 1 (in the new mount namespace), reporting each stage through `at`
 /// and the hidden path under way through `hiding`.
-pub fn build(t: &Tree, at: &dyn Fn(i32), hiding: &AtomicI32) -> std::io::Result<()> {
-    at(5);
+pub fn build(t: &Tree, at: &dyn Fn(Stage), hiding: &AtomicI32) -> std::io::Result<()> {
+    at(Stage::PrivateTree);
     rustix::mount::mount_change(
         c"/",
         MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
     )?;
-    at(6);
+    at(Stage::Overlay);
     // nosuid, nodev: a setuid file the command makes grants nothing, in here either (on
     // the host, its upper layer is out of other users' reach: a private scratch directory).
     rustix::mount::mount(
@@ -139,9 +140,9 @@ pub fn build(t: &Tree, at: &dyn Fn(i32), hiding: &AtomicI32) -> std::io::Result<
         MountFlags::NOSUID | MountFlags::NODEV,
         t.overlay_opts.as_c_str(),
     )?;
-    at(7);
+    at(Stage::CloneOverlay);
     let overlay = clone_tree(CWD, &t.merged, false)?;
-    at(8);
+    at(Stage::CloneDevices);
     // Up to five nodes; a fixed array, no allocation.
     let mut dev: [Option<OwnedFd>; DEV_NODES.len()] = Default::default();
     for (slot, host) in dev.iter_mut().zip(&t.dev_nodes) {
@@ -151,13 +152,13 @@ pub fn build(t: &Tree, at: &dyn Fn(i32), hiding: &AtomicI32) -> std::io::Result<
         read_only(&fd, c"", libc::AT_EMPTY_PATH as libc::c_uint)?;
         *slot = Some(fd);
     }
-    at(9);
+    at(Stage::HostReadOnly);
     read_only(CWD, c"/", AT_RECURSIVE)?;
     // The mask of hidden files, held before the private /tmp (or /dev/shm) may cover it: a
     // store under /tmp is the README's own set-up.
     let empty = match t.hide.iter().find(|(_, dir, _)| !*dir) {
         Some((_, _, first)) => {
-            at(crate::STAGE_HIDE);
+            at(Stage::Hide);
             hiding.store(*first, Ordering::SeqCst);
             Some(rustix::fs::open(
                 t.empty.as_c_str(),
@@ -167,20 +168,20 @@ pub fn build(t: &Tree, at: &dyn Fn(i32), hiding: &AtomicI32) -> std::io::Result<
         }
         None => None,
     };
-    at(10);
+    at(Stage::PrivateTmp);
     let private = MountFlags::NOSUID | MountFlags::NODEV;
     tmpfs(c"/tmp", &t.tmpfs_sticky, private)?;
     if t.run_exists {
-        at(11);
+        at(Stage::PrivateRun);
         tmpfs(c"/run", &t.tmpfs_run, private)?;
     }
-    at(12);
+    at(Stage::Dev);
     tmpfs(
         c"/dev",
         c"mode=755",
         MountFlags::NOSUID | MountFlags::NOEXEC,
     )?;
-    at(13);
+    at(Stage::DevNodes);
     for (fd, target) in dev.iter().zip(&t.dev_nodes) {
         let Some(fd) = fd else { break };
         drop(rustix::fs::open(
@@ -191,10 +192,10 @@ pub fn build(t: &Tree, at: &dyn Fn(i32), hiding: &AtomicI32) -> std::io::Result<
         place(fd, target)?;
     }
     drop(dev);
-    at(14);
+    at(Stage::DevShm);
     rustix::fs::mkdir(c"/dev/shm", Mode::from_raw_mode(0o755))?;
     tmpfs(c"/dev/shm", &t.tmpfs_sticky, private)?;
-    at(15);
+    at(Stage::PlaceWorkspace);
     for dir in &t.ws_chain {
         match rustix::fs::mkdir(dir.as_c_str(), Mode::from_raw_mode(0o755)) {
             Ok(()) | Err(rustix::io::Errno::EXIST) => {}
@@ -203,7 +204,7 @@ pub fn build(t: &Tree, at: &dyn Fn(i32), hiding: &AtomicI32) -> std::io::Result<
     }
     place(&overlay, &t.workspace)?;
     drop(overlay);
-    at(16);
+    at(Stage::Proc);
     rustix::mount::mount(
         c"proc",
         c"/proc",
@@ -211,7 +212,7 @@ pub fn build(t: &Tree, at: &dyn Fn(i32), hiding: &AtomicI32) -> std::io::Result<
         MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
         c"",
     )?;
-    at(20);
+    at(Stage::ProcReadOnly);
     for path in PROC_RO {
         match rustix::mount::mount_bind_recursive(path, path) {
             Ok(()) => {}
@@ -231,7 +232,7 @@ pub fn build(t: &Tree, at: &dyn Fn(i32), hiding: &AtomicI32) -> std::io::Result<
     }
     // The masks, last of the mounts (after /proc: a path under it is masked too). Each
     // failure is the exec's: a path that cannot be hidden runs nothing.
-    at(crate::STAGE_HIDE);
+    at(Stage::Hide);
     for (path, dir, index) in &t.hide {
         hiding.store(*index, Ordering::SeqCst);
         if *dir {

@@ -55,7 +55,10 @@ fn the_documented_calls_are_the_filters_calls() {
 
 #[test]
 fn the_calls_that_fail_with_enosys_are_documented_as_such() {
-    let item = seccomp_item().split_whitespace().collect::<Vec<_>>().join(" ");
+    let item = seccomp_item()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     for (name, _) in ENOSYS {
         assert!(
             item.contains(&format!("`{name}` fails with `ENOSYS`")),

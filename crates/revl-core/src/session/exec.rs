@@ -165,9 +165,8 @@ fn around(dir: &Path, ws: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-fn unavailable(why: impl std::fmt::Display) -> Error {
-    let why = why.to_string();
-    let fix = crate::doctor::refusal_fix(&why, crate::doctor::is_root())
+fn unavailable(why: &crate::sandbox::Unavailable) -> Error {
+    let fix = crate::doctor::refusal_fix(why.stage, crate::doctor::is_root())
         .map(|f| format!("; fix: {f}"))
         .unwrap_or_default();
     Error::new(
@@ -253,9 +252,10 @@ impl Session {
         #[cfg(not(target_os = "linux"))]
         {
             let _ = allowed;
-            Err(unavailable(
-                "the sandbox needs Linux namespaces and overlayfs",
-            ))
+            Err(unavailable(&crate::sandbox::Unavailable {
+                stage: None,
+                why: "the sandbox needs Linux namespaces and overlayfs".into(),
+            }))
         }
     }
 
@@ -272,11 +272,14 @@ impl Session {
         let scratch = self.exec_scratch();
         let root = self.ws.root().to_path_buf();
         if scratch.starts_with(&root) || root.starts_with(&scratch) {
-            return Err(unavailable(format!(
-                "the store's scratch directory {} and the workspace {} overlap (an overlay layer cannot lie inside another)",
-                scratch.display(),
-                root.display()
-            )));
+            return Err(unavailable(&crate::sandbox::Unavailable {
+                stage: None,
+                why: format!(
+                    "the store's scratch directory {} and the workspace {} overlap (an overlay layer cannot lie inside another)",
+                    scratch.display(),
+                    root.display()
+                ),
+            }));
         }
         let _ = crate::workspace::remove_any(&scratch);
         // The upper layer lives here while the command runs: a setuid file it makes must be
@@ -425,7 +428,7 @@ impl Session {
             Err(f) => {
                 let _ = crate::workspace::remove_any(&scratch);
                 return Err(match f {
-                    Failure::Unavailable(why) => unavailable(why),
+                    Failure::Unavailable(why) => unavailable(&why),
                     Failure::CannotHide { index, why } => {
                         let path = crate::util::visible(&hide[index].to_string_lossy(), false);
                         if index >= from_manifest {

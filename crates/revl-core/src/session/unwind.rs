@@ -531,7 +531,7 @@ impl Session {
         let hint = format!(
             "{done}; the {verb} is recorded as begun, and the next command on this session finishes it (`revl status {}`), listing what it preserved{}",
             self.id,
-            if e.hint.contains("disk space") {
+            if e.disk_full() {
                 "; free some disk space first"
             } else {
                 ""

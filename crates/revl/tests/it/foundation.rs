@@ -1870,6 +1870,7 @@ fn an_interrupted_unconfined_exec_becomes_an_opaque_step() {
 fn a_crash_during_step_back_is_finished_on_attach() {
     let mut failures = Vec::new();
     let mut seen_died = 0;
+    let mut seen_part_way = 0;
     // The step-back appends 8 records: step-back, six `undone`, step-back-done.
     for fp in (1..=8)
         .map(|n| format!("wal.torn-append:{n}"))
@@ -1912,6 +1913,23 @@ fn a_crash_during_step_back_is_finished_on_attach() {
             seen_died += 1;
         } else if out.code != Some(0) {
             out.err(1, "io");
+            // A rewind the full disk stopped part-way says to free space before it is
+            // finished (the error's cause is the disk, not a word in its hint).
+            let doc = out.doc();
+            let e = &doc["error"];
+            if e["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("stopped part-way"))
+            {
+                assert!(
+                    e["hint"]
+                        .as_str()
+                        .is_some_and(|h| h.contains("free some disk space first")),
+                    "{ctx}\n{}",
+                    out.dump()
+                );
+                seen_part_way += 1;
+            }
         }
         let tl = w.timeline(&sid);
         let undone: Vec<u64> = (2..=7)
@@ -1967,6 +1985,10 @@ fn a_crash_during_step_back_is_finished_on_attach() {
     assert_eq!(
         seen_died, 8,
         "the torn-append failpoint fired at every append of the step-back"
+    );
+    assert!(
+        seen_part_way > 0,
+        "some full disk stopped the step-back part-way"
     );
     assert!(
         failures.is_empty(),
