@@ -279,6 +279,13 @@ fn one_line(s: String) -> String {
     }
 }
 
+fn io_disk_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,11 +310,4 @@ mod tests {
         assert_eq!(e.to_json()["error"]["hint"], "check it");
         assert_eq!(Error::bad_args("m", "h").hint_with(|_| "x".into()), "h");
     }
-}
-
-fn io_disk_full(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-    )
 }
