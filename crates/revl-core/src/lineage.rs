@@ -377,23 +377,30 @@ pub fn find_parent_wal(
     if let Some(p) = places.iter().find(|p| holds(p)) {
         return Ok(p.clone());
     }
-    let looked = match &places[..] {
-        [] if store.is_none() => {
-            "the branch's WAL is in no store (it is not at <store>/sessions/<id>/wal.jsonl), so there is nowhere to look for it".to_string()
-        }
-        [] => "its reference is not a session id (or names no valid remote)".to_string(),
-        many => format!(
-            "no WAL of it is at {}",
-            many.iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(" nor at ")
+    let (looked, hint) = match &places[..] {
+        [] if store.is_none() => (
+            "the branch's WAL is not inside a store (at <store>/sessions/<id>/wal.jsonl), and a parent is only looked for in the store that holds its branch".to_string(),
+            format!("read the branch where its store keeps it (`--store DIR` and the session id), with its parent's session directory sessions/{} beside it", parent.id),
+        ),
+        [] => (
+            "its reference is not a session id (or names no valid remote), so it names no place in a store".to_string(),
+            "the branch's WAL was edited outside revl; restore it from a backup".to_string(),
+        ),
+        many => (
+            format!(
+                "no WAL of it is at {}",
+                many.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" nor at ")
+            ),
+            format!("put the parent's session directory (sessions/{}) back into the store beside the branch, or give `--store` the store that holds both", parent.id),
         ),
     };
     Err(Error::new(
         crate::error::Code::Io,
-        format!("the parent session {parent} of branch {branch} cannot be found ({looked}): the history the branch shares with it (its steps up to {at}) cannot be read and nothing that depends on it is answered"),
-        format!("put the parent's session directory (sessions/{}) back into the store beside the branch, or give `--store` the store that holds both", parent.id),
+        format!("the parent session {parent} of branch {branch} cannot be found: {looked}. The history the branch shares with it (its steps up to {at}) cannot be read, and nothing that depends on it is answered"),
+        hint,
     ))
 }
 

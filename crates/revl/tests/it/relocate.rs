@@ -195,6 +195,17 @@ fn a_store_moved_with_mv_answers_the_same_and_names_no_path() {
         assert!(!msg.contains(&format!("{}/", store.display())), "{msg}");
     }
     fs::remove_dir_all(&copy).unwrap();
+    // A branch's WAL taken out of its store names no place to look for its parent (its
+    // old path is not followed): an error that says so.
+    let loose = w.path("loose.jsonl");
+    fs::copy(store.join("sessions").join(&b).join("wal.jsonl"), &loose).unwrap();
+    let msg = w
+        .json(&["branch", "--wal", loose.to_str().unwrap()])
+        .err(1, "io");
+    assert!(
+        msg.contains(&sid) && msg.contains("not inside a store"),
+        "{msg}"
+    );
 
     // `mv` the store to another directory: the same answers.
     let elsewhere = w.path("elsewhere");
