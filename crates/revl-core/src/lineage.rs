@@ -35,6 +35,10 @@ pub struct Lineage {
     pub parent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diverged_at: Option<Pos>,
+    /// The remote the parent lives on (a branch of a remote session).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_remote: Option<String>,
+    /// Where the parent's WAL was found, through the store (the checked document only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent_wal: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -238,39 +242,27 @@ impl OfflineWal {
         }
     }
 
-    /// The WAL of this branch's parent: found by the parent's session id in the store this
-    /// WAL lives in (`<store>/sessions/<parent>/wal.jsonl`, beside this WAL's own session
-    /// directory), so a store copied or moved whole still reads; else at the absolute
-    /// `parentWal` its `fork-branch` record holds (a WAL kept outside a store). `None` for a
-    /// WAL that is no branch. A parent in neither place (or a file there that is another
-    /// session) is an error naming the parent: what depends on the parent's history is never
-    /// answered without it.
+    /// The WAL of this branch's parent, found through the store this WAL lives in by the
+    /// session reference its `fork-branch` record names ([`SessionRef::wal_in`]): a store
+    /// moved or copied whole reads the same, and never reads another store's WALs. `None`
+    /// for a WAL that is no branch. A parent not there (or a file there that is another
+    /// session, or a WAL outside a store) is an error naming the parent: what depends on the
+    /// parent's history is never answered without it.
     pub fn parent_wal(&self) -> Result<Option<PathBuf>> {
         let Some(o) = &self.state.origin else {
             return Ok(None);
         };
-        let by_id = self
-            .path
-            .parent()
-            .filter(|d| {
-                d.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(crate::store::is_session_id)
-            })
-            .and_then(Path::parent)
-            .map(|sessions| sessions.join(&o.parent).join("wal.jsonl"));
         find_parent_wal(
             self.session(),
-            &o.parent,
+            &o.parent_ref(),
             o.at,
-            by_id.as_deref(),
-            Path::new(&o.parent_wal),
+            store_of(&self.path).as_deref(),
         )
         .map(Some)
     }
 
     /// The lineage document, its parent's WAL found first ([`OfflineWal::parent_wal`]):
-    /// a branch whose parent cannot be found is an error, never a stale `parentWal`.
+    /// a branch whose parent cannot be found is an error, never a guess.
     pub fn lineage_checked(&self) -> Result<Lineage> {
         let parent = self.parent_wal()?;
         let mut doc = self.lineage();
@@ -281,51 +273,134 @@ impl OfflineWal {
     }
 }
 
-/// The WAL of session `parent` (of `branch`, forked at `at`): at `by_id` (its place in the
-/// store), else at `recorded` (the path the branch's record holds), whichever exists and
-/// holds that session; else an error that names the parent and the places looked at.
-pub fn find_parent_wal(
-    branch: &str,
-    parent: &str,
-    at: Pos,
-    by_id: Option<&Path>,
-    recorded: &Path,
-) -> Result<PathBuf> {
-    let holds = |p: &Path| p.is_file() && header_session(p).as_deref() == Some(parent);
-    if let Some(p) = by_id.filter(|p| holds(p)) {
-        return Ok(p.to_path_buf());
+/// A session named by reference (docs/wal-format.md, "Parents by id"): its id, and the
+/// remote it lives on (`None`: the store of the WAL that names it). Never a path, so a
+/// store moved or copied whole reads the same.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SessionRef {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<String>,
+}
+
+impl SessionRef {
+    /// The places this session's WAL may be in the store at `root`, in the order they are
+    /// tried: `sessions/<id>/wal.jsonl`, then, for a session of remote NAME, the store's
+    /// verified copy of it, `remotes/NAME/mirror/sessions/<id>/wal.jsonl`. Empty for a
+    /// reference that is not a session id or names no valid remote (a hostile WAL's
+    /// reference never builds a path outside the store).
+    pub fn wal_in(&self, root: &Path) -> Vec<PathBuf> {
+        if !crate::store::is_session_id(&self.id)
+            || self.remote.as_deref().is_some_and(|r| !is_remote_name(r))
+        {
+            return Vec::new();
+        }
+        let mut out = vec![root.join("sessions").join(&self.id).join("wal.jsonl")];
+        if let Some(r) = &self.remote {
+            out.push(
+                root.join("remotes")
+                    .join(r)
+                    .join("mirror")
+                    .join("sessions")
+                    .join(&self.id)
+                    .join("wal.jsonl"),
+            );
+        }
+        out
     }
-    if holds(recorded) {
-        return Ok(recorded.to_path_buf());
-    }
-    // A branch of a remote session (docs/fleet.md) names `remote NAME: sessions/<id>`: the store
-    // keeps its verified copy in the remote's mirror.
-    if let (Some(rest), Some(store)) = (
-        recorded
-            .to_str()
-            .and_then(|r| r.strip_prefix(crate::store::REMOTE_PARENT_PREFIX)),
-        by_id.and_then(|p| p.parent()?.parent()?.parent()),
-    ) {
-        if let Some((name, rel)) = rest.split_once(": ") {
-            let p = store
-                .join("remotes")
-                .join(name)
-                .join("mirror")
-                .join(rel)
-                .join("wal.jsonl");
-            if holds(&p) {
-                return Ok(p);
-            }
+}
+
+impl std::fmt::Display for SessionRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.remote {
+            Some(r) => write!(f, "{} (of remote {r})", self.id),
+            None => f.write_str(&self.id),
         }
     }
-    let looked = match by_id {
-        Some(p) => format!("{} nor {}", p.display(), recorded.display()),
-        None => recorded.display().to_string(),
+}
+
+/// A remote's name: letters, digits, `-` and `_`, at most 64 (`revl remote add`).
+pub fn is_remote_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// What a walVersion-1 `parentWal` says, read as a reference: the remote it names
+/// (`remote NAME: sessions/<id>`, whose id must be the record's `parent`), or none (an
+/// absolute path: the parent is found by its id in the branch's store, wherever the store
+/// was when the path was written). Anything else is no v1 `parentWal`.
+pub fn v1_parent_remote(
+    parent: &str,
+    parent_wal: &str,
+) -> std::result::Result<Option<String>, String> {
+    const REMOTE: &str = "remote ";
+    if let Some(rest) = parent_wal.strip_prefix(REMOTE) {
+        return match rest.split_once(": sessions/") {
+            Some((name, id)) if is_remote_name(name) && id == parent => Ok(Some(name.to_string())),
+            _ => Err(format!(
+                "parentWal {parent_wal:?} names no session {parent} of a remote"
+            )),
+        };
+    }
+    if parent_wal.starts_with('/') {
+        Ok(None)
+    } else {
+        Err(format!(
+            "parentWal {parent_wal:?} is neither an absolute path nor a remote's session"
+        ))
+    }
+}
+
+/// The store a WAL at `wal` belongs to: `<store>` when it is `<store>/sessions/<id>/wal.jsonl`.
+fn store_of(wal: &Path) -> Option<PathBuf> {
+    let dir = wal.parent()?;
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| crate::store::is_session_id(n))?;
+    let sessions = dir.parent()?;
+    (sessions.file_name()? == "sessions").then(|| sessions.parent().map(Path::to_path_buf))?
+}
+
+/// The WAL of session `parent` (of `branch`, forked at `at`), through the store at `store`
+/// ([`SessionRef::wal_in`]): the first place that exists and holds that session; else an
+/// error that names the parent and the places looked at.
+pub fn find_parent_wal(
+    branch: &str,
+    parent: &SessionRef,
+    at: Pos,
+    store: Option<&Path>,
+) -> Result<PathBuf> {
+    let holds = |p: &Path| p.is_file() && header_session(p).as_deref() == Some(parent.id.as_str());
+    let places = store.map(|s| parent.wal_in(s)).unwrap_or_default();
+    if let Some(p) = places.iter().find(|p| holds(p)) {
+        return Ok(p.clone());
+    }
+    let (looked, hint) = match &places[..] {
+        [] if store.is_none() => (
+            "the branch's WAL is not inside a store (at <store>/sessions/<id>/wal.jsonl), and a parent is only looked for in the store that holds its branch".to_string(),
+            format!("read the branch where its store keeps it (`--store DIR` and the session id), with its parent's session directory sessions/{} beside it", parent.id),
+        ),
+        [] => (
+            "its reference is not a session id (or names no valid remote), so it names no place in a store".to_string(),
+            "the branch's WAL was edited outside revl; restore it from a backup".to_string(),
+        ),
+        many => (
+            format!(
+                "no WAL of it is at {}",
+                many.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" nor at ")
+            ),
+            format!("put the parent's session directory (sessions/{}) back into the store beside the branch, or give `--store` the store that holds both", parent.id),
+        ),
     };
     Err(Error::new(
         crate::error::Code::Io,
-        format!("the parent session {parent} of branch {branch} cannot be found: neither {looked} holds its WAL, so the history the branch shares with it (its steps up to {at}) cannot be read and nothing that depends on it is answered"),
-        format!("put the parent's session directory (sessions/{parent}) back into the store beside the branch, or give `--store` the store that holds both"),
+        format!("the parent session {parent} of branch {branch} cannot be found: {looked}. The history the branch shares with it (its steps up to {at}) cannot be read, and nothing that depends on it is answered"),
+        hint,
     ))
 }
 
@@ -409,6 +484,7 @@ impl OfflineWal {
             torn: self.torn,
             parent: None,
             diverged_at: None,
+            parent_remote: None,
             parent_wal: None,
             preserved: None,
             not_preserved: None,
@@ -430,7 +506,7 @@ impl OfflineWal {
             idx.sort_unstable();
             doc.parent = Some(o.parent.clone());
             doc.diverged_at = Some(o.at);
-            doc.parent_wal = Some(o.parent_wal.clone());
+            doc.parent_remote = o.parent_remote.clone();
             doc.preserved = Some(o.preserved.clone());
             doc.not_preserved = Some(o.not_preserved.clone());
             doc.inherited_residue = Some(residue_of(&idx, &o.failed, "inherited at the fork"));

@@ -183,7 +183,7 @@ fn fork_mode(byid: &BTreeMap<&str, &OfflineWal>, w: &OfflineWal) -> Option<&'sta
         .state
         .origin
         .as_ref()
-        .is_some_and(|o| o.parent_wal.starts_with(crate::store::REMOTE_PARENT_PREFIX));
+        .is_some_and(|o| o.parent_remote.is_some());
     Some(if remote { "parallel" } else { "serial" })
 }
 

@@ -251,9 +251,11 @@ impl Store {
         }
         out.owed = s.owed();
         if let Some(o) = &s.state().origin {
-            out.lineage = Some(
-                json!({"role": "branch", "parent": o.parent, "divergedAt": o.at, "parentWal": o.parent_wal}),
-            );
+            let mut lineage = json!({"role": "branch", "parent": o.parent, "divergedAt": o.at});
+            if let Some(r) = &o.parent_remote {
+                lineage["parentRemote"] = json!(r);
+            }
+            out.lineage = Some(lineage);
             out.note = Some(format!("this is a branch of {} forked at step {}: a roll-back lands at the fork point (the parent's step {} content), not at an empty workspace", o.parent, o.at, o.at));
         }
         Ok(out)

@@ -80,9 +80,12 @@ pub struct ParallelChild {
 /// What the `fork-branch` record says about where a branch came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BranchOrigin {
+    /// The parent's session id (with `parent_remote`, the reference [`BranchOrigin::parent_ref`]).
     pub parent: String,
     pub at: Pos,
-    pub parent_wal: String,
+    /// The remote the parent lives on: `parentRemote` (walVersion 2), or the remote a
+    /// walVersion-1 `parentWal` names.
+    pub parent_remote: Option<String>,
     pub preserved: Value,
     pub not_preserved: Value,
     pub crossed: Vec<u64>,
@@ -92,6 +95,16 @@ pub struct BranchOrigin {
     /// left in place (`--keep-drift`; `preserved.keptDrift`): the branch expects these
     /// images, so its `verify` reports that drift and its rewinds preserve it.
     pub inherited: Vec<crate::undo::Image>,
+}
+
+impl BranchOrigin {
+    /// The parent, as the session reference the branch names it by.
+    pub fn parent_ref(&self) -> crate::lineage::SessionRef {
+        crate::lineage::SessionRef {
+            id: self.parent.clone(),
+            remote: self.parent_remote.clone(),
+        }
+    }
 }
 
 /// A `fork-frozen` seen in this (parent) WAL: the branch that continues it.
@@ -143,6 +156,8 @@ pub struct ForkBegun {
 
 #[derive(Debug, Clone, Default)]
 pub struct State {
+    /// The header's `walVersion` (docs/wal-format.md, "Versions and compatibility").
+    pub wal_version: u64,
     pub session: String,
     pub workspace: String,
     pub manifest_digest: Option<String>,
@@ -468,6 +483,7 @@ impl State {
     fn apply_other(&mut self, r: &Record) -> std::result::Result<(), String> {
         match r {
             Record::Header {
+                wal_version,
                 session,
                 workspace,
                 manifest_digest,
@@ -477,6 +493,7 @@ impl State {
                 if self.records != 0 {
                     return Err("a second header".into());
                 }
+                self.wal_version = *wal_version;
                 self.session = session.clone();
                 self.workspace = workspace.clone();
                 self.manifest_digest = manifest_digest.clone();
@@ -705,6 +722,7 @@ impl State {
             Record::ForkBranch {
                 parent,
                 at,
+                parent_remote,
                 parent_wal,
                 preserved,
                 not_preserved,
@@ -714,10 +732,30 @@ impl State {
                 provisions,
                 ..
             } => {
+                // walVersion 2 names the parent by reference; walVersion 1 by the path of its
+                // WAL then, of which only a remote's name is kept (docs/wal-format.md).
+                let parent_remote = match (self.wal_version, parent_remote, parent_wal) {
+                    (1, None, Some(w)) => crate::lineage::v1_parent_remote(parent, w)?,
+                    (1, _, _) => {
+                        return Err(
+                            "a walVersion-1 fork-branch names its parent by parentWal".into()
+                        )
+                    }
+                    (_, _, Some(_)) => {
+                        return Err(
+                            "parentWal is walVersion 1 only: this WAL names its parent by id"
+                                .into(),
+                        )
+                    }
+                    (_, Some(r), None) if !crate::lineage::is_remote_name(r) => {
+                        return Err(format!("parentRemote {r:?} is not a remote name"))
+                    }
+                    (_, r, None) => r.clone(),
+                };
                 self.origin = Some(BranchOrigin {
                     parent: parent.clone(),
                     at: *at,
-                    parent_wal: parent_wal.clone(),
+                    parent_remote,
                     preserved: preserved.clone(),
                     not_preserved: not_preserved.clone(),
                     crossed: crossed.clone(),

@@ -81,15 +81,6 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// What a branch of a remote session names as its parent's WAL (docs/fleet.md): the remote and
-/// the session's key in its bucket, `remote NAME: sessions/<id>`.
-pub fn remote_parent_wal(remote: &str, id: &str) -> String {
-    format!("{REMOTE_PARENT_PREFIX}{remote}: sessions/{id}")
-}
-
-/// How [`remote_parent_wal`] begins.
-pub const REMOTE_PARENT_PREFIX: &str = "remote ";
-
 /// How a mirror store differs from a store of this machine's sessions (docs/fleet.md): its WALs
 /// were written elsewhere, so each session's workspace is a directory of this machine
 /// (its captured base tree, or a tree materialised from the bucket), attaching never
@@ -103,8 +94,9 @@ pub struct Mirror {
     /// Attaching repairs nothing and verbs that write refuse (every mirror but the scratch
     /// store of a remote fork).
     pub read_only: bool,
-    /// What a branch made here names as its parent's WAL (`remote NAME: sessions/<id>`).
-    pub parent_wal: Option<String>,
+    /// The remote a branch made here names as its parent's (`parentRemote`): the parent is
+    /// that remote's session of the same id.
+    pub parent_remote: Option<String>,
 }
 
 /// A [`ToolHost`](crate::tools::ToolHost), shared by the sessions of a store handle.

@@ -109,12 +109,7 @@ impl Remotes {
 
 /// `revl remote add NAME URL`: checks the name and the URL (without reaching the server).
 pub fn add(store: &Store, name: &str, url: &str) -> Result<Remote> {
-    if name.is_empty()
-        || name.len() > 64
-        || !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
+    if !revl_core::lineage::is_remote_name(name) {
         return Err(Error::new(
             Code::Usage,
             format!("{name:?} is not a remote name"),

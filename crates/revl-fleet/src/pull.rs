@@ -29,7 +29,7 @@ fn mirror_settings(dir: &Path) -> Mirror {
         workspaces: dir.join("bases"),
         blobs: None,
         read_only: true,
-        parent_wal: None,
+        parent_remote: None,
     }
 }
 
@@ -450,7 +450,7 @@ fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Stor
             workspaces: dir.join("heads"),
             blobs: Some(mirror.root().join("blobs")),
             read_only: false,
-            parent_wal: Some(revl_core::store::remote_parent_wal(remote, id)),
+            parent_remote: Some(remote.to_string()),
         },
     )
 }

@@ -724,7 +724,7 @@ fn bench_view() {
         let me = id(j);
         std::fs::create_dir_all(st.session_dir(&me)).unwrap();
         let mut recs = vec![Record::Header {
-            wal_version: 1,
+            wal_version: revl_core::wal::WAL_VERSION,
             seq: 0,
             session: me.clone(),
             workspace: ws.clone(),
@@ -739,7 +739,8 @@ fn bench_view() {
                 branch: me.clone(),
                 parent: parent.clone(),
                 at: revl_core::step::Pos::from_i64(5).unwrap(),
-                parent_wal: st.wal_path(&parent).display().to_string(),
+                parent_remote: None,
+                parent_wal: None,
                 preserved: json!([]),
                 not_preserved: json!([]),
                 crossed: vec![],

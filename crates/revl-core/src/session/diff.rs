@@ -75,10 +75,9 @@ impl Session {
             hops += 1;
             let wal = crate::lineage::find_parent_wal(
                 &branch,
-                &o.parent,
+                &o.parent_ref(),
                 o.at,
-                Some(&self.store.wal_path(&o.parent)),
-                std::path::Path::new(&o.parent_wal),
+                Some(self.store.root()),
             )?;
             let (st, _) = State::read(&wal)?;
             witnessed_in(&st, Some(o.at), &mut out);

@@ -707,10 +707,10 @@ impl Session {
                 branch: branch.into(),
                 parent: self.id.clone(),
                 at: k,
-                parent_wal: match self.store.mirror().and_then(|m| m.parent_wal.clone()) {
-                    Some(remote) => remote,
-                    None => self.wal_path.display().to_string(),
-                },
+                // By reference, never by path (docs/wal-format.md, "Parents by id"): the
+                // parent is found through whichever store holds the branch, wherever it is.
+                parent_remote: self.store.mirror().and_then(|m| m.parent_remote.clone()),
+                parent_wal: None,
                 preserved,
                 not_preserved: not_preserved(),
                 crossed,

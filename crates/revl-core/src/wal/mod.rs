@@ -28,7 +28,13 @@ pub use read::{
 pub use record::{Record, Redo, StepRecord, RECORD_NAMES};
 pub use write::{create_wal, WalWriter};
 
-pub const WAL_VERSION: u64 = 1;
+/// The walVersion this revl writes in every new WAL (docs/wal-format.md, "Versions and
+/// compatibility"). Version 2 names a branch's parent by id, never by path.
+pub const WAL_VERSION: u64 = 2;
+
+/// The oldest walVersion this revl reads: it reads every version from this one to
+/// [`WAL_VERSION`], and appends to a WAL in the version its header states.
+pub const OLDEST_WAL_VERSION: u64 = 1;
 
 #[cfg(test)]
 mod tests {
@@ -307,7 +313,8 @@ mod doc_table {
                 branch: s(),
                 parent: s(),
                 at: Pos::from_i64(1).unwrap(),
-                parent_wal: s(),
+                parent_remote: Some(s()),
+                parent_wal: Some(s()),
                 preserved: json!({}),
                 not_preserved: json!([]),
                 crossed: vec![],

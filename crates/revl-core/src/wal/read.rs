@@ -4,7 +4,7 @@
 
 use super::line::*;
 use super::record::Record;
-use super::WAL_VERSION;
+use super::{OLDEST_WAL_VERSION, WAL_VERSION};
 use crate::error::{Code, Error, Result};
 use std::fs::File;
 use std::io::Read;
@@ -224,7 +224,7 @@ impl<'p> LineChecker<'p> {
         Error::new(
             Code::NewerWal,
             format!(
-                "WAL {} line {line_no} holds {e}: it was written by a newer revl (this is revl {}, which reads walVersion {WAL_VERSION} with the records docs/wal-format.md lists); nothing was read past it, nothing was changed",
+                "WAL {} line {line_no} holds {e}: it was written by a newer revl (this is revl {}, which reads walVersion {OLDEST_WAL_VERSION} to {WAL_VERSION} with the records docs/wal-format.md lists); nothing was read past it, nothing was changed",
                 self.path.display(),
                 env!("CARGO_PKG_VERSION"),
             ),
@@ -368,12 +368,13 @@ impl<'p> LineChecker<'p> {
         }
         if self.meta.records == 0 {
             match rec {
-                Record::Header { wal_version, .. } if *wal_version == WAL_VERSION => {}
+                Record::Header { wal_version, .. }
+                    if (OLDEST_WAL_VERSION..=WAL_VERSION).contains(wal_version) => {}
                 Record::Header { wal_version, .. } => {
                     return Err(Stop::Hard(Error::new(
                         Code::CorruptWal,
                         format!(
-                            "WAL {} has walVersion {wal_version}; this revl ({}) reads walVersion {WAL_VERSION} only; nothing was changed",
+                            "WAL {} has walVersion {wal_version}; this revl ({}) reads walVersion {OLDEST_WAL_VERSION} to {WAL_VERSION} only; nothing was changed",
                             self.path.display(),
                             env!("CARGO_PKG_VERSION"),
                         ),

@@ -177,9 +177,19 @@ pub enum Record {
     },
     ForkBranch {
         branch: String,
+        /// The parent session's id: with `parent_remote`, the session reference a branch names
+        /// its parent by (docs/wal-format.md, "Parents by id").
         parent: String,
         at: Pos,
-        parent_wal: String,
+        /// walVersion 2: the remote the parent lives on (a branch of a remote session),
+        /// absent for a parent in the branch's own store. Never in a walVersion-1 WAL.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_remote: Option<String>,
+        /// walVersion 1 only (required there, never written since): the parent's WAL as an
+        /// absolute path, or `remote NAME: sessions/<id>` for a remote parent. Readers take
+        /// only the remote's name from it; the parent is found by `parent`, in the store.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_wal: Option<String>,
         preserved: Value,
         not_preserved: Value,
         crossed: Vec<u64>,

@@ -578,10 +578,14 @@ fn a_branch_made_on_a_second_machine_is_the_source_read_at_k_byte_for_byte() {
         let raw =
             std::fs::read_to_string(f.store_b.join("sessions").join(&branch).join("wal.jsonl"))
                 .unwrap();
+        // By reference (docs/wal-format.md, "Parents by id"): the id and the remote, no path.
         assert!(
-            raw.contains("\"parentWal\":\"remote origin: sessions/"),
+            raw.contains(&format!(
+                "\"parent\":\"{id}\",\"at\":{k},\"parentRemote\":\"origin\","
+            )),
             "{raw}"
         );
+        assert!(!raw.contains("parentWal"), "{raw}");
         f.b(&["write", &branch, "new.txt", "--content", "on machine B"])
             .ok();
     }

@@ -1450,7 +1450,7 @@ fn torn_tail_is_reported_then_truncated_by_the_next_write() {
     );
     let recs = check_wal(&wal);
     assert_eq!(recs[0]["record"], "header");
-    assert_eq!(recs[0]["walVersion"], 1);
+    assert_eq!(recs[0]["walVersion"], 2);
     assert_eq!(w.json(&["status", &sid]).ok()["torn"], false);
     assert_eq!(fs::read(ws.join("b")).unwrap(), b"2");
     // seq is strictly increasing across the WAL.
@@ -1543,8 +1543,8 @@ fn an_unknown_wal_version_is_refused() {
     let text = fs::read_to_string(&wal).unwrap();
     let (header, rest) = text.split_once('\n').unwrap();
     let body = &header[..header.rfind(",\"crc\"").unwrap()];
-    assert!(body.contains("\"walVersion\":1,"), "{body}");
-    let new_header = seal(&body.replace("\"walVersion\":1,", "\"walVersion\":2,"));
+    assert!(body.contains("\"walVersion\":2,"), "{body}");
+    let new_header = seal(&body.replace("\"walVersion\":2,", "\"walVersion\":3,"));
     let doctored = format!("{new_header}{rest}");
     fs::write(&wal, &doctored).unwrap();
     check_wal(&wal); // every CRC is right: only the version is wrong
@@ -1552,7 +1552,7 @@ fn an_unknown_wal_version_is_refused() {
     for args in every_command(&sid) {
         let msg = w.json(&args).err(1, "corrupt-wal");
         assert!(msg.contains(wal.to_str().unwrap()), "{msg}");
-        assert!(msg.contains('2'), "{msg}");
+        assert!(msg.contains("walVersion 3"), "{msg}");
     }
     assert_eq!(fs::read_to_string(&wal).unwrap(), doctored);
     assert_snap_eq(&ws_before, &snapshot(&ws), "the workspace");

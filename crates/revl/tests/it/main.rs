@@ -32,6 +32,7 @@ mod promises;
 mod prop_stepback;
 mod python;
 mod redo;
+mod relocate;
 mod resource;
 mod rough_edges;
 mod security;

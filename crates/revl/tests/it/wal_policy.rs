@@ -207,7 +207,7 @@ fn a_valid_record_this_revl_does_not_know_is_never_taken_for_a_torn_tail() {
                 format!("line {n}"),
                 format!("`{name}`"),
                 "newer revl".into(),
-                "walVersion 1".into(),
+                "walVersion 1 to 2".into(),
                 wal.to_str().unwrap().into(),
             ] {
                 assert!(msg.contains(&want), "{want:?} in {msg}");
@@ -237,12 +237,12 @@ fn a_valid_record_this_revl_does_not_know_is_never_taken_for_a_torn_tail() {
     let body = &header[..header.rfind(",\"crc\"").unwrap()];
     let doctored = format!(
         "{}{rest}",
-        seal(&body.replace("\"walVersion\":1,", "\"walVersion\":7,"))
+        seal(&body.replace("\"walVersion\":2,", "\"walVersion\":7,"))
     );
     fs::write(&wal, &doctored).unwrap();
     let msg = w.json(&["status", &sid]).err(1, "corrupt-wal");
     assert!(
-        msg.contains("walVersion 7") && msg.contains("reads walVersion 1"),
+        msg.contains("walVersion 7") && msg.contains("reads walVersion 1 to 2"),
         "{msg}"
     );
     assert_eq!(fs::read_to_string(&wal).unwrap(), doctored);
