@@ -333,6 +333,27 @@ mod doc_table {
                 digest: s(),
             },
             Record::Bind { label: s(), at: 2 },
+            Record::Checkpoint {
+                thread: s(),
+                ns: s(),
+                id: s(),
+                parent: Some(s()),
+                blob: "ab".repeat(32),
+                uses: vec!["cd".repeat(32)],
+                at: Some(2),
+            },
+            Record::CheckpointWrites {
+                thread: s(),
+                ns: s(),
+                checkpoint: s(),
+                blob: "ab".repeat(32),
+            },
+            Record::CheckpointForget {
+                thread: s(),
+                ns: Some(s()),
+                ids: vec![s()],
+            },
+            Record::CheckpointTip { thread: s(), id: s() },
             Record::NetConnect {
                 step: 3,
                 conn: 1,
