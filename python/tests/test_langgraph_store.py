@@ -19,8 +19,9 @@ import revl
 from revl.langgraph import RevlSaver, session
 
 
-class S(TypedDict):
+class S(TypedDict, total=False):
     xs: Annotated[list[str], operator.add]
+    who: str  # set by the input only: later checkpoints use the value the first one kept
 
 
 def app(saver: RevlSaver, commit: bool = False) -> Any:
@@ -132,7 +133,7 @@ def test_gc_keeps_the_blobs_of_checkpoints_not_forgotten(base: Path) -> None:
     store = base / "store"
     saver = RevlSaver(store=store, workspace_root=base / "t")
     a = app(saver, commit=True)
-    a.invoke({"xs": ["x"]}, cfg("t1"))
+    a.invoke({"xs": ["x"], "who": "ann"}, cfg("t1"))
     s = saver.thread_session("t1")
     assert s is not None and s.status().to_dict()["state"] == "committed"
     before = history(a, "t1")
@@ -155,7 +156,7 @@ def test_gc_keeps_the_blobs_of_checkpoints_not_forgotten(base: Path) -> None:
     assert freed["unreachable"] >= 1
     latest = history(app(RevlSaver(store=store, workspace_root=base / "t")), "t1")
     assert latest == before[:1]
-    assert latest[0][1] == {"xs": ["x", "w", "m"]}
+    assert latest[0][1] == {"xs": ["x", "w", "m"], "who": "ann"}
 
 
 def test_push_carries_the_checkpoint_blobs(base: Path) -> None:

@@ -41,7 +41,10 @@ impl Saved {
         };
         Some(match named.into_iter().find(|b| !is_digest(b)) {
             None => Ok(()),
-            Some(b) => Err(format!("{} names blob {b:?}, which is not a digest", r.name())),
+            Some(b) => Err(format!(
+                "{} names blob {b:?}, which is not a digest",
+                r.name()
+            )),
         })
     }
 

@@ -766,7 +766,10 @@ impl State {
             | Record::CheckpointForget { .. }
             | Record::CheckpointTip { .. } => {
                 crate::saved::Saved::check(r).unwrap_or(Ok(()))?;
-                if let Record::Checkpoint { id, at: Some(at), .. } = r {
+                if let Record::Checkpoint {
+                    id, at: Some(at), ..
+                } = r
+                {
                     if *at >= self.next_index() {
                         return Err(format!("checkpoint names step {at}, which does not exist"));
                     }

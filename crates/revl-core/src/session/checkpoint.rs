@@ -165,7 +165,10 @@ impl Session {
         for d in &key.uses {
             if !crate::saved::is_digest(d) || !self.blobs.path_of(d).exists() {
                 return Err(Error::bad_args(
-                    format!("checkpoint {}: it uses blob {d:?}, which the store does not hold", key.id),
+                    format!(
+                        "checkpoint {}: it uses blob {d:?}, which the store does not hold",
+                        key.id
+                    ),
                     "name the blobs earlier checkpoints were kept in",
                 ));
             }
@@ -249,7 +252,12 @@ impl Session {
         Ok(self.saved("checkpoint-tip", None, None))
     }
 
-    fn saved(&self, record: &'static str, blob: Option<String>, position: Option<u64>) -> CheckpointSaved {
+    fn saved(
+        &self,
+        record: &'static str,
+        blob: Option<String>,
+        position: Option<u64>,
+    ) -> CheckpointSaved {
         CheckpointSaved {
             session: self.id.clone(),
             record,

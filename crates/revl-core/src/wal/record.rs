@@ -481,7 +481,7 @@ impl<'de> Deserialize<'de> for StepRecord {
 
 /// The name of every record (`"record"` on disk), in declaration order. A unit test holds
 /// it equal to the enum and to the record table of `docs/wal-format.md`.
-pub const RECORD_NAMES: [&str; 32] = [
+pub const RECORD_NAMES: [&str; 36] = [
     "header",
     "intent",
     "intent-void",
@@ -514,6 +514,10 @@ pub const RECORD_NAMES: [&str; 32] = [
     "bind",
     "net-connect",
     "net-close",
+    "checkpoint",
+    "checkpoint-writes",
+    "checkpoint-forget",
+    "checkpoint-tip",
 ];
 
 impl Record {
