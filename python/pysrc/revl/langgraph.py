@@ -11,10 +11,10 @@
     def write_reply(state, config):          # a node (or a tool taking ``config``)
         session(config).write("reply.txt", state["draft"])
 
-Each thread is one revl session (its workspace is ``workspace_root/<thread>``), made the first
-time a node or tool asks for it through :func:`session`. Each checkpoint of the root namespace
-is bound to the position its session's timeline had when the checkpoint was taken (a ``bind``
-WAL record; ``revl log`` shows it). A run that resumes from a checkpoint that is not the
+Each thread is one revl session (its workspace is ``workspace_root/<thread>``), made at the
+thread's first checkpoint (or when a node or tool first asks for it through :func:`session`).
+Each checkpoint of the root namespace is bound to the position its session's timeline had when
+the checkpoint was taken (its ``checkpoint`` WAL record; ``revl log`` shows it). A run that resumes from a checkpoint that is not the
 thread's latest (``graph.invoke(None, old_config)``, ``update_state`` on an old config, a
 replay from ``get_state_history``) forks the session at that checkpoint's position before
 any effect of the new run: the files are back, the held sends of the old line are dropped,
@@ -191,11 +191,11 @@ class RevlSaver(InMemorySaver):
         naming it and the blobs of the earlier checkpoints whose channel values it uses.
         Returns the position a root checkpoint was bound to."""
         c, m, parent = self.storage[thread_id][ns][cid]
-        values = []
+        values: list[tuple[str, str | int | float, list[str]]] = []
         for ch, ver in new_versions.items():
             blob = self.blobs.get((thread_id, ns, ch, ver))
             if blob is not None:
-                values.append([ch, ver, _b64(blob)])
+                values.append((ch, ver, _b64(blob)))
         content = json.dumps({"c": _b64(c), "m": _b64(m), "values": values},
                              separators=(",", ":")).encode()
         uses: set[str] = set()
@@ -206,7 +206,7 @@ class RevlSaver(InMemorySaver):
         text, _, _ = s._native.checkpoint_put(
             _wire(thread_id), ns, cid, parent, content, ns == "", at, sorted(uses))
         doc = json.loads(text)
-        for ch, ver, _ in values:
+        for ch, ver, _b in values:
             self._value_blob[(thread_id, ns, ch, ver)] = doc["blob"]
         pos = doc.get("position")
         return int(pos) if pos is not None else None
@@ -340,10 +340,10 @@ class RevlSaver(InMemorySaver):
         """Make the world match checkpoint ``target``: fork the thread's session at its
         position (raise or proceed by ``on_crossed``). Called with the lock held."""
         st = self._threads.setdefault(thread_id, _Thread())
-        first = self._ensure_session(thread_id)
-        if len(st.lines) == 1 and self._untouched(first):
+        live = self._ensure_session(thread_id)
+        if len(st.lines) == 1 and self._untouched(live):
             # Nothing was done in the world yet: nothing to rewind.
-            first._native.checkpoint_tip(_wire(thread_id), target)
+            live._native.checkpoint_tip(_wire(thread_id), target)
             st.tip = target
             return
         pos = self._position_on_line(st, target)
@@ -354,7 +354,7 @@ class RevlSaver(InMemorySaver):
                 "past the point where the current line forked from it); nothing was changed",
                 "resume from a checkpoint of the current line (get_state_history lists them)",
             )
-        s = self._session(st.session_id)
+        s = live
         preview = s.fork_preview(pos)
         if not preview.clean and self.on_crossed == "raise":
             raise ForkNotClean(
@@ -670,7 +670,7 @@ class RevlSaver(InMemorySaver):
         st.tip, st.bound, st.pending = None, {}, {}
         st.unreported, st.unreported_run, st.unreported_puts = None, None, 0
 
-    def _record_forget(self, thread_id: str, ns: str, ids: list[str]) -> None:
+    def _record_forget(self, thread_id: str, ns: str, ids: Sequence[str]) -> None:
         st = self._threads.get(thread_id)
         if st is None or st.session_id is None:
             return
