@@ -339,6 +339,30 @@ impl NativeStore {
         })
     }
 
+    /// The checkpoint records of every session that has any (docs/langgraph.md): for each,
+    /// its document (`{session, state, parent?, frozenInto?, records}`) and the verified
+    /// content of each record's blob still named (`None` for the others).
+    #[allow(clippy::type_complexity)]
+    fn checkpoint_sessions<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(String, Vec<Option<Bound<'py, PyBytes>>>)>> {
+        let root = self.root.clone();
+        let found = blocking(py, move || open(&root, &None)?.saved_sessions())?;
+        Ok(found
+            .into_iter()
+            .map(|s| {
+                let doc = serde_json::to_string(&s).unwrap_or_default();
+                let contents = s
+                    .contents
+                    .iter()
+                    .map(|c| c.as_deref().map(|b| PyBytes::new(py, b)))
+                    .collect();
+                (doc, contents)
+            })
+            .collect())
+    }
+
     /// `diff LEFT RIGHT [PATH]`: each side a session id, optionally `ID@K`.
     #[pyo3(signature = (left, right, path=None))]
     fn diff(
@@ -645,6 +669,67 @@ impl NativeSession {
     #[pyo3(signature = (label, at=None))]
     fn bind(&self, py: Python<'_>, label: String, at: Option<u64>) -> PyResult<Doc> {
         self.verb(py, How::Write, move |s| s.bind(&label, at))
+    }
+
+    /// Keep a front end's checkpoint: `content` as a blob, then a `checkpoint` record
+    /// (bound to `at`, default the head, when `bind`) (docs/langgraph.md).
+    #[pyo3(signature = (thread, ns, id, parent, content, bind, at=None, uses=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn checkpoint_put(
+        &self,
+        py: Python<'_>,
+        thread: String,
+        ns: String,
+        id: String,
+        parent: Option<String>,
+        content: Vec<u8>,
+        bind: bool,
+        at: Option<u64>,
+        uses: Vec<String>,
+    ) -> PyResult<Doc> {
+        let key = revl_core::session::CheckpointKey {
+            thread,
+            ns,
+            id,
+            parent,
+            uses,
+        };
+        self.verb(py, How::Write, move |s| {
+            s.save_checkpoint(key, &content, bind, at)
+        })
+    }
+
+    /// Keep pending writes of a checkpoint (`content` as a blob, a `checkpoint-writes` record).
+    fn checkpoint_writes(
+        &self,
+        py: Python<'_>,
+        thread: String,
+        ns: String,
+        checkpoint: String,
+        content: Vec<u8>,
+    ) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| {
+            s.save_checkpoint_writes(&thread, &ns, &checkpoint, &content)
+        })
+    }
+
+    /// Forget checkpoints (a `checkpoint-forget` record): `ids` of `ns`, or the whole thread.
+    #[pyo3(signature = (thread, ns=None, ids=Vec::new()))]
+    fn checkpoint_forget(
+        &self,
+        py: Python<'_>,
+        thread: String,
+        ns: Option<String>,
+        ids: Vec<String>,
+    ) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| {
+            s.forget_checkpoints(&thread, ns.as_deref(), ids)
+        })
+    }
+
+    /// The thread now stands at checkpoint `id` (a `checkpoint-tip` record).
+    fn checkpoint_tip(&self, py: Python<'_>, thread: String, id: String) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| s.checkpoint_tip(&thread, &id))
     }
 
     /// `fork --at K` enumerated without recording anything (the report and its hash).

@@ -1,8 +1,8 @@
 """`revl.langgraph.RevlSaver` against LangGraph's own checkpointer conformance suite
 (`langgraph-checkpoint-conformance`, pinned in python/requirements-langgraph.txt): every base
 capability passes, and of the extended ones delete_for_runs and prune pass while copy_thread
-is not offered (docs/langgraph.md says why). Also: checkpoints survive a new process (the
-journal under `<store>/langgraph/`)."""
+is not offered (docs/langgraph.md says why). Also: checkpoints survive a new process (they
+are records of the sessions' WALs, docs/langgraph.md "What is kept where")."""
 
 from __future__ import annotations
 

@@ -506,7 +506,7 @@ def test_async_graph_and_asession(base: Path, sink: Sink, store_dir: Path) -> No
 
 def test_a_new_saver_on_the_same_store_travels_back(base: Path, sink: Sink, store_dir: Path) -> None:
     """Checkpoints and their positions survive the process: a fresh RevlSaver reads the
-    journal and the WALs' bind records, and time travel from it rewinds as before."""
+    WALs' checkpoint and bind records, and time travel from it rewinds as before."""
     first = RevlSaver(store=store_dir, workspace_root=base / "threads", tools=[mail_tool(sink)])
     script = Script()
     app = build(first, script, sink)
@@ -518,8 +518,10 @@ def test_a_new_saver_on_the_same_store_travels_back(base: Path, sink: Sink, stor
     app.invoke(human("Draft"), cfg)
     old = first.thread_session("r")
     assert old is not None
-    journal = Path(store_dir) / "langgraph" / "r.jsonl"
-    assert journal.exists()
+    # No journal beside the WAL: the checkpoints are records of the session's WAL.
+    assert not (Path(store_dir) / "langgraph").exists()
+    wal = (Path(store_dir) / "sessions" / old.id / "wal.jsonl").read_text()
+    assert '"record":"checkpoint"' in wal
 
     second = RevlSaver(store=store_dir, workspace_root=base / "threads", tools=[mail_tool(sink)])
     app2 = build(second, script, sink)

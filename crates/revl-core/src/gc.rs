@@ -4,8 +4,9 @@
 //! Reachable from a session: its manifest copy; every preimage blob and directory tree (and
 //! the files a tree names) of its restore descriptors, the pending intent's included; the
 //! post-image digests of its file effects (what a rewind kept so `read --at` finds it); the
-//! digests it `preserved`. Committed and aborted sessions hold nothing but what they
-//! preserved (content made outside revl is never garbage: any session's `preserved` record
+//! digests it `preserved`; the blobs of its front end's checkpoints and writes that no
+//! `checkpoint-forget` dropped. Committed and aborted sessions hold nothing but those
+//! checkpoints and what they preserved (content made outside revl is never garbage: any session's `preserved` record
 //! keeps its blob, listed apart): their other blobs can be collected (`read --at` on them then finds only what the workspace or an inline preimage
 //! still holds). A WAL that cannot be read makes `--apply` refuse: nothing is guessed.
 //! `--apply` holds the store lock and the lock of every live session, so no operation that
@@ -93,6 +94,9 @@ impl Store {
                     .entry(digest)
                     .or_insert_with(|| (id.clone(), step, path));
             }
+            // A front end's checkpoints not forgotten: kept whatever the session's life (a
+            // graph checkpoints after its last tool committed the session).
+            reachable.extend(st.saved.blobs().cloned());
             match st.life() {
                 Life::Committed | Life::Aborted => {
                     closed += 1;
@@ -186,6 +190,8 @@ pub fn blobs_named(st: &State, blobs: &crate::blobs::BlobStore) -> BTreeSet<Stri
 fn reachable_from(st: &State, blobs: &crate::blobs::BlobStore, out: &mut BTreeSet<String>) {
     out.extend(st.manifest_digest.clone());
     out.extend(st.preserved.iter().map(|p| p.digest.clone()));
+    // A front end's checkpoints and writes not forgotten (docs/langgraph.md).
+    out.extend(st.saved.blobs().cloned());
     // A pending intent's post-images (a large write's bytes, stored before the intent):
     // repair may roll it forward.
     if let Some(after) = st.intent.as_ref().and_then(|i| i.after.as_ref()) {

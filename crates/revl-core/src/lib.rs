@@ -33,6 +33,7 @@ pub mod recover;
 pub mod report;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
+pub mod saved;
 pub mod session;
 pub mod state;
 pub mod step;

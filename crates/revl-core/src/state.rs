@@ -209,6 +209,9 @@ pub struct State {
     /// Checkpoints bound to positions (`bind` records, docs/langgraph.md), in WAL order:
     /// (at, label).
     pub checkpoints: Vec<(u64, String)>,
+    /// A front end's checkpoints kept in the store (`checkpoint` records and the rest,
+    /// docs/langgraph.md).
+    pub saved: crate::saved::Saved,
     /// Drifted content preserved before a rewind (`preserved` records).
     pub preserved: Vec<PreservedSeen>,
     /// Every fork this WAL began, in order, with the hash that confirmed it and how it
@@ -447,6 +450,9 @@ impl State {
             }
         };
         for (i, r) in recs.iter().enumerate() {
+            if let Some(well_formed) = crate::saved::Saved::check(r) {
+                well_formed?;
+            }
             match r {
                 Record::Header { .. } if self.records + i != 0 => {
                     return Err("a second header".into())
@@ -460,6 +466,7 @@ impl State {
                 Record::IntentVoid { .. } => intent = None,
                 Record::Undone { step, .. } | Record::ReplayFence { step } => exists(*step, next)?,
                 Record::Bind { at, .. } => exists(*at, next)?,
+                Record::Checkpoint { at: Some(at), .. } => exists(*at, next)?,
                 Record::Step(sr) => {
                     if sr.step != next {
                         return Err(format!("step {} out of order (expected {next})", sr.step));
@@ -792,6 +799,22 @@ impl State {
                 self.checkpoints.push((*at, label.clone()));
             }
             Record::NetConnect { .. } | Record::NetClose { .. } => self.net.push(r.clone()),
+            Record::Checkpoint { .. }
+            | Record::CheckpointWrites { .. }
+            | Record::CheckpointForget { .. }
+            | Record::CheckpointTip { .. } => {
+                crate::saved::Saved::check(r).unwrap_or(Ok(()))?;
+                if let Record::Checkpoint {
+                    id, at: Some(at), ..
+                } = r
+                {
+                    if *at >= self.next_index() {
+                        return Err(format!("checkpoint names step {at}, which does not exist"));
+                    }
+                    self.checkpoints.push((*at, id.clone()));
+                }
+                self.saved.apply(r);
+            }
         }
         Ok(())
     }

@@ -11,19 +11,21 @@
     def write_reply(state, config):          # a node (or a tool taking ``config``)
         session(config).write("reply.txt", state["draft"])
 
-Each thread is one revl session (its workspace is ``workspace_root/<thread>``), made the first
-time a node or tool asks for it through :func:`session`. Each checkpoint of the root namespace
-is bound to the position its session's timeline had when the checkpoint was taken (a ``bind``
-WAL record; ``revl log`` shows it). A run that resumes from a checkpoint that is not the
+Each thread is one revl session (its workspace is ``workspace_root/<thread>``), made at the
+thread's first checkpoint (or when a node or tool first asks for it through :func:`session`).
+Each checkpoint of the root namespace is bound to the position its session's timeline had when
+the checkpoint was taken (its ``checkpoint`` WAL record; ``revl log`` shows it). A run that resumes from a checkpoint that is not the
 thread's latest (``graph.invoke(None, old_config)``, ``update_state`` on an old config, a
 replay from ``get_state_history``) forks the session at that checkpoint's position before
 any effect of the new run: the files are back, the held sends of the old line are dropped,
 the old line is frozen and stays readable. Reading history never forks.
 
 Checkpoints themselves are kept in memory (LangGraph's ``InMemorySaver`` does the lookups)
-and in a journal per thread under ``<store>/langgraph/``, appended and fsynced before
-``put`` returns, so a new process finds every acknowledged checkpoint again. See
-docs/langgraph.md for what this guarantees and what it does not.
+and in the store: each checkpoint's content (and each batch of pending writes) is a blob,
+named by a ``checkpoint`` (``checkpoint-writes``) record in the WAL of the thread's session,
+fsynced before ``put`` returns, so a new process finds every acknowledged checkpoint again,
+``revl gc`` keeps them and ``revl push`` carries them. The session is made at the thread's
+first checkpoint. See docs/langgraph.md for what this guarantees and what it does not.
 """
 
 from __future__ import annotations
@@ -167,7 +169,8 @@ class RevlSaver(InMemorySaver):
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
         self._sessions: dict[str, Session] = {}
-        self._dir = os.path.join(self.store.path, "langgraph")
+        # (thread, ns, channel, version) -> the blob of the checkpoint that holds that value.
+        self._value_blob: dict[tuple[str, str, str, Any], str] = {}
         self._load()
 
     # ---- where things are ----
@@ -179,115 +182,107 @@ class RevlSaver(InMemorySaver):
         assert self.workspace_root is not None
         return os.path.join(self.workspace_root, safe_name(thread_id))
 
-    def _journal(self, thread_id: str) -> str:
-        return os.path.join(self._dir, safe_name(thread_id) + ".jsonl")
+    # ---- the store: checkpoint records in the thread's session's WAL, content as blobs ----
 
-    # ---- the journal ----
-
-    def _append(self, thread_id: str, records: list[dict[str, Any]]) -> None:
-        if not records:
-            return
-        path = self._journal(thread_id)
-        new = not os.path.exists(path)
-        if new:
-            os.makedirs(self._dir, exist_ok=True)
-        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, data.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if new:
-            _fsync_dir(self._dir)
-            _fsync_dir(self.store.path)
-
-    def _thread_records(self, thread_id: str) -> list[dict[str, Any]]:
-        """The thread's whole present state as journal records (for a rewrite)."""
-        out: list[dict[str, Any]] = [{"op": "thread", "thread": thread_id}]
-        st = self._threads.get(thread_id)
-        if st is not None:
-            out += [{"op": "line", "session": sid} for sid in st.lines]
-        for ns, cps in self.storage.get(thread_id, {}).items():
-            for cid, (c, m, parent) in cps.items():
-                out.append({"op": "ckpt", "ns": ns, "id": cid, "c": _b64(c), "m": _b64(m), "p": parent})
-        for (t, ns, ch, ver), b in self.blobs.items():
-            if t == thread_id:
-                out.append({"op": "blob", "ns": ns, "ch": ch, "v": ver, "b": _b64(b)})
-        for (t, ns, cid), ws in self.writes.items():
-            if t == thread_id:
-                for (task, idx), (task_id, chan, val, path) in ws.items():
-                    out.append({"op": "write", "ns": ns, "ck": cid, "task": task, "idx": idx,
-                                "chan": chan, "val": _b64(val), "path": path})
-        if st is not None and st.tip is not None:
-            out.append({"op": "tip", "id": st.tip})
-        return out
-
-    def _rewrite(self, thread_id: str) -> None:
-        """Replace a thread's journal by its present state (after a delete or a prune)."""
-        path = self._journal(thread_id)
-        if thread_id not in self.storage and thread_id not in self._threads:
-            if os.path.exists(path):
-                os.unlink(path)
-                _fsync_dir(self._dir)
-            return
-        os.makedirs(self._dir, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            for r in self._thread_records(thread_id):
-                f.write(json.dumps(r, separators=(",", ":")) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(self._dir)
+    def _record_checkpoint(self, s: Session, thread_id: str, ns: str, cid: str, at: int | None,
+                           versions: ChannelVersions, new_versions: ChannelVersions) -> int | None:
+        """Keep checkpoint ``cid`` (already in memory) in the store: its content (state,
+        metadata, the channel values it introduced) as a blob, then a ``checkpoint`` record
+        naming it and the blobs of the earlier checkpoints whose channel values it uses.
+        Returns the position a root checkpoint was bound to."""
+        c, m, parent = self.storage[thread_id][ns][cid]
+        values: list[tuple[str, str | int | float, list[str]]] = []
+        for ch, ver in new_versions.items():
+            blob = self.blobs.get((thread_id, ns, ch, ver))
+            if blob is not None:
+                values.append((ch, ver, _b64(blob)))
+        content = json.dumps({"c": _b64(c), "m": _b64(m), "values": values},
+                             separators=(",", ":")).encode()
+        uses: set[str] = set()
+        for ch, ver in versions.items():
+            d = self._value_blob.get((thread_id, ns, ch, ver))
+            if d is not None and ch not in new_versions:
+                uses.add(d)
+        text, _, _ = s._native.checkpoint_put(
+            _wire(thread_id), ns, cid, parent, content, ns == "", at, sorted(uses))
+        doc = json.loads(text)
+        for ch, ver, _b in values:
+            self._value_blob[(thread_id, ns, ch, ver)] = doc["blob"]
+        pos = doc.get("position")
+        return int(pos) if pos is not None else None
 
     def _load(self) -> None:
-        if not os.path.isdir(self._dir):
-            return
-        for name in sorted(os.listdir(self._dir)):
-            if not name.endswith(".jsonl"):
-                continue
-            with open(os.path.join(self._dir, name), "rb") as f:
-                lines = f.read().split(b"\n")
-            thread_id: str | None = None
-            for raw in lines:
-                try:
-                    r = json.loads(raw)
-                except ValueError:
-                    continue  # a torn last line: never acknowledged
-                op = r.get("op")
-                if op == "thread":
-                    thread_id = r["thread"]
+        """Every thread's checkpoints, from the checkpoint records of the store's sessions
+        (docs/langgraph.md, "What is kept where"); each blob is verified as it is read."""
+        legacy = os.path.join(self.store.path, "langgraph")
+        if os.path.isdir(legacy) and any(n.endswith(".jsonl") for n in os.listdir(legacy)):
+            raise RevlError(
+                f"{legacy} holds checkpoints in the journal format of an earlier revl; this "
+                "revl keeps them in the sessions' WALs and does not read that journal",
+                "finish or drop those threads with the revl that wrote them, then remove "
+                f"{legacy} (docs/langgraph.md, \"What is kept where\")",
+            )
+        found = self.store._native.checkpoint_sessions()
+        docs: dict[str, tuple[dict[str, Any], list[bytes | None]]] = {}
+        threads: dict[str, list[str]] = {}
+        for text, contents in found:
+            doc = json.loads(text)
+            docs[doc["session"]] = (doc, contents)
+            for r in doc["records"]:
+                t = _unwire(r["thread"])
+                if doc["session"] not in threads.setdefault(t, []):
+                    threads[t].append(doc["session"])
+        for thread_id, sids in threads.items():
+            st = self._threads.setdefault(thread_id, _Thread())
+            # The thread's line: from the session that is no branch of another of its
+            # sessions, along the serial branches that continue each frozen one.
+            mine = set(sids)
+            roots = [sid for sid in sids if docs[sid][0].get("parent") not in mine]
+            line: list[str] = []
+            sid: str | None = roots[-1] if roots else sids[-1]
+            while sid is not None and sid not in line:
+                line.append(sid)
+                sid = docs[sid][0].get("frozenInto") if sid in docs else None
+            st.lines = line
+            st.session_id = line[-1]
+            for sid in line:
+                if sid not in docs:
                     continue
-                if thread_id is None:
-                    break
-                self._replay(thread_id, r)
-            if thread_id is not None and thread_id in self._threads:
-                self._reload_bindings(thread_id)
+                doc, contents = docs[sid]
+                for r, content in zip(doc["records"], contents):
+                    if _unwire(r["thread"]) == thread_id:
+                        self._replay(thread_id, r, content)
+            self._reload_bindings(thread_id)
 
-    def _replay(self, thread_id: str, r: dict[str, Any]) -> None:
-        op = r["op"]
+    def _replay(self, thread_id: str, r: dict[str, Any], content: bytes | None) -> None:
+        kind = r["record"]
         st = self._threads.setdefault(thread_id, _Thread())
-        if op == "ckpt":
-            self.storage[thread_id][r["ns"]][r["id"]] = (_unb64(r["c"]), _unb64(r["m"]), r["p"])
-            if r["ns"] == "":
+        if kind == "checkpoint":
+            if content is None:
+                return  # forgotten later in the same WAL
+            doc = json.loads(content)
+            ns = r["ns"]
+            for ch, ver, v in doc["values"]:
+                self.blobs[(thread_id, ns, ch, ver)] = _unb64(v)
+                self._value_blob[(thread_id, ns, ch, ver)] = r["blob"]
+            self.storage[thread_id][ns][r["id"]] = (_unb64(doc["c"]), _unb64(doc["m"]), r.get("parent"))
+            if ns == "":
                 st.tip = r["id"]
-                st.bound.setdefault(r["id"], [(None, 0)])
-        elif op == "blob":
-            self.blobs[(thread_id, r["ns"], r["ch"], r["v"])] = _unb64(r["b"])
-        elif op == "write":
-            key = (thread_id, r["ns"], r["ck"])
-            self.writes.setdefault(key, {})[(r["task"], r["idx"])] = (
-                r["task"], r["chan"], _unb64(r["val"]), r["path"])
-        elif op == "line":
-            st.session_id = r["session"]
-            if r["session"] not in st.lines:
-                st.lines.append(r["session"])
-        elif op == "tip":
+        elif kind == "checkpoint-writes":
+            if content is None:
+                return
+            key = (thread_id, r["ns"], r["checkpoint"])
+            for task, idx, chan, val, path in json.loads(content)["writes"]:
+                self.writes.setdefault(key, {})[(task, idx)] = (task, chan, _unb64(val), path)
+        elif kind == "checkpoint-forget":
+            if r.get("ns") is None:
+                InMemorySaver.delete_thread(self, thread_id)
+                st.tip = None
+            else:
+                for cid in r.get("ids", []):
+                    self._forget(thread_id, r["ns"], cid)
+        elif kind == "checkpoint-tip":
             st.tip = r["id"]
-        elif op == "delete":
-            for cid in r["ids"]:
-                self._forget(thread_id, r["ns"], cid)
 
     def _reload_bindings(self, thread_id: str) -> None:
         """The positions of the thread's checkpoints, from its sessions' WALs (the truth)."""
@@ -318,18 +313,16 @@ class RevlSaver(InMemorySaver):
             return self._session(st.session_id)
         s = self.store.new(self.workspace_of(thread_id), tools=self.tools)
         self._sessions[s.id] = s
-        if not os.path.exists(self._journal(thread_id)):
-            self._append(thread_id, [{"op": "thread", "thread": thread_id}])
-        self._append(thread_id, [{"op": "line", "session": s.id}])
         st.session_id = s.id
         st.lines.append(s.id)
-        # Checkpoints taken before the session existed stand before every effect.
-        for cid in self._root_ids(thread_id):
-            entries = st.bound.setdefault(cid, [])
-            if any(e[0] is None for e in entries):
-                s.bind(cid, 0)
-                entries[:] = [e for e in entries if e[0] is not None] + [(s.id, 0)]
         return s
+
+    def _untouched(self, s: Session) -> bool:
+        """Whether nothing was done in the world through the thread's only session yet (no
+        step, no held send): a travel then has nothing to rewind."""
+        if s.head != 0:
+            return False
+        return not s.status().to_dict().get("queue")
 
     def _root_ids(self, thread_id: str) -> list[str]:
         return sorted(self.storage.get(thread_id, {}).get("", {}))
@@ -347,9 +340,11 @@ class RevlSaver(InMemorySaver):
         """Make the world match checkpoint ``target``: fork the thread's session at its
         position (raise or proceed by ``on_crossed``). Called with the lock held."""
         st = self._threads.setdefault(thread_id, _Thread())
-        if st.session_id is None:
-            st.tip = target  # nothing was done in the world yet: nothing to rewind
-            self._append(thread_id, [{"op": "tip", "id": target}])
+        live = self._ensure_session(thread_id)
+        if len(st.lines) == 1 and self._untouched(live):
+            # Nothing was done in the world yet: nothing to rewind.
+            live._native.checkpoint_tip(_wire(thread_id), target)
+            st.tip = target
             return
         pos = self._position_on_line(st, target)
         if pos is None:
@@ -359,7 +354,7 @@ class RevlSaver(InMemorySaver):
                 "past the point where the current line forked from it); nothing was changed",
                 "resume from a checkpoint of the current line (get_state_history lists them)",
             )
-        s = self._session(st.session_id)
+        s = live
         preview = s.fork_preview(pos)
         if not preview.clean and self.on_crossed == "raise":
             raise ForkNotClean(
@@ -392,8 +387,9 @@ class RevlSaver(InMemorySaver):
                 moved.append(cid)
         st.session_id = branch.id
         st.lines.append(branch.id)
+        # The branch continues the thread: say so in its WAL.
+        branch._native.checkpoint_tip(_wire(thread_id), target)
         st.tip = target
-        self._append(thread_id, [{"op": "line", "session": branch.id}, {"op": "tip", "id": target}])
         # A serial fork drops the whole queue: the sends queued after the target and the
         # ones the target itself had queued. They never fire; say which.
         dropped: list[dict[str, Any]] = list(done.dropped_deferred or [])
@@ -559,27 +555,22 @@ class RevlSaver(InMemorySaver):
                 else:
                     st.unreported, st.unreported_run, st.unreported_puts = None, None, 0
             out = super().put(config, checkpoint, metadata, new_versions)
-            recs: list[dict[str, Any]] = []
-            if not os.path.exists(self._journal(thread_id)):
-                recs.append({"op": "thread", "thread": thread_id})
-            for ch, ver in new_versions.items():
-                blob = self.blobs.get((thread_id, ns, ch, ver))
-                if blob is not None:
-                    recs.append({"op": "blob", "ns": ns, "ch": ch, "v": ver, "b": _b64(blob)})
-            c, m, p = self.storage[thread_id][ns][cid]
-            recs.append({"op": "ckpt", "ns": ns, "id": cid, "c": _b64(c), "m": _b64(m), "p": p})
-            if ns == "":
-                if st.session_id is None:
-                    st.bound[cid] = [(None, 0)]
-                else:
-                    s = self._session(st.session_id)
+            try:
+                s = self._ensure_session(thread_id)
+                at: int | None = None
+                if ns == "":
                     later = [v for k, v in st.pending.items() if k >= cid]
                     at = min(later) if later else None
-                    b = s.bind(cid, at)
-                    st.bound.setdefault(cid, []).append((s.id, int(b.position)))
-                    st.pending = {k: v for k, v in st.pending.items() if k > cid}
+                pos = self._record_checkpoint(
+                    s, thread_id, ns, cid, at, checkpoint.get("channel_versions") or {}, new_versions)
+            except BaseException:
+                self._forget(thread_id, ns, cid)  # not kept: not acknowledged
+                raise
+            if ns == "":
+                assert pos is not None
+                st.bound.setdefault(cid, []).append((s.id, pos))
+                st.pending = {k: v for k, v in st.pending.items() if k > cid}
                 st.tip = cid
-            self._append(thread_id, recs)
             return out
 
     def put_writes(
@@ -595,14 +586,18 @@ class RevlSaver(InMemorySaver):
         with self._lock:
             before = dict(self.writes.get(key, {}))
             super().put_writes(config, writes, task_id, task_path)
-            recs: list[dict[str, Any]] = []
-            if not os.path.exists(self._journal(thread_id)):
-                recs.append({"op": "thread", "thread": thread_id})
-            for (task, idx), w in self.writes.get(key, {}).items():
-                if before.get((task, idx)) != w:
-                    recs.append({"op": "write", "ns": key[1], "ck": key[2], "task": task, "idx": idx,
-                                 "chan": w[1], "val": _b64(w[2]), "path": w[3]})
-            self._append(thread_id, recs)
+            changed = [[task, idx, w[1], _b64(w[2]), w[3]]
+                       for (task, idx), w in self.writes.get(key, {}).items()
+                       if before.get((task, idx)) != w]
+            if not changed:
+                return
+            try:
+                s = self._ensure_session(thread_id)
+                content = json.dumps({"writes": changed}, separators=(",", ":")).encode()
+                s._native.checkpoint_writes(_wire(thread_id), key[1], str(key[2]), content)
+            except BaseException:
+                self.writes[key] = before  # not kept: not acknowledged
+                raise
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         with self._lock:
@@ -624,8 +619,7 @@ class RevlSaver(InMemorySaver):
         """Forget a thread's checkpoints (its revl sessions, the world's record, stay)."""
         with self._lock:
             super().delete_thread(thread_id)
-            self._threads.pop(thread_id, None)
-            self._rewrite(thread_id)
+            self._forget_thread(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Forget the checkpoints (and their writes) whose metadata names one of
@@ -634,15 +628,15 @@ class RevlSaver(InMemorySaver):
         if not runs:
             return
         with self._lock:
-            touched: set[str] = set()
+            touched: dict[tuple[str, str], list[str]] = {}
             for thread_id, nss in self.storage.items():
                 for ns, cps in nss.items():
                     for cid, (_, m, _) in list(cps.items()):
                         if self.serde.loads_typed(m).get("run_id") in runs:
                             self._forget(thread_id, ns, cid)
-                            touched.add(thread_id)
-            for thread_id in touched:
-                self._rewrite(thread_id)
+                            touched.setdefault((thread_id, ns), []).append(cid)
+            for (thread_id, ns), ids in touched.items():
+                self._record_forget(thread_id, ns, ids)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep each namespace's latest checkpoint (and its writes);
@@ -656,13 +650,31 @@ class RevlSaver(InMemorySaver):
                     continue
                 if strategy == "delete":
                     super().delete_thread(thread_id)
-                    self._threads.pop(thread_id, None)
+                    self._forget_thread(thread_id)
                 else:
-                    for ns, cps in self.storage[thread_id].items():
+                    for ns, cps in list(self.storage[thread_id].items()):
                         keep = max(cps) if cps else None
-                        for cid in [c for c in cps if c != keep]:
+                        gone = [c for c in cps if c != keep]
+                        for cid in gone:
                             self._forget(thread_id, ns, cid)
-                self._rewrite(thread_id)
+                        if gone:
+                            self._record_forget(thread_id, ns, gone)
+
+    def _forget_thread(self, thread_id: str) -> None:
+        """A ``checkpoint-forget`` of the whole thread on its live session (the sessions
+        and the world's record stay, and the thread goes on on the same line)."""
+        st = self._threads.get(thread_id)
+        if st is None or st.session_id is None:
+            return
+        self._session(st.session_id)._native.checkpoint_forget(_wire(thread_id))
+        st.tip, st.bound, st.pending = None, {}, {}
+        st.unreported, st.unreported_run, st.unreported_puts = None, None, 0
+
+    def _record_forget(self, thread_id: str, ns: str, ids: Sequence[str]) -> None:
+        st = self._threads.get(thread_id)
+        if st is None or st.session_id is None:
+            return
+        self._session(st.session_id)._native.checkpoint_forget(_wire(thread_id), ns, sorted(ids))
 
     # ---- async: the same, off the event loop ----
 
@@ -711,12 +723,24 @@ class RevlSaver(InMemorySaver):
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+_UNICODE_ESCAPE = "\x00surrogates:"
+
+
+def _wire(thread_id: str) -> str:
+    """A thread id as a WAL record holds it: itself when it is Unicode text; otherwise (a
+    lone surrogate) a marked hex form of its ``surrogatepass`` bytes."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        thread_id.encode("utf-8")
+        return thread_id
+    except UnicodeEncodeError:
+        return _UNICODE_ESCAPE + thread_id.encode("utf-8", "surrogatepass").hex()
+
+
+def _unwire(wire: str) -> str:
+    if wire.startswith(_UNICODE_ESCAPE):
+        return bytes.fromhex(wire[len(_UNICODE_ESCAPE):]).decode("utf-8", "surrogatepass")
+    return wire
+
 
 
 def _run_of(config: RunnableConfig) -> object | None:

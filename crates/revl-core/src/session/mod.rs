@@ -27,7 +27,7 @@ mod settle;
 mod unwind;
 
 pub use calls::ManifestSource;
-pub use checkpoint::{Bound, Position};
+pub use checkpoint::{Bound, CheckpointKey, CheckpointSaved, Position};
 pub use exec::{parse_size, ExecLimits, ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
 pub use unwind::{DriftPolicy, StepBackMode};

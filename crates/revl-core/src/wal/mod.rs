@@ -360,6 +360,30 @@ mod doc_table {
                 error: Some(s()),
                 ts: Some(s()),
             },
+            Record::Checkpoint {
+                thread: s(),
+                ns: s(),
+                id: s(),
+                parent: Some(s()),
+                blob: "ab".repeat(32),
+                uses: vec!["cd".repeat(32)],
+                at: Some(2),
+            },
+            Record::CheckpointWrites {
+                thread: s(),
+                ns: s(),
+                checkpoint: s(),
+                blob: "ab".repeat(32),
+            },
+            Record::CheckpointForget {
+                thread: s(),
+                ns: Some(s()),
+                ids: vec![s()],
+            },
+            Record::CheckpointTip {
+                thread: s(),
+                id: s(),
+            },
         ]
     }
 

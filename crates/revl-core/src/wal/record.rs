@@ -260,6 +260,49 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ts: Option<String>,
     },
+    /// v4 (docs/langgraph.md, "What is kept where"): a LangGraph checkpoint of thread
+    /// `thread`, namespace `ns`, whose serialized content (opaque to revl) is the blob
+    /// `blob`, written durably before this record (`uses`: see below). `at`: a checkpoint of the root
+    /// namespace is also bound to that timeline position, as a `bind` record binds one.
+    /// Metadata only; allowed on a live, committed or aborted session, never on a frozen one.
+    Checkpoint {
+        thread: String,
+        ns: String,
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<String>,
+        blob: String,
+        /// The blobs of earlier checkpoints that hold channel values this one still uses
+        /// (kept, pushed and read back while this checkpoint is).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        uses: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<u64>,
+    },
+    /// v4: pending writes of checkpoint `checkpoint` (LangGraph's `put_writes`), their
+    /// serialized content the blob `blob`.
+    CheckpointWrites {
+        thread: String,
+        ns: String,
+        checkpoint: String,
+        blob: String,
+    },
+    /// v4: a tombstone: the checkpoints `ids` of namespace `ns` of `thread` (and their
+    /// writes) are forgotten; with no `ns`, every checkpoint of the thread recorded so far.
+    /// Their blobs may then be collected by `gc`.
+    CheckpointForget {
+        thread: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ns: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ids: Vec<String>,
+    },
+    /// v4: thread `thread` now stands at checkpoint `id` (a time travel); written on the
+    /// session that continues the thread (the branch a travel made, or the same session).
+    CheckpointTip {
+        thread: String,
+        id: String,
+    },
 }
 
 /// The new bytes of a small in-place write, in its intent (v2, docs/wal-format.md,
@@ -448,7 +491,7 @@ impl<'de> Deserialize<'de> for StepRecord {
 
 /// The name of every record (`"record"` on disk), in declaration order. A unit test holds
 /// it equal to the enum and to the record table of `docs/wal-format.md`.
-pub const RECORD_NAMES: [&str; 32] = [
+pub const RECORD_NAMES: [&str; 36] = [
     "header",
     "intent",
     "intent-void",
@@ -481,6 +524,10 @@ pub const RECORD_NAMES: [&str; 32] = [
     "bind",
     "net-connect",
     "net-close",
+    "checkpoint",
+    "checkpoint-writes",
+    "checkpoint-forget",
+    "checkpoint-tip",
 ];
 
 impl Record {
@@ -518,6 +565,10 @@ impl Record {
             Record::Bind { .. } => "bind",
             Record::NetConnect { .. } => "net-connect",
             Record::NetClose { .. } => "net-close",
+            Record::Checkpoint { .. } => "checkpoint",
+            Record::CheckpointWrites { .. } => "checkpoint-writes",
+            Record::CheckpointForget { .. } => "checkpoint-forget",
+            Record::CheckpointTip { .. } => "checkpoint-tip",
         }
     }
 

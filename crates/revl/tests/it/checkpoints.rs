@@ -171,3 +171,98 @@ fn o_err(o: &Out, code: &str) {
     assert_eq!(o.code, 1, "{} {}", o.json, o.stderr);
     assert_eq!(o.json["error"]["code"], code, "{}", o.json);
 }
+
+/// A front end's checkpoints kept in the store (docs/langgraph.md, "What is kept where"):
+/// `checkpoint` records name blobs; `revl gc` keeps those not forgotten, on a committed
+/// session too, and frees a forgotten one's; `revl log` shows a root checkpoint as it shows
+/// a `bind`; a record naming a blob that is not a digest never reaches the WAL.
+#[test]
+fn checkpoint_records_keep_their_blobs_from_gc_until_forgotten() {
+    use revl_core::session::CheckpointKey;
+    let e = env();
+    let ws = e.ws.to_str().unwrap().to_string();
+    let id = ok(&e, &["new", "--workspace", &ws])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ok(&e, &["write", &id, "a.txt", "--content", "one"]);
+    let key = |cid: &str, uses: Vec<String>| CheckpointKey {
+        thread: "t".into(),
+        ns: String::new(),
+        id: cid.into(),
+        parent: None,
+        uses,
+    };
+    let (first, second) = {
+        let mut s = store(&e).attach(&id).unwrap();
+        let a = s.save_checkpoint(key("c1", vec![]), b"first state", true, None);
+        let a = a.unwrap();
+        assert_eq!(a.position, Some(1));
+        let first = a.blob.unwrap();
+        let b = s
+            .save_checkpoint(key("c2", vec![first.clone()]), b"second", true, Some(0))
+            .unwrap();
+        s.save_checkpoint_writes("t", "", "c2", b"writes").unwrap();
+        // Hostile members are refused before anything is written.
+        let n = s.record_count();
+        assert!(s
+            .save_checkpoint(key("c3", vec!["not-a-digest".into()]), b"x", true, None)
+            .is_err());
+        assert!(s
+            .save_checkpoint(key("c4", vec![]), b"x", true, Some(9))
+            .is_err());
+        assert_eq!(s.record_count(), n);
+        (first, b.blob.unwrap())
+    };
+    let plan = ok(&e, &["commit", &id]);
+    ok(
+        &e,
+        &[
+            "commit-confirm",
+            &id,
+            "--hash",
+            plan["hash"].as_str().unwrap(),
+        ],
+    );
+    let log = ok(&e, &["log"]);
+    assert_eq!(
+        log["sessions"][0]["checkpoints"],
+        json!([{"position": 1, "checkpointId": "c1"}, {"position": 0, "checkpointId": "c2"}])
+    );
+    let blob = |d: &str| e.store.join("blobs").join(&d[..2]).join(&d[2..]);
+    ok(&e, &["gc", "--apply"]);
+    assert!(blob(&first).is_file() && blob(&second).is_file());
+    // c1 forgotten: c2 still uses its blob. Then the whole thread: both may go.
+    {
+        let mut s = store(&e).attach(&id).unwrap();
+        s.forget_checkpoints("t", Some(""), vec!["c1".into()])
+            .unwrap();
+    }
+    ok(&e, &["gc", "--apply"]);
+    assert!(blob(&first).is_file() && blob(&second).is_file());
+    {
+        let mut s = store(&e).attach(&id).unwrap();
+        s.forget_checkpoints("t", None, vec![]).unwrap();
+    }
+    let gc = ok(&e, &["gc", "--apply"]);
+    assert!(gc["unreachable"].as_u64().unwrap() >= 3, "{gc}");
+    assert!(!blob(&first).exists() && !blob(&second).exists());
+    // The records stay (the WAL is never rewritten), and replay still reads them.
+    let wal = e.store.join("sessions").join(&id).join("wal.jsonl");
+    let kinds: Vec<_> = records(&wal)
+        .into_iter()
+        .filter_map(|r| r["record"].as_str().map(str::to_string))
+        .filter(|k| k.starts_with("checkpoint"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "checkpoint",
+            "checkpoint",
+            "checkpoint-writes",
+            "checkpoint-forget",
+            "checkpoint-forget"
+        ]
+    );
+    ok(&e, &["verify", &id]);
+}
