@@ -343,9 +343,10 @@ impl Session {
         };
         let mut wal_error = None;
         // While the command runs, the proxy's threads append to the WAL (each `net-connect`
-        // durable before its connection opens): the writer is theirs until it ends.
-        type Lent = std::sync::Arc<std::sync::Mutex<Option<(crate::wal::WalWriter, Vec<Record>)>>>;
-        let lent: Lent = Default::default();
+        // durable before its connection opens): the journal (writer and state) is theirs
+        // until it ends, and each of their records passes the state check first.
+        type Shared = std::sync::Arc<std::sync::Mutex<Option<(super::journal::Lent, usize)>>>;
+        let lent: Shared = Default::default();
         let mut proxy = None;
         let outcome = sandbox::run_to(
             &spec,
@@ -363,15 +364,18 @@ impl Session {
                     .unwrap_or_else(|p| p.into_inner())
                     .take()
                     .ok_or_else(|| std::io::Error::other("no egress listener"))?;
-                let w = self.writer.take().expect("the intent was just written");
-                *lent.lock().unwrap_or_else(|p| p.into_inner()) = Some((w, Vec::new()));
+                let journal = self.lend().map_err(|e| {
+                    let io = std::io::Error::other(e.message.clone());
+                    wal_error = Some(e);
+                    io
+                })?;
+                let before = journal.state().net.len();
+                *lent.lock().unwrap_or_else(|p| p.into_inner()) = Some((journal, before));
                 let l2 = lent.clone();
                 let sink: crate::egress::proxy::Sink = std::sync::Arc::new(move |rec| {
                     let mut g = l2.lock().unwrap_or_else(|p| p.into_inner());
-                    let (w, recs) = g.as_mut().ok_or("the exec has ended")?;
-                    w.append(&rec, true).map_err(|e| e.message)?;
-                    recs.push(rec);
-                    Ok(())
+                    let (journal, _) = g.as_mut().ok_or("the exec has ended")?;
+                    journal.append(rec, true)
                 });
                 proxy = Some(crate::egress::proxy::Proxy::start(
                     fd,
@@ -383,17 +387,16 @@ impl Session {
             },
             o.output.clone(),
         );
-        // The command has ended: the proxy stops; the writer comes back with what it wrote,
+        // The command has ended: the proxy stops; the journal comes back with what it wrote,
         // and what the proxy did is what those records say.
         let finished = proxy.take().map(|p| p.finish());
         let mut written = Vec::new();
-        if let Some((w, recs)) = lent.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            self.writer = Some(w);
-            written = recs;
+        if let Some((journal, before)) = lent.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            written = journal.state().net[before..].to_vec();
+            self.take_back(journal);
         }
         let summary =
             finished.map(|f| f.map(|()| crate::egress::NetSummary::from_records(&written)));
-        self.apply_written(written)?;
         let summary = match summary {
             Some(Ok(s)) => Some(s),
             Some(Err(e)) => {

@@ -169,3 +169,54 @@ impl Session {
         }
     }
 }
+
+/// A session's journal lent for the length of one command (the egress proxy's threads
+/// append to it while the command runs): the writer and the state travel together, so a
+/// lent record is checked against the state before it is written and applied after, exactly
+/// as the session's own appends are. [`Session::lend`] makes one; [`Session::take_back`]
+/// returns both.
+pub(crate) struct Lent {
+    writer: WalWriter,
+    state: crate::state::State,
+}
+
+impl Lent {
+    /// Check, write (durably with `durable`), apply; `Err` says why nothing was written.
+    pub(crate) fn append(&mut self, rec: Record, durable: bool) -> std::result::Result<(), String> {
+        let recs = std::slice::from_ref(&rec);
+        self.state.check(recs).map_err(|why| {
+            format!(
+                "replay would reject {}: {why}; nothing was written",
+                rec.name()
+            )
+        })?;
+        self.writer.append(&rec, durable).map_err(|e| e.message)?;
+        self.state
+            .apply_owned(rec)
+            .map_err(|why| format!("internal: a checked record was rejected by replay: {why}"))
+    }
+
+    /// The state with every lent record applied (what the proxy recorded is read from it).
+    pub(crate) fn state(&self) -> &crate::state::State {
+        &self.state
+    }
+}
+
+impl Session {
+    /// Lend the journal (writer and state) for the length of a command. Until
+    /// [`Session::take_back`], this session neither writes nor reads its state.
+    pub(crate) fn lend(&mut self) -> Result<Lent> {
+        self.writer()?;
+        let writer = self.writer.take().expect("the writer was just opened");
+        Ok(Lent {
+            writer,
+            state: std::mem::take(&mut self.state),
+        })
+    }
+
+    /// Take the journal back after the command: what was appended meanwhile is in its state.
+    pub(crate) fn take_back(&mut self, lent: Lent) {
+        self.writer = Some(lent.writer);
+        self.state = lent.state;
+    }
+}
