@@ -81,8 +81,7 @@ impl Session {
     /// Release the session (its lock goes with it) and keep its state for the next attach
     /// of a long-lived handle ([`Kept`]). `None` when there is nothing safe to keep: a
     /// session read without its lock, a WAL read as far as it is intact, a torn tail left
-    /// in place, a write that failed or is not yet durable, or a state whose record count
-    /// is not the WAL's.
+    /// in place, a write that failed, or a state whose record count is not the WAL's.
     pub fn keep(mut self) -> Option<Kept> {
         if self.lock.is_none() || self.corrupt.is_some() || self.torn {
             return None;
@@ -115,5 +114,48 @@ impl Session {
             },
             tail,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::failpoint::Failpoints;
+    use crate::store::Store;
+    use crate::FileOp;
+
+    /// The handle's next attach resumes from what it kept (it does not fall back to a whole
+    /// read), also after another session appended in between, and gives the whole read's state.
+    #[test]
+    fn a_kept_state_resumes_over_appended_records() {
+        let tmp = tempfile::tempdir().unwrap();
+        let st = Store::open(&tmp.path().join("store"), Failpoints::none()).unwrap();
+        let mut s = st.new_session(&tmp.path().join("ws"), None).unwrap();
+        let id = s.id().to_string();
+        let write = |s: &mut super::Session, n: u8| {
+            s.file_effect(FileOp::Write {
+                path: "f.bin".into(),
+                content: vec![n; 4096],
+            })
+            .unwrap();
+        };
+        write(&mut s, 1);
+        let mut kept = s.keep();
+        for n in 2..6u8 {
+            // Another handle writes in between.
+            let mut other = st.attach(&id).unwrap();
+            write(&mut other, n);
+            drop(other);
+            let k = kept.take().expect("kept");
+            let (state, meta) = k
+                .resume(&st.wal_path(&id))
+                .expect("resumed, not read whole");
+            let (whole, whole_meta) = crate::state::State::read(&st.wal_path(&id)).unwrap();
+            assert_eq!(meta, whole_meta);
+            assert_eq!(state.steps.len(), whole.steps.len());
+            assert_eq!(state.records, whole.records);
+            let mut s = st.attach(&id).unwrap();
+            write(&mut s, n + 10);
+            kept = s.keep();
+        }
     }
 }

@@ -88,11 +88,11 @@ impl WalWriter {
         self.records = n;
     }
 
-    /// Where the WAL ends now, when every record this writer appended is durable and none
-    /// of its writes failed: `(byte length, last seq, records)`. `None` otherwise (a poisoned
-    /// writer, or records waiting for their group commit).
+    /// Where the WAL ends now, when none of this writer's writes failed: `(byte length, last
+    /// seq, records)` (records waiting for their group commit included: they are in the file
+    /// every reader sees). `None` for a poisoned writer.
     pub fn end(&self) -> Option<(u64, u64, usize)> {
-        (!self.poisoned && !self.dirty).then_some((self.len, self.last_seq, self.records))
+        (!self.poisoned).then_some((self.len, self.last_seq, self.records))
     }
 
     /// Bytes of whole records in the file (what was read, and what this writer appended).
