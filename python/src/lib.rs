@@ -7,14 +7,16 @@
 //! two sessions run at once. A panic is caught and raised as a `RevlError`, never a crash.
 //!
 //! A `NativeSession` names a session by id and attaches for each call (taking the session
-//! lock, rebuilding from the WAL, repairing), as the MCP server does: `revl approve` from a
-//! terminal works while a Python process holds the object.
+//! lock, repairing), as the MCP server does: `revl approve` from a terminal works while a
+//! Python process holds the object. Between calls it keeps the session's state
+//! ([`revl_core::session::Kept`]), so a call reads only what was appended to the WAL since
+//! the last one (docs/architecture.md, "Incremental attach").
 #![forbid(unsafe_code)]
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use revl_core::api::{self, Answer, Refusal};
-use revl_core::session::Repaired;
+use revl_core::session::{Kept, Repaired};
 use revl_core::tools::{DeclaredTool, HostCall, ToolHost, ToolRun};
 use revl_core::{
     Code, Error, ExecLimits, ExecOptions, FileOp, Remedy, Session, StepBackMode, Store,
@@ -388,6 +390,9 @@ struct NativeSession {
     root: PathBuf,
     id: String,
     host: Option<Arc<Host>>,
+    /// The state the last call left, for the next call's attach. Taken for the length of a
+    /// call: a second thread calling meanwhile reads the whole WAL.
+    kept: std::sync::Mutex<Option<Kept>>,
 }
 
 /// How a verb attaches: to write (lock, repair), to read (never waits for a lock), or to
@@ -409,15 +414,20 @@ impl NativeSession {
     ) -> PyResult<(T, Vec<Repaired>)> {
         blocking(py, || {
             let store = open(&self.root, &self.host)?;
+            let kept = self.kept.lock().ok().and_then(|mut k| k.take());
             let mut s = match how {
-                How::Write => store.attach(&self.id)?,
-                How::Read => store.attach_read(&self.id)?,
-                How::Show => store.attach_prefix(&self.id)?,
+                How::Write => store.attach_kept(&self.id, kept)?,
+                How::Read => store.attach_read_kept(&self.id, kept)?,
+                How::Show => store.attach_prefix_kept(&self.id, kept)?,
             };
             let out = f(&mut s)?;
             let repaired = s.repairs().to_vec();
-            // The lock is released (the session dropped) before the result goes out.
-            drop(s);
+            // The lock is released (the session kept) before the result goes out; a call
+            // that failed keeps nothing (the next one reads the whole WAL).
+            let kept = s.keep();
+            if let Ok(mut k) = self.kept.lock() {
+                *k = kept;
+            }
             Ok((out, repaired))
         })
     }
@@ -446,6 +456,7 @@ impl NativeSession {
             root: store.root.clone(),
             id,
             host: host.map(|h| h.get().inner.clone()),
+            kept: std::sync::Mutex::new(None),
         }
     }
 

@@ -52,6 +52,32 @@ def test_cli_and_python_share_a_session(
     assert cli("status", session.id[:6]).doc["head"] == 2
 
 
+def test_a_session_sees_every_cli_append_between_its_calls(
+    session: revl.Session, cli: Callable[..., CliRun], base: Path
+) -> None:
+    """The Session keeps its state between calls and reads only what was appended since
+    (docs/architecture.md, "Incremental attach"): whatever the CLI appends in between is
+    seen, in order, and the session's own steps go after it."""
+    for i in range(5):
+        session.write(f"py{i}.txt", f"p{i}")
+        run = cli("write", session.id, f"cli{i}.txt", "--content", f"c{i}")
+        assert run.rc == 0 and run.doc["step"] == 2 * i + 2, run.stdout
+        assert session.read(f"cli{i}.txt") == f"c{i}".encode()
+        assert session.status().head == 2 * i + 2
+    labels = [s["label"] for s in session.timeline().steps]
+    assert labels[1:] == [
+        lbl for i in range(5) for lbl in (f"fs.write py{i}.txt", f"fs.write cli{i}.txt")
+    ], labels
+    # A WAL cut back underneath the session (a restore from a backup) is read whole.
+    wal = Path(session.status().wal)
+    full = wal.read_bytes()
+    lines = full.splitlines(keepends=True)
+    wal.write_bytes(b"".join(lines[:2]))
+    assert session.status().head == 0
+    wal.write_bytes(full)
+    assert session.status().head == 10
+
+
 def test_cli_usage_error_exits_2(cli: Callable[..., CliRun]) -> None:
     run = cli("frobnicate")
     assert run.rc == 2

@@ -25,6 +25,7 @@ pub mod egress;
 pub mod error;
 pub mod failpoint;
 pub mod gc;
+pub mod index;
 pub mod lineage;
 pub mod log;
 pub mod name;

@@ -38,9 +38,19 @@ pub struct Deferred {
     pub tool: String,
     pub service: String,
     pub method: String,
-    pub args: Value,
+    /// Shared, not copied, by every state and report that holds it: a held send's
+    /// arguments may be large, and a report (`status`) lists them on every call.
+    #[serde(serialize_with = "shared_value")]
+    pub args: std::sync::Arc<Value>,
     #[serde(skip)]
     pub after_step: u64,
+}
+
+fn shared_value<S: serde::Serializer>(
+    v: &std::sync::Arc<Value>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&**v, s)
 }
 
 /// An `intent` with neither `step` nor `intent-void` after it.
@@ -588,7 +598,7 @@ impl State {
                         tool: tool.clone(),
                         service: service.clone(),
                         method: method.clone(),
-                        args: args.clone(),
+                        args: std::sync::Arc::new(args.clone()),
                         after_step: *after_step,
                     },
                 );

@@ -377,10 +377,28 @@ impl Store {
         Ok(out)
     }
 
-    /// Read-only summary of one session (no lock, no repair).
+    /// Read-only summary of one session (no lock, no repair): from the session index when
+    /// its entry still describes the WAL, else from the WAL, writing the entry again
+    /// (docs/wal-format.md, "The session index").
     pub fn info(&self, id: &str) -> Result<SessionInfo> {
-        let (st, _) = State::read(&self.wal_path(id))?;
-        Ok(SessionInfo::of(id, &st))
+        if let Some(info) = crate::index::read(self, id) {
+            return Ok(info);
+        }
+        let path = self.wal_path(id);
+        let before = crate::index::WalStamp::now(&path);
+        let (st, meta) = State::read(&path)?;
+        let info = SessionInfo::of(id, &st);
+        // Indexed only when the WAL did not change while it was read (a writer appending
+        // meanwhile), and read whole (a torn tail waits for the writer that cuts it).
+        if let Some(stamp) = before {
+            if !meta.torn
+                && meta.good_len == stamp.len()
+                && crate::index::WalStamp::now(&path) == Some(stamp)
+            {
+                crate::index::write(self, id, &info, stamp);
+            }
+        }
+        Ok(info)
     }
 
     /// Like [`Store::info`], read as far as the WAL is intact ([`State::read_prefix`]),
@@ -398,7 +416,12 @@ impl Store {
         use crate::report::SessionEntry;
         let mut sessions = Vec::new();
         for id in self.session_ids()? {
-            sessions.push(match self.info_prefix(&id) {
+            // An intact WAL reads the same both ways; the index answers for it.
+            let read = match self.info(&id) {
+                Ok(info) => Ok((info, None)),
+                Err(_) => self.info_prefix(&id),
+            };
+            sessions.push(match read {
                 Ok((info, corrupt)) => SessionEntry::Known {
                     session: info.id,
                     state: info.state.as_str(),
@@ -478,7 +501,7 @@ pub struct WorkspaceHolder {
 }
 
 impl SessionInfo {
-    fn of(id: &str, st: &State) -> SessionInfo {
+    pub(crate) fn of(id: &str, st: &State) -> SessionInfo {
         SessionInfo {
             id: id.to_string(),
             state: st.life(),

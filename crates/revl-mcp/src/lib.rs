@@ -25,7 +25,7 @@ use args::*;
 use authority::{not_allowed, Authority};
 pub use authority::{Bounds, Config, Target};
 use revl_core::api::Answer;
-use revl_core::session::ManifestSource;
+use revl_core::session::{Kept, ManifestSource};
 use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
@@ -63,6 +63,9 @@ pub struct RevlServer {
     /// The id of the session tools act on; it moves to the branch after a fork confirm
     /// and to the new session after revl_new. The mutex also serialises the calls.
     current: Arc<Mutex<String>>,
+    /// What the last call on a session left of it, for the next call's attach
+    /// (docs/architecture.md, "Incremental attach"); used only for the session it was kept of.
+    kept: Arc<Mutex<Option<Kept>>>,
     /// What the operator fixed at start; no call changes it.
     authority: Arc<Authority>,
     tool_router: ToolRouter<RevlServer>,
@@ -213,6 +216,7 @@ impl RevlServer {
         RevlServer {
             store,
             current: Arc::new(Mutex::new(session)),
+            kept: Arc::new(Mutex::new(None)),
             authority: Arc::new(authority),
             tool_router: Self::tool_router(),
         }
@@ -261,11 +265,16 @@ impl RevlServer {
         F: FnOnce(&mut Session) -> Result<T, Error> + Send + 'static,
         T: Answer,
     {
+        let kept = self.kept.clone();
         self.blocking(move |store, cur| {
-            let mut s = store.attach(cur)?;
+            let before = kept.lock().unwrap_or_else(PoisonError::into_inner).take();
+            let mut s = store.attach_kept(cur, before)?;
             let doc = f(&mut s);
             let repaired = s.repairs().to_vec();
-            drop(s);
+            // The lock is released before the result goes out; a verb that failed keeps
+            // nothing (the next call reads the whole WAL).
+            let after = if doc.is_ok() { s.keep() } else { None };
+            *kept.lock().unwrap_or_else(PoisonError::into_inner) = after;
             doc.map(|d| Reply::of(&d, &repaired))
         })
         .await

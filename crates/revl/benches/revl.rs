@@ -4,7 +4,9 @@
 //!   cargo bench -p revl --bench revl                # every section
 //!   cargo bench -p revl --bench revl -- write attach # some sections
 //!
-//! Sections: write, attach, partition, offline, topology, fork, restore, enqueue, commit,
+//! Sections: write, attach, incremental (a long-lived handle's call at the 10th, 1,000th and
+//! 10,000th write; `status` with a 50 MB held-send argument), index (`new` in a store of
+//! 1,000 sessions of 1,000 steps), partition, offline, topology, fork, restore, enqueue, commit,
 //! exec, parallel (parallel fork on ext4, and on XFS and btrfs images when run as root),
 //! view (the lineage page at 500 sessions and 10,000 steps), python (the Python binding's
 //! cost per call next to the Rust library's; needs `REVL_BENCH_PYTHON`, an interpreter with
@@ -818,6 +820,186 @@ fn bench_view() {
 /// taken per call, so `revl approve` works while a Python object lives), so its baseline is
 /// the Rust library doing the same (attach, verb, drop); a Rust program that keeps one
 /// session attached is shown too.
+/// Median of `n` calls of `f` at each of `marks` (the 1st call at a mark is the mark-th of
+/// the session), with `fill` run between marks to grow the session.
+fn bench_incremental() {
+    println!("\nincremental attach: a handle that keeps its session (Kept) next to attaching from the whole WAL, per call");
+    let tmp = tempfile::tempdir().unwrap();
+    let st = store(tmp.path());
+    let id = st
+        .new_session(&tmp.path().join("ws"), None)
+        .unwrap()
+        .id()
+        .to_string();
+    let content: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    let write = |s: &mut revl_core::Session, n: u64| {
+        let mut c = content.clone();
+        c[..8].copy_from_slice(&n.to_le_bytes());
+        s.file_effect(FileOp::Write {
+            path: "f.bin".into(),
+            content: c,
+        })
+        .unwrap();
+    };
+    let mut kept: Option<revl_core::session::Kept> = None;
+    let mut n = 0u64;
+    for mark in [10u64, 1_000, 10_000] {
+        // Grow to the mark through the handle (cheap), then time both ways, interleaved.
+        while n + 1 < mark {
+            let mut s = st.attach_kept(&id, kept.take()).unwrap();
+            n += 1;
+            write(&mut s, n);
+            kept = s.keep();
+        }
+        let (mut inc, mut whole) = (Vec::new(), Vec::new());
+        for _ in 0..15 {
+            let t = Instant::now();
+            let mut s = st.attach_kept(&id, kept.take()).unwrap();
+            n += 1;
+            write(&mut s, n);
+            kept = s.keep();
+            inc.push(t.elapsed());
+            let t = Instant::now();
+            let mut s = st.attach(&id).unwrap();
+            n += 1;
+            write(&mut s, n);
+            drop(s);
+            whole.push(t.elapsed());
+        }
+        let wal = std::fs::metadata(st.wal_path(&id)).unwrap().len();
+        row(
+            &format!(
+                "4 KiB write at call {mark} (WAL {:.1} MB): kept handle",
+                wal as f64 / 1e6
+            ),
+            fmt(median(inc)),
+        );
+        row(
+            &format!("4 KiB write at call {mark}: attach from the whole WAL"),
+            fmt(median(whole)),
+        );
+    }
+    // status of a session holding a 50 MB held-send argument, next to one without.
+    let m = tmp.path().join("revl.toml");
+    std::fs::write(&m, MANIFEST.replace("URL", "http://127.0.0.1:9/unused")).unwrap();
+    let mut ids = Vec::new();
+    for (name, to) in [
+        ("small", "a@b.c".to_string()),
+        ("big", "x".repeat(50 << 20)),
+    ] {
+        let mut s = st
+            .new_session(&tmp.path().join(format!("ws-{name}")), Some(&m))
+            .unwrap();
+        s.call("send", json!({"n": 1, "to": to})).unwrap();
+        ids.push(s.id().to_string());
+    }
+    let mut keeps: Vec<Option<revl_core::session::Kept>> = vec![None, None];
+    let (mut kept_t, mut whole_t) = (vec![Vec::new(), Vec::new()], vec![Vec::new(), Vec::new()]);
+    for round in 0..16 {
+        for (i, id) in ids.iter().enumerate() {
+            let t = Instant::now();
+            let s = st.attach_prefix_kept(id, keeps[i].take()).unwrap();
+            std::hint::black_box(s.status());
+            keeps[i] = s.keep();
+            // The first call reads the whole WAL: not counted.
+            if round > 0 {
+                kept_t[i].push(t.elapsed());
+            }
+            let t = Instant::now();
+            let s = st.attach_prefix(id).unwrap();
+            std::hint::black_box(s.status());
+            drop(s);
+            whole_t[i].push(t.elapsed());
+        }
+    }
+    let [ks, kb] = [median(kept_t[0].clone()), median(kept_t[1].clone())];
+    let [ws, wb] = [median(whole_t[0].clone()), median(whole_t[1].clone())];
+    row("status, no large argument: kept handle", fmt(ks));
+    row("status, a 50 MB held-send argument: kept handle", fmt(kb));
+    row(
+        "  ratio (goal: at most 1.2)",
+        format!("{:.2}", kb.as_secs_f64() / ks.as_secs_f64()),
+    );
+    row("status, no large argument: from the whole WAL", fmt(ws));
+    row(
+        "status, a 50 MB held-send argument: from the whole WAL",
+        fmt(wb),
+    );
+}
+
+/// `new` in a store of 1,000 sessions of 1,000 steps each, next to `new` in an empty store.
+fn bench_index() {
+    println!("\nthe session index: `new` in a store of 1,000 sessions of 1,000 steps, next to an empty store");
+    let tmp = tempfile::tempdir().unwrap();
+    let (big, id0) = synthetic(&tmp.path().join("big"), 1_000, 10);
+    // 999 more: the same records under their own header (id, workspace).
+    let wal0 = std::fs::read(big.wal_path(&id0)).unwrap();
+    let body = &wal0[wal0.iter().position(|b| *b == b'\n').unwrap() + 1..];
+    for i in 1..1_000u32 {
+        let id = format!("{:08x}{:024x}", i, 0xfeed);
+        std::fs::create_dir_all(big.session_dir(&id)).unwrap();
+        let header = Record::Header {
+            wal_version: 1,
+            seq: 0,
+            session: id.clone(),
+            workspace: tmp.path().join(format!("big-ws/{i}")).display().to_string(),
+            manifest_digest: None,
+            created_by: "bench".into(),
+            guarantee: "g".into(),
+            ts: None,
+        };
+        let mut bytes = encode_line(&header);
+        bytes.extend_from_slice(body);
+        std::fs::write(big.wal_path(&id), bytes).unwrap();
+    }
+    let empty = store(&tmp.path().join("empty"));
+    let t = Instant::now();
+    big.sessions().unwrap();
+    row(
+        "`sessions` once, building the 1,000 index entries",
+        fmt(t.elapsed()),
+    );
+    let (mut e, mut b, mut noindex) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..9 {
+        let t = Instant::now();
+        drop(
+            empty
+                .new_session(&tmp.path().join(format!("e{round}")), None)
+                .unwrap(),
+        );
+        e.push(t.elapsed());
+        let t = Instant::now();
+        drop(
+            big.new_session(&tmp.path().join(format!("b{round}")), None)
+                .unwrap(),
+        );
+        b.push(t.elapsed());
+        if round < 3 {
+            // As before the index: every WAL replayed (its entries removed first).
+            for id in big.session_ids().unwrap() {
+                let _ = std::fs::remove_file(big.session_dir(&id).join("index.json"));
+            }
+            let t = Instant::now();
+            drop(
+                big.new_session(&tmp.path().join(format!("n{round}")), None)
+                    .unwrap(),
+            );
+            noindex.push(t.elapsed());
+        }
+    }
+    let (e, b) = (median(e), median(b));
+    row("`new`, empty store", fmt(e));
+    row("`new`, 1,000 sessions of 1,000 steps (index)", fmt(b));
+    row(
+        "  ratio (goal: at most 2)",
+        format!("{:.2}", b.as_secs_f64() / e.as_secs_f64()),
+    );
+    row(
+        "`new`, 1,000 sessions, every WAL replayed (no index entries)",
+        fmt(median(noindex)),
+    );
+}
+
 fn bench_python() {
     println!("\nthe Python binding, per call, next to the Rust library (300 rounds each, medians)");
     let Some(py) = std::env::var_os("REVL_BENCH_PYTHON") else {
@@ -1047,6 +1229,12 @@ fn main() {
     }
     if want("view") {
         bench_view();
+    }
+    if want("incremental") {
+        bench_incremental();
+    }
+    if want("index") {
+        bench_index();
     }
     if want("python") {
         bench_python();

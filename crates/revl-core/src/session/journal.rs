@@ -94,7 +94,25 @@ impl Session {
             ));
         }
         self.writer()?.append_many(&recs, durable)?;
-        self.apply_written(recs)
+        self.apply_written(recs)?;
+        self.index();
+        Ok(())
+    }
+
+    /// Write the session's index entry (docs/wal-format.md, "The session index") for the WAL
+    /// as this session wrote it. Under the lock nobody else writes, so the file is what the
+    /// state is the replay of, when its length is the writer's.
+    fn index(&self) {
+        let Some(w) = self.writer.as_ref() else {
+            return;
+        };
+        let Some(stamp) = crate::index::WalStamp::now(&self.wal_path) else {
+            return;
+        };
+        if stamp.len() == w.byte_len() && w.records() == self.state.records {
+            let info = crate::store::SessionInfo::of(&self.id, &self.state);
+            crate::index::write(&self.store, &self.id, &info, stamp);
+        }
     }
 
     /// Apply records already in the WAL to the state (the writer wrote them: here, or

@@ -20,6 +20,7 @@ mod effects;
 mod exec;
 mod fork;
 mod journal;
+mod kept;
 mod read;
 pub mod remote;
 mod repair;
@@ -30,6 +31,7 @@ pub use calls::ManifestSource;
 pub use checkpoint::{Bound, CheckpointKey, CheckpointSaved, Position};
 pub use exec::{parse_size, ExecLimits, ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
+pub use kept::Kept;
 pub use unwind::{DriftPolicy, StepBackMode};
 
 use crate::blobs::BlobStore;
@@ -245,9 +247,18 @@ impl Store {
     /// Attach to a session: take its lock, rebuild its state from the WAL, repair any
     /// interrupted operation (docs/architecture.md, "Attach and repair").
     pub fn attach(&self, id: &str) -> Result<Session> {
+        self.attach_kept(id, None)
+    }
+
+    /// [`Store::attach`] for a long-lived handle: with what the handle kept of the session
+    /// after its last call ([`Session::keep`]), only the records appended since are read
+    /// and checked (docs/architecture.md, "Incremental attach"); the result is the same as
+    /// reading the whole WAL, which is what happens when the WAL is not that prefix plus
+    /// clean appended records.
+    pub fn attach_kept(&self, id: &str, kept: Option<Kept>) -> Result<Session> {
         let dir = self.known_session_dir(id)?;
         let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
-        self.attach_with(id, Some(lock), Attach::Write)
+        self.attach_with(id, Some(lock), Attach::Write, kept)
     }
 
     /// Attach to read (`status`, `timeline`, `inspect`, …): like [`Store::attach`] when the
@@ -255,8 +266,13 @@ impl Store {
     /// it is now, read like the offline readers do: no waiting, no repair, and the session
     /// refuses to write ([`Session::busy`] is true).
     pub fn attach_read(&self, id: &str) -> Result<Session> {
+        self.attach_read_kept(id, None)
+    }
+
+    /// [`Store::attach_read`] with what a long-lived handle kept (see [`Store::attach_kept`]).
+    pub fn attach_read_kept(&self, id: &str, kept: Option<Kept>) -> Result<Session> {
         let lock = self.try_lock(&self.known_session_dir(id)?.join("lock"))?;
-        self.attach_with(id, lock, Attach::Read)
+        self.attach_with(id, lock, Attach::Read, kept)
     }
 
     /// Attach to show (`status`, `timeline`): like [`Store::attach_read`], and a WAL
@@ -264,8 +280,14 @@ impl Store {
     /// session then carries where it stops ([`Session::corrupt`]), is not repaired, and
     /// refuses to write.
     pub fn attach_prefix(&self, id: &str) -> Result<Session> {
+        self.attach_prefix_kept(id, None)
+    }
+
+    /// [`Store::attach_prefix`] with what a long-lived handle kept (see
+    /// [`Store::attach_kept`]).
+    pub fn attach_prefix_kept(&self, id: &str, kept: Option<Kept>) -> Result<Session> {
         let lock = self.try_lock(&self.known_session_dir(id)?.join("lock"))?;
-        self.attach_with(id, lock, Attach::Prefix)
+        self.attach_with(id, lock, Attach::Prefix, kept)
     }
 
     /// The directory of session `id` (a full id, as [`Store::resolve`] gives), or
@@ -290,10 +312,24 @@ impl Store {
         ))
     }
 
-    fn attach_with(&self, id: &str, lock: Option<File>, how: Attach) -> Result<Session> {
+    fn attach_with(
+        &self,
+        id: &str,
+        lock: Option<File>,
+        how: Attach,
+        kept: Option<Kept>,
+    ) -> Result<Session> {
         let lenient = how == Attach::Prefix;
         let wal_path = self.wal_path(id);
-        let (state, read, corrupt) = if lenient {
+        // What a handle kept is used only under the session's lock: a read while another
+        // command writes reads the WAL as it stands, whole.
+        let resumed = match kept {
+            Some(k) if k.id() == id && lock.is_some() => k.resume(&wal_path),
+            _ => None,
+        };
+        let (state, read, corrupt) = if let Some((state, read)) = resumed {
+            (state, read, None)
+        } else if lenient {
             State::read_prefix(&wal_path)?
         } else {
             let (state, read) = State::read(&wal_path)?;
@@ -339,7 +375,7 @@ impl Store {
                 }
                 // Reads still work while a repair is blocked: the WAL as it stands, with
                 // the repairs that did run before it.
-                let mut again = self.attach_with(id, None, how)?;
+                let mut again = self.attach_with(id, None, how, None)?;
                 again.lock = s.lock.take();
                 again.repairs = std::mem::take(&mut s.repairs);
                 let then = if e.code == Code::Io {

@@ -133,7 +133,7 @@ impl Session {
             }
             if let Some(d) = st.deferred.get(seq) {
                 owed.push(Owed::HeldSend {
-                    args: d.args.clone(),
+                    args: (*d.args).clone(),
                     kind: "held-send",
                     method: d.method.clone(),
                     seq: d.seq,

@@ -22,8 +22,8 @@ mod write;
 pub use line::encode_line;
 pub(crate) use read::corrupt_error;
 pub use read::{
-    parse_wal, parse_wal_each, read_wal, read_wal_each, read_wal_prefix_each, Corrupt, WalMeta,
-    WalRead,
+    parse_wal, parse_wal_each, read_wal, read_wal_after, read_wal_each, read_wal_prefix_each,
+    Corrupt, WalMeta, WalRead,
 };
 pub use record::{Record, Redo, StepRecord, RECORD_NAMES};
 pub use write::{create_wal, WalWriter};

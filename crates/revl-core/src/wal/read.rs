@@ -119,6 +119,36 @@ pub fn read_wal_prefix_each(
     read_pieces_mode(path, READ_CHUNK, true, sink)
 }
 
+/// Read what was appended to a WAL after an intact prefix read before (`from`: where it
+/// ended, its last seq, its records), from `file` (the WAL, open), with the checks of
+/// [`read_wal`] carried on from there: the first new line must follow the prefix's seq, a
+/// bad line followed by a good one is corruption. The caller decides what a torn end means
+/// (the meta says so); the prefix itself is not read again.
+pub fn read_wal_after(
+    path: &Path,
+    file: &mut File,
+    from: WalMeta,
+) -> Result<(Vec<Record>, WalMeta)> {
+    use std::io::{Seek, SeekFrom};
+    let cannot = |e| Error::io(format!("cannot read WAL {}", path.display()), e);
+    file.seek(SeekFrom::Start(from.good_len)).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(cannot)?;
+    let mut p = LineChecker::new(path, false);
+    p.meta = WalMeta {
+        torn: false,
+        ..from
+    };
+    p.line_no = from.records;
+    let mut records = Vec::new();
+    p.feed(&bytes, from.good_len, &mut |mut block| {
+        records.append(&mut block);
+        Ok(())
+    })?;
+    let (meta, _) = p.finish()?;
+    Ok((records, meta))
+}
+
 pub(super) fn read_pieces(
     path: &Path,
     chunk: usize,

@@ -22,6 +22,11 @@ pub struct WalWriter {
     dirty: bool,
     poisoned: bool,
     fp: Failpoints,
+    /// Bytes of whole records in the file: where the reader's intact prefix ended, plus
+    /// every line this writer wrote.
+    len: u64,
+    /// The seq of the last record in the file that carries one.
+    last_seq: u64,
 }
 
 impl WalWriter {
@@ -58,6 +63,8 @@ impl WalWriter {
             dirty: false,
             poisoned: false,
             fp,
+            len: read.good_len,
+            last_seq: read.last_seq,
         })
     }
 
@@ -79,6 +86,18 @@ impl WalWriter {
 
     pub(crate) fn set_records(&mut self, n: usize) {
         self.records = n;
+    }
+
+    /// Where the WAL ends now, when none of this writer's writes failed: `(byte length, last
+    /// seq, records)` (records waiting for their group commit included: they are in the file
+    /// every reader sees). `None` for a poisoned writer.
+    pub fn end(&self) -> Option<(u64, u64, usize)> {
+        (!self.poisoned).then_some((self.len, self.last_seq, self.records))
+    }
+
+    /// Bytes of whole records in the file (what was read, and what this writer appended).
+    pub fn byte_len(&self) -> u64 {
+        self.len
     }
 
     /// Number of records in the WAL (header included).
@@ -132,6 +151,10 @@ impl WalWriter {
             ));
         }
         self.records += recs.len();
+        self.len += buf.len() as u64;
+        if let Some(s) = recs.iter().rev().find_map(Record::seq) {
+            self.last_seq = s;
+        }
         self.dirty = !durable;
         Ok(())
     }

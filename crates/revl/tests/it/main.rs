@@ -21,6 +21,7 @@ mod foundation;
 mod fuzz;
 mod guide;
 mod hardening;
+mod incremental;
 mod limits;
 mod lineage;
 mod mcp_authority;
