@@ -406,7 +406,13 @@ impl Session {
         } = self.begin_fork(k, &p, None, policy)?;
         // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first;
         // then every other witnessed path back at step k (or its drift kept, listed).
-        let done = self.fork_rewind(k, Context::Live, "fork.mid-rewind", policy)?;
+        let done = self.fork_rewind(
+            k,
+            Context::Live,
+            "fork.mid-rewind",
+            policy,
+            super::unwind::Target::Own,
+        )?;
         let (ran, failed, kept) = (done.ran, done.failed, done.preserved);
         let (beyond, kept_images) = (done.beyond, done.kept_images);
         self.sync()?;
@@ -565,9 +571,13 @@ impl Session {
             crate::clone::clone_tree(self.ws.root(), dir, &self.fp, &marker_name(&m.branch))?;
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
-        let done = self.unwind_in(target, |s| {
-            s.fork_rewind(k, Context::Live, "fork.mid-rewind", policy)
-        })?;
+        let done = self.fork_rewind(
+            k,
+            Context::Live,
+            "fork.mid-rewind",
+            policy,
+            super::unwind::Target::Copy(&target),
+        )?;
         self.fp.point("fork.after-rewind");
         let into_str = dir.display().to_string();
         let mut preserved = json!({
@@ -787,6 +797,7 @@ impl Session {
                 Context::Repair,
                 "repair.never",
                 DriftPolicy::keeping(begun.keep_drift),
+                super::unwind::Target::Own,
             )?
             .failed;
         self.drop_deferred(|_| true, BY_FORK)?;

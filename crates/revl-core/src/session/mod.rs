@@ -66,9 +66,6 @@ pub struct Session {
     ws: Workspace,
     blobs: BlobStore,
     fp: Failpoints,
-    /// Set while the executor rewinds a parallel branch's new workspace (`unwind_in`):
-    /// `ws` is that directory, and nothing is journaled in this session's WAL.
-    detached: bool,
     /// Outcome records that go out with the next append (in the same write): a
     /// `files-synced` waits for the record whose fsync will carry it.
     riders: Vec<Record>,
@@ -350,7 +347,6 @@ impl Store {
             ws,
             blobs: self.blobs(),
             fp: self.fp.clone(),
-            detached: false,
             riders: Vec::new(),
             lock,
             corrupt,

@@ -78,6 +78,38 @@ pub(crate) struct Unwound {
     pub kept_images: Vec<crate::undo::Image>,
 }
 
+/// Where THE executor runs a plan. Passed to it as a value: a parallel fork's rewind differs
+/// from every other rewind only here, never through a mode of the session.
+#[derive(Clone, Copy)]
+pub(crate) enum Target<'w> {
+    /// This session's own workspace: an inverse is fenced where it needs it and recorded
+    /// `undone`; drift is preserved (blob store, `preserved` records) before anything
+    /// overwrites it.
+    Own,
+    /// A parallel branch's new copy (`fork --into DIR`): the inverses run there and nothing
+    /// is journaled in this session's WAL (its steps are not undone); drift is not
+    /// preserved, for the parent's workspace still holds those bytes.
+    Copy(&'w Workspace),
+}
+
+impl<'w> Target<'w> {
+    /// The workspace the plan runs in.
+    fn ws<'a>(self, own: &'a Workspace) -> &'a Workspace
+    where
+        'w: 'a,
+    {
+        match self {
+            Target::Own => own,
+            Target::Copy(ws) => ws,
+        }
+    }
+
+    /// Whether what runs is journaled in this session (and drift preserved first).
+    fn journaled(self) -> bool {
+        matches!(self, Target::Own)
+    }
+}
+
 impl Session {
     /// Run a plan: for each action in order, a fenced step is listed failed (outcome
     /// unknown); otherwise its inverse is fenced if [`unwind::needs_fence`], run, then
@@ -89,6 +121,7 @@ impl Session {
         plan: &Plan,
         by: &str,
         crash_point: &str,
+        target: Target,
     ) -> Result<Unwound> {
         let mut out = Unwound {
             ran: Vec::new(),
@@ -109,7 +142,7 @@ impl Session {
                         Some(Undo::Restore { entries }) => Some(entries.clone()),
                         _ => None,
                     };
-                    if let (Some(entries), false) = (&restore, self.detached) {
+                    if let (Some(entries), true) = (&restore, target.journaled()) {
                         let exp = match &mut expected {
                             Some(e) => e,
                             None => expected.insert(Expected::of_in_with(
@@ -121,7 +154,7 @@ impl Session {
                         let kept = self.preserve_drift(i, entries, exp)?;
                         out.preserved.extend(kept);
                     }
-                    match self.run_inverse(i, by, crash_point)? {
+                    match self.run_inverse(i, by, crash_point, target)? {
                         Ok(()) => {
                             out.ran.push(i);
                             if let (Some(entries), Some(exp)) = (&restore, &mut expected) {
@@ -185,19 +218,20 @@ impl Session {
     /// reach is put back to its step-k image too (a hand edit of a path the tail never
     /// touched, a file made by hand in a directory revl made before k). What is there is
     /// preserved first (blob store, `preserved` records, durable before anything changes),
-    /// unless the workspace is a parallel branch's copy (`detached`: the parent's workspace
-    /// still holds those bytes). With `keep`, nothing changes: each is listed `kept`.
+    /// unless `target` is a parallel branch's copy (the parent's workspace still holds those
+    /// bytes). With `keep`, nothing changes: each is listed `kept`.
     pub(crate) fn restore_beyond_tail(
         &mut self,
         at: Pos,
         plan: &Plan,
         keep: bool,
+        target: Target,
     ) -> Result<(Vec<BeyondTail>, Vec<Preserved>, Vec<crate::undo::Image>)> {
         let drift = crate::drift::beyond_plan(
             &self.state.steps,
             self.state.inherited(),
             plan,
-            &self.ws,
+            target.ws(&self.ws),
             &self.blobs,
         )?;
         let mut out = Vec::new();
@@ -227,7 +261,7 @@ impl Session {
                 continue;
             }
             // `None`: kept as it is (`--keep-drift`).
-            let entry = (!keep).then(|| self.entry_for(&d.expected, entries_carry));
+            let entry = (!keep).then(|| self.entry_for(&d.expected, entries_carry, target));
             let (outcome, why) = match &entry {
                 None => ("kept", None),
                 Some(Ok(_)) => ("restored", None),
@@ -244,7 +278,7 @@ impl Session {
                 continue;
             };
             done_roots.push(d.path.clone());
-            if !self.detached {
+            if target.journaled() {
                 self.keep_what_is_there(step, d.actual.clone(), &mut kept, &mut records)?;
             }
             todo.push((entry, out.len() - 1));
@@ -253,9 +287,10 @@ impl Session {
             self.append_many(records, true)?;
         }
         for (entry, at_out) in todo {
-            if let Err(e) = self
-                .ws
-                .restore(std::slice::from_ref(&entry), &self.blobs, step)
+            if let Err(e) =
+                target
+                    .ws(&self.ws)
+                    .restore(std::slice::from_ref(&entry), &self.blobs, step)
             {
                 out[at_out].outcome = "unrestored";
                 out[at_out].why = Some(e.message);
@@ -270,11 +305,13 @@ impl Session {
         &self,
         want: &crate::undo::Image,
         entries_carry: bool,
+        target: Target,
     ) -> std::result::Result<crate::undo::RestoreEntry, &'static str> {
+        let ws = target.ws(&self.ws);
         use crate::undo::{FileKind, RestoreEntry};
         const NOWHERE: &str = "its step-k bytes are kept nowhere revl can read (a large file a step left, changed by hand since): left as it is";
         let path = want.path.clone();
-        let actual = self.ws.lstat_rel(&path).ok().flatten();
+        let actual = ws.lstat_rel(&path).ok().flatten();
         let mode = |default: u32| {
             want.mode
                 .clone()
@@ -345,7 +382,7 @@ impl Session {
                 Some((FileKind::Dir, _, _))
                     if entries_carry
                         || digest.is_none()
-                        || self.ws.observe(&path).ok().and_then(|i| i.digest) == *digest =>
+                        || ws.observe(&path).ok().and_then(|i| i.digest) == *digest =>
                 {
                     Ok(RestoreEntry::Mode {
                         path,
@@ -417,6 +454,7 @@ impl Session {
         i: u64,
         by: &str,
         crash_point: &str,
+        target: Target,
     ) -> Result<std::result::Result<(), Failed>> {
         let s = self.state.steps[i as usize].clone();
         // A Python inverse this process does not hold is not a failed undo: nothing is
@@ -424,19 +462,19 @@ impl Session {
         // (before anything ran); here it is a repair finishing a crashed rewind, which stays
         // pending (reads show it) until a process with the function attaches.
         self.check_inverse_tools(&[i])?;
-        if unwind::needs_fence(&s) && !self.detached {
+        if unwind::needs_fence(&s) && target.journaled() {
             self.append(Record::ReplayFence { step: i }, true)?;
         }
         let outcome: Result<()> = match (&s.kind, s.undo()) {
             (StepKind::Provision, _) => Ok(()),
             (StepKind::Effect, Some(Undo::Restore { entries })) => {
-                self.ws.restore(entries, &self.blobs, i)
+                target.ws(&self.ws).restore(entries, &self.blobs, i)
             }
             _ => self.run_tool_inverse(&s),
         };
         self.fp.point(crash_point);
         match outcome {
-            Ok(()) if self.detached => Ok(Ok(())),
+            Ok(()) if !target.journaled() => Ok(Ok(())),
             Ok(()) => {
                 self.append(
                     Record::Undone {
@@ -600,8 +638,9 @@ impl Session {
         )?;
         let before = self.undone_set();
         let (done, dropped) = (|| {
-            let mut done = self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay")?;
-            self.beyond_tail(to, &plan, drift, &mut done)?;
+            let mut done =
+                self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay", Target::Own)?;
+            self.beyond_tail(to, &plan, drift, &mut done, Target::Own)?;
             let dropped = self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
             self.append(
                 Record::StepBackDone {
@@ -683,8 +722,8 @@ impl Session {
         };
         let tail = (to.first_above()..=head_then).rev();
         let plan = unwind::plan(&self.state.steps, tail, mode, Context::Repair);
-        let mut done = self.execute_unwind(&plan, BY_STEP_BACK, "repair.never")?;
-        self.beyond_tail(to, &plan, drift, &mut done)?;
+        let mut done = self.execute_unwind(&plan, BY_STEP_BACK, "repair.never", Target::Own)?;
+        self.beyond_tail(to, &plan, drift, &mut done, Target::Own)?;
         let owed = self.owed_steps(&plan);
         self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
         self.append(
@@ -726,7 +765,7 @@ impl Session {
             self.append(Record::AbortBegin {}, true)?;
         }
         let dropped = self.drop_deferred(|_| true, BY_ABORT)?;
-        let done = self.execute_unwind(&plan, BY_ABORT, "abort.mid-replay")?;
+        let done = self.execute_unwind(&plan, BY_ABORT, "abort.mid-replay", Target::Own)?;
         let (comps_ran, replayed): (Vec<u64>, Vec<u64>) = done
             .ran
             .iter()
@@ -772,7 +811,7 @@ impl Session {
             Mode::Abort,
             Context::Repair,
         );
-        let done = self.execute_unwind(&plan, BY_ABORT, "repair.never")?;
+        let done = self.execute_unwind(&plan, BY_ABORT, "repair.never", Target::Own)?;
         let owed = self.owed_steps(&plan);
         self.append(
             Record::Aborted {
@@ -787,34 +826,19 @@ impl Session {
         self.sync()
     }
 
-    /// The rewind of a fork over the tail above `k` (live, or finished at repair).
-    /// Run `f` (a rewind through the one executor) against `target` instead of this
-    /// session's workspace, journaling nothing here: a parallel fork rewinds the branch's new
-    /// workspace while the parent's steps stay as they are. Drift is not preserved: the
-    /// parent's workspace keeps it.
-    pub(crate) fn unwind_in<T>(
-        &mut self,
-        target: Workspace,
-        f: impl FnOnce(&mut Self) -> Result<T>,
-    ) -> Result<T> {
-        let own = std::mem::replace(&mut self.ws, target);
-        self.detached = true;
-        let out = f(self);
-        self.detached = false;
-        self.ws = own;
-        out
-    }
-
+    /// The rewind of a fork over the tail above `k` (live, or finished at repair), in
+    /// `target`: this session's workspace (a serial fork) or a parallel branch's new copy.
     pub(crate) fn fork_rewind(
         &mut self,
         k: Pos,
         ctx: Context,
         crash: &str,
         drift: DriftPolicy,
+        target: Target,
     ) -> Result<Unwound> {
         let plan = unwind::plan(&self.state.steps, self.tail_above(k), Mode::Scoped, ctx);
-        let mut done = self.execute_unwind(&plan, crate::step::BY_FORK, crash)?;
-        self.beyond_tail(k, &plan, drift, &mut done)?;
+        let mut done = self.execute_unwind(&plan, crate::step::BY_FORK, crash, target)?;
+        self.beyond_tail(k, &plan, drift, &mut done, target)?;
         Ok(done)
     }
 
@@ -825,8 +849,9 @@ impl Session {
         plan: &Plan,
         drift: DriftPolicy,
         done: &mut Unwound,
+        target: Target,
     ) -> Result<()> {
-        let (beyond, kept, images) = self.restore_beyond_tail(k, plan, drift.keeps())?;
+        let (beyond, kept, images) = self.restore_beyond_tail(k, plan, drift.keeps(), target)?;
         done.beyond = beyond;
         done.preserved.extend(kept);
         done.kept_images = images;
