@@ -125,7 +125,9 @@ pub fn close_from(first: u32, cloexec: bool) {
                 let _ = rustix::io::fcntl_setfd(fd, f | rustix::io::FdFlags::CLOEXEC);
             }
         } else {
-            drop(own(fd.as_raw_fd()));
+            // SAFETY: as above; a raw close, for most of these are not open (an `OwnedFd`
+            // must own an open descriptor).
+            unsafe { libc::close(fd.as_raw_fd()) };
         }
     }
 }
