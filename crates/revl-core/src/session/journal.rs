@@ -94,15 +94,15 @@ impl Session {
             ));
         }
         self.writer()?.append_many(&recs, durable)?;
-        self.apply_written(recs)?;
-        self.index();
-        Ok(())
+        self.apply_written(recs)
     }
 
     /// Write the session's index entry (docs/wal-format.md, "The session index") for the WAL
-    /// as this session wrote it. Under the lock nobody else writes, so the file is what the
-    /// state is the replay of, when its length is the writer's.
-    fn index(&self) {
+    /// as this session wrote it: once, when the session is released (dropped or kept), not
+    /// after every append. Under the lock nobody else writes, so the file is what the state
+    /// is the replay of, when its length is the writer's. A session that wrote nothing
+    /// (no writer) leaves the entry as it is.
+    pub(super) fn index(&self) {
         let Some(w) = self.writer.as_ref() else {
             return;
         };

@@ -99,6 +99,7 @@ impl Session {
         if m.len() != good_len {
             return None;
         }
+        self.index();
         let n = good_len.min(TAIL);
         let mut tail = vec![0u8; n as usize];
         f.read_exact_at(&mut tail, good_len - n).ok()?;

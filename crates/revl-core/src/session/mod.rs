@@ -85,6 +85,14 @@ pub struct Session {
     heirs: std::sync::OnceLock<Vec<State>>,
 }
 
+impl Drop for Session {
+    /// Released: the index entry says what the WAL now says (written here, under the lock,
+    /// which the `lock` field releases after this runs).
+    fn drop(&mut self) {
+        self.index();
+    }
+}
+
 /// One repair attaching made: `{what, step?, detail}`. `what` is one of `torn-tail`,
 /// `temp-removed`, `lost-writes-redone`, `fork-repaired`, `intent-rolled-forward`,
 /// `intent-rolled-back`, `exec-voided`, `outcome-unknown`, `step-back-finished`,
