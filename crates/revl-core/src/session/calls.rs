@@ -5,8 +5,8 @@
 use crate::error::{Code, Error, Remedy, Result};
 use crate::report::CallResult;
 use crate::session::Session;
-use crate::step::{Step, StepKind};
-use crate::tools::{check_args, run_tool, Class, DeclaredTool, Manifest, Source, Tool};
+use crate::step::StepKind;
+use crate::tools::{check_args, Class, DeclaredTool, Manifest, Source, Tool};
 use crate::undo::Undo;
 use crate::util::{new_id, sha256_jcs};
 use crate::wal::Record;
@@ -145,22 +145,10 @@ fn object_args(args: &Value) -> Result<()> {
 impl Session {
     /// The session's manifest: the copy stored at `new`, never the file in the workspace.
     pub fn manifest(&self) -> Result<Manifest> {
-        match &self.state.manifest_digest {
-            None => Ok(Manifest::default()),
-            Some(d) => {
-                let bytes = self.blobs.get(d, None)?;
-                Manifest::parse_from(
-                    &String::from_utf8_lossy(&bytes),
-                    &format!("manifest blob {d}"),
-                    Source::Stored,
-                )
-            }
-        }
+        self.view().manifest()
     }
 
-    /// Run `tool` as this session does every tool: in its workspace, with the environment of
-    /// step `step`, through the store's host for Python functions; `witness` for an inverse,
-    /// `key` (the idempotency key) for a held send.
+    /// Run `tool` as this session does every tool: in its workspace (see [`View::run_tool_at`]).
     pub(super) fn run_tool_at(
         &self,
         tool: &Tool,
@@ -169,22 +157,8 @@ impl Session {
         step: u64,
         key: Option<&str>,
     ) -> Result<crate::tools::ToolRun> {
-        run_tool(
-            tool,
-            args,
-            witness,
-            self.ws.root(),
-            &self.env(step),
-            key,
-            self.store.tool_host(),
-        )
-    }
-
-    pub(super) fn env(&self, step: u64) -> Vec<(String, String)> {
-        vec![
-            ("REVL_SESSION".into(), self.id.clone()),
-            ("REVL_STEP".into(), step.to_string()),
-        ]
+        self.view()
+            .run_tool_at(tool, args, witness, step, key, self.ws.root())
     }
 
     /// `call TOOL --args JSON`, by the tool's class (docs/reference.md, "Effects").
@@ -214,7 +188,7 @@ impl Session {
 
     fn enqueue(&mut self, tool: &Tool, args: Value) -> Result<CallResult> {
         let seq = self.take_seq()?;
-        let after_step = self.state.head();
+        let after_step = self.journal.state.head();
         self.append(
             Record::DeferredEmission {
                 seq,
@@ -253,7 +227,7 @@ impl Session {
 
     fn call_effect(&mut self, tool: &Tool, manifest: &Manifest, args: Value) -> Result<CallResult> {
         let undo_tool = manifest.tool(tool.undo.as_deref().unwrap_or("")).cloned();
-        let step = self.state.next_index();
+        let step = self.journal.state.next_index();
         let label = format!("{}.{}", tool.service, tool.method);
         self.intent(step, "effect", &label, &tool.name)?;
         self.fp.point("effect.after-intent");
@@ -318,19 +292,20 @@ impl Session {
 
     /// Find a usable approval for an emission, or `None`.
     fn usable_approval(&self, tool: &str, digest: &str) -> Option<Record> {
-        if self.state.standing.contains(tool) {
+        if self.journal.state.standing.contains(tool) {
             return Some(Record::ApprovalConsumed {
                 ticket: None,
                 tool: Some(tool.into()),
             });
         }
-        self.state
+        self.journal
+            .state
             .tickets_granted
             .iter()
             .find(|(t, (tl, d))| {
                 tl == tool
                     && d.as_deref() == Some(digest)
-                    && !self.state.tickets_consumed.contains(*t)
+                    && !self.journal.state.tickets_consumed.contains(*t)
             })
             .map(|(t, _)| Record::ApprovalConsumed {
                 ticket: Some(t.clone()),
@@ -370,7 +345,7 @@ impl Session {
                 }
             }
         }
-        let step = self.state.next_index();
+        let step = self.journal.state.next_index();
         let label = format!("{}.{}", tool.service, tool.method);
         let seq = self.take_seq()?;
         let key = format!("{}-{seq}", self.id);
@@ -423,7 +398,7 @@ impl Session {
     }
 
     fn call_opaque(&mut self, tool: &Tool, args: Value) -> Result<CallResult> {
-        let step = self.state.next_index();
+        let step = self.journal.state.next_index();
         let label = format!("{}/opaque", tool.name);
         self.intent(step, "opaque", &label, &tool.name)?;
         let run = self.run_tool_at(tool, &args, None, step, None)?;
@@ -452,81 +427,6 @@ impl Session {
     /// Refuse (`tool-unavailable`) before an unwind records anything if one of the
     /// inverses it would run is a Python function this process does not hold.
     pub(crate) fn check_inverse_tools(&self, run: &[u64]) -> Result<()> {
-        let mut manifest = None;
-        for &i in run {
-            let s = &self.state.steps[i as usize];
-            let name = match (&s.kind, s.undo()) {
-                (StepKind::Effect, Some(Undo::Tool { tool })) => tool.as_str(),
-                (StepKind::Compensation, _) => {
-                    s.detail().get("tool").and_then(Value::as_str).unwrap_or("")
-                }
-                _ => continue,
-            };
-            if manifest.is_none() {
-                manifest = Some(self.manifest()?);
-            }
-            if let Some(t) = manifest.as_ref().and_then(|m| m.tool(name)) {
-                crate::tools::check_runnable(t, self.store.tool_host())?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Run a manifest inverse: an effect's undo tool or a compensation.
-    pub(crate) fn run_tool_inverse(&mut self, s: &Step) -> Result<()> {
-        let manifest = self.manifest()?;
-        let (tool_name, args, witness) = match s.kind {
-            StepKind::Effect => (
-                match s.undo() {
-                    Some(Undo::Tool { tool }) => tool.clone(),
-                    _ => String::new(),
-                },
-                s.detail().get("args").cloned().unwrap_or(json!({})),
-                s.detail().get("witness").cloned().unwrap_or(Value::Null),
-            ),
-            StepKind::Compensation => {
-                let f = s.detail().get("for").and_then(Value::as_u64).unwrap_or(0);
-                (
-                    s.detail()
-                        .get("tool")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string(),
-                    s.detail().get("args").cloned().unwrap_or(json!({})),
-                    self.state
-                        .steps
-                        .get(f as usize)
-                        .and_then(|e| e.detail().get("witness"))
-                        .cloned()
-                        .unwrap_or(Value::Null),
-                )
-            }
-            _ => {
-                return Err(Error::new(
-                    Code::ToolFailed,
-                    format!("step {} ({}) has no inverse", s.index, s.label()),
-                    "nothing can restore it",
-                ))
-            }
-        };
-        let tool = manifest.tool(&tool_name).cloned().ok_or_else(|| {
-            Error::new(
-                Code::ToolFailed,
-                format!(
-                    "step {}: inverse tool {tool_name:?} is not in the manifest",
-                    s.index
-                ),
-                "the manifest copy is damaged",
-            )
-        })?;
-        let run = self.run_tool_at(&tool, &args, Some(&witness), s.index, None)?;
-        match run.error {
-            None => Ok(()),
-            Some(_) => Err(Error::new(
-                Code::ToolFailed,
-                run.error_message(),
-                "the inverse failed; its outcome is listed",
-            )),
-        }
+        self.view().check_inverse_tools(run)
     }
 }

@@ -24,11 +24,11 @@ impl Session {
     /// `async` and `exit` durability modes) bind it where it stood before the effects made
     /// since.
     pub fn bind(&mut self, label: &str, at: Option<u64>) -> Result<Bound> {
-        if let Life::Frozen { .. } = self.state.life() {
+        if let Life::Frozen { .. } = self.journal.state.life() {
             self.require_live()?;
         }
         check_label(label)?;
-        let head = self.state.head();
+        let head = self.journal.state.head();
         let at = at.unwrap_or(head);
         if at > head {
             return Err(Error::bad_args(
@@ -52,7 +52,7 @@ impl Session {
 
     /// The checkpoints bound on this session, in the order they were bound.
     pub fn checkpoints(&self) -> &[(u64, String)] {
-        &self.state.checkpoints
+        &self.journal.state.checkpoints
     }
 }
 
@@ -75,16 +75,17 @@ pub struct Position {
 impl Session {
     /// The session's life, head and bound checkpoints (reads only).
     pub fn position(&self) -> Position {
-        let life = self.state.life();
+        let life = self.journal.state.life();
         Position {
             session: self.id.clone(),
             state: life.as_str(),
-            head: self.state.position(),
+            head: self.journal.state.position(),
             frozen_into: match life {
                 Life::Frozen { branch, .. } => Some(branch),
                 _ => None,
             },
             checkpoints: self
+                .journal
                 .state
                 .checkpoints
                 .iter()
@@ -130,7 +131,7 @@ impl Session {
     /// Refuse checkpoint records on a frozen session (its branch takes them), as `bind`
     /// does; a live, committed or aborted one takes them.
     fn require_unfrozen(&self) -> Result<()> {
-        if let Life::Frozen { .. } = self.state.life() {
+        if let Life::Frozen { .. } = self.journal.state.life() {
             self.require_live()?;
         }
         Ok(())
@@ -150,7 +151,7 @@ impl Session {
         self.require_unfrozen()?;
         let at = if bind {
             check_label(&key.id)?;
-            let head = self.state.head();
+            let head = self.journal.state.head();
             let at = at.unwrap_or(head);
             if at > head {
                 return Err(Error::bad_args(

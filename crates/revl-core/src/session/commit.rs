@@ -20,10 +20,10 @@ impl Session {
         self.require_live()?;
         match (ticket, tool) {
             (Some(t), None) => {
-                let (tool, digest) = self.state.tickets_requested.get(t).cloned().ok_or_else(|| {
+                let (tool, digest) = self.journal.state.tickets_requested.get(t).cloned().ok_or_else(|| {
                     Error::bad_args(format!("no ticket {t} was requested in session {}", self.id), "approve a ticket this session's emission returned (approvals never cross sessions)")
                 })?;
-                if self.state.tickets_granted.contains_key(t) {
+                if self.journal.state.tickets_granted.contains_key(t) {
                     return Err(Error::bad_args(
                         format!("ticket {t} is already approved"),
                         "call the tool again to use it",
@@ -94,7 +94,7 @@ impl Session {
 
     /// The commit plan: `{deferred, witnessed: {count}, hash}`. Nothing fires.
     pub fn commit_plan(&self) -> CommitPlan {
-        let st = &self.state;
+        let st = &self.journal.state;
         let witnessed = st.witnessed();
         let hash = sha256_jcs(
             &json!({"session": self.id, "head": st.head(), "deferred": st.queue, "witnessed": witnessed}),
@@ -131,8 +131,8 @@ impl Session {
         let manifest = self.manifest()?;
         // A held send this process cannot run (a Python function it does not hold) refuses
         // the whole commit before anything is recorded.
-        for seq in &self.state.queue {
-            if let Some(t) = manifest.tool(&self.state.deferred[seq].tool) {
+        for seq in &self.journal.state.queue {
+            if let Some(t) = manifest.tool(&self.journal.state.deferred[seq].tool) {
                 crate::tools::check_runnable(t, self.store.tool_host())?;
             }
         }
@@ -143,8 +143,8 @@ impl Session {
         self.fp.point("commit.after-approved");
         let mut flushed = Vec::new();
         let mut residue = Vec::new();
-        for seq in self.state.queue.clone() {
-            let d = self.state.deferred[&seq].clone();
+        for seq in self.journal.state.queue.clone() {
+            let d = self.journal.state.deferred[&seq].clone();
             let key = format!("{}-{seq}", self.id);
             let run = match manifest.tool(&d.tool) {
                 Some(t) => {
@@ -191,10 +191,10 @@ impl Session {
     /// `resend --seq S`: an operator fires one owed or failed held send of a committed
     /// session once more, explicitly.
     pub fn resend(&mut self, seq: u64) -> Result<Resent> {
-        if self.state.life() != Life::Committed {
-            return Err(Error::new(Code::NotCommitted, format!("session {} is {}, not committed: resend is for a committed session's owed sends", self.id, self.state.life().as_str()), "commit first; held sends fire at commit"));
+        if self.journal.state.life() != Life::Committed {
+            return Err(Error::new(Code::NotCommitted, format!("session {} is {}, not committed: resend is for a committed session's owed sends", self.id, self.journal.state.life().as_str()), "commit first; held sends fire at commit"));
         }
-        if !self.state.residue.contains_key(&seq) {
+        if !self.journal.state.residue.contains_key(&seq) {
             return Err(Error::bad_args(
                 format!(
                     "held send {seq} is not owed or failed in session {}",
@@ -204,7 +204,7 @@ impl Session {
             )
             .with_remedy(Remedy::Status));
         }
-        let d = self.state.deferred[&seq].clone();
+        let d = self.journal.state.deferred[&seq].clone();
         let manifest = self.manifest()?;
         let tool = manifest.tool(&d.tool).cloned().ok_or_else(|| {
             Error::new(
@@ -259,11 +259,11 @@ impl Session {
             .get("step")
             .and_then(Value::as_u64)
             .ok_or_else(|| bad("step", "a step index"))?;
-        if step > self.state.head() {
+        if step > self.journal.state.head() {
             return Err(Error::bad_args(
                 format!(
                     "note-model: step {step} is out of range: give a step from 0 to {}",
-                    self.state.head()
+                    self.journal.state.head()
                 ),
                 "name a step that exists",
             ));
@@ -317,6 +317,7 @@ impl Session {
             ));
         }
         if self
+            .journal
             .state
             .model_decisions
             .iter()

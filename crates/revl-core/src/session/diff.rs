@@ -67,8 +67,8 @@ impl Session {
     /// cannot be found or read is an error (its paths would silently go uncompared).
     fn witnessed_paths(&self, at: Option<Pos>) -> Result<BTreeSet<String>> {
         let mut out = BTreeSet::new();
-        witnessed_in(&self.state, at, &mut out);
-        let mut origin = self.state.origin.clone();
+        witnessed_in(&self.journal.state, at, &mut out);
+        let mut origin = self.journal.state.origin.clone();
         let mut branch = self.id.clone();
         let mut hops = 0;
         while let Some(o) = origin.take().filter(|_| hops < 64) {
@@ -90,12 +90,13 @@ impl Session {
     /// The image of `rel` at a point, and its bytes when it is a file.
     fn image_with_bytes(&self, rel: &str, at: Option<i64>) -> Result<(Image, Option<Vec<u8>>)> {
         // A mirrored session's workspace is elsewhere: "now" is its head as the WAL says.
-        let live_now =
-            at.is_none() && self.state.life() == Life::Live && self.store.mirror().is_none();
+        let live_now = at.is_none()
+            && self.journal.state.life() == Life::Live
+            && self.store.mirror().is_none();
         let (img, inline) = if live_now {
             (self.ws.observe(rel)?, None)
         } else {
-            let k = self.check_range(at.unwrap_or(self.state.head() as i64))?;
+            let k = self.check_range(at.unwrap_or(self.journal.state.head() as i64))?;
             self.image_at(rel, k)?
         };
         let bytes = match (img.kind, &img.digest, inline) {
@@ -127,15 +128,15 @@ pub fn diff(left: Point, right: Point, path: Option<&str>) -> Result<DiffReport>
         None => String::new(),
     };
     let pos = |p: &Point| {
-        p.at.and_then(|k| p.session.state.pos(k))
-            .or(Some(p.session.state.head_pos()))
+        p.at.and_then(|k| p.session.journal.state.pos(k))
+            .or(Some(p.session.journal.state.head_pos()))
     };
     let mut paths = left.session.witnessed_paths(pos(&left))?;
     paths.extend(right.session.witnessed_paths(pos(&right))?);
     // A directory that is live on either side now: its files, one by one.
     for p in [&left, &right] {
         if p.at.is_none()
-            && p.session.state.life() == Life::Live
+            && p.session.journal.state.life() == Life::Live
             && p.session.store.mirror().is_none()
         {
             let dirs: Vec<String> = paths.iter().cloned().collect();

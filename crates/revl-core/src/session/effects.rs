@@ -27,7 +27,7 @@ impl Session {
         // path, such as this rename, makes it leave the file alone).
         self.settle(matches!(op, FileOp::Rename { .. }))?;
         let planned = self.ws.plan(op, &self.blobs)?;
-        let step = self.state.next_index();
+        let step = self.journal.state.next_index();
         let redo = match &planned.op {
             FileOp::Write { content, .. } if crate::workspace::in_place(&planned) => {
                 crate::util::boot_id().map(|boot| crate::wal::Redo {
@@ -210,10 +210,11 @@ impl Session {
                 "give a non-empty KEY",
             ));
         }
-        let step = self.state.next_index();
+        let step = self.journal.state.next_index();
         let previous = self
+            .journal
             .state
-            .provisions_at(self.state.head_pos())
+            .provisions_at(self.journal.state.head_pos())
             .get(key)
             .cloned();
         let detail = json!({"key": key, "value": value, "previous": &previous});
@@ -242,7 +243,7 @@ impl Session {
     /// `boundary [LABEL]`: an agent turn marker.
     pub fn boundary(&mut self, label: Option<&str>) -> Result<Stepped> {
         self.require_live()?;
-        let step = self.state.next_index();
+        let step = self.journal.state.next_index();
         let label = format!(
             "{}/boundary",
             label.filter(|l| !l.is_empty()).unwrap_or("turn")

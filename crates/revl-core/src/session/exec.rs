@@ -268,7 +268,7 @@ impl Session {
         allowed: Vec<crate::egress::Dest>,
     ) -> Result<ExecReport> {
         use crate::sandbox::{self, Failure};
-        let step = self.state.next_index();
+        let step = self.journal.state.next_index();
         let scratch = self.exec_scratch();
         let root = self.ws.root().to_path_buf();
         if scratch.starts_with(&root) || root.starts_with(&scratch) {
@@ -567,7 +567,13 @@ impl Session {
     /// `step` is open (an exec whose emission took the index: its effect's intent comes
     /// later).
     fn void(&mut self, step: u64, why: &str) -> Result<()> {
-        if self.state.intent.as_ref().is_none_or(|i| i.step != step) {
+        if self
+            .journal
+            .state
+            .intent
+            .as_ref()
+            .is_none_or(|i| i.step != step)
+        {
             return Ok(());
         }
         self.append(
@@ -738,7 +744,7 @@ impl Session {
     /// v1's exec: on the host, an opaque step whatever its exit code.
     fn exec_unconfined(&mut self, o: &ExecOptions, cwd: &Path) -> Result<ExecReport> {
         let argv = &o.argv;
-        let step = self.state.next_index();
+        let step = self.journal.state.next_index();
         self.append(
             Record::Intent {
                 step,

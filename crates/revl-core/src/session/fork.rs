@@ -145,8 +145,8 @@ impl Session {
     fn fork_checks(&self, k: i64) -> Result<Partition> {
         self.require_live()?;
         let k = self.check_range(k)?;
-        let p = classify::partition(&self.state.steps, k);
-        if let Some(r) = classify::fork_refusals(&self.state, k, &p)
+        let p = classify::partition(&self.journal.state.steps, k);
+        if let Some(r) = classify::fork_refusals(&self.journal.state, k, &p)
             .into_iter()
             .next()
         {
@@ -160,7 +160,7 @@ impl Session {
     fn refusal_error(&self, k: Pos, r: Refusal) -> Error {
         let labels = |idx: &[u64]| -> String {
             idx.iter()
-                .map(|&i| format!("{i} {}", self.state.steps[i as usize].label()))
+                .map(|&i| format!("{i} {}", self.journal.state.steps[i as usize].label()))
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -200,8 +200,8 @@ impl Session {
     /// and what it shows now, so new drift after the enumeration makes the hash stale.
     fn fork_hash(&self, p: &Partition, drift: &[Drift]) -> String {
         let mut doc = json!({
-            "session": self.id, "at": p.at, "head": self.state.head(),
-            "buckets": p.buckets_json(), "droppedDeferred": self.state.queue,
+            "session": self.id, "at": p.at, "head": self.journal.state.head(),
+            "buckets": p.buckets_json(), "droppedDeferred": self.journal.state.queue,
         });
         if !drift.is_empty() {
             doc["drift"] = drift
@@ -216,17 +216,26 @@ impl Session {
     /// would run over, then every other witnessed path that is not at its step-k image.
     fn fork_drift(&self, p: &Partition) -> Result<Vec<Drift>> {
         let plan = crate::unwind::plan(
-            &self.state.steps,
+            &self.journal.state.steps,
             self.tail_above(p.at),
             crate::unwind::Mode::Scoped,
             Context::Live,
         );
-        let inherited = self.state.inherited();
-        let mut drift =
-            crate::drift::of_plan(&self.state.steps, inherited, &plan, &self.ws, &self.blobs)?;
-        for d in
-            crate::drift::beyond_plan(&self.state.steps, inherited, &plan, &self.ws, &self.blobs)?
-        {
+        let inherited = self.journal.state.inherited();
+        let mut drift = crate::drift::of_plan(
+            &self.journal.state.steps,
+            inherited,
+            &plan,
+            &self.ws,
+            &self.blobs,
+        )?;
+        for d in crate::drift::beyond_plan(
+            &self.journal.state.steps,
+            inherited,
+            &plan,
+            &self.ws,
+            &self.blobs,
+        )? {
             if !drift.iter().any(|x| x.path == d.path) {
                 drift.push(d);
             }
@@ -242,7 +251,7 @@ impl Session {
         failed: &[Failed],
         drift: Vec<Drift>,
     ) -> ForkReport {
-        let steps = &self.state.steps;
+        let steps = &self.journal.state.steps;
         let rewind_list: Vec<u64> = match ran {
             Some(r) => r.to_vec(),
             None => p
@@ -264,13 +273,13 @@ impl Session {
         ForkReport {
             forked: false,
             at: p.at,
-            at_label: self.state.label_at(p.at),
+            at_label: self.journal.state.label_at(p.at),
             parent: self.id.clone(),
             rewound: Rewound {
                 inverses_ran: of_kind(StepKind::Effect),
                 provisions_withdrawn: of_kind(StepKind::Provision),
             },
-            dropped_deferred: self.state.held_sends(),
+            dropped_deferred: self.journal.state.held_sends(),
             emissions_crossed: classify::entries(
                 steps,
                 &p.emissions_crossed,
@@ -292,7 +301,7 @@ impl Session {
             beyond_tail: Vec::new(),
             residue: Residue::of_partition(p, failed),
             warning_emissions: warning_emissions(p, steps),
-            held_sends_by_mode: Some(held_sends_by_mode(&self.state.queue)),
+            held_sends_by_mode: Some(held_sends_by_mode(&self.journal.state.queue)),
             guarantee: NOT_YET,
             hash: None,
             refused: None,
@@ -340,7 +349,7 @@ impl Session {
     /// enumeration's. `Err(report)` is the refusal of a stale hash (the pending fork is
     /// cleared).
     fn confirm_checks(&mut self, hash: &str) -> Result<Confirmable> {
-        let pending = match &self.state.fork_pending {
+        let pending = match &self.journal.state.fork_pending {
             Some((at, Some(h))) => Some((*at, h.clone())),
             _ => None,
         };
@@ -357,6 +366,7 @@ impl Session {
         let drift = self.fork_drift(&p)?;
         let fresh = self.fork_hash(&p, &drift);
         let pending_hash = self
+            .journal
             .state
             .fork_pending
             .as_ref()
@@ -406,13 +416,7 @@ impl Session {
         } = self.begin_fork(k, &p, None, policy)?;
         // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first;
         // then every other witnessed path back at step k (or its drift kept, listed).
-        let done = self.fork_rewind(
-            k,
-            Context::Live,
-            "fork.mid-rewind",
-            policy,
-            super::unwind::Target::Own,
-        )?;
+        let done = self.fork_rewind(k, Context::Live, "fork.mid-rewind", policy)?;
         let (ran, failed, kept) = (done.ran, done.failed, done.preserved);
         let (beyond, kept_images) = (done.beyond, done.kept_images);
         self.sync()?;
@@ -423,13 +427,13 @@ impl Session {
         // 4. the branch's WAL, complete or absent.
         let mut preserved = json!({
             "at": k,
-            "workspace": self.state.workspace,
-            "manifestDigest": self.state.manifest_digest,
+            "workspace": self.journal.state.workspace,
+            "manifestDigest": self.journal.state.manifest_digest,
             "capabilities": self.manifest()?.capabilities(),
             "walPosition": wal_position,
         });
         inherit(&mut preserved, &kept_images);
-        let workspace = self.state.workspace.clone();
+        let workspace = self.journal.state.workspace.clone();
         self.write_branch_wal(
             &branch,
             &workspace,
@@ -544,7 +548,7 @@ impl Session {
             mode: "parallel",
             into: into_str,
             parent_keeps: crate::report::ParentKeeps {
-                queue: self.state.queue.clone(),
+                queue: self.journal.state.queue.clone(),
             },
             clone: cloned.how,
             bytes_copied: cloned.bytes_copied,
@@ -571,19 +575,19 @@ impl Session {
             crate::clone::clone_tree(self.ws.root(), dir, &self.fp, &marker_name(&m.branch))?;
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
-        let done = self.fork_rewind(
+        // The branch's own workspace, through THE executor, with the parent read only.
+        let done = super::unwind::Rewind::copy(self, &target).fork(
             k,
             Context::Live,
             "fork.mid-rewind",
             policy,
-            super::unwind::Target::Copy(&target),
         )?;
         self.fp.point("fork.after-rewind");
         let into_str = dir.display().to_string();
         let mut preserved = json!({
             "at": k,
             "workspace": into_str,
-            "manifestDigest": self.state.manifest_digest,
+            "manifestDigest": self.journal.state.manifest_digest,
             "capabilities": self.manifest()?.capabilities(),
             "walPosition": m.wal_position,
         });
@@ -652,7 +656,7 @@ impl Session {
         // The branch inherits the workspace at k with none of this WAL's redo bytes: every
         // in-place write is made durable in its file first.
         self.settle(true)?;
-        let provisions = self.state.provisions_at(k);
+        let provisions = self.journal.state.provisions_at(k);
         let (into, into_created) = match into {
             Some((d, made)) => (Some(d), made),
             None => (None, false),
@@ -704,7 +708,7 @@ impl Session {
                 seq: 0,
                 session: branch.into(),
                 workspace: workspace.into(),
-                manifest_digest: self.state.manifest_digest.clone(),
+                manifest_digest: self.journal.state.manifest_digest.clone(),
                 created_by: format!(
                     "revl {} (fork of {} at step {k})",
                     env!("CARGO_PKG_VERSION"),
@@ -739,16 +743,16 @@ impl Session {
     /// Repair an interrupted fork in this (parent) WAL (docs/architecture.md, "Attach and
     /// repair"). Never crosses.
     pub(super) fn repair_fork(&mut self) -> Result<()> {
-        let Some(begun) = self.state.fork_begun.clone() else {
+        let Some(begun) = self.journal.state.fork_begun.clone() else {
             return Ok(());
         };
-        if self.state.fork_complete {
+        if self.journal.state.fork_complete {
             return Ok(());
         }
         if let Some((into, created)) = &begun.into {
             return self.repair_parallel_fork(&begun.branch, begun.at, Path::new(into), *created);
         }
-        if self.state.fork_frozen.is_some() {
+        if self.journal.state.fork_frozen.is_some() {
             return self.append(
                 Record::ForkComplete {
                     branch: begun.branch,
@@ -797,7 +801,6 @@ impl Session {
                 Context::Repair,
                 "repair.never",
                 DriftPolicy::keeping(begun.keep_drift),
-                super::unwind::Target::Own,
             )?
             .failed;
         self.drop_deferred(|_| true, BY_FORK)?;
@@ -848,7 +851,7 @@ impl Session {
 
     /// Before attaching to a branch, repair its parent's fork (either side repairs a fork).
     pub(super) fn repair_parent_fork(&self) -> Result<()> {
-        let Some(origin) = &self.state.origin else {
+        let Some(origin) = &self.journal.state.origin else {
             return Ok(());
         };
         let parent = &origin.parent;

@@ -83,18 +83,15 @@ impl Session {
     /// session read without its lock, a WAL read as far as it is intact, a torn tail left
     /// in place, a write that failed, or a state whose record count is not the WAL's.
     pub fn keep(mut self) -> Option<Kept> {
-        if self.lock.is_none() || self.corrupt.is_some() || self.torn {
+        if self.journal.access() != &super::Access::Write || self.journal.torn {
             return None;
         }
-        let (good_len, last_seq, records) = match &self.writer {
-            Some(w) => w.end()?,
-            None => self.read_tail,
-        };
-        if records != self.state.records || good_len == 0 {
+        let (good_len, last_seq, records) = self.journal.end()?;
+        if records != self.journal.state.records || good_len == 0 {
             return None;
         }
         // The lock is held: nobody else writes, so the file is what was read and written.
-        let f = File::open(&self.wal_path).ok()?;
+        let f = File::open(self.journal.path()).ok()?;
         let m = f.metadata().ok()?;
         if m.len() != good_len {
             return None;
@@ -105,7 +102,7 @@ impl Session {
         f.read_exact_at(&mut tail, good_len - n).ok()?;
         Some(Kept {
             id: self.id.clone(),
-            state: std::mem::take(&mut self.state),
+            state: self.journal.take_state(),
             file: (m.dev(), m.ino()),
             meta: WalMeta {
                 torn: false,

@@ -26,11 +26,13 @@ pub mod remote;
 mod repair;
 mod settle;
 mod unwind;
+mod view;
 
 pub use calls::ManifestSource;
 pub use checkpoint::{Bound, CheckpointKey, CheckpointSaved, Position};
 pub use exec::{parse_size, ExecLimits, ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
+pub use journal::{Access, ReadOnly};
 pub use kept::Kept;
 pub use unwind::{DriftPolicy, StepBackMode};
 
@@ -41,7 +43,7 @@ use crate::state::{Life, State};
 use crate::step::{Step, StepKind};
 use crate::store::Store;
 use crate::util::now_rfc3339;
-use crate::wal::{create_wal, Record, StepRecord, WalWriter};
+use crate::wal::{create_wal, Record, StepRecord};
 use crate::workspace::Workspace;
 use serde_json::json;
 use std::fs::File;
@@ -57,29 +59,17 @@ pub const TIMELINE_CLAIM: &str = "This lists what revl recorded, in order, each 
 pub struct Session {
     store: Store,
     id: String,
-    wal_path: PathBuf,
-    state: State,
-    torn: bool,
-    writer: Option<WalWriter>,
-    /// Where the intact WAL prefix ends and which seq came last (to open the writer lazily).
-    read_tail: (u64, u64, usize),
+    /// The WAL: writer, state, lease and access mode.
+    journal: journal::Journal,
     ws: Workspace,
     blobs: BlobStore,
     fp: Failpoints,
-    /// Outcome records that go out with the next append (in the same write): a
-    /// `files-synced` waits for the record whose fsync will carry it.
-    riders: Vec<Record>,
-    /// `None`: read while another command holds the lock ([`Store::attach_read`]).
-    lock: Option<File>,
     /// What attaching repaired (docs/architecture.md, "Attach and repair"): every front end
     /// reports it.
     repairs: Vec<Repaired>,
     /// A repair that could not run (a full disk, say) when attached to read: the session is
     /// shown as its WAL stands; the next writing command repairs it.
     repair_blocked: Option<String>,
-    /// Read as far as the WAL is intact ([`Store::attach_prefix`]): where it stops being
-    /// readable. Such a session is never repaired and never written.
-    corrupt: Option<crate::wal::Corrupt>,
     /// A session a serial fork froze: the branches that hold its workspace since (its
     /// branch, that branch's, ...), read once, for the paths it never touched.
     heirs: std::sync::OnceLock<Vec<State>>,
@@ -344,20 +334,26 @@ impl Store {
             .mirrored_workspace(id)
             .unwrap_or_else(|| PathBuf::from(&state.workspace));
         let ws = Workspace::new(ws_root, self.fp.clone());
+        // The access mode is decided here, once: a mirror's WALs are another store's (read as
+        // they stand, never repaired or cut); a WAL read as far as it is intact is never
+        // written; without the lock, the WAL is read as another command leaves it.
+        let access = if let Some(c) = corrupt {
+            Access::ReadOnly(ReadOnly::Corrupt(c))
+        } else if self.mirror().is_some_and(|m| m.read_only) {
+            Access::ReadOnly(ReadOnly::Cache)
+        } else if lock.is_none() {
+            Access::ReadOnly(ReadOnly::Busy)
+        } else {
+            Access::Write
+        };
+        let journal = journal::Journal::new(wal_path, state, &read, self.fp.clone(), lock, access);
         let mut s = Session {
             store: self.clone(),
             id: id.to_string(),
-            wal_path,
-            torn: read.torn,
-            read_tail: (read.good_len, read.last_seq, read.records),
-            state,
-            writer: None,
+            journal,
             ws,
             blobs: self.blobs(),
             fp: self.fp.clone(),
-            riders: Vec::new(),
-            lock,
-            corrupt,
             repairs: Vec::new(),
             repair_blocked: None,
             heirs: std::sync::OnceLock::new(),
@@ -365,14 +361,18 @@ impl Store {
         // A command that writes cuts a torn last line before anything else (opening the
         // writer does it and says so), so the repair is reported with the others; a read
         // leaves it, reported as `torn` (docs/wal-format.md, "Torn tails and corruption").
-        // A mirror's WALs are another store's: read as they stand, never repaired or cut.
-        if self.mirror().is_some_and(|m| m.read_only) {
+        if s.journal.access() == &Access::ReadOnly(ReadOnly::Cache) {
             return Ok(s);
         }
-        if how == Attach::Write && s.lock.is_some() && s.torn && s.state.life() == Life::Live {
+        let writable = s.journal.access() == &Access::Write;
+        if how == Attach::Write
+            && writable
+            && s.journal.torn
+            && s.journal.state.life() == Life::Live
+        {
             s.writer()?;
         }
-        if s.lock.is_some() && s.corrupt.is_none() {
+        if writable {
             if let Err(e) = s.repair() {
                 if how == Attach::Write {
                     return Err(e);
@@ -380,7 +380,7 @@ impl Store {
                 // Reads still work while a repair is blocked: the WAL as it stands, with
                 // the repairs that did run before it.
                 let mut again = self.attach_with(id, None, how, None)?;
-                again.lock = s.lock.take();
+                again.journal.set_lease(s.journal.take_lease());
                 again.repairs = std::mem::take(&mut s.repairs);
                 let then = if e.code == Code::Io {
                     "the next writing command tries again"
@@ -442,11 +442,11 @@ impl Session {
     }
 
     pub fn state(&self) -> &State {
-        &self.state
+        &self.journal.state
     }
 
     pub fn steps(&self) -> &[Step] {
-        &self.state.steps
+        &self.journal.state.steps
     }
 
     pub fn workspace(&self) -> &Workspace {
@@ -454,7 +454,7 @@ impl Session {
     }
 
     pub fn wal_path(&self) -> &Path {
-        &self.wal_path
+        self.journal.path()
     }
 
     pub fn store(&self) -> &Store {
@@ -464,12 +464,15 @@ impl Session {
     /// Read while another revl command held the session's lock: the WAL as it was then,
     /// with any operation that command is running not yet finished (nor repaired).
     pub fn busy(&self) -> bool {
-        self.lock.is_none()
+        !self.journal.leased()
     }
 
     /// Where the WAL stops being readable, when it was read as far as it is intact
     /// ([`Store::attach_prefix`]): the state shown is that of the records before it.
     pub fn corrupt(&self) -> Option<&crate::wal::Corrupt> {
-        self.corrupt.as_ref()
+        match self.journal.access() {
+            Access::ReadOnly(ReadOnly::Corrupt(c)) => Some(c),
+            _ => None,
+        }
     }
 }

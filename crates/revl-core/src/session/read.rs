@@ -14,10 +14,11 @@ impl Session {
     pub fn timeline(&self) -> Timeline {
         Timeline {
             session: self.id.clone(),
-            state: self.state.life().as_str(),
-            head: self.state.position(),
-            torn: self.torn,
+            state: self.journal.state.life().as_str(),
+            head: self.journal.state.position(),
+            torn: self.journal.torn,
             steps: self
+                .journal
                 .state
                 .steps
                 .iter()
@@ -25,7 +26,7 @@ impl Session {
                     let mut v = StepView::of(s);
                     // Which fork rewound it: the serial fork that froze this session.
                     if let (Some("fork"), Some(f)) =
-                        (v.undone_by.as_deref(), &self.state.fork_frozen)
+                        (v.undone_by.as_deref(), &self.journal.state.fork_frozen)
                     {
                         v.rewound_by = Some(format!(
                             "the fork at step {} that made branch {}",
@@ -35,10 +36,13 @@ impl Session {
                     v
                 })
                 .collect(),
-            accumulated: self.state.accumulated(self.state.head_pos()),
+            accumulated: self
+                .journal
+                .state
+                .accumulated(self.journal.state.head_pos()),
             guarantee: TIMELINE_CLAIM,
             busy: self.busy(),
-            corrupt: self.corrupt.clone(),
+            corrupt: self.corrupt().cloned(),
         }
     }
 
@@ -47,7 +51,9 @@ impl Session {
     pub(crate) fn rewind_target(&self, k: i64, verb: &str) -> Result<classify::Partition> {
         self.require_live()?;
         let k = self.check_range(k)?;
-        if let Some(why) = classify::k_not_live(&self.state.steps, &self.state.spans, k) {
+        if let Some(why) =
+            classify::k_not_live(&self.journal.state.steps, &self.journal.state.spans, k)
+        {
             return Err(Error::new(
                 Code::Undone,
                 format!("cannot {verb} {k}: {why}"),
@@ -55,16 +61,16 @@ impl Session {
             )
             .with_remedy(crate::error::Remedy::Timeline));
         }
-        Ok(partition(&self.state.steps, k))
+        Ok(partition(&self.journal.state.steps, k))
     }
 
     /// The position K names: an integer in [-1, head] (exit 2 otherwise).
     pub fn check_range(&self, k: i64) -> Result<Pos> {
-        self.state.pos(k).ok_or_else(|| {
+        self.journal.state.pos(k).ok_or_else(|| {
             Error::bad_args(
                 format!(
                     "step {k} is out of range: this session has steps -1 to {}",
-                    self.state.head()
+                    self.journal.state.head()
                 ),
                 "the timeline lists the step indices",
             )
@@ -74,12 +80,12 @@ impl Session {
 
     pub fn inspect(&self, k: i64) -> Result<Inspect> {
         let k = self.check_range(k)?;
-        let steps = &self.state.steps;
+        let steps = &self.journal.state.steps;
         Ok(Inspect {
             at: k,
-            at_label: self.state.label_at(k),
-            active_provisions: self.state.provisions_at(k),
-            accumulated: self.state.accumulated(k),
+            at_label: self.journal.state.label_at(k),
+            active_provisions: self.journal.state.provisions_at(k),
+            accumulated: self.journal.state.accumulated(k),
             ahead_of_here: steps
                 .iter()
                 .filter(|s| !k.covers(s.index))
@@ -94,14 +100,14 @@ impl Session {
     }
 
     pub fn status(&self) -> Status {
-        let st = &self.state;
+        let st = &self.journal.state;
         Status {
             session: self.id.clone(),
             state: st.life().as_str(),
             workspace: st.workspace.clone(),
-            wal: self.wal_path.display().to_string(),
+            wal: self.journal.path().display().to_string(),
             head: st.position(),
-            torn: self.torn,
+            torn: self.journal.torn,
             provisions: st.provisions_at(st.head_pos()),
             queue: st.held_sends(),
             owed: self.owed(),
@@ -112,7 +118,7 @@ impl Session {
             abandoned_forks: st.abandoned_forks(),
             busy: self.busy(),
             repair_pending: self.repair_blocked.clone(),
-            corrupt: self.corrupt.clone(),
+            corrupt: self.corrupt().cloned(),
         }
     }
 
@@ -120,7 +126,7 @@ impl Session {
     /// inverses not yet run (from a repaired abort or compensating step-back), and held sends
     /// whose outcome is unknown after a crash during a commit.
     pub fn owed(&self) -> Vec<Owed> {
-        let st = &self.state;
+        let st = &self.journal.state;
         let mut owed: Vec<Owed> = st
             .owed_steps()
             .into_iter()
@@ -151,7 +157,11 @@ impl Session {
     /// (post-image, or preimage after an undo), and every entry revl never witnessed inside
     /// a directory it created.
     pub fn verify(&self) -> Result<Verify> {
-        let exp = Expected::of_in_with(&self.state.steps, &self.blobs, self.state.inherited());
+        let exp = Expected::of_in_with(
+            &self.journal.state.steps,
+            &self.blobs,
+            self.journal.state.inherited(),
+        );
         let drift = exp.per_entry(exp.drift(&self.ws)?, &self.ws, &self.blobs);
         Ok(Verify {
             session: self.id.clone(),
@@ -214,9 +224,13 @@ impl Session {
     /// The image `rel` had right after step `k` ran (see [`Session::read_at`]), with its
     /// bytes when they sit in a directory listing.
     pub(crate) fn image_at(&self, rel: &str, k: Pos) -> Result<(Image, Option<Vec<u8>>)> {
-        let witnessed =
-            Expected::at_in_with(&self.state.steps, k, &self.blobs, self.state.inherited())
-                .image_of(rel);
+        let witnessed = Expected::at_in_with(
+            &self.journal.state.steps,
+            k,
+            &self.blobs,
+            self.journal.state.inherited(),
+        )
+        .image_of(rel);
         Ok(match witnessed {
             // Only its mode was witnessed (a chmod of a file revl had not written): its
             // content is what it was before the next change, or what it is now.
@@ -245,7 +259,11 @@ impl Session {
     /// step's preimage), with its bytes when they sit in a directory listing.
     fn preimage_after(&self, rel: &str, k: Pos) -> Result<Option<(Image, Option<Vec<u8>>)>> {
         first_preimage(
-            self.state.steps.iter().skip(k.first_above() as usize),
+            self.journal
+                .state
+                .steps
+                .iter()
+                .skip(k.first_above() as usize),
             &self.blobs,
             rel,
         )
@@ -274,7 +292,12 @@ impl Session {
             return Ok(h);
         }
         let mut heirs = Vec::new();
-        let mut child = self.state.fork_frozen.as_ref().map(|f| f.branch.clone());
+        let mut child = self
+            .journal
+            .state
+            .fork_frozen
+            .as_ref()
+            .map(|f| f.branch.clone());
         while let Some(id) = child.take().filter(|_| heirs.len() < 64) {
             let (st, _) = crate::state::State::read(&self.store.wal_path(&id))?;
             child = st.fork_frozen.as_ref().map(|f| f.branch.clone());
@@ -283,65 +306,16 @@ impl Session {
         Ok(self.heirs.get_or_init(|| heirs))
     }
 
-    /// The bytes whose blake3 is `digest`: from the blob store, an inline preimage of any
-    /// step, or the workspace file `rel`.
+    /// The bytes whose blake3 is `digest` (see [`View::bytes_by_digest`]), this session's
+    /// workspace file `rel` last.
     pub(crate) fn bytes_by_digest(&self, digest: &str, rel: &str) -> Result<Vec<u8>> {
-        if let Ok(b) = self.blobs.get(digest, None) {
-            return Ok(b);
-        }
-        if let Some(b) = inline_preimage(&self.state.steps, digest)? {
-            return Ok(b);
-        }
-        if let Some(b) = kept_in_wal(&self.wal_path, digest) {
-            return Ok(b);
-        }
-        // The sessions that share this workspace's history: a branch's first writes hold
-        // its parent's last contents as their preimages, and the other way round.
-        let mut related: Vec<String> = Vec::new();
-        related.extend(self.state.fork_frozen.as_ref().map(|f| f.branch.clone()));
-        related.extend(self.state.fork_begun.as_ref().map(|f| f.branch.clone()));
-        related.extend(self.state.origin.as_ref().map(|o| o.parent.clone()));
-        related.extend(
-            self.state
-                .parallel_children
-                .iter()
-                .map(|c| c.branch.clone()),
-        );
-        let mut seen: Vec<String> = vec![self.id.clone()];
-        while let Some(id) = related.pop() {
-            if seen.contains(&id) {
-                continue;
-            }
-            seen.push(id.clone());
-            let Ok((st, _)) = crate::state::State::read(&self.store.wal_path(&id)) else {
-                continue;
-            };
-            if let Some(b) = inline_preimage(&st.steps, digest)? {
-                return Ok(b);
-            }
-            if let Some(b) = kept_in_wal(&self.store.wal_path(&id), digest) {
-                return Ok(b);
-            }
-            related.extend(st.fork_frozen.as_ref().map(|f| f.branch.clone()));
-            related.extend(st.origin.as_ref().map(|o| o.parent.clone()));
-            related.extend(st.parallel_children.iter().map(|c| c.branch.clone()));
-        }
-        if let Some(b) = self.ws.bytes_of(rel)? {
-            if crate::util::blake3_hex(&b) == digest {
-                return Ok(b);
-            }
-        }
-        Err(Error::new(
-            Code::MissingPreimage,
-            format!("the content of {rel} (digest {digest}) is kept nowhere"),
-            "revl holds no copy of these bytes (it keeps what its writes wrote, an exec's files up to 4 KiB, and every blob until `revl gc --apply`); `revl timeline` names the step that made them",
-        ))
+        self.view().bytes_by_digest(digest, rel, &self.ws)
     }
 }
 
 /// The bytes with this digest that an intent of the WAL at `wal` carries: a small write's
 /// `redo`, or a post-image kept in `after.kept`. Read only when nothing else holds them.
-fn kept_in_wal(wal: &std::path::Path, digest: &str) -> Option<Vec<u8>> {
+pub(super) fn kept_in_wal(wal: &std::path::Path, digest: &str) -> Option<Vec<u8>> {
     let read = crate::wal::read_wal(wal).ok()?;
     for r in read.records.iter().rev() {
         let crate::wal::Record::Intent { after, redo, .. } = r else {
@@ -362,7 +336,10 @@ fn kept_in_wal(wal: &std::path::Path, digest: &str) -> Option<Vec<u8>> {
 }
 
 /// The bytes of an inline preimage with this digest, in any step of `steps`.
-fn inline_preimage(steps: &[crate::step::Step], digest: &str) -> Result<Option<Vec<u8>>> {
+pub(super) fn inline_preimage(
+    steps: &[crate::step::Step],
+    digest: &str,
+) -> Result<Option<Vec<u8>>> {
     for s in steps {
         for e in s.undo().map(Undo::entries).unwrap_or_default() {
             if let RestoreEntry::File {

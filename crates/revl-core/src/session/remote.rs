@@ -228,7 +228,7 @@ impl Session {
         if let Some(base) = self.store.base_of(&self.id) {
             paths.extend(self.store.base_items(&base)?.into_iter().map(|i| i.path));
         }
-        for s in &self.state.steps {
+        for s in &self.journal.state.steps {
             if s.kind != StepKind::Effect {
                 continue;
             }

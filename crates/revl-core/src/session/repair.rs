@@ -19,12 +19,12 @@ impl Session {
     pub(super) fn repair(&mut self) -> Result<()> {
         // A write stages its content before its intent is durable: if the intent was torn,
         // nothing names the temp file; it can only be the next step's.
-        if self.state.life() == Life::Live {
-            let temp = self.ws.temp_for(self.state.next_index());
+        if self.journal.state.life() == Life::Live {
+            let temp = self.ws.temp_for(self.journal.state.next_index());
             if std::fs::remove_file(&temp).is_ok() {
                 self.repaired(
                     "temp-removed",
-                    Some(self.state.next_index()),
+                    Some(self.journal.state.next_index()),
                     format!(
                         "removed {}: the staged content of a write whose intent never became durable",
                         temp.display()
@@ -36,7 +36,7 @@ impl Session {
         let _ = crate::workspace::remove_any(&self.exec_scratch());
         // In-place writes a power loss may have undone are written again first, so that
         // every later repair sees the workspace as the WAL left it.
-        let synced = if self.state.life() == Life::Live {
+        let synced = if self.journal.state.life() == Life::Live {
             self.redo_lost_writes()?
         } else {
             None
@@ -48,17 +48,17 @@ impl Session {
                 format!("after a power loss, wrote again the small writes up to step {through} that a file had lost (their bytes were in the WAL)"),
             );
         }
-        let records = self.state.records;
+        let records = self.journal.state.records;
         self.repair_fork()?;
         self.repair_parent_fork()?;
-        if self.state.records != records {
+        if self.journal.state.records != records {
             self.repaired(
                 "fork-repaired",
                 None,
                 "finished or abandoned a fork a crash interrupted (see `revl status` and `revl log`)",
             );
         }
-        if let Some(intent) = self.state.intent.clone() {
+        if let Some(intent) = self.journal.state.intent.clone() {
             let file_effect = match (&intent.undo, &intent.after) {
                 (Some(Undo::Restore { entries }), Some(after)) if intent.kind == "effect" => {
                     Some((entries, after))
@@ -87,9 +87,9 @@ impl Session {
                     // acknowledged: roll it forward, never back. Bytes that are neither the
                     // preimage nor the new ones (changed by hand meanwhile) are preserved first.
                     let mut exp = Expected::of_in_with(
-                        &self.state.steps,
+                        &self.journal.state.steps,
                         &self.blobs,
-                        self.state.inherited(),
+                        self.journal.state.inherited(),
                     );
                     exp.done(entries, after.images.clone());
                     self.redo_over(u, &exp)?;
@@ -120,9 +120,9 @@ impl Session {
                     // first (against the state the change intended; its own preimage is not
                     // drift).
                     let mut exp = Expected::of_in_with(
-                        &self.state.steps,
+                        &self.journal.state.steps,
                         &self.blobs,
-                        self.state.inherited(),
+                        self.journal.state.inherited(),
                     );
                     exp.done(entries, after.images.clone());
                     self.preserve_drift(intent.step, entries, &exp)?;
@@ -175,7 +175,7 @@ impl Session {
             self.append(Record::FilesSynced { through }, false)?;
             self.sync()?;
         }
-        if let Some((to, mode, keep)) = self.state.step_back_open.clone() {
+        if let Some((to, mode, keep)) = self.journal.state.step_back_open.clone() {
             let undone = self.undone_count();
             let kept = self.finish_step_back(to, &mode, DriftPolicy::keeping(keep))?;
             let ran = self.undone_count() - undone;
@@ -197,8 +197,8 @@ impl Session {
                 format!("finished the {mode} step-back to step {to} an interruption left open: {ran} more inverse(s) ran (`revl timeline` marks every step it undid){kept}"),
             );
         }
-        if self.state.commit_approved.is_some() && !self.state.activation_complete {
-            let owed = self.state.queue.len();
+        if self.journal.state.commit_approved.is_some() && !self.journal.state.activation_complete {
+            let owed = self.journal.state.queue.len();
             self.finish_commit()?;
             self.repaired(
                 "commit-finished",
@@ -206,7 +206,7 @@ impl Session {
                 format!("finished the commit a crash interrupted: {owed} held send(s) whose outcome is unknown are owed, never re-fired (`revl status`)"),
             );
         }
-        if self.state.abort_begun && !self.state.aborted {
+        if self.journal.state.abort_begun && !self.journal.state.aborted {
             self.finish_abort()?;
             self.repaired(
                 "abort-finished",
@@ -221,11 +221,11 @@ impl Session {
     /// an outcome is `flush-residue {type: "unconfirmed"}` (owed, never re-fired), then
     /// `discharge` and `activation-complete`.
     fn finish_commit(&mut self) -> Result<()> {
-        for seq in self.state.queue.clone() {
+        for seq in self.journal.state.queue.clone() {
             self.append(Record::FlushResidue { seq, error: json!({"type": "unconfirmed", "message": "the commit was interrupted: this send may or may not have fired; it is owed and never re-fired automatically"}) }, false)?;
         }
-        let discharged = self.state.witnessed();
-        if !self.state.discharged {
+        let discharged = self.journal.state.witnessed();
+        if !self.journal.state.discharged {
             self.append(Record::Discharge { steps: discharged }, false)?;
         }
         self.append(Record::ActivationComplete {}, false)?;
@@ -241,7 +241,7 @@ impl Session {
     /// none.
     fn exec_net_repaired(&mut self, intent: &crate::state::PendingIntent) -> Result<bool> {
         let recs: Vec<Record> = self
-            .state
+            .journal.state
             .net
             .iter()
             .filter(|r| matches!(r, Record::NetConnect { step, .. } | Record::NetClose { step, .. } if *step == intent.step))
@@ -274,6 +274,6 @@ impl Session {
 
     /// How many steps are marked undone.
     fn undone_count(&self) -> usize {
-        self.state.steps.iter().filter(|s| s.undone).count()
+        self.journal.state.steps.iter().filter(|s| s.undone).count()
     }
 }

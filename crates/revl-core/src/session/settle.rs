@@ -31,8 +31,9 @@ pub(super) fn pre_image(e: &RestoreEntry) -> Option<Image> {
 impl Session {
     /// The unsettled writes whose step is recorded (not a pending intent's).
     fn recorded_unsettled(&self) -> Vec<Unsettled> {
-        let next = self.state.next_index();
-        self.state
+        let next = self.journal.state.next_index();
+        self.journal
+            .state
             .unsettled
             .iter()
             .filter(|u| u.step < next)
@@ -46,7 +47,9 @@ impl Session {
     /// which no later write of this session would settle them: commit, fork.
     pub(crate) fn settle(&mut self, force: bool) -> Result<()> {
         // Checked before the list is copied: every write asks, and each entry holds its bytes.
-        if self.state.unsettled.is_empty() || (!force && self.state.unsettled.len() < SETTLE_AT) {
+        if self.journal.state.unsettled.is_empty()
+            || (!force && self.journal.state.unsettled.len() < SETTLE_AT)
+        {
             return Ok(());
         }
         let todo = self.recorded_unsettled();
@@ -58,7 +61,7 @@ impl Session {
         paths.dedup();
         self.ws.sync_files(&paths)?;
         let through = todo.iter().map(|u| u.step).max().unwrap_or(0);
-        self.riders.push(Record::FilesSynced { through });
+        self.journal.riders.push(Record::FilesSynced { through });
         Ok(())
     }
 
@@ -71,10 +74,15 @@ impl Session {
             format!("\"from\":{q}"),
             format!("\"to\":{q}"),
         ];
-        self.state.steps.iter().skip(u.step as usize + 1).any(|s| {
-            let d = s.detail().to_string();
-            pats.iter().any(|p| d.contains(p.as_str()))
-        })
+        self.journal
+            .state
+            .steps
+            .iter()
+            .skip(u.step as usize + 1)
+            .any(|s| {
+                let d = s.detail().to_string();
+                pats.iter().any(|p| d.contains(p.as_str()))
+            })
     }
 
     /// After a power loss (an unsettled write was made in another boot of the machine):
@@ -98,12 +106,13 @@ impl Session {
         };
         // What the log says each path holds now (redoing a write changes no step).
         let exp = crate::drift::Expected::of_in_with(
-            &self.state.steps,
+            &self.journal.state.steps,
             &self.blobs,
-            self.state.inherited(),
+            self.journal.state.inherited(),
         );
         for u in &old {
             let undone = self
+                .journal
                 .state
                 .steps
                 .get(u.step as usize)

@@ -78,51 +78,99 @@ pub(crate) struct Unwound {
     pub kept_images: Vec<crate::undo::Image>,
 }
 
-/// Where THE executor runs a plan. Passed to it as a value: a parallel fork's rewind differs
-/// from every other rewind only here, never through a mode of the session.
-#[derive(Clone, Copy)]
-pub(crate) enum Target<'w> {
+/// THE executor (docs/architecture.md, "The journal"): one rewind, over the timeline it
+/// reads, in the one workspace it runs in. A rewind of the session's own workspace records
+/// what it does in the session's journal; a parallel branch's rewind ([`Rewind::copy`]) gets
+/// the parent's timeline read only and the branch's new copy as its workspace, and nothing
+/// else of the parent: it cannot reach the parent's workspace or journal, so every inverse,
+/// a manifest tool's included, runs in the copy.
+pub(crate) struct Rewind<'a> {
+    rec: Rec<'a>,
+    id: &'a str,
+    store: &'a crate::store::Store,
+    blobs: &'a crate::blobs::BlobStore,
+    fp: &'a crate::failpoint::Failpoints,
+    ws: &'a Workspace,
+}
+
+/// Where a rewind records what it did.
+enum Rec<'a> {
     /// This session's own workspace: an inverse is fenced where it needs it and recorded
     /// `undone`; drift is preserved (blob store, `preserved` records) before anything
     /// overwrites it.
-    Own,
-    /// A parallel branch's new copy (`fork --into DIR`): the inverses run there and nothing
-    /// is journaled in this session's WAL (its steps are not undone); drift is not
-    /// preserved, for the parent's workspace still holds those bytes.
-    Copy(&'w Workspace),
+    Own(&'a mut super::journal::Journal),
+    /// A parallel branch's new copy (`fork --into DIR`): nothing is journaled (the parent's
+    /// steps are not undone) and drift is not preserved, for the parent's workspace still
+    /// holds those bytes. The parent's timeline, read only.
+    Copy {
+        state: &'a crate::state::State,
+        wal: &'a std::path::Path,
+    },
 }
 
-impl<'w> Target<'w> {
-    /// The workspace the plan runs in.
-    fn ws<'a>(self, own: &'a Workspace) -> &'a Workspace
-    where
-        'w: 'a,
-    {
-        match self {
-            Target::Own => own,
-            Target::Copy(ws) => ws,
+impl<'a> Rewind<'a> {
+    /// A rewind of a parallel branch's copy `ws`, reading the parent's timeline.
+    pub(crate) fn copy(parent: &'a Session, ws: &'a Workspace) -> Rewind<'a> {
+        Rewind {
+            rec: Rec::Copy {
+                state: &parent.journal.state,
+                wal: parent.journal.path(),
+            },
+            id: &parent.id,
+            store: &parent.store,
+            blobs: &parent.blobs,
+            fp: &parent.fp,
+            ws,
         }
     }
 
-    /// Whether what runs is journaled in this session (and drift preserved first).
-    fn journaled(self) -> bool {
-        matches!(self, Target::Own)
+    fn state(&self) -> &crate::state::State {
+        match &self.rec {
+            Rec::Own(j) => &j.state,
+            Rec::Copy { state, .. } => state,
+        }
     }
-}
 
-impl Session {
+    /// Whether what runs is journaled (and drift preserved first).
+    fn journaled(&self) -> bool {
+        matches!(self.rec, Rec::Own(_))
+    }
+
+    fn view(&self) -> super::view::View<'_> {
+        let wal = match &self.rec {
+            Rec::Own(j) => j.path(),
+            Rec::Copy { wal, .. } => wal,
+        };
+        super::view::View {
+            id: self.id,
+            store: self.store,
+            blobs: self.blobs,
+            wal,
+            state: self.state(),
+        }
+    }
+
+    fn append(&mut self, rec: Record, durable: bool) -> Result<()> {
+        self.append_many(vec![rec], durable)
+    }
+
+    fn append_many(&mut self, recs: Vec<Record>, durable: bool) -> Result<()> {
+        match &mut self.rec {
+            Rec::Own(j) => j.append_many(self.id, recs, durable),
+            Rec::Copy { .. } => Err(Error::new(
+                Code::Io,
+                "internal: a parallel branch's rewind tried to write the parent's WAL",
+                "report this as a bug",
+            )),
+        }
+    }
+
     /// Run a plan: for each action in order, a fenced step is listed failed (outcome
     /// unknown); otherwise its inverse is fenced if [`unwind::needs_fence`], run, then
     /// recorded `undone`. `crash_point` is passed after each inverse ran, before its `undone`.
     /// The outer `Result` is a WAL failure (everything stops); an inverse's own failure is
     /// listed and the unwind goes on.
-    pub(crate) fn execute_unwind(
-        &mut self,
-        plan: &Plan,
-        by: &str,
-        crash_point: &str,
-        target: Target,
-    ) -> Result<Unwound> {
+    pub(crate) fn execute(&mut self, plan: &Plan, by: &str, crash_point: &str) -> Result<Unwound> {
         let mut out = Unwound {
             ran: Vec::new(),
             failed: Vec::new(),
@@ -136,25 +184,25 @@ impl Session {
             match *action {
                 Action::Unknown(i) => out
                     .failed
-                    .push(Failed::unknown(&self.state.steps[i as usize])),
+                    .push(Failed::unknown(&self.state().steps[i as usize])),
                 Action::Run(i) => {
-                    let restore = match self.state.steps[i as usize].undo() {
+                    let restore = match self.state().steps[i as usize].undo() {
                         Some(Undo::Restore { entries }) => Some(entries.clone()),
                         _ => None,
                     };
-                    if let (Some(entries), true) = (&restore, target.journaled()) {
+                    if let (Some(entries), true) = (&restore, self.journaled()) {
                         let exp = match &mut expected {
                             Some(e) => e,
                             None => expected.insert(Expected::of_in_with(
-                                &self.state.steps,
-                                &self.blobs,
-                                self.state.inherited(),
+                                &self.state().steps,
+                                self.blobs,
+                                self.state().inherited(),
                             )),
                         };
                         let kept = self.preserve_drift(i, entries, exp)?;
                         out.preserved.extend(kept);
                     }
-                    match self.run_inverse(i, by, crash_point, target)? {
+                    match self.run_inverse(i, by, crash_point)? {
                         Ok(()) => {
                             out.ran.push(i);
                             if let (Some(entries), Some(exp)) = (&restore, &mut expected) {
@@ -187,9 +235,9 @@ impl Session {
         let mut kept = Vec::new();
         let mut records = Vec::new();
         for e in entries {
-            let here = exp.drift_at(&self.ws, e.path())?;
+            let here = exp.drift_at(self.ws, e.path())?;
             // A restored directory's drift, entry by entry: only what changed there is drift.
-            for d in exp.per_entry(here, &self.ws, &self.blobs) {
+            for d in exp.per_entry(here, self.ws, self.blobs) {
                 if d.path == e.path() && e.image().shown_by(&d.actual) {
                     continue;
                 }
@@ -204,7 +252,7 @@ impl Session {
                 if node.kind == Some(crate::undo::FileKind::File)
                     && !kept.iter().any(|k| k.path == node.path)
                 {
-                    self.ws.keep(&node.path, &self.blobs)?;
+                    self.ws.keep(&node.path, self.blobs)?;
                 }
             }
         }
@@ -225,14 +273,13 @@ impl Session {
         at: Pos,
         plan: &Plan,
         keep: bool,
-        target: Target,
     ) -> Result<(Vec<BeyondTail>, Vec<Preserved>, Vec<crate::undo::Image>)> {
         let drift = crate::drift::beyond_plan(
-            &self.state.steps,
-            self.state.inherited(),
+            &self.state().steps,
+            self.state().inherited(),
             plan,
-            target.ws(&self.ws),
-            &self.blobs,
+            self.ws,
+            self.blobs,
         )?;
         let mut out = Vec::new();
         let mut kept_images = Vec::new();
@@ -261,7 +308,7 @@ impl Session {
                 continue;
             }
             // `None`: kept as it is (`--keep-drift`).
-            let entry = (!keep).then(|| self.entry_for(&d.expected, entries_carry, target));
+            let entry = (!keep).then(|| self.entry_for(&d.expected, entries_carry));
             let (outcome, why) = match &entry {
                 None => ("kept", None),
                 Some(Ok(_)) => ("restored", None),
@@ -278,7 +325,7 @@ impl Session {
                 continue;
             };
             done_roots.push(d.path.clone());
-            if target.journaled() {
+            if self.journaled() {
                 self.keep_what_is_there(step, d.actual.clone(), &mut kept, &mut records)?;
             }
             todo.push((entry, out.len() - 1));
@@ -287,10 +334,9 @@ impl Session {
             self.append_many(records, true)?;
         }
         for (entry, at_out) in todo {
-            if let Err(e) =
-                target
-                    .ws(&self.ws)
-                    .restore(std::slice::from_ref(&entry), &self.blobs, step)
+            if let Err(e) = self
+                .ws
+                .restore(std::slice::from_ref(&entry), self.blobs, step)
             {
                 out[at_out].outcome = "unrestored";
                 out[at_out].why = Some(e.message);
@@ -305,9 +351,8 @@ impl Session {
         &self,
         want: &crate::undo::Image,
         entries_carry: bool,
-        target: Target,
     ) -> std::result::Result<crate::undo::RestoreEntry, &'static str> {
-        let ws = target.ws(&self.ws);
+        let ws = self.ws;
         use crate::undo::{FileKind, RestoreEntry};
         const NOWHERE: &str = "its step-k bytes are kept nowhere revl can read (a large file a step left, changed by hand since): left as it is";
         let path = want.path.clone();
@@ -332,7 +377,7 @@ impl Session {
             }
             // Elsewhere (an inline preimage, bytes kept in an intent): small.
             (Some(FileKind::File), Some(d)) => {
-                let bytes = self.bytes_by_digest(d, &path).map_err(|_| NOWHERE)?;
+                let bytes = self.view().bytes_by_digest(d, &path, self.ws).map_err(|_| NOWHERE)?;
                 let (content, blob) = if bytes.len() <= crate::workspace::INLINE_MAX {
                     (Some(crate::workspace::b64(&bytes)), None)
                 } else {
@@ -355,7 +400,7 @@ impl Session {
             (Some(FileKind::Symlink), Some(d)) => {
                 // A target revl kept: preserved into the blob store, or recorded in a restore
                 // entry of the timeline (its digest is the target's).
-                let recorded = self.state.steps.iter().find_map(|s| match s.undo() {
+                let recorded = self.state().steps.iter().find_map(|s| match s.undo() {
                     Some(crate::undo::Undo::Restore { entries }) => {
                         entries.iter().find_map(|e| match e {
                             RestoreEntry::Symlink { target, .. }
@@ -427,7 +472,7 @@ impl Session {
             if kept.iter().any(|k| k.path == node.path) {
                 continue;
             }
-            let Some(digest) = self.ws.keep(&node.path, &self.blobs)? else {
+            let Some(digest) = self.ws.keep(&node.path, self.blobs)? else {
                 continue;
             };
             let kind = node.kind.unwrap_or(crate::undo::FileKind::File);
@@ -454,27 +499,26 @@ impl Session {
         i: u64,
         by: &str,
         crash_point: &str,
-        target: Target,
     ) -> Result<std::result::Result<(), Failed>> {
-        let s = self.state.steps[i as usize].clone();
+        let s = self.state().steps[i as usize].clone();
         // A Python inverse this process does not hold is not a failed undo: nothing is
         // recorded and the caller gets `tool-unavailable`. Live verbs refused earlier
         // (before anything ran); here it is a repair finishing a crashed rewind, which stays
         // pending (reads show it) until a process with the function attaches.
-        self.check_inverse_tools(&[i])?;
-        if unwind::needs_fence(&s) && target.journaled() {
+        self.view().check_inverse_tools(&[i])?;
+        if unwind::needs_fence(&s) && self.journaled() {
             self.append(Record::ReplayFence { step: i }, true)?;
         }
         let outcome: Result<()> = match (&s.kind, s.undo()) {
             (StepKind::Provision, _) => Ok(()),
             (StepKind::Effect, Some(Undo::Restore { entries })) => {
-                target.ws(&self.ws).restore(entries, &self.blobs, i)
+                self.ws.restore(entries, self.blobs, i)
             }
-            _ => self.run_tool_inverse(&s),
+            _ => self.view().run_tool_inverse(&s, self.ws),
         };
         self.fp.point(crash_point);
         match outcome {
-            Ok(()) if !target.journaled() => Ok(Ok(())),
+            Ok(()) if !self.journaled() => Ok(Ok(())),
             Ok(()) => {
                 self.append(
                     Record::Undone {
@@ -494,13 +538,78 @@ impl Session {
         }
     }
 
+    /// The rewind of a fork over the tail above `k` (live, or finished at repair).
+    pub(crate) fn fork(
+        &mut self,
+        k: Pos,
+        ctx: Context,
+        crash: &str,
+        drift: DriftPolicy,
+    ) -> Result<Unwound> {
+        let tail = (k.first_above()..self.state().next_index()).rev();
+        let plan = unwind::plan(&self.state().steps, tail, Mode::Scoped, ctx);
+        let mut done = self.execute(&plan, crate::step::BY_FORK, crash)?;
+        self.beyond_tail(k, &plan, drift, &mut done)?;
+        Ok(done)
+    }
+
+    /// The last part of every rewind to `k`: drift beyond the tail restored (or kept).
+    pub(crate) fn beyond_tail(
+        &mut self,
+        k: Pos,
+        plan: &Plan,
+        drift: DriftPolicy,
+        done: &mut Unwound,
+    ) -> Result<()> {
+        let (beyond, kept, images) = self.restore_beyond_tail(k, plan, drift.keeps())?;
+        done.beyond = beyond;
+        done.preserved.extend(kept);
+        done.kept_images = images;
+        Ok(())
+    }
+}
+
+impl Session {
+    /// THE executor on this session's own workspace: what runs is journaled here.
+    pub(crate) fn rewind(&mut self) -> Rewind<'_> {
+        Rewind {
+            rec: Rec::Own(&mut self.journal),
+            id: &self.id,
+            store: &self.store,
+            blobs: &self.blobs,
+            fp: &self.fp,
+            ws: &self.ws,
+        }
+    }
+
+    /// [`Rewind::preserve_drift`] in this session's own workspace.
+    pub(super) fn preserve_drift(
+        &mut self,
+        i: u64,
+        entries: &[crate::undo::RestoreEntry],
+        exp: &Expected,
+    ) -> Result<Vec<Preserved>> {
+        self.rewind().preserve_drift(i, entries, exp)
+    }
+
+    /// The rewind of a serial fork, in this session's own workspace.
+    pub(crate) fn fork_rewind(
+        &mut self,
+        k: Pos,
+        ctx: Context,
+        crash: &str,
+        drift: DriftPolicy,
+    ) -> Result<Unwound> {
+        self.rewind().fork(k, ctx, crash, drift)
+    }
+
     /// Refuse before anything runs if an inverse cannot: a blob it needs is gone
     /// (`missing-preimage`), or it is a Python function this process does not hold
     /// (`tool-unavailable`).
     pub(crate) fn check_preimages(&self, run: &[u64]) -> Result<()> {
         self.check_inverse_tools(run)?;
         for &i in run {
-            let s = &self.state.steps[i as usize];
+            let s = &self.journal.state.steps[i as usize];
             let Some(Undo::Restore { entries }) = s.undo() else {
                 continue;
             };
@@ -526,10 +635,11 @@ impl Session {
         by: &str,
     ) -> Result<Vec<Deferred>> {
         let dropped: Vec<Deferred> = self
+            .journal
             .state
             .queue
             .iter()
-            .filter_map(|q| self.state.deferred.get(q))
+            .filter_map(|q| self.journal.state.deferred.get(q))
             .filter(|d| which(d))
             .cloned()
             .collect();
@@ -547,7 +657,7 @@ impl Session {
 
     /// Which steps are undone now (to tell, after a failure, what a rewind had run).
     fn undone_set(&self) -> Vec<bool> {
-        self.state.steps.iter().map(|s| s.undone).collect()
+        self.journal.state.steps.iter().map(|s| s.undone).collect()
     }
 
     /// A rewind that failed after its first record (a full disk, an I/O error): the error
@@ -555,6 +665,7 @@ impl Session {
     /// nothing happened.
     fn stopped_part_way(&self, e: Error, verb: &str, before: &[bool]) -> Error {
         let ran: Vec<String> = self
+            .journal
             .state
             .steps
             .iter()
@@ -584,7 +695,7 @@ impl Session {
 
     /// The steps of the tail above `k`, newest first.
     pub(crate) fn tail_above(&self, k: Pos) -> impl Iterator<Item = u64> + use<> {
-        (k.first_above()..self.state.next_index()).rev()
+        (k.first_above()..self.journal.state.next_index()).rev()
     }
 
     // ---- step-back (docs/reference.md, "Step back") ----
@@ -606,7 +717,7 @@ impl Session {
             let bare: Vec<String> = part
                 .emissions_crossed
                 .iter()
-                .map(|&i| &self.state.steps[i as usize])
+                .map(|&i| &self.journal.state.steps[i as usize])
                 .filter(|s| s.kind == StepKind::Emission)
                 .map(|s| format!("{} ({})", s.index, s.label()))
                 .collect();
@@ -622,7 +733,7 @@ impl Session {
             }
         }
         let plan = unwind::plan(
-            &self.state.steps,
+            &self.journal.state.steps,
             self.tail_above(to),
             mode.unwind(),
             Context::Live,
@@ -638,9 +749,10 @@ impl Session {
         )?;
         let before = self.undone_set();
         let (done, dropped) = (|| {
-            let mut done =
-                self.execute_unwind(&plan, BY_STEP_BACK, "step-back.mid-replay", Target::Own)?;
-            self.beyond_tail(to, &plan, drift, &mut done, Target::Own)?;
+            let mut done = self
+                .rewind()
+                .execute(&plan, BY_STEP_BACK, "step-back.mid-replay")?;
+            self.rewind().beyond_tail(to, &plan, drift, &mut done)?;
             let dropped = self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
             self.append(
                 Record::StepBackDone {
@@ -654,7 +766,7 @@ impl Session {
             Ok((done, dropped))
         })()
         .map_err(|e| self.stopped_part_way(e, "step-back", &before))?;
-        let steps = &self.state.steps;
+        let steps = &self.journal.state.steps;
         let ran_of = |kinds: &[StepKind], entry: fn(&Step) -> serde_json::Value| {
             done.ran
                 .iter()
@@ -666,7 +778,7 @@ impl Session {
         let scoped = mode == StepBackMode::Scoped;
         Ok(StepBackReport {
             to,
-            to_label: self.state.label_at(to),
+            to_label: self.journal.state.label_at(to),
             compensate: scoped.then_some(false),
             inverses_ran: ran_of(&[StepKind::Effect], classify::rewound_entry),
             provisions_withdrawn: ran_of(&[StepKind::Provision], classify::rewound_entry),
@@ -710,20 +822,21 @@ impl Session {
         drift: DriftPolicy,
     ) -> Result<Vec<Preserved>> {
         let head_then = self
+            .journal
             .state
             .spans
             .last()
             .map(|s| s.1)
-            .unwrap_or(self.state.head());
+            .unwrap_or(self.journal.state.head());
         let mode = if mode == "compensating" {
             Mode::Compensating
         } else {
             Mode::Scoped
         };
         let tail = (to.first_above()..=head_then).rev();
-        let plan = unwind::plan(&self.state.steps, tail, mode, Context::Repair);
-        let mut done = self.execute_unwind(&plan, BY_STEP_BACK, "repair.never", Target::Own)?;
-        self.beyond_tail(to, &plan, drift, &mut done, Target::Own)?;
+        let plan = unwind::plan(&self.journal.state.steps, tail, mode, Context::Repair);
+        let mut done = self.rewind().execute(&plan, BY_STEP_BACK, "repair.never")?;
+        self.rewind().beyond_tail(to, &plan, drift, &mut done)?;
         let owed = self.owed_steps(&plan);
         self.drop_deferred(|d| !to.covers(d.after_step), BY_STEP_BACK)?;
         self.append(
@@ -741,7 +854,7 @@ impl Session {
     fn owed_steps(&self, plan: &Plan) -> Vec<OwedStep> {
         plan.owed
             .iter()
-            .map(|&i| OwedStep::of(&self.state.steps[i as usize]))
+            .map(|&i| OwedStep::of(&self.journal.state.steps[i as usize]))
             .collect()
     }
 
@@ -750,27 +863,32 @@ impl Session {
     /// `abort`: drop the queue, run every remaining inverse newest first (effects and
     /// provisions, then compensations). On an aborted session with owed entries, run those.
     pub fn abort(&mut self) -> Result<AbortReport> {
-        let owed_only = self.state.life() == Life::Aborted && !self.state.owed_steps().is_empty();
+        let owed_only = self.journal.state.life() == Life::Aborted
+            && !self.journal.state.owed_steps().is_empty();
         if !owed_only {
             self.require_live()?;
         }
         let tail: Vec<u64> = if owed_only {
-            self.state.owed_steps().iter().map(|o| o.index).collect()
+            self.journal
+                .state
+                .owed_steps()
+                .iter()
+                .map(|o| o.index)
+                .collect()
         } else {
             self.tail_above(Pos::Start).collect()
         };
-        let plan = unwind::plan(&self.state.steps, tail, Mode::Abort, Context::Live);
+        let plan = unwind::plan(&self.journal.state.steps, tail, Mode::Abort, Context::Live);
         self.check_preimages(&plan.runs())?;
         if !owed_only {
             self.append(Record::AbortBegin {}, true)?;
         }
         let dropped = self.drop_deferred(|_| true, BY_ABORT)?;
-        let done = self.execute_unwind(&plan, BY_ABORT, "abort.mid-replay", Target::Own)?;
-        let (comps_ran, replayed): (Vec<u64>, Vec<u64>) = done
-            .ran
-            .iter()
-            .copied()
-            .partition(|&i| self.state.steps[i as usize].kind == StepKind::Compensation);
+        let done = self.rewind().execute(&plan, BY_ABORT, "abort.mid-replay")?;
+        let (comps_ran, replayed): (Vec<u64>, Vec<u64>) =
+            done.ran.iter().copied().partition(|&i| {
+                self.journal.state.steps[i as usize].kind == StepKind::Compensation
+            });
         self.append(
             Record::Aborted {
                 replayed: replayed.clone(),
@@ -785,7 +903,7 @@ impl Session {
         let compensations_ran = comps_ran
             .iter()
             .map(|&i| {
-                let mut e = classify::emission_entry(&self.state.steps[i as usize]);
+                let mut e = classify::emission_entry(&self.journal.state.steps[i as usize]);
                 e["outcome"] = "unconfirmable: a compensation is a second crossing; its effect out there cannot be checked from here".into();
                 e
             })
@@ -806,12 +924,12 @@ impl Session {
     pub(crate) fn finish_abort(&mut self) -> Result<()> {
         let dropped = self.drop_deferred(|_| true, BY_RECOVER)?;
         let plan = unwind::plan(
-            &self.state.steps,
+            &self.journal.state.steps,
             self.tail_above(Pos::Start),
             Mode::Abort,
             Context::Repair,
         );
-        let done = self.execute_unwind(&plan, BY_ABORT, "repair.never", Target::Own)?;
+        let done = self.rewind().execute(&plan, BY_ABORT, "repair.never")?;
         let owed = self.owed_steps(&plan);
         self.append(
             Record::Aborted {
@@ -824,37 +942,5 @@ impl Session {
             false,
         )?;
         self.sync()
-    }
-
-    /// The rewind of a fork over the tail above `k` (live, or finished at repair), in
-    /// `target`: this session's workspace (a serial fork) or a parallel branch's new copy.
-    pub(crate) fn fork_rewind(
-        &mut self,
-        k: Pos,
-        ctx: Context,
-        crash: &str,
-        drift: DriftPolicy,
-        target: Target,
-    ) -> Result<Unwound> {
-        let plan = unwind::plan(&self.state.steps, self.tail_above(k), Mode::Scoped, ctx);
-        let mut done = self.execute_unwind(&plan, crate::step::BY_FORK, crash, target)?;
-        self.beyond_tail(k, &plan, drift, &mut done, target)?;
-        Ok(done)
-    }
-
-    /// The last part of every rewind to `k`: drift beyond the tail restored (or kept).
-    fn beyond_tail(
-        &mut self,
-        k: Pos,
-        plan: &Plan,
-        drift: DriftPolicy,
-        done: &mut Unwound,
-        target: Target,
-    ) -> Result<()> {
-        let (beyond, kept, images) = self.restore_beyond_tail(k, plan, drift.keeps(), target)?;
-        done.beyond = beyond;
-        done.preserved.extend(kept);
-        done.kept_images = images;
-        Ok(())
     }
 }

@@ -197,6 +197,46 @@ fn siblings_from_one_step_each_get_the_step_k_workspace_and_their_own_sends() {
     }
 }
 
+/// A manifest effect's undo runs with DIR as its working directory, never in the parent's
+/// workspace: the parent keeps what the step made, the branch does not have it.
+#[test]
+fn a_manifest_inverse_of_a_parallel_fork_runs_in_the_branch_not_in_the_parent() {
+    let e = env();
+    let m = manifest::write(
+        &e.root,
+        &[
+            tool("mark", "effect")
+                .scope(&["fs"])
+                .run(&["sh", "-c", "echo on > marker"])
+                .undo("unmark"),
+            tool("unmark", "inverse").scope(&["fs"]).run(&[
+                "sh",
+                "-c",
+                "rm marker && echo here > unmarked",
+            ]),
+        ],
+    );
+    let s = new_session_with(&e, &m);
+    ok(&e, &["boundary", &s, "--label", "k"]);
+    ok(&e, &["call", &s, "mark", "--args", "{}"]);
+    let parent_before = snapshot(&e.ws);
+    assert_eq!(std::fs::read(e.ws.join("marker")).unwrap(), b"on\n");
+    let dir = e.root.join("branch");
+    let r = fork_into(&e, &s, "1", &dir);
+    assert_eq!(r["failed"], serde_json::json!([]), "{r}");
+    // The parent is exactly as it was; the branch's copy had the inverse run in it.
+    assert_snap_eq(&parent_before, &snapshot(&e.ws), "the parent workspace");
+    assert!(
+        !dir.join("marker").exists(),
+        "the branch still has the step's file"
+    );
+    assert_eq!(std::fs::read(dir.join("unmarked")).unwrap(), b"here\n");
+    assert!(
+        !e.ws.join("unmarked").exists(),
+        "the inverse ran in the parent"
+    );
+}
+
 #[test]
 fn the_parent_and_three_branches_write_at_once() {
     let (e, sink) = (env(), Sink::start().unwrap());
