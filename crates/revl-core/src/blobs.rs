@@ -7,20 +7,34 @@
 
 use crate::error::{Code, Error, Result};
 use crate::failpoint::Failpoints;
+use crate::storage::{Blobs, Durability};
 use crate::util::blake3_hex;
 use std::fs::{self, File};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+/// The blob store as the rest of revl uses it: digests computed and checked here, bytes
+/// kept by a [`Blobs`] implementation (docs/architecture.md, "Storage traits and their
+/// guarantees").
 #[derive(Debug, Clone)]
 pub struct BlobStore {
+    /// The directory of the blobs (gc and the blob paths a checkpoint names read it).
     root: PathBuf,
+    backend: Arc<dyn Blobs>,
     fp: Failpoints,
 }
 
 impl BlobStore {
+    /// The blobs of the directory `root`.
     pub fn new(root: PathBuf, fp: Failpoints) -> Self {
-        BlobStore { root, fp }
+        let backend = Arc::new(crate::storage::LocalBlobs::new(root.clone()));
+        BlobStore { root, backend, fp }
+    }
+
+    /// The blobs `backend` keeps, whose files are in `root`.
+    pub fn over(root: PathBuf, backend: Arc<dyn Blobs>, fp: Failpoints) -> Self {
+        BlobStore { root, backend, fp }
     }
 
     pub fn path_of(&self, digest: &str) -> PathBuf {
@@ -31,80 +45,55 @@ impl BlobStore {
     /// Store `bytes` durably and return their digest. Idempotent: an intact blob of the same
     /// content is left as it is (a damaged one is replaced).
     pub fn put(&self, bytes: &[u8]) -> Result<String> {
-        self.put_with(bytes, true)
+        self.put_with(bytes, Durability::Synced)
     }
 
     /// Store `bytes` without fsync: for a cache (a mirror of a remote, docs/fleet.md) whose every
     /// blob can be fetched again and is verified on each read. Returns the digest; a damaged
     /// blob of that digest is replaced, as [`BlobStore::put`] does.
     pub fn put_cached(&self, bytes: &[u8]) -> Result<String> {
-        self.put_with(bytes, false)
+        self.put_with(bytes, Durability::Cached)
     }
 
-    fn put_with(&self, bytes: &[u8], durable: bool) -> Result<String> {
+    fn put_with(&self, bytes: &[u8], durability: Durability) -> Result<String> {
         let digest = blake3_hex(bytes);
-        let path = self.path_of(&digest);
-        if let Ok(existing) = fs::read(&path) {
-            if blake3_hex(&existing) == digest {
-                return Ok(digest);
-            }
-        }
-        let dir = path.parent().expect("blob path has a parent").to_path_buf();
-        let res = (|| -> std::io::Result<()> {
-            self.fp.enospc()?;
-            fs::create_dir_all(&dir)?;
-            let tmp = dir.join(format!(".{}.{}.tmp", &digest[2..], std::process::id()));
-            let mut f = File::create(&tmp)?;
-            let r = f
-                .write_all(bytes)
-                .and_then(|_| if durable { f.sync_all() } else { Ok(()) });
-            if let Err(e) = r {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
-            }
-            fs::rename(&tmp, &path)?;
-            if durable {
-                File::open(&dir)?.sync_all()?;
-                File::open(&self.root)?.sync_all()?;
-            }
-            Ok(())
-        })();
-        res.map_err(|e| Error::io(format!("cannot write blob {digest}"), e))?;
+        self.fp
+            .enospc()
+            .and_then(|_| self.backend.put(&digest, bytes, durability))
+            .map_err(|e| Error::io(format!("cannot write blob {digest}"), e))?;
         Ok(digest)
     }
 
     /// Store the content of the file at `path` durably, streamed (a chunk in memory at a
     /// time, whatever its size), and return its digest. Idempotent like [`BlobStore::put`].
     pub fn put_file(&self, path: &Path) -> Result<String> {
-        let res = (|| -> std::io::Result<String> {
-            self.fp.enospc()?;
-            fs::create_dir_all(&self.root)?;
-            let tmp = self.root.join(format!(
-                ".incoming.{}.{}.tmp",
-                std::process::id(),
-                crate::util::new_id()
-            ));
-            let copied = copy_hashing(&mut File::open(path)?, File::create(&tmp)?);
-            let digest = match copied {
-                Ok(d) => d,
-                Err(e) => {
-                    let _ = fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            };
-            let dest = self.path_of(&digest);
-            if self.check(&digest, None).is_ok() {
-                let _ = fs::remove_file(&tmp);
-                return Ok(digest);
-            }
-            let dir = dest.parent().expect("blob path has a parent").to_path_buf();
-            fs::create_dir_all(&dir)?;
-            fs::rename(&tmp, &dest)?;
-            File::open(&dir)?.sync_all()?;
-            File::open(&self.root)?.sync_all()?;
-            Ok(digest)
-        })();
-        res.map_err(|e| Error::io(format!("cannot store {} as a blob", path.display()), e))
+        self.fp
+            .enospc()
+            .and_then(|_| self.backend.put_file(path))
+            .map_err(|e| Error::io(format!("cannot store {} as a blob", path.display()), e))
+    }
+
+    /// Whether a blob of that name is held (not that it is intact).
+    pub fn contains(&self, digest: &str) -> Result<bool> {
+        self.backend
+            .contains(digest)
+            .map_err(|e| Error::io(format!("cannot look up blob {digest}"), e))
+    }
+
+    /// The blob's stored bytes as a stream, or `missing-preimage` naming `who`.
+    fn open(&self, digest: &str, who: &str) -> Result<Box<dyn Read + Send>> {
+        let missing = |why: String| {
+            Error::new(
+                Code::MissingPreimage,
+                format!("{who}preimage blob {digest} is missing ({why})"),
+                "restore the store's blobs/ directory from a backup; nothing was run",
+            )
+        };
+        match self.backend.open(digest) {
+            Ok(Some(r)) => Ok(r),
+            Ok(None) => Err(missing("No such file or directory (os error 2)".into())),
+            Err(e) => Err(missing(e.to_string())),
+        }
     }
 
     /// Copy a blob into a new file `dest` (which must not exist), streamed and verified
@@ -126,13 +115,7 @@ impl BlobStore {
     /// caller removes what it made; `what` names it in the message.
     pub fn copy_into(&self, digest: &str, dst: File, what: &str, step: Option<u64>) -> Result<()> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
-        let mut src = File::open(self.path_of(digest)).map_err(|e| {
-            Error::new(
-                Code::MissingPreimage,
-                format!("{who}preimage blob {digest} is missing ({e})"),
-                "restore the store's blobs/ directory from a backup; nothing was run",
-            )
-        })?;
+        let mut src = self.open(digest, &who)?;
         match copy_hashing(&mut src, dst) {
             Ok(d) if d == digest => Ok(()),
             Ok(_) => Err(Error::new(
@@ -149,13 +132,10 @@ impl BlobStore {
     /// Read a blob and verify it. `step` names the step that needs it, for the error.
     pub fn get(&self, digest: &str, step: Option<u64>) -> Result<Vec<u8>> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
-        let bytes = fs::read(self.path_of(digest)).map_err(|e| {
-            Error::new(
-                Code::MissingPreimage,
-                format!("{who}preimage blob {digest} is missing ({e})"),
-                "restore the store's blobs/ directory from a backup; nothing was run",
-            )
-        })?;
+        let mut bytes = Vec::new();
+        self.open(digest, &who)?
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(format!("cannot read blob {digest}"), e))?;
         if blake3_hex(&bytes) != digest {
             return Err(Error::new(
                 Code::MissingPreimage,
@@ -181,7 +161,7 @@ impl BlobStore {
                 "give a digest from a preserved entry, a restore entry or a step's detail",
             ));
         }
-        if !self.path_of(digest).exists() {
+        if !self.contains(digest)? {
             return Err(Error::new(
                 Code::UnknownBlob,
                 format!("the store holds no blob {digest}"),
@@ -194,13 +174,7 @@ impl BlobStore {
     /// Check a blob is present and intact without keeping its bytes (streamed).
     pub fn check(&self, digest: &str, step: Option<u64>) -> Result<()> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
-        let f = File::open(self.path_of(digest)).map_err(|e| {
-            Error::new(
-                Code::MissingPreimage,
-                format!("{who}preimage blob {digest} is missing ({e})"),
-                "restore the store's blobs/ directory from a backup; nothing was run",
-            )
-        })?;
+        let f = self.open(digest, &who)?;
         match crate::util::blake3_reader(f) {
             Ok((d, _)) if d == digest => Ok(()),
             _ => Err(Error::new(
@@ -220,7 +194,7 @@ impl BlobStore {
 
 /// Copy `src` into `dst` a chunk at a time, fsync `dst`, and return the blake3 hex of what
 /// was copied.
-fn copy_hashing(src: &mut File, mut dst: File) -> std::io::Result<String> {
+pub(crate) fn copy_hashing(src: &mut dyn Read, mut dst: File) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
     let mut buf = vec![0u8; crate::util::STREAM_CHUNK];
     let mut total = 0u64;

@@ -102,10 +102,7 @@ impl Store {
                     closed += 1;
                     continue;
                 }
-                Life::Live if apply => locks.push(self.lock(
-                    &self.session_dir(&id).join("lock"),
-                    &format!("session {id}"),
-                )?),
+                Life::Live if apply => locks.push(self.lease(&id)?),
                 _ => {}
             }
             kept += 1;

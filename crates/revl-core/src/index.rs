@@ -105,7 +105,7 @@ impl Entry {
 
 /// Session `id`'s entry, if there is one that still describes its WAL as it is now.
 pub(crate) fn read(store: &Store, id: &str) -> Option<SessionInfo> {
-    if store.mirror().is_some() {
+    if store.copied().is_some() {
         return None;
     }
     let dir = store.session_dir(id);
@@ -126,7 +126,7 @@ pub(crate) fn read(store: &Store, id: &str) -> Option<SessionInfo> {
 /// (an entry that cannot be written is read from the WAL next time): a temp file of this
 /// process renamed over the entry, never fsynced (see the module's documentation).
 pub(crate) fn write(store: &Store, id: &str, info: &SessionInfo, wal: WalStamp) {
-    if store.mirror().is_some() {
+    if store.copied().is_some() {
         return;
     }
     let (state, branch, frozen_at) = match &info.state {

@@ -24,6 +24,7 @@ pub mod drift;
 pub mod egress;
 pub mod error;
 pub mod failpoint;
+pub mod faults;
 pub mod gc;
 pub mod index;
 pub mod lineage;

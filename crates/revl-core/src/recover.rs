@@ -115,7 +115,7 @@ impl Store {
     /// and for any other refusal (an unreadable header, a newer revl's record).
     pub fn truncate_corrupt(&self, id: &str) -> Result<TruncateReport> {
         let dir = self.session_dir(id);
-        let _lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
+        let _lock = self.lease(id)?;
         let wal = self.wal_path(id);
         let (st, _, corrupt) = State::read_prefix(&wal)?;
         let Some(corrupt) = corrupt else {

@@ -1,48 +1,409 @@
-//! The storage seams (docs/fleet.md): what a fleet store (the `revl-fleet` crate: S3-compatible
-//! object storage, a shared directory, PostgreSQL) reads from a local store when it pushes,
-//! as two traits with the local store as their implementation, so the core stays free of
-//! network code and every local guarantee is unchanged: the local WAL stays the commit
-//! point. The other direction goes through mirror stores ([`Store::open_mirror`]): a
-//! remote's sessions are copied, verified, into a store directory of their own, where the
-//! same readers read them.
+//! The storage door (docs/architecture.md, "Storage traits and their guarantees"): every
+//! byte a session writes to its store goes through two traits, and every lookup of what the
+//! store holds through a third:
 //!
-//! - [`Journal`]: a range of a session's WAL, as bytes. A WAL only ever grows, so a remote
-//!   copy is a sequence of immutable segments of it.
-//! - [`BlobSource`]: content-addressed blobs by digest; every read is verified against it.
+//! - [`Journals`]: a session's WAL: created whole, read from an offset, appended under a
+//!   [`Lease`] (the session's lock) through an [`Appender`];
+//! - [`Blobs`]: content-addressed bytes: put with a [`Durability`], opened, tested for;
+//! - [`SessionIndex`]: which sessions the store holds, which hold a workspace, and the store
+//!   lease that serialises session creation.
+//!
+//! The local store implements them ([`LocalJournals`], [`LocalBlobs`], and the index on
+//! [`Store`] itself); a store of sessions another store wrote is the same store with
+//! [`Copied`] journals (docs/fleet.md), and the crash tests run the same code through
+//! [`crate::faults::Faulty`], which can fail, tear or stop any of these operations. What each
+//! promises is stated on the trait and in docs/architecture.md; the code above them relies on
+//! nothing else.
 
-use crate::error::{Error, Result};
-use crate::store::Store;
-use std::io::{Read, Seek, SeekFrom};
+use crate::error::{Code, Error, Result};
+use crate::store::{Store, WorkspaceHolder};
+use std::fmt::Debug;
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// A session's WAL, as bytes.
-pub trait Journal {
-    /// The bytes `[from, to)` of the WAL.
-    fn read_range(&self, session: &str, from: u64, to: u64) -> Result<Vec<u8>>;
+/// How durable a write is when it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// On stable storage: a power cut after the call returns does not take it back.
+    Synced,
+    /// Visible to every reader now; durable only after a later sync, or never (a cache
+    /// whose every entry can be fetched again and is verified on each read).
+    Cached,
 }
 
-/// Content-addressed blobs (blake3 hex of the content).
-pub trait BlobSource {
-    /// The blob's bytes, verified against its digest; `Ok(None)` when it is not held.
-    fn get_blob(&self, digest: &str) -> Result<Option<Vec<u8>>>;
+/// The right to append to one session's journal (or to create sessions, for the store's):
+/// exclusive among processes while this value lives; released when it is dropped, also
+/// when the process dies.
+#[derive(Debug)]
+pub struct Lease {
+    _held: File,
 }
 
-impl Journal for Store {
-    fn read_range(&self, session: &str, from: u64, to: u64) -> Result<Vec<u8>> {
-        let path = self.wal_path(session);
-        let mut f = std::fs::File::open(&path).map_err(|e| Error::io(path.display(), e))?;
+/// A session's WAL, as a journal of bytes that only grows.
+pub trait Journals: Debug + Send + Sync {
+    /// Create `id`'s journal holding exactly `bytes`. Atomic: after any crash the journal
+    /// exists whole, or not at all (and then `id` is not a session of the store).
+    fn create(&self, id: &str, bytes: &[u8]) -> std::io::Result<()>;
+
+    /// The journal's bytes `[from, to)`. Bytes an appender wrote and synced are always
+    /// read back; bytes written and not yet synced are read back by this process.
+    fn read_range(&self, id: &str, from: u64, to: u64) -> std::io::Result<Vec<u8>>;
+
+    /// Open `id`'s journal for appending under `lease`, first cutting it back to `keep`
+    /// bytes, durably (a torn tail: a line no record was acknowledged for).
+    fn appender(&self, id: &str, lease: &Lease, keep: u64) -> std::io::Result<Box<dyn Appender>>;
+
+    /// Take `id`'s lease, waiting up to `wait`; `Ok(None)` when another holds it still.
+    fn lease(&self, id: &str, wait: Duration) -> std::io::Result<Option<Lease>>;
+
+    /// What differs when these journals are copies of sessions another store wrote.
+    fn copied(&self) -> Option<&Copied> {
+        None
+    }
+}
+
+/// Appends to one journal. A failed append or sync may leave any prefix of what it was
+/// given in the journal (a torn tail, which readers recognise and the next writer cuts);
+/// the caller poisons itself and never retries a sync.
+pub trait Appender: Send {
+    /// Append `bytes` at the end; with [`Durability::Synced`] they, and everything appended
+    /// before, are durable when this returns.
+    fn append(&mut self, bytes: &[u8], durability: Durability) -> std::io::Result<()>;
+
+    /// Make everything appended so far durable.
+    fn sync(&mut self) -> std::io::Result<()>;
+}
+
+/// Content-addressed blobs: a blob's name is the blake3 hex of its bytes.
+pub trait Blobs: Debug + Send + Sync {
+    /// Store `bytes` under `digest` (the caller computed it). Atomic: a reader sees the
+    /// whole blob or none; after a crash a blob is whole, absent, or (never named by a
+    /// durable record) left for gc. Idempotent.
+    fn put(&self, digest: &str, bytes: &[u8], durability: Durability) -> std::io::Result<()>;
+
+    /// Store the content of the file at `path`, streamed, and return its digest; atomic and
+    /// idempotent as [`Blobs::put`]; always [`Durability::Synced`].
+    fn put_file(&self, path: &Path) -> std::io::Result<String>;
+
+    /// The blob's bytes as stored, unverified (the caller checks them against the name);
+    /// `Ok(None)` when it is not held.
+    fn open(&self, digest: &str) -> std::io::Result<Option<Box<dyn Read + Send>>>;
+
+    /// Whether a blob of that name is held (not that it is intact).
+    fn contains(&self, digest: &str) -> std::io::Result<bool>;
+
+    /// The directory that holds the blobs, when they are files of this machine (gc and
+    /// the blob paths a `saved` checkpoint names).
+    fn dir(&self) -> Option<&Path> {
+        None
+    }
+}
+
+/// What a store knows about its sessions as a whole.
+pub trait SessionIndex {
+    /// Every session id the store holds, sorted.
+    fn list(&self) -> Result<Vec<String>>;
+
+    /// The sessions that hold a workspace (live ones, and ones whose WAL cannot be read,
+    /// which may be live).
+    fn holders(&self) -> Result<Vec<WorkspaceHolder>>;
+
+    /// The store's lease: held while a session is created, so that two `new`s never both
+    /// find a workspace free.
+    fn lock(&self) -> Result<Lease>;
+}
+
+impl SessionIndex for Store {
+    fn list(&self) -> Result<Vec<String>> {
+        self.session_ids()
+    }
+
+    fn holders(&self) -> Result<Vec<WorkspaceHolder>> {
+        self.workspace_holders()
+    }
+
+    fn lock(&self) -> Result<Lease> {
+        self.store_lock()
+    }
+}
+
+/// Sessions another store wrote, copied into this one (docs/fleet.md): said by the journals
+/// that hold them, never by a mode of the store.
+#[derive(Debug, Clone)]
+pub struct Copied {
+    /// `<workspaces>/<id>` stands for session `id`'s workspace (the other machine's path
+    /// in its header names nothing here).
+    pub workspaces: PathBuf,
+    /// Whether verbs may write these journals (only the scratch store of a remote fork).
+    pub writable: bool,
+    /// The remote they were copied from: a branch made here names its parent there.
+    pub remote: Option<String>,
+}
+
+/// The open storage of a store: its journals and its blobs.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    pub journals: Arc<dyn Journals>,
+    pub blobs: Arc<dyn Blobs>,
+}
+
+impl Storage {
+    /// The local implementations over the store directory `root`.
+    pub fn local(root: &Path) -> Storage {
+        Storage {
+            journals: Arc::new(LocalJournals::new(root)),
+            blobs: Arc::new(LocalBlobs::new(root.join("blobs"))),
+        }
+    }
+}
+
+/// Journals as files: `sessions/<id>/wal.jsonl`, leased by `sessions/<id>/lock`.
+#[derive(Debug, Clone)]
+pub struct LocalJournals {
+    sessions: PathBuf,
+    copied: Option<Copied>,
+}
+
+impl LocalJournals {
+    pub fn new(root: &Path) -> LocalJournals {
+        LocalJournals {
+            sessions: root.join("sessions"),
+            copied: None,
+        }
+    }
+
+    /// Journals of sessions another store wrote, copied into the store at `root`.
+    pub fn copied(root: &Path, copied: Copied) -> LocalJournals {
+        LocalJournals {
+            sessions: root.join("sessions"),
+            copied: Some(copied),
+        }
+    }
+
+    fn wal(&self, id: &str) -> PathBuf {
+        self.sessions.join(id).join("wal.jsonl")
+    }
+}
+
+impl Journals for LocalJournals {
+    /// By temp file, fsync, rename, and fsync of the directory.
+    fn create(&self, id: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let path = self.wal(id);
+        let dir = path.parent().expect("a WAL path has a parent");
+        fs::create_dir_all(dir)?;
+        let tmp = dir.join(".wal.jsonl.tmp");
+        let res = (|| -> std::io::Result<()> {
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            fs::rename(&tmp, &path)?;
+            File::open(dir)?.sync_all()
+        })();
+        if res.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        res
+    }
+
+    fn read_range(&self, id: &str, from: u64, to: u64) -> std::io::Result<Vec<u8>> {
+        let mut f = File::open(self.wal(id))?;
         let mut buf = vec![0u8; to.saturating_sub(from) as usize];
-        f.seek(SeekFrom::Start(from))
-            .and_then(|_| f.read_exact(&mut buf))
-            .map_err(|e| Error::io(path.display(), e))?;
+        f.seek(SeekFrom::Start(from))?;
+        f.read_exact(&mut buf)?;
         Ok(buf)
     }
+
+    fn appender(&self, id: &str, _lease: &Lease, keep: u64) -> std::io::Result<Box<dyn Appender>> {
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.wal(id))?;
+        if file.metadata()?.len() != keep {
+            file.set_len(keep)?;
+            file.sync_all()?;
+        }
+        file.seek(SeekFrom::End(0))?;
+        Ok(Box::new(FileAppender { file }))
+    }
+
+    fn lease(&self, id: &str, wait: Duration) -> std::io::Result<Option<Lease>> {
+        lease_file(&self.sessions.join(id).join("lock"), wait)
+    }
+
+    fn copied(&self) -> Option<&Copied> {
+        self.copied.as_ref()
+    }
 }
 
-impl BlobSource for Store {
-    fn get_blob(&self, digest: &str) -> Result<Option<Vec<u8>>> {
-        if !self.blobs().path_of(digest).exists() {
-            return Ok(None);
+/// Take an exclusive lock on the file `path` (made mode 0600 if missing), waiting up to
+/// `wait`; `None` when another still holds it.
+pub(crate) fn lease_file(path: &Path, wait: Duration) -> std::io::Result<Option<Lease>> {
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    let _ = f.set_permissions(fs::Permissions::from_mode(0o600));
+    let start = Instant::now();
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(Some(Lease { _held: f })),
+            Err(fs::TryLockError::WouldBlock) if start.elapsed() >= wait => return Ok(None),
+            Err(fs::TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(5)),
+            Err(fs::TryLockError::Error(e)) => return Err(e),
         }
-        self.blobs().get(digest, None).map(Some)
     }
+}
+
+struct FileAppender {
+    file: File,
+}
+
+impl Appender for FileAppender {
+    fn append(&mut self, bytes: &[u8], durability: Durability) -> std::io::Result<()> {
+        self.file.write_all(bytes)?;
+        if durability == Durability::Synced {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+}
+
+/// Blobs as files: `blobs/ab/cdef…`, each written to a temp file, fsynced, renamed into
+/// place, and its directory (and the blob root) fsynced for [`Durability::Synced`].
+#[derive(Debug, Clone)]
+pub struct LocalBlobs {
+    root: PathBuf,
+}
+
+impl LocalBlobs {
+    pub fn new(root: PathBuf) -> LocalBlobs {
+        LocalBlobs { root }
+    }
+
+    fn path_of(&self, digest: &str) -> PathBuf {
+        let (a, b) = digest.split_at(2.min(digest.len()));
+        self.root.join(a).join(b)
+    }
+}
+
+impl Blobs for LocalBlobs {
+    fn put(&self, digest: &str, bytes: &[u8], durability: Durability) -> std::io::Result<()> {
+        let path = self.path_of(digest);
+        if let Ok(existing) = fs::read(&path) {
+            if crate::util::blake3_hex(&existing) == digest {
+                return Ok(());
+            }
+        }
+        let durable = durability == Durability::Synced;
+        let dir = path.parent().expect("blob path has a parent").to_path_buf();
+        fs::create_dir_all(&dir)?;
+        let tmp = dir.join(format!(
+            ".{}.{}.tmp",
+            digest.get(2..).unwrap_or_default(),
+            std::process::id()
+        ));
+        let mut f = File::create(&tmp)?;
+        let r = f
+            .write_all(bytes)
+            .and_then(|_| if durable { f.sync_all() } else { Ok(()) });
+        if let Err(e) = r {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        fs::rename(&tmp, &path)?;
+        if durable {
+            File::open(&dir)?.sync_all()?;
+            File::open(&self.root)?.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn put_file(&self, path: &Path) -> std::io::Result<String> {
+        fs::create_dir_all(&self.root)?;
+        let tmp = self.root.join(format!(
+            ".incoming.{}.{}.tmp",
+            std::process::id(),
+            crate::util::new_id()
+        ));
+        let digest = match crate::blobs::copy_hashing(&mut File::open(path)?, File::create(&tmp)?) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
+        let dest = self.path_of(&digest);
+        let intact = File::open(&dest)
+            .and_then(crate::util::blake3_reader)
+            .is_ok_and(|(d, _)| d == digest);
+        if intact {
+            let _ = fs::remove_file(&tmp);
+            return Ok(digest);
+        }
+        let dir = dest.parent().expect("blob path has a parent").to_path_buf();
+        fs::create_dir_all(&dir)?;
+        fs::rename(&tmp, &dest)?;
+        File::open(&dir)?.sync_all()?;
+        File::open(&self.root)?.sync_all()?;
+        Ok(digest)
+    }
+
+    fn open(&self, digest: &str) -> std::io::Result<Option<Box<dyn Read + Send>>> {
+        match File::open(self.path_of(digest)) {
+            Ok(f) => Ok(Some(Box::new(f))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn contains(&self, digest: &str) -> std::io::Result<bool> {
+        match fs::symlink_metadata(self.path_of(digest)) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn dir(&self) -> Option<&Path> {
+        Some(&self.root)
+    }
+}
+
+/// A session's WAL bytes `[from, to)` through the store's journals (what `push` copies).
+pub fn read_range(store: &Store, id: &str, from: u64, to: u64) -> Result<Vec<u8>> {
+    store
+        .storage()
+        .journals
+        .read_range(id, from, to)
+        .map_err(|e| Error::io(format!("cannot read WAL of session {id}"), e))
+}
+
+/// A blob's bytes, verified against its digest; `Ok(None)` when the store does not hold it.
+pub fn get_blob(store: &Store, digest: &str) -> Result<Option<Vec<u8>>> {
+    let blobs = store.blobs();
+    if !blobs.contains(digest)? {
+        return Ok(None);
+    }
+    blobs.get(digest, None).map(Some)
+}
+
+/// The error a lease that could not be taken in time gives.
+pub(crate) fn busy(what: &str, wait: Duration) -> Error {
+    Error::new(
+        Code::Busy,
+        format!(
+            "{what} is busy: another revl command held its lock for {}s",
+            wait.as_secs()
+        ),
+        "wait for the other command to finish, then run this one again",
+    )
 }

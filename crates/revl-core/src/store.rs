@@ -6,10 +6,11 @@ use crate::blobs::BlobStore;
 use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
 use crate::state::{Life, State};
+use crate::storage::{Copied, Lease, LocalBlobs, LocalJournals, Storage};
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a command waits for a lock before giving up with `busy` (docs/reference.md,
 /// "Concepts").
@@ -22,8 +23,9 @@ pub struct Store {
     pub(crate) lock_wait: Duration,
     /// The process's runner of Python function tools (docs/python.md), if it has one.
     host: Option<Host>,
-    /// A mirror of sessions another store wrote (docs/fleet.md), when this handle is one.
-    mirror: Option<std::sync::Arc<Mirror>>,
+    /// Where its journals and blobs are kept (docs/architecture.md, "Storage traits and
+    /// their guarantees").
+    storage: Storage,
 }
 
 /// Mode 0700 for a directory of the store that revl's user owns and that holds others' bits
@@ -79,24 +81,6 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
-}
-
-/// How a mirror store differs from a store of this machine's sessions (docs/fleet.md): its WALs
-/// were written elsewhere, so each session's workspace is a directory of this machine
-/// (its captured base tree, or a tree materialised from the bucket), attaching never
-/// repairs, and its blobs may live in another store's `blobs/`.
-#[derive(Debug, Clone)]
-pub struct Mirror {
-    /// `<workspaces>/<id>` stands for session `id`'s workspace.
-    pub workspaces: PathBuf,
-    /// The blob store to read (default: the mirror's own `blobs/`).
-    pub blobs: Option<PathBuf>,
-    /// Attaching repairs nothing and verbs that write refuse (every mirror but the scratch
-    /// store of a remote fork).
-    pub read_only: bool,
-    /// The remote a branch made here names as its parent's (`parentRemote`): the parent is
-    /// that remote's session of the same id.
-    pub parent_remote: Option<String>,
 }
 
 /// A [`ToolHost`](crate::tools::ToolHost), shared by the sessions of a store handle.
@@ -159,30 +143,48 @@ impl Store {
                 .map_err(|e| Error::io(format!("cannot make {} private", p.display()), e))?;
         }
         Ok(Store {
-            root,
             fp,
             lock_wait: LOCK_WAIT,
             host: None,
-            mirror: None,
+            storage: Storage::local(&root),
+            root,
         })
     }
 
-    /// Open (creating) a mirror store at `root` (docs/fleet.md): sessions pushed from another
-    /// store, read with the offline readers as if they were local.
-    pub fn open_mirror(root: &Path, mirror: Mirror) -> Result<Store> {
+    /// Open (creating) a store at `root` of sessions another store wrote (docs/fleet.md),
+    /// read with the offline readers as if they were local: its journals say so
+    /// ([`Copied`]); its blobs are those of `blobs` when given (another store's `blobs/`).
+    pub fn open_copy(root: &Path, copied: Copied, blobs: Option<PathBuf>) -> Result<Store> {
         let mut s = Store::open(root, Failpoints::none())?;
-        s.mirror = Some(std::sync::Arc::new(mirror));
+        s.storage = Storage {
+            journals: std::sync::Arc::new(LocalJournals::copied(&s.root, copied)),
+            blobs: std::sync::Arc::new(LocalBlobs::new(
+                blobs.unwrap_or_else(|| s.root.join("blobs")),
+            )),
+        };
         Ok(s)
     }
 
-    /// The mirror settings when this store holds sessions written elsewhere.
-    pub fn mirror(&self) -> Option<&Mirror> {
-        self.mirror.as_deref()
+    /// The same store, its journals and blobs kept by `storage` (the crash tests wrap the
+    /// local ones in [`crate::faults::Faulty`]).
+    pub fn with_storage(mut self, storage: Storage) -> Self {
+        self.storage = storage;
+        self
     }
 
-    /// The directory that stands for session `id`'s workspace, when this is a mirror.
-    pub(crate) fn mirrored_workspace(&self, id: &str) -> Option<PathBuf> {
-        self.mirror.as_ref().map(|m| m.workspaces.join(id))
+    /// Where this store's journals and blobs are kept.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// What differs when this store holds sessions another store wrote.
+    pub fn copied(&self) -> Option<&Copied> {
+        self.storage.journals.copied()
+    }
+
+    /// The directory that stands for session `id`'s workspace, when it was written elsewhere.
+    pub(crate) fn copied_workspace(&self, id: &str) -> Option<PathBuf> {
+        self.copied().map(|c| c.workspaces.join(id))
     }
 
     /// Open (creating) the store at `root` to make a session on `workspace`: a store inside
@@ -234,10 +236,12 @@ impl Store {
     }
 
     pub fn blobs(&self) -> BlobStore {
-        if let Some(b) = self.mirror.as_ref().and_then(|m| m.blobs.clone()) {
-            return BlobStore::new(b, self.fp.clone());
-        }
-        BlobStore::new(self.root.join("blobs"), self.fp.clone())
+        let dir = self
+            .storage
+            .blobs
+            .dir()
+            .map_or_else(|| self.root.join("blobs"), Path::to_path_buf);
+        BlobStore::over(dir, self.storage.blobs.clone(), self.fp.clone())
     }
 
     /// The directories of this store's `file://` remotes (docs/fleet.md; `remotes.toml`,
@@ -440,54 +444,28 @@ impl Store {
         Ok(crate::report::Sessions { sessions })
     }
 
-    fn lock_file(path: &Path) -> Result<File> {
-        let f = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(|e| Error::io(path.display(), e))?;
-        let _ = f.set_permissions(fs::Permissions::from_mode(0o600));
-        Ok(f)
+    /// Take session `id`'s lease if it is free now; `None` if another holds it.
+    pub(crate) fn try_lease(&self, id: &str) -> Result<Option<Lease>> {
+        self.storage
+            .journals
+            .lease(id, Duration::ZERO)
+            .map_err(|e| Error::io(self.session_dir(id).join("lock").display(), e))
     }
 
-    /// Take an exclusive lock on `path` if it is free now; `None` if another holds it.
-    pub(crate) fn try_lock(&self, path: &Path) -> Result<Option<File>> {
-        let f = Self::lock_file(path)?;
-        match f.try_lock() {
-            Ok(()) => Ok(Some(f)),
-            Err(fs::TryLockError::WouldBlock) => Ok(None),
-            Err(fs::TryLockError::Error(e)) => Err(Error::io(path.display(), e)),
-        }
+    /// Take session `id`'s lease, waiting up to the store's lock wait.
+    pub(crate) fn lease(&self, id: &str) -> Result<Lease> {
+        self.storage
+            .journals
+            .lease(id, self.lock_wait)
+            .map_err(|e| Error::io(self.session_dir(id).join("lock").display(), e))?
+            .ok_or_else(|| crate::storage::busy(&format!("session {id}"), self.lock_wait))
     }
 
-    /// Take an exclusive lock on `path`, waiting up to the store's lock wait.
-    pub(crate) fn lock(&self, path: &Path, what: &str) -> Result<File> {
-        let f = Self::lock_file(path)?;
-        let start = Instant::now();
-        loop {
-            match f.try_lock() {
-                Ok(()) => return Ok(f),
-                Err(fs::TryLockError::WouldBlock) => {
-                    if start.elapsed() >= self.lock_wait {
-                        return Err(Error::new(
-                            Code::Busy,
-                            format!(
-                                "{what} is busy: another revl command held its lock for {}s",
-                                self.lock_wait.as_secs()
-                            ),
-                            "wait for the other command to finish, then run this one again",
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(fs::TryLockError::Error(e)) => return Err(Error::io(path.display(), e)),
-            }
-        }
-    }
-
-    pub(crate) fn store_lock(&self) -> Result<File> {
-        self.lock(&self.root.join("store.lock"), "the store")
+    pub(crate) fn store_lock(&self) -> Result<Lease> {
+        let p = self.root.join("store.lock");
+        crate::storage::lease_file(&p, self.lock_wait)
+            .map_err(|e| Error::io(p.display(), e))?
+            .ok_or_else(|| crate::storage::busy("the store", self.lock_wait))
     }
 }
 

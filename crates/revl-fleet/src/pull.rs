@@ -11,7 +11,7 @@
 use crate::bucket::Bucket;
 use crate::push::remote_manifest;
 use crate::{blob_key, sha256_hex, tampered, Manifest, Remote};
-use revl_core::store::Mirror;
+use revl_core::storage::Copied;
 use revl_core::{Code, Error, Result, Store};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -24,19 +24,18 @@ pub struct Reader {
     dir: PathBuf,
 }
 
-fn mirror_settings(dir: &Path) -> Mirror {
-    Mirror {
+fn mirror_settings(dir: &Path) -> Copied {
+    Copied {
         workspaces: dir.join("bases"),
-        blobs: None,
-        read_only: true,
-        parent_remote: None,
+        writable: false,
+        remote: None,
     }
 }
 
 impl Reader {
     pub fn open(store: &Store, remote: &Remote) -> Result<Reader> {
         let dir = crate::config::remote_dir(store, &remote.name).join("mirror");
-        let mirror = Store::open_mirror(&dir, mirror_settings(&dir))?;
+        let mirror = Store::open_copy(&dir, mirror_settings(&dir), None)?;
         Ok(Reader {
             bucket: Bucket::open(&remote.url)?,
             remote: remote.clone(),
@@ -444,14 +443,14 @@ fn fork_dir(store: &Store, remote: &str, id: &str) -> PathBuf {
 
 fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Store> {
     let dir = fork_dir(store, remote, id);
-    Store::open_mirror(
+    Store::open_copy(
         &dir,
-        Mirror {
+        Copied {
             workspaces: dir.join("heads"),
-            blobs: Some(mirror.root().join("blobs")),
-            read_only: false,
-            parent_remote: Some(remote.to_string()),
+            writable: true,
+            remote: Some(remote.to_string()),
         },
+        Some(mirror.root().join("blobs")),
     )
 }
 
@@ -597,7 +596,7 @@ fn adopt_branches(store: &Store, remote: &str, id: &str) -> Result<Vec<String>> 
         return Ok(Vec::new());
     }
     let mirror_dir = crate::config::remote_dir(store, remote).join("mirror");
-    let mirror = Store::open_mirror(&mirror_dir, mirror_settings(&mirror_dir))?;
+    let mirror = Store::open_copy(&mirror_dir, mirror_settings(&mirror_dir), None)?;
     let work = scratch(store, remote, id, &mirror)?;
     let (parent, _) = revl_core::state::State::read(&work.wal_path(id))?;
     let mut moved = Vec::new();
@@ -643,7 +642,7 @@ pub fn fork_confirm(
         ));
     }
     let mirror_dir = crate::config::remote_dir(store, remote).join("mirror");
-    let mirror = Store::open_mirror(&mirror_dir, mirror_settings(&mirror_dir))?;
+    let mirror = Store::open_copy(&mirror_dir, mirror_settings(&mirror_dir), None)?;
     // DIR becomes a workspace of this store: the scratch store's checks see only itself.
     store.check_branch_dir(&revl_core::store::resolve_future(into)?)?;
     let work = scratch(store, remote, id, &mirror)?;

@@ -8,7 +8,7 @@
 
 use crate::bucket::{Bucket, Put};
 use crate::{blob_key, manifest_key, segment_key, sha256_hex, Manifest, Segment};
-use revl_core::storage::{BlobSource, Journal};
+use revl_core::storage::{get_blob, read_range};
 use revl_core::{Code, Error, Result, Store};
 use std::collections::BTreeSet;
 
@@ -132,7 +132,7 @@ fn push_one(
     // One read: the state and the bytes pushed are the same prefix of the WAL (a live
     // session may be appending meanwhile).
     let (st, meta) = revl_core::state::State::read(&store.wal_path(id))?;
-    let wal = store.read_range(id, 0, meta.good_len)?;
+    let wal = read_range(store, id, 0, meta.good_len)?;
     let local_len = wal.len() as u64;
     // A live session made before the store had a remote has no base tree yet: its
     // workspace now holds, for every path revl never touched, what it held at `new` (paths
@@ -191,7 +191,7 @@ fn push_one(
                     if there {
                         continue;
                     }
-                    if let Some(b) = store.get_blob(d)? {
+                    if let Some(b) = get_blob(store, d)? {
                         items.push((blob_key(d), b));
                     }
                     // Bounded memory: at most 64 blobs or 64 MiB in flight.
@@ -307,7 +307,7 @@ fn upload_pack(store: &Store, bucket: &Bucket, id: &str) -> Result<()> {
     }
     let (mut items, mut total) = (Vec::new(), 0usize);
     for d in digests {
-        if let Some(b) = store.get_blob(&d)? {
+        if let Some(b) = get_blob(store, &d)? {
             if b.len() <= crate::PACK_MAX_BLOB && total + b.len() <= crate::PACK_MAX_BYTES {
                 total += b.len();
                 items.push((d, b));

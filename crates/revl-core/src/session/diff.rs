@@ -92,7 +92,7 @@ impl Session {
         // A mirrored session's workspace is elsewhere: "now" is its head as the WAL says.
         let live_now = at.is_none()
             && self.journal.state.life() == Life::Live
-            && self.store.mirror().is_none();
+            && self.store.copied().is_none();
         let (img, inline) = if live_now {
             (self.ws.observe(rel)?, None)
         } else {
@@ -137,7 +137,7 @@ pub fn diff(left: Point, right: Point, path: Option<&str>) -> Result<DiffReport>
     for p in [&left, &right] {
         if p.at.is_none()
             && p.session.journal.state.life() == Life::Live
-            && p.session.store.mirror().is_none()
+            && p.session.store.copied().is_none()
         {
             let dirs: Vec<String> = paths.iter().cloned().collect();
             for d in dirs {

@@ -12,7 +12,7 @@ use crate::state::Life;
 use crate::step::{Pos, StepKind, BY_FORK};
 use crate::unwind::{Context, Failed};
 use crate::util::{new_id, now_rfc3339, sha256_jcs};
-use crate::wal::{create_wal, read_wal, Record};
+use crate::wal::{read_wal, Record};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -723,7 +723,7 @@ impl Session {
                 at: k,
                 // By reference, never by path (docs/wal-format.md, "Parents by id"): the
                 // parent is found through whichever store holds the branch, wherever it is.
-                parent_remote: self.store.mirror().and_then(|m| m.parent_remote.clone()),
+                parent_remote: self.store.copied().and_then(|c| c.remote.clone()),
                 parent_wal: None,
                 preserved,
                 not_preserved: not_preserved(),
@@ -734,7 +734,13 @@ impl Session {
             },
             crate::session::hinge_record(1, ts.as_deref())?,
         ];
-        create_wal(&self.store.wal_path(branch), &recs, &self.fp)?;
+        crate::wal::create_journal(
+            &*self.store.storage().journals,
+            branch,
+            &self.store.wal_path(branch),
+            &recs,
+            &self.fp,
+        )?;
         std::fs::File::open(self.store.root().join("sessions"))
             .and_then(|f| f.sync_all())
             .map_err(|e| Error::io("sessions/", e))

@@ -8,11 +8,12 @@ use super::Session;
 use crate::error::{Code, Error, Remedy, Result};
 use crate::failpoint::Failpoints;
 use crate::state::{Life, State};
+use crate::storage::{Journals, Lease};
 use crate::util::now_rfc3339;
 use crate::wal::{Record, StepRecord, WalRead, WalWriter};
 use serde_json::Value;
-use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What a session's journal may do, said once when it is opened (never a flag consulted
 /// here and there): write, or only read and why, or nothing while it is lent.
@@ -51,8 +52,10 @@ pub(crate) struct Journal {
     /// Outcome records that go out with the next append (in the same write): a
     /// `files-synced` waits for the record whose fsync will carry it.
     pub(super) riders: Vec<Record>,
-    /// The session's lock (`None`: read while another command holds it).
-    lease: Option<File>,
+    /// The session's lease (`None`: read while another command holds it).
+    lease: Option<Lease>,
+    /// The store's journals, which this one is.
+    journals: Arc<dyn Journals>,
     access: Access,
     /// A torn tail the writer cut when it opened, for the session to report as a repair.
     pub(super) cut: Option<String>,
@@ -64,8 +67,9 @@ impl Journal {
         state: State,
         read: &crate::wal::WalMeta,
         fp: Failpoints,
-        lease: Option<File>,
+        lease: Option<Lease>,
         access: Access,
+        journals: Arc<dyn Journals>,
     ) -> Journal {
         Journal {
             path,
@@ -76,6 +80,7 @@ impl Journal {
             fp,
             riders: Vec::new(),
             lease,
+            journals,
             access,
             cut: None,
         }
@@ -96,11 +101,11 @@ impl Journal {
 
     /// Give up the lease to another journal of the same session (a read re-done after a
     /// blocked repair keeps the lock the first attach took).
-    pub(super) fn take_lease(&mut self) -> Option<File> {
+    pub(super) fn take_lease(&mut self) -> Option<Lease> {
         self.lease.take()
     }
 
-    pub(super) fn set_lease(&mut self, lease: Option<File>) {
+    pub(super) fn set_lease(&mut self, lease: Option<Lease>) {
         self.lease = lease;
     }
 
@@ -165,7 +170,22 @@ impl Journal {
                 good_len,
                 last_seq,
             };
-            let mut w = WalWriter::open(&read, self.fp.clone())?;
+            let lease = self.lease.as_ref().ok_or_else(|| {
+                Error::new(
+                    Code::Busy,
+                    format!("internal: session {id}'s journal is written without its lease"),
+                    "report this as a bug",
+                )
+            })?;
+            let out = self.journals.appender(id, lease, good_len).map_err(|e| {
+                let what = if self.torn {
+                    "cannot truncate torn tail of"
+                } else {
+                    "cannot open WAL"
+                };
+                Error::io(format!("{what} {}", self.path.display()), e)
+            })?;
+            let mut w = WalWriter::over(&read, out, self.fp.clone());
             w.set_records(records);
             self.writer = Some(w);
             self.torn = false;

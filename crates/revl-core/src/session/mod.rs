@@ -43,7 +43,7 @@ use crate::state::{Life, State};
 use crate::step::{Step, StepKind};
 use crate::store::Store;
 use crate::util::now_rfc3339;
-use crate::wal::{create_wal, Record, StepRecord};
+use crate::wal::{Record, StepRecord};
 use crate::workspace::Workspace;
 use serde_json::json;
 use std::fs::File;
@@ -221,7 +221,9 @@ impl Store {
             guarantee: GUARANTEE.into(),
             ts: ts.clone(),
         };
-        create_wal(
+        crate::wal::create_journal(
+            &*self.storage().journals,
+            &id,
             &self.wal_path(&id),
             &[header, hinge_record(1, ts.as_deref())?],
             &self.fp,
@@ -251,8 +253,8 @@ impl Store {
     /// reading the whole WAL, which is what happens when the WAL is not that prefix plus
     /// clean appended records.
     pub fn attach_kept(&self, id: &str, kept: Option<Kept>) -> Result<Session> {
-        let dir = self.known_session_dir(id)?;
-        let lock = self.lock(&dir.join("lock"), &format!("session {id}"))?;
+        self.known_session_dir(id)?;
+        let lock = self.lease(id)?;
         self.attach_with(id, Some(lock), Attach::Write, kept)
     }
 
@@ -266,7 +268,8 @@ impl Store {
 
     /// [`Store::attach_read`] with what a long-lived handle kept (see [`Store::attach_kept`]).
     pub fn attach_read_kept(&self, id: &str, kept: Option<Kept>) -> Result<Session> {
-        let lock = self.try_lock(&self.known_session_dir(id)?.join("lock"))?;
+        self.known_session_dir(id)?;
+        let lock = self.try_lease(id)?;
         self.attach_with(id, lock, Attach::Read, kept)
     }
 
@@ -281,7 +284,8 @@ impl Store {
     /// [`Store::attach_prefix`] with what a long-lived handle kept (see
     /// [`Store::attach_kept`]).
     pub fn attach_prefix_kept(&self, id: &str, kept: Option<Kept>) -> Result<Session> {
-        let lock = self.try_lock(&self.known_session_dir(id)?.join("lock"))?;
+        self.known_session_dir(id)?;
+        let lock = self.try_lease(id)?;
         self.attach_with(id, lock, Attach::Prefix, kept)
     }
 
@@ -310,7 +314,7 @@ impl Store {
     fn attach_with(
         &self,
         id: &str,
-        lock: Option<File>,
+        lock: Option<crate::storage::Lease>,
         how: Attach,
         kept: Option<Kept>,
     ) -> Result<Session> {
@@ -331,7 +335,7 @@ impl Store {
             (state, read, None)
         };
         let ws_root = self
-            .mirrored_workspace(id)
+            .copied_workspace(id)
             .unwrap_or_else(|| PathBuf::from(&state.workspace));
         let ws = Workspace::new(ws_root, self.fp.clone());
         // The access mode is decided here, once: a mirror's WALs are another store's (read as
@@ -339,14 +343,22 @@ impl Store {
         // written; without the lock, the WAL is read as another command leaves it.
         let access = if let Some(c) = corrupt {
             Access::ReadOnly(ReadOnly::Corrupt(c))
-        } else if self.mirror().is_some_and(|m| m.read_only) {
+        } else if self.copied().is_some_and(|c| !c.writable) {
             Access::ReadOnly(ReadOnly::Cache)
         } else if lock.is_none() {
             Access::ReadOnly(ReadOnly::Busy)
         } else {
             Access::Write
         };
-        let journal = journal::Journal::new(wal_path, state, &read, self.fp.clone(), lock, access);
+        let journal = journal::Journal::new(
+            wal_path,
+            state,
+            &read,
+            self.fp.clone(),
+            lock,
+            access,
+            self.storage().journals.clone(),
+        );
         let mut s = Session {
             store: self.clone(),
             id: id.to_string(),

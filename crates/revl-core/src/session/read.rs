@@ -275,7 +275,7 @@ impl Session {
     /// that touched it found it (its preimage), or, untouched by all of them, as it is now.
     /// (A mirror's workspace is the session's base tree, which no branch wrote.)
     fn unwitnessed_now(&self, rel: &str) -> Result<(Image, Option<Vec<u8>>)> {
-        if self.store.mirror().is_none() {
+        if self.store.copied().is_none() {
             for st in self.heirs()? {
                 if let Some(found) = first_preimage(st.steps.iter(), &self.blobs, rel)? {
                     return Ok(found);

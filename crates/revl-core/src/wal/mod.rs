@@ -26,7 +26,7 @@ pub use read::{
     Corrupt, WalMeta, WalRead,
 };
 pub use record::{Record, Redo, StepRecord, RECORD_NAMES};
-pub use write::{create_wal, WalWriter};
+pub use write::{create_journal, create_wal, encode_records, WalWriter};
 
 /// The walVersion this revl writes in every new WAL (docs/wal-format.md, "Versions and
 /// compatibility"). Version 2 names a branch's parent by id, never by path.

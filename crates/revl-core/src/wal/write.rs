@@ -7,15 +7,15 @@ use crate::failpoint::Failpoints;
 use super::line::*;
 use super::read::WalRead;
 use super::record::Record;
-use std::fs::{File, OpenOptions};
-use std::io::{Seek, SeekFrom, Write};
+use crate::storage::{Appender, Durability, Journals};
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Appends records to one WAL. After any failed write or fsync the writer is poisoned and
 /// refuses further writes until the session is attached again (an fsync is never retried).
-#[derive(Debug)]
 pub struct WalWriter {
-    file: File,
+    out: Box<dyn Appender>,
     path: PathBuf,
     next_seq: u64,
     records: usize,
@@ -30,34 +30,13 @@ pub struct WalWriter {
 }
 
 impl WalWriter {
-    /// Open for appending, truncating a torn tail first (the reader said where it ends).
-    pub fn open(read: &WalRead, fp: Failpoints) -> Result<Self> {
-        let path = read.path.clone();
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(format!("cannot open WAL {}", path.display()), e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io(path.display(), e))?
-            .len();
-        if len != read.good_len {
-            // The torn tail is the crash itself: cut it off, durably, before appending.
-            file.set_len(read.good_len)
-                .and_then(|_| file.sync_all())
-                .map_err(|e| {
-                    Error::io(
-                        format!("cannot truncate torn tail of {}", path.display()),
-                        e,
-                    )
-                })?;
-        }
-        file.seek(SeekFrom::End(0))
-            .map_err(|e| Error::io(path.display(), e))?;
-        Ok(WalWriter {
-            file,
-            path,
+    /// Append through `out` (opened by the store's journals, a torn tail already cut:
+    /// docs/architecture.md, "Storage traits and their guarantees"), after what `read` said
+    /// the WAL holds.
+    pub fn over(read: &WalRead, out: Box<dyn Appender>, fp: Failpoints) -> Self {
+        WalWriter {
+            out,
+            path: read.path.clone(),
             next_seq: read.last_seq + 1,
             records: read.records.len(),
             dirty: false,
@@ -65,7 +44,7 @@ impl WalWriter {
             fp,
             len: read.good_len,
             last_seq: read.last_seq,
-        })
+        }
     }
 
     /// The seq the next seq-taking record will carry.
@@ -126,21 +105,18 @@ impl WalWriter {
         }
         if self.fp.fires("wal.torn-append") {
             let half = buf.len() / 2;
-            let _ = self.file.write_all(&buf[..half]);
-            let _ = self.file.sync_all();
+            let _ = self.out.append(&buf[..half], Durability::Synced);
             crate::failpoint::crash("wal.torn-append");
         }
+        let durability = if durable {
+            Durability::Synced
+        } else {
+            Durability::Cached
+        };
         let res = self
             .fp
             .enospc()
-            .and_then(|_| self.file.write_all(&buf))
-            .and_then(|_| {
-                if durable {
-                    self.file.sync_data()
-                } else {
-                    Ok(())
-                }
-            });
+            .and_then(|_| self.out.append(&buf, durability));
         if let Err(e) = res {
             self.poisoned = true;
             // Best effort: do not leave a partial line behind for the next writer to mistake
@@ -169,7 +145,7 @@ impl WalWriter {
             ));
         }
         if self.dirty {
-            if let Err(e) = self.file.sync_data() {
+            if let Err(e) = self.out.sync() {
                 self.poisoned = true;
                 return Err(Error::io(
                     format!("cannot fsync WAL {}", self.path.display()),
@@ -180,6 +156,37 @@ impl WalWriter {
         }
         Ok(())
     }
+}
+
+impl std::fmt::Debug for WalWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WalWriter")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// The bytes of `recs` as WAL lines.
+pub fn encode_records(recs: &[Record]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for r in recs {
+        buf.extend(encode_line(r));
+    }
+    buf
+}
+
+/// Create session `id`'s WAL with its first records through the store's journals: it
+/// appears complete or not at all; `wal` names it in the error.
+pub fn create_journal(
+    journals: &dyn Journals,
+    id: &str,
+    wal: &Path,
+    recs: &[Record],
+    fp: &Failpoints,
+) -> Result<()> {
+    fp.enospc()
+        .and_then(|_| journals.create(id, &encode_records(recs)))
+        .map_err(|e| Error::io(format!("cannot create WAL {}", wal.display()), e))
 }
 
 /// Write a whole new WAL (header and first records) by temp file, fsync, rename, and fsync of

@@ -2,5 +2,6 @@
 
 mod agreement;
 mod exec_args;
+mod faults;
 mod large_wal;
 mod manifest_source;
