@@ -576,7 +576,7 @@ impl Session {
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
         // The branch's own workspace, through THE executor, with the parent read only.
-        let done = super::unwind::Rewind::copy(self, &target).fork(
+        let done = super::unwind::Rewind::copy(self.view(), &self.fp, &target).fork(
             k,
             Context::Live,
             "fork.mid-rewind",

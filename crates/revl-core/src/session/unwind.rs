@@ -109,17 +109,22 @@ enum Rec<'a> {
 }
 
 impl<'a> Rewind<'a> {
-    /// A rewind of a parallel branch's copy `ws`, reading the parent's timeline.
-    pub(crate) fn copy(parent: &'a Session, ws: &'a Workspace) -> Rewind<'a> {
+    /// A rewind of a parallel branch's copy `ws`, reading the parent's timeline through
+    /// `parent` (its session read only): the parent's workspace and journal are not in it.
+    pub(crate) fn copy(
+        parent: super::view::View<'a>,
+        fp: &'a crate::failpoint::Failpoints,
+        ws: &'a Workspace,
+    ) -> Rewind<'a> {
         Rewind {
             rec: Rec::Copy {
-                state: &parent.journal.state,
-                wal: parent.journal.path(),
+                state: parent.state,
+                wal: parent.wal,
             },
-            id: &parent.id,
-            store: &parent.store,
-            blobs: &parent.blobs,
-            fp: &parent.fp,
+            id: parent.id,
+            store: parent.store,
+            blobs: parent.blobs,
+            fp,
             ws,
         }
     }
