@@ -69,8 +69,38 @@ impl BlobStore {
     pub fn put_file(&self, path: &Path) -> Result<String> {
         self.fp
             .enospc()
-            .and_then(|_| self.backend.put_file(path))
+            .and_then(|_| self.backend.put_file(path, Durability::Synced))
             .map_err(|e| Error::io(format!("cannot store {} as a blob", path.display()), e))
+    }
+
+    /// Keep the files `files` (path, the digest they were observed with) as blobs, durably,
+    /// with one sync for them all: an exec's post-images (docs/reference.md, "Effects").
+    /// A file whose bytes no longer have its digest is an error: nothing names a blob that
+    /// does not hold what was recorded.
+    pub fn keep_files(&self, files: &[(PathBuf, String)]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        for (path, digest) in files {
+            let got = self
+                .fp
+                .enospc()
+                .and_then(|_| self.backend.put_file(path, Durability::Cached))
+                .map_err(|e| Error::io(format!("cannot keep {} as a blob", path.display()), e))?;
+            if got != *digest {
+                return Err(Error::new(
+                    Code::Io,
+                    format!(
+                        "{} changed while revl kept it (digest {got}, observed {digest})",
+                        path.display()
+                    ),
+                    "run the command again",
+                ));
+            }
+        }
+        self.backend
+            .sync()
+            .map_err(|e| Error::io("cannot make the kept post-images durable", e))
     }
 
     /// Whether a blob of that name is held (not that it is intact).
@@ -116,7 +146,7 @@ impl BlobStore {
     pub fn copy_into(&self, digest: &str, dst: File, what: &str, step: Option<u64>) -> Result<()> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
         let mut src = self.open(digest, &who)?;
-        match copy_hashing(&mut src, dst) {
+        match copy_hashing(&mut src, dst, true) {
             Ok(d) if d == digest => Ok(()),
             Ok(_) => Err(Error::new(
                 Code::MissingPreimage,
@@ -194,7 +224,11 @@ impl BlobStore {
 
 /// Copy `src` into `dst` a chunk at a time, fsync `dst`, and return the blake3 hex of what
 /// was copied.
-pub(crate) fn copy_hashing(src: &mut dyn Read, mut dst: File) -> std::io::Result<String> {
+pub(crate) fn copy_hashing(
+    src: &mut dyn Read,
+    mut dst: File,
+    sync: bool,
+) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
     let mut buf = vec![0u8; crate::util::STREAM_CHUNK];
     let mut total = 0u64;
@@ -218,6 +252,8 @@ pub(crate) fn copy_hashing(src: &mut dyn Read, mut dst: File) -> std::io::Result
         total += k as u64;
     }
     dst.set_len(total)?;
-    dst.sync_all()?;
+    if sync {
+        dst.sync_all()?;
+    }
     Ok(h.finalize().to_hex().to_string())
 }

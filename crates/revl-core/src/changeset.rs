@@ -87,6 +87,29 @@ impl Planned {
     }
 
     /// The files the apply will move in, whose data must be durable first.
+    /// The post-images not kept in the intent (larger than it keeps, or past its budget):
+    /// each regular file of the change set as it stands in the upper layer `upper`, with
+    /// the digest it was observed with, once per digest. The exec keeps them as blobs so
+    /// that every step's content is somewhere (docs/reference.md, "Effects").
+    pub fn post_images(&self, upper: &Path) -> Vec<(PathBuf, String)> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for c in self.changes() {
+            let Some(after) = &c.after else { continue };
+            let (Some(FileKind::File), Some(d)) = (after.kind, after.digest.as_deref()) else {
+                continue;
+            };
+            if self.kept.kept.contains_key(d) || !seen.insert(d.to_string()) {
+                continue;
+            }
+            let abs = upper.join(crate::name::to_os(&c.path));
+            if fs::symlink_metadata(&abs).is_ok_and(|m| m.is_file()) {
+                out.push((abs, d.to_string()));
+            }
+        }
+        out
+    }
+
     pub fn files_to_sync(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for i in &self.items {

@@ -213,9 +213,17 @@ impl Blobs for FaultyBlobs {
         }
     }
 
-    fn put_file(&self, path: &Path) -> std::io::Result<String> {
+    fn put_file(&self, path: &Path, durability: Durability) -> std::io::Result<String> {
         match self.plan.pass(format!("put-file {}", path.display()))? {
-            None => self.inner.put_file(path),
+            None => self.inner.put_file(path, durability),
+            Some(Fault::Fail) => Err(failed()),
+            Some(_) => Err(stopped()),
+        }
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        match self.plan.pass("sync blobs".to_string())? {
+            None => self.inner.sync(),
             Some(Fault::Fail) => Err(failed()),
             Some(_) => Err(stopped()),
         }

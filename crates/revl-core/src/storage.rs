@@ -86,8 +86,11 @@ pub trait Blobs: Debug + Send + Sync {
     fn put(&self, digest: &str, bytes: &[u8], durability: Durability) -> std::io::Result<()>;
 
     /// Store the content of the file at `path`, streamed, and return its digest; atomic and
-    /// idempotent as [`Blobs::put`]; always [`Durability::Synced`].
-    fn put_file(&self, path: &Path) -> std::io::Result<String>;
+    /// idempotent as [`Blobs::put`].
+    fn put_file(&self, path: &Path, durability: Durability) -> std::io::Result<String>;
+
+    /// Make every blob put so far durable (those put [`Durability::Cached`] included).
+    fn sync(&self) -> std::io::Result<()>;
 
     /// The blob's bytes as stored, unverified (the caller checks them against the name);
     /// `Ok(None)` when it is not held.
@@ -327,20 +330,22 @@ impl Blobs for LocalBlobs {
         Ok(())
     }
 
-    fn put_file(&self, path: &Path) -> std::io::Result<String> {
+    fn put_file(&self, path: &Path, durability: Durability) -> std::io::Result<String> {
         fs::create_dir_all(&self.root)?;
         let tmp = self.root.join(format!(
             ".incoming.{}.{}.tmp",
             std::process::id(),
             crate::util::new_id()
         ));
-        let digest = match crate::blobs::copy_hashing(&mut File::open(path)?, File::create(&tmp)?) {
-            Ok(d) => d,
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
-            }
-        };
+        let synced = durability == Durability::Synced;
+        let digest =
+            match crate::blobs::copy_hashing(&mut File::open(path)?, File::create(&tmp)?, synced) {
+                Ok(d) => d,
+                Err(e) => {
+                    let _ = fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            };
         let dest = self.path_of(&digest);
         let intact = File::open(&dest)
             .and_then(crate::util::blake3_reader)
@@ -352,9 +357,18 @@ impl Blobs for LocalBlobs {
         let dir = dest.parent().expect("blob path has a parent").to_path_buf();
         fs::create_dir_all(&dir)?;
         fs::rename(&tmp, &dest)?;
-        File::open(&dir)?.sync_all()?;
-        File::open(&self.root)?.sync_all()?;
+        if synced {
+            File::open(&dir)?.sync_all()?;
+            File::open(&self.root)?.sync_all()?;
+        }
         Ok(digest)
+    }
+
+    /// One `syncfs` of the blob directory's filesystem: every file, name and directory
+    /// written there is durable after it.
+    fn sync(&self) -> std::io::Result<()> {
+        let dir = File::open(&self.root)?;
+        rustix::fs::syncfs(&dir).map_err(std::io::Error::from)
     }
 
     fn open(&self, digest: &str) -> std::io::Result<Option<Box<dyn Read + Send>>> {

@@ -555,7 +555,14 @@ fn bench_exec() {
     );
     drop(s);
 
-    for (files, changed) in [(100_000usize, 10usize), (100_000, 1_000)] {
+    // The third case writes 8 KiB of new bytes to each changed file: past what the intent
+    // keeps inline, so every post-image is kept as a blob (docs/fleet.md, "Every step's
+    // content is somewhere").
+    for (files, changed, big) in [
+        (100_000usize, 10usize, false),
+        (100_000, 1_000, false),
+        (100_000, 1_000, true),
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let ws = tmp.path().join("ws");
         make_tree(&ws, files);
@@ -567,9 +574,15 @@ fn bench_exec() {
         git(&gitws, &["add", "-A"]);
         git(&gitws, &["commit", "-qm", "base"]);
         // Append a line to `changed` files spread over the tree.
-        let script = format!(
-            "i=0; while [ $i -lt {changed} ]; do f=$(( i * {files} / {changed} )); echo more >> d$(( f / 1000 ))/f$f.txt; i=$(( i + 1 )); done"
-        );
+        let script = if big {
+            format!(
+                "i=0; while [ $i -lt {changed} ]; do f=$(( i * {files} / {changed} )); head -c 8192 /dev/urandom > d$(( f / 1000 ))/f$f.txt; i=$(( i + 1 )); done"
+            )
+        } else {
+            format!(
+                "i=0; while [ $i -lt {changed} ]; do f=$(( i * {files} / {changed} )); echo more >> d$(( f / 1000 ))/f$f.txt; i=$(( i + 1 )); done"
+            )
+        };
         let argv = sh_c(&script);
         let runs = 7;
         let plain = time(runs, || sh(&twin, &["sh", "-c", &script]));
@@ -585,7 +598,11 @@ fn bench_exec() {
             let applied = r.sandboxed.as_ref().unwrap().changes.len();
             assert_eq!(applied, changed);
         });
-        let label = format!("{changed} files changed in a {files}-file workspace");
+        let label = if big {
+            format!("{changed} files rewritten with 8 KiB in a {files}-file workspace")
+        } else {
+            format!("{changed} files changed in a {files}-file workspace")
+        };
         row(&format!("{label}: the command run plainly"), fmt(plain));
         row(
             &format!("{label}: revl exec (sandbox + capture + apply)"),

@@ -645,6 +645,15 @@ impl Session {
                 )?;
                 return Err(Error::io("making the change set durable", e));
             }
+            // Every post-image is somewhere before the intent names it: the small ones in
+            // the intent, the others as blobs (copied from the upper layer, one sync).
+            if let Err(e) = self.blobs.keep_files(&planned.post_images(&out.upper)) {
+                self.void(
+                    step,
+                    &format!("its post-images could not be kept: {}", e.message),
+                )?;
+                return Err(e);
+            }
             self.append(
                 Record::Intent {
                     step,

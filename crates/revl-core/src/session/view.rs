@@ -208,7 +208,7 @@ impl View<'_> {
         Err(Error::new(
             Code::MissingPreimage,
             format!("the content of {rel} (digest {digest}) is kept nowhere"),
-            "revl holds no copy of these bytes (it keeps what its writes wrote, an exec's files up to 4 KiB, and every blob until `revl gc --apply`); `revl timeline` names the step that made them",
+            "revl holds no copy of these bytes (it keeps what its writes and execs wrote until `revl gc --apply` drops what no live or frozen session reaches; an exec recorded by an earlier revl kept its outputs only up to 4 KiB); `revl timeline` names the step that made them",
         ))
     }
 }

@@ -972,3 +972,77 @@ fn a_session_made_before_its_store_had_a_remote_is_branched_whole() {
         BTreeMap::from([("kept.txt".to_string(), b"never touched\n".to_vec())])
     );
 }
+
+/// The bytes a `read` answered (text or base64).
+fn read_bytes(o: &Out) -> Vec<u8> {
+    let d = o.ok();
+    match d["content"].as_str() {
+        Some(c) => c.as_bytes().to_vec(),
+        None => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(s(&d["contentBase64"]))
+                .unwrap()
+        }
+    }
+}
+
+/// Every step's content is somewhere (docs/fleet.md): a build output an exec made, 1 MiB
+/// and overwritten since, is read at its step here and after `gc --apply`, on another store
+/// through the remote, and a remote branch at that step has it, byte for byte.
+#[test]
+fn an_execs_large_output_overwritten_since_is_read_and_branched_at_its_step_anywhere() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let ws = f.w.ws("build");
+    let id = s(&f.a(&["new", "--workspace", ws.to_str().unwrap()]).ok()["session"]);
+    let make = "mkdir -p out && head -c 1048576 /dev/urandom > out/app.bin \
+        && head -c 300000 /dev/urandom > out/lib.so";
+    f.a(&["exec", &id, "--", "sh", "-c", make]).ok();
+    let built = std::fs::read(ws.join("out/app.bin")).unwrap();
+    let lib = std::fs::read(ws.join("out/lib.so")).unwrap();
+    assert_eq!((built.len(), lib.len()), (1 << 20, 300_000));
+    let again = "head -c 20000 /dev/urandom > out/app.bin";
+    f.a(&["exec", &id, "--", "sh", "-c", again]).ok();
+    assert_ne!(std::fs::read(ws.join("out/app.bin")).unwrap(), built);
+    let at1 = ["read", &id, "out/app.bin", "--at", "1"];
+    assert_eq!(read_bytes(&f.a(&at1)), built, "read --at 1 here");
+    f.a(&["gc", "--apply"]).ok();
+    assert_eq!(read_bytes(&f.a(&at1)), built, "read --at 1 after gc");
+    pushed(&f.a(&["push"]));
+    let remote = [
+        "--remote",
+        "origin",
+        "read",
+        &id,
+        "out/app.bin",
+        "--at",
+        "1",
+    ];
+    assert_eq!(read_bytes(&f.b(&remote)), built, "read --at 1 on store B");
+    // A file no later step touched: on store B no workspace stands in for it.
+    let remote = ["--remote", "origin", "read", &id, "out/lib.so", "--at", "1"];
+    assert_eq!(
+        read_bytes(&f.b(&remote)),
+        lib,
+        "read --at 1 of lib.so on store B"
+    );
+    let h = s(&f.b(&["fork", "--remote", "origin", &id, "--at", "1"]).ok()["hash"]);
+    let into = f.w.path("branch");
+    let confirm = [
+        "fork-confirm",
+        &id,
+        "--hash",
+        &h,
+        "--into",
+        into.to_str().unwrap(),
+    ];
+    f.b(&confirm).ok();
+    assert_eq!(
+        files(&into),
+        BTreeMap::from([
+            ("out/app.bin".to_string(), built),
+            ("out/lib.so".to_string(), lib)
+        ])
+    );
+}
