@@ -18,7 +18,8 @@ fn write(path: &str, content: &[u8]) -> FileOp {
 }
 
 /// Effects small and large (a blob), a directory, a boundary, overwrites, a delete, a
-/// rename, a step-back, a serial fork and a write on the branch.
+/// rename, a step-back, an exec (its output kept as a blob), a serial fork and a write on
+/// the branch.
 fn scenario(store: &Store, ws: &Path) -> revl_core::Result<()> {
     let big: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 251) as u8).collect();
     let mut s = store.new_session(ws, None)?;
@@ -35,6 +36,11 @@ fn scenario(store: &Store, ws: &Path) -> revl_core::Result<()> {
     })?;
     s.step_back(4, StepBackMode::Scoped)?;
     s.file_effect(write("d.txt", &big[..5000]))?;
+    // An exec whose output is kept as a blob (past what its intent keeps inline).
+    let argv: Vec<String> = ["sh", "-c", "seq 1 3000 > out.txt"]
+        .map(String::from)
+        .to_vec();
+    s.exec_with(&revl_core::ExecOptions::new(&argv))?;
     let enumerated = s.fork(4)?;
     let hash = enumerated.hash.expect("an enumeration has a hash");
     let forked = s.fork_confirm(&hash)?;
@@ -107,7 +113,7 @@ fn a_fault_at_any_storage_operation_leaves_a_store_that_repairs_and_rewinds() {
     let n = clean.operations();
     let log = clean.log();
     assert!(n > 20, "the scenario makes {n} storage operations: {log:?}");
-    for kind in ["create", "open", "append", "sync", "put"] {
+    for kind in ["create", "open", "append", "sync", "put", "put-file", "sync blobs"] {
         assert!(
             log.iter().any(|l| l.starts_with(kind)),
             "no {kind} operation in {log:?}"
