@@ -37,6 +37,9 @@ pub enum ReadOnly {
     Corrupt(crate::wal::Corrupt),
     /// A copy of a session another store wrote (docs/fleet.md): its own store writes it.
     Cache,
+    /// Attached to read while an interrupted operation could not be repaired (why): the next
+    /// command attached to write repairs it first.
+    Unrepaired(String),
 }
 
 /// A session's WAL, its state and its lease.
@@ -109,6 +112,10 @@ impl Journal {
         self.lease = lease;
     }
 
+    pub(super) fn set_access(&mut self, access: Access) {
+        self.access = access;
+    }
+
     /// Where the WAL ends as this journal knows it: `(byte length, last seq, records)`;
     /// `None` after a failed write.
     pub(super) fn end(&self) -> Option<(u64, u64, usize)> {
@@ -137,6 +144,13 @@ impl Journal {
                     Code::Usage,
                     format!("session {id} was pushed from another store: this copy is read-only"),
                     "branch it here with `revl fork --remote NAME SESSION --at K`, or run the verb on the store that wrote it",
+                ));
+            }
+            Access::ReadOnly(ReadOnly::Unrepaired(why)) => {
+                return Err(Error::new(
+                    Code::Busy,
+                    format!("session {id} was attached to read: {why}"),
+                    "run the command again: a command that writes repairs the session first",
                 ));
             }
             Access::ReadOnly(ReadOnly::Busy) => {

@@ -399,10 +399,15 @@ impl Store {
                 } else {
                     "fix the cause first"
                 };
-                again.repair_blocked = Some(format!(
+                let why = format!(
                     "an interrupted operation could not be repaired ({}; {}): shown as the WAL stands; {then}",
                     e.message, e.hint
-                ));
+                );
+                // Held, and still read only: nothing is written over an unrepaired WAL.
+                again
+                    .journal
+                    .set_access(Access::ReadOnly(ReadOnly::Unrepaired(why.clone())));
+                again.repair_blocked = Some(why);
                 return Ok(again);
             }
         }

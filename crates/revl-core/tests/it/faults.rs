@@ -113,7 +113,15 @@ fn a_fault_at_any_storage_operation_leaves_a_store_that_repairs_and_rewinds() {
     let n = clean.operations();
     let log = clean.log();
     assert!(n > 20, "the scenario makes {n} storage operations: {log:?}");
-    for kind in ["create", "open", "append", "sync", "put", "put-file", "sync blobs"] {
+    for kind in [
+        "create",
+        "open",
+        "append",
+        "sync",
+        "put",
+        "put-file",
+        "sync blobs",
+    ] {
         assert!(
             log.iter().any(|l| l.starts_with(kind)),
             "no {kind} operation in {log:?}"
