@@ -391,10 +391,12 @@ class Session:
         """Perform the enumerated fork (``into``: a parallel branch in that directory). The
         result's ``branch`` is the branch, attached with this session's tools.
         ``keep_drift``: as :meth:`step_back`'s."""
-        text, refusal, ticket = self._native.fork_confirm(
-            hash, os.fspath(into) if into is not None else None, keep_drift
+        report = _result(
+            ForkReport,
+            self._native.fork_confirm(
+                hash, os.fspath(into) if into is not None else None, keep_drift
+            ),
         )
-        report = _result(ForkReport, (text, refusal, ticket))
         if report.branch_id is None:
             return report
         branch = Session(self.store, report.branch_id, self.tools, _host_obj=self._host)
