@@ -15,7 +15,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
-use revl_core::api::{self, Answer, Refusal};
+use revl_core::api::{self, Answer};
 use revl_core::session::{Kept, Repaired};
 use revl_core::tools::{DeclaredTool, HostCall, ToolHost, ToolRun};
 use revl_core::{
@@ -26,19 +26,25 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// A verb's answer as Python receives it: the document (JSON text), the refusal's code if
-/// the verb refused with its document, and an approval ticket.
-type Doc = (String, Option<&'static str>, Option<String>);
+/// A verb's answer as Python receives it: the document (JSON text), and, if the verb
+/// refused with its document, the refusal's code, message, hint and approval ticket (the
+/// core words them; Python raises with those words).
+type Doc = (
+    String,
+    Option<(&'static str, String, String, Option<String>)>,
+);
 
 fn answer<T: Answer>(r: &T, repaired: &[Repaired]) -> Doc {
     let doc = api::with_repairs(r.document(), repaired).to_string();
-    match r.refusal() {
-        None => (doc, None, None),
-        Some(Refusal::StaleHash) => (doc, Some(Refusal::StaleHash.code()), None),
-        Some(Refusal::ApprovalRequired { ticket }) => {
-            (doc, Some("approval-required"), Some(ticket))
-        }
-    }
+    let refusal = r.refusal().map(|f| {
+        (
+            f.code(),
+            f.message(),
+            f.hint(),
+            f.ticket().map(str::to_string),
+        )
+    });
+    (doc, refusal)
 }
 
 /// The core error as the `revl.RevlError` subclass of its code (built by `revl.errors`).

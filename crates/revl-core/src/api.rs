@@ -55,21 +55,80 @@ pub fn open_store(
 
 /// A verb's own-shape refusal (docs/reference.md, "Errors and exit codes"): its document
 /// says what happened; front ends map it to exit 1 (CLI), `isError: true` (MCP), or an
-/// exception carrying the document (Python).
+/// exception carrying the document (Python). It carries its own words ([`Refusal::message`],
+/// [`Refusal::hint`]): the CLI's stderr line and the Python exception say the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// A commit or fork confirm whose hash no longer matches (`refused: true`): nothing ran.
-    StaleHash,
+    /// `reason` is the document's.
+    StaleHash { reason: String },
     /// An emission without a usable approval (`approvalRequired: true`): nothing fired.
-    ApprovalRequired { ticket: String },
+    /// `tool`, `ticket` and `hint` are the document's.
+    ApprovalRequired {
+        ticket: String,
+        tool: String,
+        hint: String,
+    },
 }
 
 impl Refusal {
     /// The error code the refusal goes by (`stale-hash`, `approval-required`).
     pub fn code(&self) -> &'static str {
+        self.kind().code()
+    }
+
+    pub fn kind(&self) -> RefusalKind {
         match self {
-            Refusal::StaleHash => "stale-hash",
-            Refusal::ApprovalRequired { .. } => "approval-required",
+            Refusal::StaleHash { .. } => RefusalKind::StaleHash,
+            Refusal::ApprovalRequired { .. } => RefusalKind::ApprovalRequired,
+        }
+    }
+
+    /// What happened, in one line.
+    pub fn message(&self) -> String {
+        match self {
+            Refusal::StaleHash { reason } => reason.clone(),
+            Refusal::ApprovalRequired { ticket, tool, .. } => {
+                format!("approval required for {tool} (ticket {ticket}): nothing was sent")
+            }
+        }
+    }
+
+    /// What to do next.
+    pub fn hint(&self) -> String {
+        match self {
+            Refusal::StaleHash { .. } => {
+                "ask again (commit, or fork at the step) and confirm with the new hash".into()
+            }
+            Refusal::ApprovalRequired { hint, .. } => hint.clone(),
+        }
+    }
+
+    /// The approval ticket, for an approval required.
+    pub fn ticket(&self) -> Option<&str> {
+        match self {
+            Refusal::ApprovalRequired { ticket, .. } => Some(ticket),
+            Refusal::StaleHash { .. } => None,
+        }
+    }
+}
+
+/// The two refusals by name (`docs/schema/wire.json` lists their codes beside the error
+/// codes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefusalKind {
+    StaleHash,
+    ApprovalRequired,
+}
+
+impl RefusalKind {
+    pub const ALL: [RefusalKind; 2] = [RefusalKind::StaleHash, RefusalKind::ApprovalRequired];
+
+    pub fn code(self) -> &'static str {
+        match self {
+            RefusalKind::StaleHash => "stale-hash",
+            RefusalKind::ApprovalRequired => "approval-required",
         }
     }
 }
@@ -93,8 +152,12 @@ pub trait Answer: Serialize {
 impl Answer for CallResult {
     fn refusal(&self) -> Option<Refusal> {
         match self {
-            CallResult::ApprovalRequired { ticket, .. } => Some(Refusal::ApprovalRequired {
+            CallResult::ApprovalRequired {
+                ticket, tool, hint, ..
+            } => Some(Refusal::ApprovalRequired {
                 ticket: ticket.clone(),
+                tool: tool.clone(),
+                hint: hint.clone(),
             }),
             _ => None,
         }
@@ -103,13 +166,23 @@ impl Answer for CallResult {
 
 impl Answer for CommitResult {
     fn refusal(&self) -> Option<Refusal> {
-        matches!(self, CommitResult::Refused { .. }).then_some(Refusal::StaleHash)
+        match self {
+            CommitResult::Refused { reason, .. } => Some(Refusal::StaleHash {
+                reason: (*reason).to_string(),
+            }),
+            CommitResult::Committed { .. } => None,
+        }
     }
 }
 
 impl Answer for ForkReport {
     fn refusal(&self) -> Option<Refusal> {
-        (self.refused == Some(true)).then_some(Refusal::StaleHash)
+        (self.refused == Some(true)).then(|| Refusal::StaleHash {
+            reason: self
+                .reason
+                .clone()
+                .unwrap_or_else(|| "stale hash: nothing ran".into()),
+        })
     }
 }
 
@@ -144,7 +217,7 @@ plain_answers!(
 );
 
 /// `new`: the session made, its workspace and its WAL.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Created {
     pub session: String,
     pub workspace: String,

@@ -398,24 +398,20 @@ impl<'a> Unrestored<'a> {
     }
 }
 
-fn to_value<T: Serialize>(t: T) -> Value {
-    serde_json::to_value(t).expect("entries always serialise")
+pub fn rewound_entry(s: &Step) -> crate::wire::RewoundEntry {
+    crate::wire::RewoundEntry::of(s)
 }
 
-pub fn rewound_entry(s: &Step) -> Value {
-    to_value(Rewound::of(s))
+pub fn emission_entry(s: &Step) -> crate::wire::EmissionEntry {
+    crate::wire::EmissionEntry::of(s)
 }
 
-pub fn emission_entry(s: &Step) -> Value {
-    to_value(Emission::of(s))
+pub fn would_cross_entry(s: &Step) -> crate::wire::WouldCrossEntry {
+    crate::wire::WouldCrossEntry::of(s)
 }
 
-pub fn would_cross_entry(s: &Step) -> Value {
-    to_value(WouldCross::of(s))
-}
-
-pub fn unrestored_entry(s: &Step) -> Value {
-    to_value(Unrestored::of(s))
+pub fn unrestored_entry(s: &Step) -> crate::wire::UnrestoredEntry {
+    crate::wire::UnrestoredEntry::of(s)
 }
 
 /// Why a would-cross step is not offered as rewindable (offline reader, docs/reference.md,

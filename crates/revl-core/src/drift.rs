@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// One drifted path `{path, expected, actual}` (the entry shape of `verify`). `expected` is
 /// absent for an entry revl never witnessed inside a directory it created.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Drift {
     pub path: String,
     pub expected: Image,

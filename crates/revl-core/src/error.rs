@@ -109,6 +109,68 @@ impl Code {
             _ => 1,
         }
     }
+
+    /// Every code, in the order docs/reference.md lists them.
+    pub const ALL: [Code; 32] = [
+        Code::Frozen,
+        Code::NotLive,
+        Code::KindOpaque,
+        Code::NonIdempotent,
+        Code::Undone,
+        Code::Irreversible,
+        Code::Live,
+        Code::WorkspaceBusy,
+        Code::NotCommitted,
+        Code::NoPendingFork,
+        Code::Busy,
+        Code::ToolFailed,
+        Code::Timeout,
+        Code::CorruptWal,
+        Code::MissingPreimage,
+        Code::Io,
+        Code::Usage,
+        Code::UnknownSession,
+        Code::AmbiguousSession,
+        Code::BadManifest,
+        Code::PathOutside,
+        Code::StoreInWorkspace,
+        Code::BadArgs,
+        Code::UnknownBlob,
+        Code::Absent,
+        Code::ExecFailed,
+        Code::SandboxUnavailable,
+        Code::NewerWal,
+        Code::LimitExceeded,
+        Code::ToolUnavailable,
+        Code::Fenced,
+        Code::NotAllowed,
+    ];
+}
+
+impl serde::Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// The codes as a string enumeration; each code's exit status is in `x-exit-codes`.
+impl schemars::JsonSchema for Code {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Code".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+        let exits: serde_json::Map<String, serde_json::Value> = Code::ALL
+            .iter()
+            .map(|c| (c.as_str().to_string(), c.exit_code().into()))
+            .collect();
+        schemars::json_schema!({
+            "type": "string",
+            "enum": names,
+            "x-exit-codes": exits,
+        })
+    }
 }
 
 /// What a caller can do next, named without any front end's words: the CLI and the MCP
@@ -250,15 +312,23 @@ impl Error {
 
     /// The error document (docs/reference.md, "Errors and exit codes"), with the hint as given.
     pub fn to_json_with_hint(&self, hint: &str) -> serde_json::Value {
-        let mut inner = serde_json::json!({
-            "code": self.code.as_str(),
-            "message": self.message,
-            "hint": hint,
-        });
-        if let Some(step) = self.step {
-            inner["step"] = step.into();
+        let doc = crate::wire::ErrorDoc {
+            error: crate::wire::ErrorBody {
+                hint: hint.to_string(),
+                ..self.body()
+            },
+        };
+        serde_json::to_value(doc).expect("an error document serialises")
+    }
+
+    /// The body of the error document, with the core's hint.
+    pub fn body(&self) -> crate::wire::ErrorBody {
+        crate::wire::ErrorBody {
+            code: self.code,
+            message: self.message.clone(),
+            hint: self.hint.clone(),
+            step: self.step,
         }
-        serde_json::json!({ "error": inner })
     }
 
     /// The error document of docs/reference.md, "Errors and exit codes" (the core's hint alone).

@@ -6,7 +6,8 @@
 //!   that every rewind, report and offline reader uses.
 //! - [`unwind`]: THE plan of every rewind (fork, step-back, abort, recover, repair): what
 //!   runs, what is owed, what has an unknown outcome.
-//! - [`report`]: the typed results of the verbs that rewind.
+//! - [`wire`]: every document the CLI, MCP server and Python package emit, as typed values
+//!   (its [`report`] holds the verbs' results); the JSON schema derives from it.
 //! - [`undo`]: typed inverse descriptors, restore entries and file images.
 //! - [`workspace`]: path confinement and witnessed file effects with exact inverses.
 //! - [`session`]: attach/repair and the verbs; [`store`]: where sessions live.
@@ -32,7 +33,6 @@ pub mod log;
 pub mod name;
 pub mod proc;
 pub mod recover;
-pub mod report;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
 pub mod saved;
@@ -47,7 +47,10 @@ pub mod undo;
 pub mod unwind;
 pub mod util;
 pub mod wal;
+pub mod wire;
 pub mod workspace;
+
+pub use wire::report;
 
 pub use error::{Code, Error, Remedy, Result};
 pub use failpoint::Failpoints;

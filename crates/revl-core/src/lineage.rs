@@ -863,13 +863,12 @@ pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
     });
     let la: Vec<&(i64, Step)> = lh.iter().skip(shared).collect();
     let ra: Vec<&(i64, Step)> = rh.iter().skip(shared).collect();
-    let emissions = |xs: &[&(i64, Step)]| -> Vec<Value> {
+    let emissions = |xs: &[&(i64, Step)]| -> Vec<crate::wire::PositionedEmission> {
         xs.iter()
             .filter(|(_, s)| s.kind == StepKind::Emission)
-            .map(|(p, s)| {
-                let mut e = classify::emission_entry(s);
-                e["position"] = (*p).into();
-                e
+            .map(|(p, s)| crate::wire::PositionedEmission {
+                position: *p,
+                entry: classify::emission_entry(s),
             })
             .collect()
     };

@@ -32,7 +32,7 @@ impl Life {
 
 /// A held send (class b). Serialised as reports list it: `{seq, tool, service, method,
 /// args}`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct Deferred {
     pub seq: u64,
     pub tool: String,
@@ -135,7 +135,7 @@ pub struct PreservedSeen {
 
 /// A fork this WAL began: where, with which confirmed hash, into which directory (a
 /// parallel fork), and its outcome: `begun` (unfinished), `complete`, `abandoned`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct ForkSeen {
     pub branch: String,
     pub at: Pos,

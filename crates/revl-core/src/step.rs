@@ -160,17 +160,68 @@ impl Step {
 /// 4. `caps` present and every token is exactly `fs` → host-confined;
 /// 5. anything else (`net`, `FS`, unknown words, `{}`, no `caps`) → crossing.
 pub fn host_confined(scope: Option<&Value>) -> bool {
-    let Some(Value::Object(m)) = scope else {
-        return false;
-    };
-    if m.get("confined") == Some(&Value::Bool(true)) || m.get("sandbox") == Some(&Value::Bool(true))
-    {
-        return true;
+    ScopeClaim::of(scope).host_confined()
+}
+
+/// What a declared scope claims, as the scope gate reads it: the JSON is read once, here;
+/// the gate decides on this value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopeClaim {
+    /// No scope declared (or not a JSON object).
+    Absent,
+    /// `"confined": true`.
+    Confined,
+    /// `"sandbox": true`.
+    Sandbox,
+    /// `caps`, token by token.
+    Caps(Vec<Cap>),
+    /// An object with none of the above (`{}`, `caps` not a list).
+    Nothing,
+}
+
+/// One capability token of a declared scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cap {
+    /// Exactly `fs`: the host's files, under revl's witness.
+    Fs,
+    /// Anything else (`net`, `FS`, an unknown word, a token that is not a string).
+    Other(String),
+}
+
+impl ScopeClaim {
+    pub fn of(scope: Option<&Value>) -> Self {
+        let Some(Value::Object(m)) = scope else {
+            return ScopeClaim::Absent;
+        };
+        let yes = |k: &str| m.get(k) == Some(&Value::Bool(true));
+        if yes("confined") {
+            return ScopeClaim::Confined;
+        }
+        if yes("sandbox") {
+            return ScopeClaim::Sandbox;
+        }
+        match m.get("caps") {
+            Some(Value::Array(caps)) => ScopeClaim::Caps(
+                caps.iter()
+                    .map(|t| match t.as_str() {
+                        Some("fs") => Cap::Fs,
+                        Some(other) => Cap::Other(other.to_string()),
+                        None => Cap::Other(t.to_string()),
+                    })
+                    .collect(),
+            ),
+            _ => ScopeClaim::Nothing,
+        }
     }
-    match m.get("caps") {
-        // Rules 3 and 4: an empty list passes `all` vacuously.
-        Some(Value::Array(caps)) => caps.iter().all(|t| t.as_str() == Some("fs")),
-        _ => false,
+
+    /// The gate's verdict (rules 1-5 above).
+    pub fn host_confined(&self) -> bool {
+        match self {
+            ScopeClaim::Absent | ScopeClaim::Nothing => false,
+            ScopeClaim::Confined | ScopeClaim::Sandbox => true,
+            // Rules 3 and 4: an empty list passes `all` vacuously.
+            ScopeClaim::Caps(caps) => caps.iter().all(|c| *c == Cap::Fs),
+        }
     }
 }
 
@@ -183,6 +234,17 @@ pub fn fs_scope() -> Value {
 /// confinement proven by the sandbox.
 pub fn sandbox_scope() -> Value {
     json!({"caps": ["fs"], "sandbox": true})
+}
+
+/// On the wire a position is an integer, `-1` or a step index.
+impl schemars::JsonSchema for Pos {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Pos".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "integer", "minimum": -1})
+    }
 }
 
 /// A position on a timeline (docs/reference.md, "Concepts"): before every step, or after

@@ -437,7 +437,7 @@ impl Store {
                 Err(e) => SessionEntry::Unreadable {
                     session: id,
                     state: "unreadable",
-                    error: e.to_json()["error"].clone(),
+                    error: e.body(),
                 },
             });
         }

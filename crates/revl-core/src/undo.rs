@@ -214,7 +214,7 @@ impl RestoreEntry {
 }
 
 /// What a directory entry is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {
     File,
@@ -241,7 +241,7 @@ impl FileKind {
 /// whole tree, a symlink's its target). An expected image names only what it checks; an
 /// observed one everything there is. In a step's `detail.after` the path is left out
 /// (`detail.path` names it): an empty `path` is not written.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Image {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
@@ -303,7 +303,7 @@ impl FileDetail {
 
 /// One entry of an exec step's change set: `{path, change, after?, why?}`
 /// (docs/wal-format.md, "Step kinds, details and inverses").
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecChange {
     /// The post-image (without its path); absent for `ignored`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -114,7 +114,7 @@ pub fn needs_fence(s: &Step) -> bool {
 }
 
 /// How an inverse that did not complete ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// It ran and reported an error.
@@ -127,7 +127,7 @@ pub enum Outcome {
 /// and the guarantee"), as reports list it and the WAL records it (`step-back-done`,
 /// `aborted`, `fork-frozen`, `fork-branch`). Fields are in the order the WAL has always
 /// written them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Failed {
     pub error: String,
     pub index: u64,
@@ -149,7 +149,7 @@ impl Failed {
 
 /// A crossing inverse a repair did not run `{index, kind, label, why}`: only an explicit
 /// `abort` (or `recover --force`) runs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OwedStep {
     pub index: u64,
     pub kind: String,

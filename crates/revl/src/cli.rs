@@ -1566,21 +1566,12 @@ fn read_out(
 }
 
 fn answered(r: &impl revl_core::api::Answer, t: String) -> Outcome {
-    use revl_core::api::Refusal;
     let doc = r.document();
     let refusal = r.refusal();
-    // The text already says it on stdout; stderr gets one line, not the same text again.
-    match &refusal {
-        Some(Refusal::ApprovalRequired { ticket }) => {
-            eprintln!("revl: approval required (ticket {ticket}): nothing was sent")
-        }
-        Some(Refusal::StaleHash) => eprintln!(
-            "revl: {}",
-            doc.get("reason")
-                .and_then(Value::as_str)
-                .unwrap_or("refused")
-        ),
-        None => {}
+    // The text already says it on stdout; stderr gets one line (the refusal's own words),
+    // not the same text again.
+    if let Some(refusal) = &refusal {
+        eprintln!("revl: {}", refusal.message());
     }
     Outcome {
         doc,

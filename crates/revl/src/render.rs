@@ -113,9 +113,13 @@ pub fn commit_done(v: &CommitResult) -> String {
             rows(
                 &mut out,
                 "FAILED to send (`revl resend SESSION --seq N` fires one again)",
-                flush_residue
-                    .iter()
-                    .map(|f| (format!("send {}", f.seq), s(&f.kind), Some(s(&f.message)))),
+                flush_residue.iter().map(|f| {
+                    (
+                        format!("send {}", f.seq),
+                        f.error.kind.clone(),
+                        Some(f.error.message.clone()),
+                    )
+                }),
             );
             out
         }
@@ -129,7 +133,11 @@ pub fn commit_done(v: &CommitResult) -> String {
 pub fn resent(v: &Resent) -> String {
     match &v.error {
         None => format!("send {} fired again: delivered", v.seq),
-        Some(e) => format!("send {} fired again and FAILED: {}", v.seq, one_line(e)),
+        Some(e) => format!(
+            "send {} fired again and FAILED: {}",
+            v.seq,
+            one_line(&revl_core::report::to_json(e))
+        ),
     }
 }
 
@@ -460,11 +468,7 @@ pub fn sessions(v: &Sessions) -> String {
                 session,
                 state,
                 error,
-            } => writeln!(
-                out,
-                "{session}  {state:<9} {}",
-                path_text(error["message"].as_str().unwrap_or(""))
-            ),
+            } => writeln!(out, "{session}  {state:<9} {}", path_text(&error.message)),
         };
     }
     out.trim_end().to_string()
@@ -641,7 +645,8 @@ fn entries(out: &mut String, title: &str, v: &Value) {
 
 /// Report entries (the shared entry shapes of docs/reference.md, "Report entries and the
 /// guarantee", as JSON values), one row each.
-fn entry_rows(out: &mut String, title: &str, list: &[Value]) {
+fn entry_rows<T: serde::Serialize>(out: &mut String, title: &str, list: &[T]) {
+    let list: Vec<Value> = list.iter().map(revl_core::report::to_json).collect();
     rows(
         out,
         title,

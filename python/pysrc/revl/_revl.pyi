@@ -2,8 +2,10 @@
 import builtins
 from typing import Any
 
-# (document JSON, refusal code or None, approval ticket or None)
-Answer = tuple[str, str | None, str | None]
+# A refusal with its own document, worded by the core: (code, message, hint, approval ticket)
+Refused = tuple[str, str, str, str | None]
+# (document JSON, the refusal or None)
+Answer = tuple[str, Refused | None]
 
 WAL_VERSION: int
 

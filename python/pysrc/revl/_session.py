@@ -11,7 +11,7 @@ import os
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar, Union, cast
 
 from . import _revl
-from .errors import ApprovalRequired, BadArgs, StaleHash
+from .errors import ApprovalRequired, BadArgs, RevlError, StaleHash
 from .names import check_text, not_unicode
 from .results import (
     AbortReport,
@@ -122,25 +122,19 @@ def _host(tools: Iterable[Tool[Any]]) -> _revl.NativeHost | None:
     return _converted("tools", _revl.NativeHost, held) if held else None
 
 
-def _result(cls: type[T], answer: tuple[str, str | None, str | None]) -> T:
-    """The typed result of a verb; a refusal with its own document is raised with it."""
-    text, refusal, ticket = answer
-    doc = json.loads(text)
-    result = cls(doc)
-    if refusal == "stale-hash":
-        raise StaleHash(
-            str(doc.get("reason") or "stale hash: nothing ran"),
-            "ask again (commit() or fork(at)) and confirm with the new hash",
-            document=result,
-        )
-    if refusal == "approval-required":
-        raise ApprovalRequired(
-            f"approval required for {doc.get('tool')}: nothing was sent",
-            str(doc.get("hint") or ""),
-            document=result,
-            ticket=ticket or "",
-        )
-    return result
+def _result(cls: type[T], answer: _revl.Answer) -> T:
+    """The typed result of a verb; a refusal with its own document is raised with it, in the
+    core's words."""
+    text, refusal = answer
+    result = cls(json.loads(text))
+    if refusal is None:
+        return result
+    code, message, hint, ticket = refusal
+    if code == StaleHash.code:
+        raise StaleHash(message, hint, document=result)
+    if code == ApprovalRequired.code:
+        raise ApprovalRequired(message, hint, document=result, ticket=ticket or "")
+    raise RevlError(message, hint)
 
 
 class Store:
@@ -182,7 +176,7 @@ class Store:
         check_text("new", declarations, "tools")
         host = _host(tools)
         decls = json.dumps(declarations, ensure_ascii=False)
-        text, _, _ = self._native.new_session(
+        text, _ = self._native.new_session(
             os.fspath(workspace),
             os.fspath(manifest) if manifest is not None else None,
             decls,
@@ -397,10 +391,12 @@ class Session:
         """Perform the enumerated fork (``into``: a parallel branch in that directory). The
         result's ``branch`` is the branch, attached with this session's tools.
         ``keep_drift``: as :meth:`step_back`'s."""
-        text, refusal, ticket = self._native.fork_confirm(
-            hash, os.fspath(into) if into is not None else None, keep_drift
+        report = _result(
+            ForkReport,
+            self._native.fork_confirm(
+                hash, os.fspath(into) if into is not None else None, keep_drift
+            ),
         )
-        report = _result(ForkReport, (text, refusal, ticket))
         if report.branch_id is None:
             return report
         branch = Session(self.store, report.branch_id, self.tools, _host_obj=self._host)

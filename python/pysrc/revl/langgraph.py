@@ -203,7 +203,7 @@ class RevlSaver(InMemorySaver):
             d = self._value_blob.get((thread_id, ns, ch, ver))
             if d is not None and ch not in new_versions:
                 uses.add(d)
-        text, _, _ = s._native.checkpoint_put(
+        text, _ = s._native.checkpoint_put(
             _wire(thread_id), ns, cid, parent, content, ns == "", at, sorted(uses))
         doc = json.loads(text)
         for ch, ver, _b in values:

@@ -100,6 +100,13 @@ class ExecResult(Result):
     stderr: str
     signal: int | None
     timed_out: bool | None
+    interrupted: bool | None
+    """Interrupted at the terminal (Ctrl-C): what the command had changed by then is the step."""
+    limit: str | None
+    """The limit that stopped the command, where revl can tell (``timeout``, ``cpu``,
+    ``bytes``, ``pids``)."""
+    pids_limit: str | None
+    """How ``pids`` held where no pids cgroup could be made: ``rlimit`` or ``none``."""
     stdout_truncated: bool | None
     stderr_truncated: bool | None
     changes: list[dict[str, Any]] | None

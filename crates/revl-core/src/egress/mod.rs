@@ -240,7 +240,7 @@ pub fn non_public(ip: &IpAddr) -> Option<String> {
 }
 
 /// One connection an exec's proxy forwarded (the emission's `connections`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Connection {
     pub dest: String,
@@ -269,7 +269,7 @@ impl Connection {
 }
 
 /// One refused attempt (the emission's or effect's `denied`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Denied {
     pub dest: String,
     pub port: u16,
@@ -278,7 +278,9 @@ pub struct Denied {
 
 /// What an exec's proxy did: every connection it forwarded and every attempt it refused, in
 /// order.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct NetSummary {
     pub connections: Vec<Connection>,
     pub denied: Vec<Denied>,

@@ -164,8 +164,7 @@ impl Session {
                 Some(error) => {
                     residue.push(FlushFailure {
                         seq,
-                        kind: error["type"].clone(),
-                        message: error["message"].clone(),
+                        error: crate::wire::ToolError::of(&error),
                     });
                     self.append(Record::FlushResidue { seq, error }, false)?;
                 }
@@ -238,7 +237,7 @@ impl Session {
                     resent: true,
                     seq,
                     flushed: false,
-                    error: Some(error),
+                    error: Some(crate::wire::ToolError::of(&error)),
                 })
             }
         }

@@ -61,12 +61,13 @@ fn inherit(preserved: &mut Value, kept: &[crate::undo::Image]) {
 }
 
 /// The three axes a branch does not preserve, in this order (docs/reference.md, "Fork: confirm").
-pub fn not_preserved() -> Value {
-    json!([
-        {"axis": "providerVersions", "why": "revl records no model-provider or runtime version per step, so a branch cannot pin the versions the parent ran with"},
-        {"axis": "seedsAndClock", "why": "records carry wall-clock times for audit only; the agent's own random seeds and clock are not captured, so a branch is a divergent continuation, not a bit-exact replay"},
-        {"axis": "modelDecisions", "why": "the branch's WAL does not copy the parent's model-decision records, and no prompt or response is ever recorded"},
-    ])
+pub fn not_preserved() -> Vec<crate::wire::Axis> {
+    use crate::wire::Axis;
+    vec![
+        Axis { axis: "providerVersions", why: "revl records no model-provider or runtime version per step, so a branch cannot pin the versions the parent ran with" },
+        Axis { axis: "seedsAndClock", why: "records carry wall-clock times for audit only; the agent's own random seeds and clock are not captured, so a branch is a divergent continuation, not a bit-exact replay" },
+        Axis { axis: "modelDecisions", why: "the branch's WAL does not copy the parent's model-decision records, and no prompt or response is ever recorded" },
+    ]
 }
 
 /// `warning_emissions` for a partition: what of the tail is out in the world after the
@@ -113,7 +114,7 @@ fn warning_emissions(p: &Partition, steps: &[crate::step::Step]) -> String {
 pub const NOT_YET: &str = "Nothing has run yet: this report enumerates what a confirm would do. After a confirm, revl claims only that the listed host-confined inverses ran, newest first, restoring the recorded preimage bytes, modes and kinds of file effects; nothing about anything outside the workspace.";
 
 /// What each kind of fork does with the parent's held sends (an enumeration serves both).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct HeldSendsByMode {
     /// `fork-confirm` without `--into`: the parent's whole queue is dropped (never sent).
     pub serial: String,
@@ -261,7 +262,7 @@ impl Session {
                 .copied()
                 .collect(),
         };
-        let of_kind = |k: StepKind| -> Vec<Value> {
+        let of_kind = |k: StepKind| -> Vec<crate::wire::RewoundEntry> {
             let mut idx: Vec<u64> = rewind_list
                 .iter()
                 .copied()
@@ -726,7 +727,7 @@ impl Session {
                 parent_remote: self.store.copied().and_then(|c| c.remote.clone()),
                 parent_wal: None,
                 preserved,
-                not_preserved: not_preserved(),
+                not_preserved: crate::undo::to_value(&not_preserved()),
                 crossed,
                 would_cross,
                 failed,

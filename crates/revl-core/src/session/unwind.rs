@@ -9,7 +9,7 @@ use crate::drift::{Drift, Expected};
 use crate::error::{Code, Error, Result};
 use crate::report::{AbortReport, BeyondTail, Preserved, StepBackReport};
 use crate::state::{Deferred, Life};
-use crate::step::{Pos, Step, StepKind, BY_ABORT, BY_RECOVER, BY_STEP_BACK};
+use crate::step::{Pos, StepKind, BY_ABORT, BY_RECOVER, BY_STEP_BACK};
 use crate::undo::Undo;
 use crate::unwind::{self, Action, Context, Failed, Mode, Outcome, OwedStep, Plan};
 use crate::wal::Record;
@@ -772,23 +772,31 @@ impl Session {
         })()
         .map_err(|e| self.stopped_part_way(e, "step-back", &before))?;
         let steps = &self.journal.state.steps;
-        let ran_of = |kinds: &[StepKind], entry: fn(&Step) -> serde_json::Value| {
-            done.ran
-                .iter()
-                .map(|&i| &steps[i as usize])
-                .filter(|s| kinds.contains(&s.kind))
-                .map(entry)
-                .collect::<Vec<_>>()
-        };
         let scoped = mode == StepBackMode::Scoped;
         Ok(StepBackReport {
             to,
             to_label: self.journal.state.label_at(to),
             compensate: scoped.then_some(false),
-            inverses_ran: ran_of(&[StepKind::Effect], classify::rewound_entry),
-            provisions_withdrawn: ran_of(&[StepKind::Provision], classify::rewound_entry),
-            compensations_ran: (!scoped)
-                .then(|| ran_of(&[StepKind::Compensation], classify::emission_entry)),
+            inverses_ran: crate::wire::ran_of(
+                steps,
+                &done.ran,
+                &[StepKind::Effect],
+                classify::rewound_entry,
+            ),
+            provisions_withdrawn: crate::wire::ran_of(
+                steps,
+                &done.ran,
+                &[StepKind::Provision],
+                classify::rewound_entry,
+            ),
+            compensations_ran: (!scoped).then(|| {
+                crate::wire::ran_of(
+                    steps,
+                    &done.ran,
+                    &[StepKind::Compensation],
+                    classify::emission_entry,
+                )
+            }),
             emissions_crossed: classify::entries(
                 steps,
                 &part.emissions_crossed,
@@ -907,10 +915,9 @@ impl Session {
         self.sync()?;
         let compensations_ran = comps_ran
             .iter()
-            .map(|&i| {
-                let mut e = classify::emission_entry(&self.journal.state.steps[i as usize]);
-                e["outcome"] = "unconfirmable: a compensation is a second crossing; its effect out there cannot be checked from here".into();
-                e
+            .map(|&i| crate::wire::CompensationRan {
+                entry: classify::emission_entry(&self.journal.state.steps[i as usize]),
+                outcome: "unconfirmable: a compensation is a second crossing; its effect out there cannot be checked from here".into(),
             })
             .collect();
         Ok(AbortReport {

@@ -64,7 +64,7 @@ pub fn parse_wal(path: &Path, bytes: &[u8]) -> Result<WalRead> {
 /// readers that show the intact records before it (`status`, `timeline`, `log`, `sessions`)
 /// instead of refusing. `line` is the first unreadable line (1-based); every line before it
 /// is intact.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Corrupt {
     pub line: usize,
     pub path: String,

@@ -41,3 +41,4 @@ mod seeing;
 mod small_promises;
 mod soak;
 mod wal_policy;
+mod wire_schema;

@@ -6,6 +6,9 @@ use crate::classify::Partition;
 use crate::state::Deferred;
 use crate::step::Pos;
 use crate::unwind::{Failed, OwedStep};
+use crate::wire::entry::{
+    Axis, CompensationRan, EmissionEntry, RewoundEntry, ToolError, UnrestoredEntry, WouldCrossEntry,
+};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -16,7 +19,7 @@ pub fn to_json<T: Serialize>(report: &T) -> Value {
 
 /// `residue {clean, outstanding, proof}`: what an unwind left out in the world or
 /// unrestored. The one builder: every report and lineage document makes it here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Residue {
     pub clean: bool,
     pub outstanding: Vec<u64>,
@@ -59,22 +62,22 @@ impl Residue {
 
 /// `step-back` (docs/reference.md, "Step back"). Scoped reports carry `compensate: false` and
 /// `wouldCrossOnRewind`; compensating ones `compensationsRan`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepBackReport {
     pub to: Pos,
     pub to_label: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compensate: Option<bool>,
-    pub inverses_ran: Vec<Value>,
-    pub provisions_withdrawn: Vec<Value>,
+    pub inverses_ran: Vec<RewoundEntry>,
+    pub provisions_withdrawn: Vec<RewoundEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub compensations_ran: Option<Vec<Value>>,
-    pub emissions_crossed: Vec<Value>,
-    pub emissions_compensated: Vec<Value>,
+    pub compensations_ran: Option<Vec<EmissionEntry>>,
+    pub emissions_crossed: Vec<EmissionEntry>,
+    pub emissions_compensated: Vec<EmissionEntry>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub would_cross_on_rewind: Option<Vec<Value>>,
-    pub unrestored: Vec<Value>,
+    pub would_cross_on_rewind: Option<Vec<WouldCrossEntry>>,
+    pub unrestored: Vec<UnrestoredEntry>,
     pub failed: Vec<Failed>,
     /// Drifted content saved before the inverses ran over it.
     pub preserved: Vec<Preserved>,
@@ -88,38 +91,39 @@ pub struct StepBackReport {
 }
 
 /// `abort` (docs/reference.md, "Commit and abort").
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AbortReport {
     pub aborted: bool,
     pub replayed: Vec<u64>,
     /// Compensation entries, each with the `outcome` a second crossing has.
-    pub compensations_ran: Vec<Value>,
+    pub compensations_ran: Vec<CompensationRan>,
     pub dropped_deferred: Vec<Deferred>,
     pub failed: Vec<Failed>,
     pub preserved: Vec<Preserved>,
 }
 
 /// `rewound` of a fork report: what ran (after a confirm) or will run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Rewound {
-    pub inverses_ran: Vec<Value>,
-    pub provisions_withdrawn: Vec<Value>,
+    pub inverses_ran: Vec<RewoundEntry>,
+    pub provisions_withdrawn: Vec<RewoundEntry>,
 }
 
 /// What a branch keeps and does not keep of its parent (`lineage` of a confirmed fork).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ForkLineage {
+    /// What the branch keeps of its parent, as the `fork-branch` record holds it.
     pub preserved: Value,
-    pub not_preserved: Value,
+    pub not_preserved: Vec<Axis>,
 }
 
 /// `fork` and `fork-confirm` (docs/reference.md, "Fork: enumerate" and "Fork: confirm").
 /// `hash` on an enumeration; `refused` and `reason` on a stale confirm; `branch`, `lineage`
 /// and `failed` on a performed fork.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ForkReport {
     pub forked: bool,
@@ -128,10 +132,10 @@ pub struct ForkReport {
     pub parent: String,
     pub rewound: Rewound,
     pub dropped_deferred: Vec<Deferred>,
-    pub emissions_crossed: Vec<Value>,
-    pub emissions_compensated: Vec<Value>,
-    pub would_cross_on_rewind: Vec<Value>,
-    pub unrestored: Vec<Value>,
+    pub emissions_crossed: Vec<EmissionEntry>,
+    pub emissions_compensated: Vec<EmissionEntry>,
+    pub would_cross_on_rewind: Vec<WouldCrossEntry>,
+    pub unrestored: Vec<UnrestoredEntry>,
     /// Paths the rewind would run over that changed outside revl (enumeration: what it
     /// will preserve; the hash covers it).
     pub drift: Vec<crate::drift::Drift>,
@@ -169,7 +173,7 @@ pub struct ForkReport {
 }
 
 /// `{mode: "parallel", into, parentKeeps: {queue}, clone, bytesCopied}`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Parallel {
     pub mode: &'static str,
@@ -181,7 +185,7 @@ pub struct Parallel {
 }
 
 /// What stays with the parent of a parallel fork: its held sends (seqs), FIFO.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct ParentKeeps {
     pub queue: Vec<u64>,
 }
@@ -189,7 +193,7 @@ pub struct ParentKeeps {
 /// The owed entries of `status` (docs/architecture.md, "Attach and repair"): crossing
 /// inverses a repair did not run, and held sends whose outcome is unknown after a crash
 /// during a commit.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Owed {
     Step(OwedStep),
@@ -215,7 +219,7 @@ impl Owed {
 }
 
 /// A verb that recorded one step (a file effect, `provide`, `boundary`): `{step, seq, label}`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Stepped {
     pub step: u64,
     pub seq: u64,
@@ -223,7 +227,7 @@ pub struct Stepped {
 }
 
 /// `exec` (docs/reference.md, "Effects"): the step it recorded and the command's outcome.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecReport {
     pub step: u64,
@@ -238,7 +242,7 @@ pub struct ExecReport {
 }
 
 /// The fields of a sandboxed exec's result beyond v1's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Sandboxed {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -271,7 +275,7 @@ pub struct Sandboxed {
 }
 
 /// `timeline` (docs/reference.md, "Reading a session").
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Timeline {
     pub session: String,
     pub state: &'static str,
@@ -291,7 +295,7 @@ pub struct Timeline {
 }
 
 /// `inspect --at K` (docs/reference.md, "Reading a session").
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Inspect {
     pub at: Pos,
@@ -303,7 +307,7 @@ pub struct Inspect {
 }
 
 /// `status` (docs/reference.md, "Reading a session").
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub session: String,
@@ -343,7 +347,7 @@ pub struct Status {
 }
 
 /// `verify` (docs/reference.md, "Reading a session").
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Verify {
     pub session: String,
     pub drift: Vec<crate::drift::Drift>,
@@ -355,14 +359,14 @@ pub struct Verify {
 }
 
 /// The witnessed steps a commit keeps.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Witnessed {
     pub count: usize,
     pub steps: Vec<u64>,
 }
 
 /// `commit` (docs/reference.md, "Commit and abort"): the plan; nothing fires.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CommitPlan {
     pub session: String,
     pub deferred: Vec<Deferred>,
@@ -371,17 +375,16 @@ pub struct CommitPlan {
 }
 
 /// A held send that failed at the flush `{seq, type, message}`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FlushFailure {
     pub seq: u64,
-    #[serde(rename = "type")]
-    pub kind: Value,
-    pub message: Value,
+    #[serde(flatten)]
+    pub error: ToolError,
 }
 
 /// `commit-confirm` (docs/reference.md, "Commit and abort"): committed, or refused over a
 /// stale hash (nothing fired).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum CommitResult {
     #[serde(rename_all = "camelCase")]
@@ -401,7 +404,7 @@ pub enum CommitResult {
 
 /// A step as `timeline` shows it (docs/reference.md, "Step kinds and buckets"): its
 /// recorded members, and what became of it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepView {
     pub index: u64,
@@ -467,7 +470,7 @@ impl StepView {
 /// rewind did with it: `restored` (its bytes preserved first, then put back to its step-k
 /// image), `kept` (`--keep-drift`: left as it is; `verify` reports it), or `unrestored`
 /// (its step-k bytes are kept nowhere revl can read; `why` says so; left as it is).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct BeyondTail {
     pub path: String,
     pub change: String,
@@ -479,7 +482,7 @@ pub struct BeyondTail {
 /// Drifted content a rewind saved before an inverse ran over it (docs/architecture.md,
 /// "Drift: what revl expects, exactly"): `{path, kind, mode?, digest}`; `revl blob DIGEST`
 /// gives its bytes back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Preserved {
     pub path: String,
     pub kind: crate::undo::FileKind,
@@ -489,7 +492,7 @@ pub struct Preserved {
 }
 
 /// `read PATH --at K` (docs/user-guide.md §3): the content PATH had right after step K ran.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReadAt {
     pub path: String,
@@ -503,7 +506,7 @@ pub struct ReadAt {
 }
 
 /// `call TOOL` (docs/reference.md, "Effects" and "Approvals"): by the tool's class.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum CallResult {
     /// A class (b) held send: enqueued, nothing ran.
@@ -562,7 +565,7 @@ impl CallResult {
 }
 
 /// `approve` (docs/reference.md, "Approvals"): the grant.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
     pub approved: bool,
@@ -576,17 +579,17 @@ pub struct Approval {
 }
 
 /// `resend --seq S`: the send fired once more, and how it ended.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Resent {
     pub resent: bool,
     pub seq: u64,
     pub flushed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<Value>,
+    pub error: Option<ToolError>,
 }
 
 /// `note-model` (docs/reference.md, "Model decisions"): what was recorded.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ModelNote {
     pub recorded: bool,
     pub step: u64,
@@ -595,7 +598,7 @@ pub struct ModelNote {
 }
 
 /// `read PATH` (docs/reference.md, "Reading a session"): the file as it is now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileRead {
     pub path: String,
@@ -607,7 +610,7 @@ pub struct FileRead {
 }
 
 /// One entry of `list`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ListEntry {
     pub name: String,
     pub kind: crate::undo::FileKind,
@@ -617,14 +620,14 @@ pub struct ListEntry {
 }
 
 /// `list [PATH]` (docs/reference.md, "Reading a session").
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Listing {
     pub path: String,
     pub entries: Vec<ListEntry>,
 }
 
 /// One session of `sessions`: what its WAL says, or why it cannot be read.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum SessionEntry {
     Known {
@@ -641,12 +644,12 @@ pub enum SessionEntry {
     Unreadable {
         session: String,
         state: &'static str,
-        error: Value,
+        error: crate::wire::entry::ErrorBody,
     },
 }
 
 /// `sessions` (docs/reference.md, "Reading a session").
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Sessions {
     pub sessions: Vec<SessionEntry>,
 }
