@@ -201,24 +201,35 @@ pub fn fork_refusals(state: &crate::state::State, k: Pos, p: &Partition) -> Vec<
 
 impl Refusal {
     /// The offline finding `{finding, why, steps?}` (docs/reference.md, "branch").
-    pub fn finding(&self) -> Value {
-        match self {
-            Refusal::NotLive(crate::state::Life::Frozen { branch, .. }) => {
-                json!({"finding": "not-live", "why": format!("the session is frozen: it continues as branch {branch}")})
-            }
-            Refusal::NotLive(l) => {
-                json!({"finding": "not-live", "why": format!("the session is {}", l.as_str())})
-            }
-            Refusal::CommittedBoundary => {
-                json!({"finding": "committed-boundary", "why": "a commit was approved or a held send was flushed: a fork cannot rewind past a send that already committed"})
-            }
-            Refusal::Undone(why) => json!({"finding": "undone", "why": why}),
-            Refusal::OpaqueTail(steps) => {
-                json!({"finding": "opaque-tail", "why": "the tail holds steps nothing can restore (KIND_OPAQUE)", "steps": steps})
-            }
-            Refusal::NonIdempotentSpan(steps) => {
-                json!({"finding": "non-idempotent-span", "why": "the rewind would run inverses declared undo_idempotent = false", "steps": steps})
-            }
+    pub fn finding(&self) -> crate::wire::Finding {
+        let (finding, why, steps) = match self {
+            Refusal::NotLive(crate::state::Life::Frozen { branch, .. }) => (
+                "not-live",
+                format!("the session is frozen: it continues as branch {branch}"),
+                None,
+            ),
+            Refusal::NotLive(l) => ("not-live", format!("the session is {}", l.as_str()), None),
+            Refusal::CommittedBoundary => (
+                "committed-boundary",
+                "a commit was approved or a held send was flushed: a fork cannot rewind past a send that already committed".to_string(),
+                None,
+            ),
+            Refusal::Undone(why) => ("undone", why.to_string(), None),
+            Refusal::OpaqueTail(steps) => (
+                "opaque-tail",
+                "the tail holds steps nothing can restore (KIND_OPAQUE)".to_string(),
+                Some(steps.clone()),
+            ),
+            Refusal::NonIdempotentSpan(steps) => (
+                "non-idempotent-span",
+                "the rewind would run inverses declared undo_idempotent = false".to_string(),
+                Some(steps.clone()),
+            ),
+        };
+        crate::wire::Finding {
+            finding,
+            why,
+            steps,
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::report::Residue;
 use crate::state::State;
 use crate::step::{Pos, Step, StepKind};
 use crate::unwind::Failed;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -84,11 +84,12 @@ pub struct Side {
 pub struct Delta {
     /// How many positions, from 1, both sides hold with the same kind, label and content.
     pub shared_prefix: usize,
-    pub first_difference: Option<Value>,
-    pub only_left: Vec<Value>,
-    pub only_right: Vec<Value>,
-    pub emissions: Value,
-    pub model_decisions: Value,
+    pub first_difference: Option<crate::wire::FirstDifference>,
+    pub only_left: Vec<crate::wire::BriefStep>,
+    pub only_right: Vec<crate::wire::BriefStep>,
+    pub emissions: crate::wire::Sides<Vec<crate::wire::PositionedEmission>>,
+    /// The model decisions each side recorded (`note-model`: free JSON, as given).
+    pub model_decisions: crate::wire::Sides<Vec<Value>>,
     pub identical: bool,
 }
 
@@ -103,7 +104,7 @@ pub struct Compare {
     pub diverged_at: Option<i64>,
     pub left: Side,
     pub right: Side,
-    pub not_comparable: Value,
+    pub not_comparable: Vec<crate::wire::Axis>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -190,7 +191,7 @@ pub struct PartitionDoc<'a> {
     pub emissions_compensated: Vec<Emission<'a>>,
     pub would_cross_on_rewind: Vec<WouldCross<'a>>,
     pub unrestored: Vec<Unrestored<'a>>,
-    pub findings: Vec<Value>,
+    pub findings: Vec<crate::wire::Finding>,
     pub forkable: bool,
     pub residue: Residue,
     pub reader_note: &'static str,
@@ -547,13 +548,17 @@ impl OfflineWal {
             )
         })?;
         let p = partition(&st.steps, k);
-        let mut findings: Vec<Value> = classify::fork_refusals(st, k, &p)
+        let mut findings: Vec<crate::wire::Finding> = classify::fork_refusals(st, k, &p)
             .iter()
             .map(classify::Refusal::finding)
             .collect();
         let forkable = findings.is_empty();
         if self.torn {
-            findings.push(json!({"finding": "torn-tail", "why": "the last line of the WAL is torn (a crash mid-append); readers skip it and the next writer truncates it"}));
+            findings.push(crate::wire::Finding {
+                finding: "torn-tail",
+                why: "the last line of the WAL is torn (a crash mid-append); readers skip it and the next writer truncates it".to_string(),
+                steps: None,
+            });
         }
         let steps = &st.steps;
         let res = Residue::of_partition(&p, &[]);
@@ -798,17 +803,28 @@ fn content(s: &Step) -> Value {
     }
 }
 
-fn brief(pos: i64, s: &Step) -> Value {
-    json!({"position": pos, "index": s.index, "kind": s.kind.as_str(), "label": s.label()})
+fn brief(pos: i64, s: &Step) -> crate::wire::BriefStep {
+    crate::wire::BriefStep {
+        position: pos,
+        index: s.index,
+        kind: s.kind.as_str().to_string(),
+        label: s.label().to_string(),
+    }
 }
 
 /// Compare two WALs (`revl.branch-compare`).
 pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
     let (l, r) = (open(left)?, open(right)?);
-    let not_comparable = json!([
-        {"axis": "decisionCause", "why": "revl records what each side did, not why the model decided it: no prompt or response is recorded, so a difference cannot be attributed to a cause"},
-        {"axis": "counterfactual", "why": "each side ran once in its own world (clock, seeds, provider state): the comparison says what differed, not what the other side would have done"},
-    ]);
+    let not_comparable = vec![
+        crate::wire::Axis {
+            axis: "decisionCause",
+            why: "revl records what each side did, not why the model decided it: no prompt or response is recorded, so a difference cannot be attributed to a cause",
+        },
+        crate::wire::Axis {
+            axis: "counterfactual",
+            why: "each side ran once in its own world (clock, seeds, provider state): the comparison says what differed, not what the other side would have done",
+        },
+    ];
     let (relation, diverged): (&str, Option<i64>) = match (l.parent(), r.parent()) {
         _ if l.session() == r.session() => ("same", None),
         (Some((p, at)), _) if p == r.session() => ("parent-branch", Some(at.to_i64())),
@@ -855,11 +871,11 @@ pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
             .map(|(p, _)| *p)
             .min()
             .unwrap_or(shared as i64 + 1);
-        json!({
-            "position": pos,
-            "left": lh.get(i).map(|(p, s)| brief(*p, s)),
-            "right": rh.get(i).map(|(p, s)| brief(*p, s)),
-        })
+        crate::wire::FirstDifference {
+            position: pos,
+            left: lh.get(i).map(|(p, s)| brief(*p, s)),
+            right: rh.get(i).map(|(p, s)| brief(*p, s)),
+        }
     });
     let la: Vec<&(i64, Step)> = lh.iter().skip(shared).collect();
     let ra: Vec<&(i64, Step)> = rh.iter().skip(shared).collect();
@@ -877,8 +893,14 @@ pub fn compare(left: &Path, right: &Path) -> Result<Compare> {
         first_difference: first_doc,
         only_left: la.iter().map(|(p, s)| brief(*p, s)).collect(),
         only_right: ra.iter().map(|(p, s)| brief(*p, s)).collect(),
-        emissions: json!({"left": emissions(&la), "right": emissions(&ra)}),
-        model_decisions: json!({"left": l.state.model_decisions, "right": r.state.model_decisions}),
+        emissions: crate::wire::Sides {
+            left: emissions(&la),
+            right: emissions(&ra),
+        },
+        model_decisions: crate::wire::Sides {
+            left: l.state.model_decisions.clone(),
+            right: r.state.model_decisions.clone(),
+        },
         identical: first.is_none(),
     });
     Ok(doc)

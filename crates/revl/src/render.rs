@@ -1217,25 +1217,26 @@ pub fn compare(v: &Compare) -> String {
     match &d.first_difference {
         None => out.push_str("\nidentical: the same steps with the same content"),
         Some(f) => {
-            let (l, r) = (
-                f["left"].get("label").map(s).unwrap_or("(nothing)".into()),
-                f["right"].get("label").map(s).unwrap_or("(nothing)".into()),
-            );
+            let label = |b: &Option<revl_core::wire::BriefStep>| {
+                b.as_ref()
+                    .map_or("(nothing)".to_string(), |b| b.label.clone())
+            };
+            let (l, r) = (label(&f.left), label(&f.right));
             let note = if l == r {
                 " (same label, different content)"
             } else {
                 ""
             };
-            let at = |side: &Value| match side.get("index") {
-                Some(i) => format!("step {}: ", s(i)),
+            let at = |b: &Option<revl_core::wire::BriefStep>| match b {
+                Some(b) => format!("step {}: ", b.index),
                 None => String::new(),
             };
             let _ = write!(
                 out,
                 "\nfirst difference at position {}: left {}{l} / right {}{r}{note}",
-                s(&f["position"]),
-                at(&f["left"]),
-                at(&f["right"]),
+                f.position,
+                at(&f.left),
+                at(&f.right),
             );
         }
     }
@@ -1277,13 +1278,8 @@ pub fn compare(v: &Compare) -> String {
             }),
         );
     }
-    for nc in v.not_comparable.as_array().into_iter().flatten() {
-        let _ = write!(
-            out,
-            "\nnot comparable: {}: {}",
-            s(&nc["axis"]),
-            s(&nc["why"])
-        );
+    for nc in &v.not_comparable {
+        let _ = write!(out, "\nnot comparable: {}: {}", nc.axis, nc.why);
     }
     out.push_str("\nto keep one side's files: `revl diff LEFT RIGHT` lists every path that differs; a serial branch already lives in the original workspace; for a parallel branch, docs/user-guide.md (\"When a branch wins\") shows how to bring its files back");
     out

@@ -265,3 +265,39 @@ pub struct PositionedEmission {
     #[serde(flatten)]
     pub entry: EmissionEntry,
 }
+
+/// A step of a comparison, at its lineage position: `{position, index, kind, label}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct BriefStep {
+    pub position: i64,
+    pub index: u64,
+    pub kind: String,
+    pub label: String,
+}
+
+/// Where two histories first differ: the position, and each side's step there (`None`:
+/// that side's history ends before it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct FirstDifference {
+    pub position: i64,
+    pub left: Option<BriefStep>,
+    pub right: Option<BriefStep>,
+}
+
+/// One thing for each side of a comparison: `{left, right}`.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Sides<T> {
+    pub left: T,
+    pub right: T,
+}
+
+/// Why a fork at a step would be refused, or what a reader should know of the WAL:
+/// `{finding, why, steps?}` (`not-live`, `committed-boundary`, `undone`, `opaque-tail`,
+/// `non-idempotent-span`, `torn-tail`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct Finding {
+    pub finding: &'static str,
+    pub why: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<u64>>,
+}
