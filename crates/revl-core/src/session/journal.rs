@@ -110,8 +110,7 @@ impl Session {
             return;
         };
         if stamp.len() == w.byte_len() && w.records() == self.state.records {
-            let info = crate::store::SessionInfo::of(&self.id, &self.state);
-            crate::index::write(&self.store, &self.id, &info, stamp);
+            crate::index::write(&self.store, &self.id, &self.state, stamp);
         }
     }
 
