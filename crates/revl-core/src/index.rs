@@ -354,7 +354,7 @@ const MAX_HOLDERS: u64 = 64 << 20;
 
 /// The holders file, as it holds it. Every session directory of `sessions/` at the time it
 /// was written is in exactly one of the three lists.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct HoldersDoc {
     holders_version: u32,
@@ -368,6 +368,9 @@ struct HoldersDoc {
     /// Sessions with no workspace known yet (no WAL yet, or a header that cannot be read):
     /// read again every time.
     unknown: Vec<String>,
+    /// CRC-32C of the file as written with this field 0: a file changed by anything but
+    /// revl (a torn write, a flipped byte, an edit) is rebuilt.
+    crc32c: u32,
 }
 
 /// What a session's WAL says of its hold on its workspace.
@@ -389,8 +392,9 @@ impl HoldersDoc {
             .take(MAX_HOLDERS)
             .read_to_end(&mut text)
             .ok()?;
-        let doc: HoldersDoc = serde_json::from_slice(&text).ok()?;
-        if doc.holders_version != HOLDERS_VERSION {
+        let mut doc: HoldersDoc = serde_json::from_slice(&text).ok()?;
+        let crc = std::mem::take(&mut doc.crc32c);
+        if doc.holders_version != HOLDERS_VERSION || doc.crc() != Some(crc) {
             return None;
         }
         let mut seen = std::collections::HashSet::new();
@@ -414,8 +418,21 @@ impl HoldersDoc {
         Some(doc)
     }
 
+    /// The CRC of the file as written with `crc32c` 0 (it is 0 here).
+    fn crc(&self) -> Option<u32> {
+        let mut text = serde_json::to_vec(self).ok()?;
+        text.push(b'\n');
+        Some(crc32c::crc32c(&text))
+    }
+
     fn store(&self, store: &Store) {
-        let Ok(mut text) = serde_json::to_vec(self) else {
+        let Some(crc32c) = self.crc() else {
+            return;
+        };
+        let Ok(mut text) = serde_json::to_vec(&HoldersDoc {
+            crc32c,
+            ..self.clone()
+        }) else {
             return;
         };
         text.push(b'\n');
@@ -443,7 +460,10 @@ pub struct Holders<'a> {
     store: &'a Store,
     found: Vec<WorkspaceHolder>,
     doc: HoldersDoc,
+    /// The file is to be written (what was read differs from what it says), when dropped.
     changed: bool,
+    /// Under the store lock: the file may be written.
+    locked: bool,
 }
 
 impl<'a> Holders<'a> {
@@ -454,7 +474,9 @@ impl<'a> Holders<'a> {
         ws: &Path,
         _store_lock: &std::fs::File,
     ) -> crate::error::Result<Holders<'a>> {
-        Holders::scan(store, ws)
+        let mut h = Holders::scan(store, ws)?;
+        h.locked = true;
+        Ok(h)
     }
 
     fn scan(store: &'a Store, ws: &Path) -> crate::error::Result<Holders<'a>> {
@@ -470,6 +492,7 @@ impl<'a> Holders<'a> {
                 found,
                 doc: HoldersDoc::default(),
                 changed: false,
+                locked: false,
             });
         }
         let old = HoldersDoc::load(store);
@@ -519,6 +542,7 @@ impl<'a> Holders<'a> {
             found,
             doc,
             changed,
+            locked: false,
         })
     }
 
@@ -527,21 +551,20 @@ impl<'a> Holders<'a> {
         &self.found
     }
 
-    /// Record session `id`, just created on `ws` (under the same store lock), and write the
-    /// file.
-    pub(crate) fn hold(mut self, id: &str, ws: &Path) {
-        if self.store.mirror().is_some() {
-            return;
-        }
+    /// Record session `id`, just created on `ws` (under the same store lock); the file is
+    /// written when this is dropped.
+    pub(crate) fn hold(&mut self, id: &str, ws: &Path) {
         self.doc
             .holders
             .push((id.to_string(), ws.display().to_string()));
         self.changed = true;
-        self.save();
     }
+}
 
-    fn save(&self) {
-        if self.changed && self.store.mirror().is_none() {
+impl Drop for Holders<'_> {
+    /// Write what was read (a refused `new` too: the next one need not read it again).
+    fn drop(&mut self) {
+        if self.changed && self.locked && self.store.mirror().is_none() {
             self.doc.store(self.store);
         }
     }
@@ -549,7 +572,7 @@ impl<'a> Holders<'a> {
 
 /// The holders near `ws`, without the store lock: the file is read, never written.
 pub(crate) fn holders_near(store: &Store, ws: &Path) -> crate::error::Result<Vec<WorkspaceHolder>> {
-    Ok(Holders::scan(store, ws)?.found)
+    Ok(std::mem::take(&mut Holders::scan(store, ws)?.found))
 }
 
 /// The WAL at `path` is on disk (an fsync of it returned).

@@ -179,7 +179,7 @@ impl Store {
         crate::store::check_overlap(self.root(), &ws)?;
         let manifest_digest = self.import_manifest_from(manifest, &ws, python)?;
         let store_lock = self.store_lock()?;
-        let holders = crate::index::Holders::near(self, &ws, &store_lock)?;
+        let mut holders = crate::index::Holders::near(self, &ws, &store_lock)?;
         for h in holders.found() {
             let (id, other) = (&h.id, Path::new(&h.workspace));
             if !(other.starts_with(&ws) || ws.starts_with(other)) {
@@ -248,6 +248,7 @@ impl Store {
                 .map_err(|e| Error::io(d.display(), e))?;
         }
         holders.hold(&id, &ws);
+        drop(holders);
         self.attach(&id)
     }
 
