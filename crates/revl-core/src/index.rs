@@ -1,7 +1,9 @@
 //! The session index (docs/wal-format.md, "The session index"): per session, a small file
 //! `sessions/<id>/index.json` saying what its WAL says of it (life, workspace, head, parent,
-//! manifest), and which WAL bytes say so. `new`, `sessions` and the one-live-session check
-//! read it instead of replaying every WAL.
+//! manifest, and what `log` shows), and which WAL bytes say so. `sessions`, `log` and the
+//! one-live-session check read it instead of replaying every WAL. And the store's holders
+//! file ([`Holders`], docs/wal-format.md, "The holders file"): which sessions may hold which
+//! workspace, so `new` reads only the sessions near its workspace.
 //!
 //! The WAL stays the only truth. An entry is used only when the WAL file is the one it was
 //! made from and has not changed since: same device and inode, same length, same

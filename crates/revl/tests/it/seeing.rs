@@ -663,7 +663,7 @@ fn log_and_approvals_read_from_index_entries_equal_a_full_replay() {
         .unwrap();
     std::fs::write(&pb, b"{\"indexVersion\": 2, \"log\": {").unwrap();
     assert_eq!(ok(e, &["log"]), from_entries, "garbled entry");
-    ok(&e, &["write", &f.b, "late.txt", "--content", "late\n"]);
+    ok(e, &["write", &f.b, "late.txt", "--content", "late\n"]);
     lie["log"]["queued"] = json!(0);
     lie["log"]["pendingApprovals"] = json!(0);
     std::fs::write(&pb, serde_json::to_vec(&lie).unwrap()).unwrap();
