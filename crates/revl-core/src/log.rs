@@ -111,30 +111,118 @@ pub struct LineageResidue {
     pub forks: Vec<ResidueFork>,
 }
 
+/// What `log` shows of one session: from its WAL, or from its index entry when that still
+/// describes the WAL (docs/wal-format.md, "The session index"). Both are made by
+/// [`Facts::of`] from the session's state, so the two roads give the same log.
+#[derive(Debug, Clone)]
+pub(crate) struct Facts {
+    /// The id its header names.
+    pub(crate) session: String,
+    pub(crate) state: &'static str,
+    pub(crate) head: Pos,
+    pub(crate) workspace: String,
+    /// A branch: the fork that made it.
+    pub(crate) origin: Option<FactsOrigin>,
+    /// `(branch, mode)` of each fork this session began, in order.
+    pub(crate) forks: Vec<(String, &'static str)>,
+    pub(crate) checkpoints: Vec<LogCheckpoint>,
+    pub(crate) queued: usize,
+    pub(crate) pending_approvals: usize,
+    pub(crate) mid_fork: Option<Pos>,
+    pub(crate) abandoned_forks: Vec<ForkSeen>,
+    pub(crate) torn: bool,
+    pub(crate) corrupt: Option<crate::wal::Corrupt>,
+}
+
+/// The fork that made a branch, as `log` needs it.
+#[derive(Debug, Clone)]
+pub(crate) struct FactsOrigin {
+    pub(crate) parent: String,
+    pub(crate) at: Pos,
+    /// Its parent lives on a remote.
+    pub(crate) remote: bool,
+    /// What that fork left out in the world or unrestored (empty: nothing).
+    pub(crate) outstanding: Vec<u64>,
+}
+
+impl Facts {
+    pub(crate) fn of(
+        st: &crate::state::State,
+        torn: bool,
+        corrupt: Option<crate::wal::Corrupt>,
+    ) -> Facts {
+        Facts {
+            session: st.session.clone(),
+            state: st.life().as_str(),
+            head: st.position(),
+            workspace: st.workspace.clone(),
+            origin: st.origin.as_ref().map(|o| FactsOrigin {
+                parent: o.parent.clone(),
+                at: o.at,
+                remote: o.parent_remote.is_some(),
+                outstanding: Residue::new(
+                    o.crossed.iter().chain(&o.would_cross).copied(),
+                    &o.failed,
+                    |_| String::new(),
+                )
+                .outstanding,
+            }),
+            forks: st
+                .forks
+                .iter()
+                .map(|f| (f.branch.clone(), f.mode))
+                .collect(),
+            checkpoints: st
+                .checkpoints
+                .iter()
+                .map(|(position, id)| LogCheckpoint {
+                    position: *position,
+                    checkpoint_id: id.clone(),
+                })
+                .collect(),
+            queued: st.queue.len(),
+            pending_approvals: pending_tickets(st).count(),
+            mid_fork: st
+                .forks
+                .last()
+                .filter(|f| f.outcome == "begun" && !st.fork_complete)
+                .map(|f| f.at),
+            abandoned_forks: st.abandoned_forks(),
+            torn,
+            corrupt,
+        }
+    }
+
+    fn of_wal(w: &OfflineWal) -> Facts {
+        Facts::of(&w.state, w.torn, w.corrupt.clone())
+    }
+}
+
 /// THE residue of a branch as `log` and `view` show it: the fork that made it and every
 /// fork above it, as far as the store's WALs go. A crossing is out in the world for good,
 /// so a branch inherits what its ancestors' forks left, whatever its own fork did. `None`
 /// for a session that is no branch.
 pub fn lineage_residue(byid: &BTreeMap<&str, &OfflineWal>, id: &str) -> Option<LineageResidue> {
+    let facts: BTreeMap<&str, Facts> = byid.iter().map(|(k, w)| (*k, Facts::of_wal(w))).collect();
+    let refs: BTreeMap<&str, &Facts> = facts.iter().map(|(k, f)| (*k, f)).collect();
+    residue_of(&refs, id)
+}
+
+fn residue_of(byid: &BTreeMap<&str, &Facts>, id: &str) -> Option<LineageResidue> {
     let mut w = *byid.get(id)?;
-    w.state.origin.as_ref()?;
+    w.origin.as_ref()?;
     let mut forks = Vec::new();
     let mut seen = BTreeSet::new();
-    while let Some(o) = &w.state.origin {
-        if !seen.insert(w.session()) {
+    while let Some(o) = &w.origin {
+        if !seen.insert(w.session.as_str()) {
             break; // a forged cycle; real WALs cannot make one
         }
-        let r = Residue::new(
-            o.crossed.iter().chain(&o.would_cross).copied(),
-            &o.failed,
-            |_| String::new(),
-        );
-        if !r.clean {
+        if !o.outstanding.is_empty() {
             forks.push(ResidueFork {
                 parent: o.parent.clone(),
-                branch: w.session().to_string(),
+                branch: w.session.clone(),
                 at: o.at,
-                outstanding: r.outstanding,
+                outstanding: o.outstanding.clone(),
             });
         }
         match byid.get(o.parent.as_str()) {
@@ -167,35 +255,30 @@ pub struct Log {
 /// The mode of the fork that made `branch` (from its parent's WAL when it can be read; else
 /// a branch of a remote session, made into a workspace of its own, is parallel, and a
 /// branch in its parent's workspace serial).
-fn fork_mode(byid: &BTreeMap<&str, &OfflineWal>, w: &OfflineWal) -> Option<&'static str> {
-    let (parent, _) = w.parent()?;
-    if let Some(p) = byid.get(parent) {
-        if let Some(f) = p.state.forks.iter().find(|f| f.branch == w.session()) {
-            return Some(f.mode);
+fn fork_mode(byid: &BTreeMap<&str, &Facts>, w: &Facts) -> Option<&'static str> {
+    let o = w.origin.as_ref()?;
+    if let Some(p) = byid.get(o.parent.as_str()) {
+        if let Some((_, mode)) = p.forks.iter().find(|(b, _)| *b == w.session) {
+            return Some(mode);
         }
-        return Some(if p.state.workspace == w.state.workspace {
+        return Some(if p.workspace == w.workspace {
             "serial"
         } else {
             "parallel"
         });
     }
-    let remote = w
-        .state
-        .origin
-        .as_ref()
-        .is_some_and(|o| o.parent_remote.is_some());
-    Some(if remote { "parallel" } else { "serial" })
+    Some(if o.remote { "parallel" } else { "serial" })
 }
 
 /// The ids of SESSION's family: its root ancestor (as far as the WALs go) and every
 /// descendant of that root.
-fn family(byid: &BTreeMap<&str, &OfflineWal>, edges: &[LogEdge], id: &str) -> BTreeSet<String> {
+fn family(byid: &BTreeMap<&str, &Facts>, edges: &[LogEdge], id: &str) -> BTreeSet<String> {
     let mut root = id.to_string();
     let mut seen = BTreeSet::new();
     while let Some(p) = byid
         .get(root.as_str())
-        .and_then(|w| w.parent())
-        .map(|(p, _)| p.to_string())
+        .and_then(|w| w.origin.as_ref())
+        .map(|o| o.parent.clone())
     {
         if !seen.insert(root.clone()) || !byid.contains_key(p.as_str()) {
             break;
@@ -216,27 +299,72 @@ fn family(byid: &BTreeMap<&str, &OfflineWal>, edges: &[LogEdge], id: &str) -> BT
 }
 
 /// `revl log [SESSION]`: the lineage tree of the store, or of SESSION's family. A WAL
-/// corrupt past its header shows as far as it is intact, marked `corrupt`.
+/// corrupt past its header shows as far as it is intact, marked `corrupt`. Each session is
+/// read from its index entry when that still describes its WAL, else from the WAL (which
+/// writes the entry again): docs/wal-format.md, "The session index".
 pub fn log(store: &Store, session: Option<&str>) -> Result<Log> {
-    let loaded = load_with(store, lineage::open_prefix)?;
     let only = session.map(|s| store.resolve(s)).transpose()?;
-    Ok(log_of(&loaded, only.as_deref()))
+    let facts: Vec<(String, std::result::Result<Facts, Value>)> = store
+        .session_ids()?
+        .into_iter()
+        .map(|id| {
+            let f = facts_of(store, &id);
+            (id, f)
+        })
+        .collect();
+    Ok(log_of_facts(&facts, only.as_deref()))
+}
+
+/// One session's facts: its index entry, or its WAL read as far as it is intact.
+fn facts_of(store: &Store, id: &str) -> std::result::Result<Facts, Value> {
+    if let Some(f) = crate::index::read_log(store, id) {
+        return Ok(f);
+    }
+    let path = store.wal_path(id);
+    let before = crate::index::WalStamp::now(&path);
+    let (st, meta, corrupt) =
+        crate::state::State::read_prefix(&path).map_err(|e| e.to_json()["error"].clone())?;
+    // Indexed only when read whole and unchanged meanwhile (as `Store::info` does).
+    if let Some(stamp) = before {
+        if corrupt.is_none()
+            && !meta.torn
+            && meta.good_len == stamp.len()
+            && crate::index::WalStamp::now(&path) == Some(stamp)
+        {
+            crate::index::write(store, id, &st, stamp);
+        }
+    }
+    Ok(Facts::of(&st, meta.torn, corrupt))
 }
 
 /// The log of WALs already read (`view` reads them once for both).
 pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
-    let byid: BTreeMap<&str, &OfflineWal> = loaded
+    let facts: Vec<(String, std::result::Result<Facts, Value>)> = loaded
         .iter()
-        .filter_map(|l| l.wal.as_ref().ok().map(|w| (l.id.as_str(), w)))
+        .map(|l| {
+            let f = match &l.wal {
+                Ok(w) => Ok(Facts::of_wal(w)),
+                Err(e) => Err(e.to_json()["error"].clone()),
+            };
+            (l.id.clone(), f)
+        })
+        .collect();
+    log_of_facts(&facts, only)
+}
+
+fn log_of_facts(all: &[(String, std::result::Result<Facts, Value>)], only: Option<&str>) -> Log {
+    let byid: BTreeMap<&str, &Facts> = all
+        .iter()
+        .filter_map(|(id, f)| f.as_ref().ok().map(|f| (id.as_str(), f)))
         .collect();
     let mut sessions = Vec::new();
     let mut edges = Vec::new();
-    for l in loaded {
-        let w = match &l.wal {
+    for (id, f) in all {
+        let w = match f {
             Ok(w) => w,
             Err(e) => {
                 sessions.push(LogSession {
-                    session: l.id.clone(),
+                    session: id.clone(),
                     state: "unreadable",
                     head: crate::step::Pos::After(0),
                     workspace: String::new(),
@@ -251,50 +379,37 @@ pub fn log_of(loaded: &[Loaded], only: Option<&str>) -> Log {
                     mid_fork: None,
                     abandoned_forks: Vec::new(),
                     torn: false,
-                    error: Some(e.to_json()["error"].clone()),
+                    error: Some(e.clone()),
                     corrupt: None,
                 });
                 continue;
             }
         };
-        let st = &w.state;
-        let lin = w.lineage();
         let mode = fork_mode(&byid, w);
-        let residue = lineage_residue(&byid, &l.id);
-        if let Some((parent, at)) = w.parent() {
+        let residue = residue_of(&byid, id);
+        if let Some(o) = &w.origin {
             edges.push(LogEdge {
-                parent: parent.to_string(),
-                branch: l.id.clone(),
-                at,
+                parent: o.parent.clone(),
+                branch: id.clone(),
+                at: o.at,
                 mode: mode.unwrap_or("serial"),
             });
         }
         sessions.push(LogSession {
-            session: l.id.clone(),
-            state: st.life().as_str(),
-            head: st.position(),
-            workspace: st.workspace.clone(),
-            parent: lin.parent.clone(),
-            at: lin.diverged_at,
-            mode: lin.parent.as_ref().and(mode),
+            session: id.clone(),
+            state: w.state,
+            head: w.head,
+            workspace: w.workspace.clone(),
+            parent: w.origin.as_ref().map(|o| o.parent.clone()),
+            at: w.origin.as_ref().map(|o| o.at),
+            mode: w.origin.as_ref().and(mode),
             residue_clean: residue.as_ref().map(|r| r.clean),
             residue_forks: residue.map(|r| r.forks).unwrap_or_default(),
-            checkpoints: st
-                .checkpoints
-                .iter()
-                .map(|(position, id)| LogCheckpoint {
-                    position: *position,
-                    checkpoint_id: id.clone(),
-                })
-                .collect(),
-            queued: st.queue.len(),
-            pending_approvals: pending_tickets(st).count(),
-            mid_fork: st
-                .forks
-                .last()
-                .filter(|f| f.outcome == "begun" && !st.fork_complete)
-                .map(|f| f.at),
-            abandoned_forks: st.abandoned_forks(),
+            checkpoints: w.checkpoints.clone(),
+            queued: w.queued,
+            pending_approvals: w.pending_approvals,
+            mid_fork: w.mid_fork,
+            abandoned_forks: w.abandoned_forks.clone(),
             torn: w.torn,
             error: None,
             corrupt: w.corrupt.clone(),
@@ -363,10 +478,18 @@ pub struct Approvals {
 pub fn approvals(store: &Store, session: Option<&str>) -> Result<Approvals> {
     let only = session.map(|s| store.resolve(s)).transpose()?;
     let mut tickets = Vec::new();
-    for l in load(store)? {
-        if only.as_ref().is_some_and(|o| o != &l.id) {
+    for id in store.session_ids()? {
+        if only.as_ref().is_some_and(|o| o != &id) {
             continue;
         }
+        // A session whose index entry says it has no pending ticket is not replayed.
+        if crate::index::read_log(store, &id).is_some_and(|f| f.pending_approvals == 0) {
+            continue;
+        }
+        let l = Loaded {
+            wal: lineage::open(&store.wal_path(&id)),
+            id,
+        };
         let w = match l.wal {
             Ok(w) => w,
             // Asked for this one session: its error is the answer.

@@ -111,9 +111,10 @@ pub trait SessionIndex {
     /// Every session id the store holds, sorted.
     fn list(&self) -> Result<Vec<String>>;
 
-    /// The sessions that hold a workspace (live ones, and ones whose WAL cannot be read,
-    /// which may be live).
-    fn holders(&self) -> Result<Vec<WorkspaceHolder>>;
+    /// The sessions that hold `workspace`, one inside it or one around it (live ones, and
+    /// ones whose WAL cannot be read, which may be live), found without reading every
+    /// session of the store (docs/wal-format.md, "The holders file").
+    fn holders(&self, workspace: &Path) -> Result<Vec<WorkspaceHolder>>;
 
     /// The store's lease: held while a session is created, so that two `new`s never both
     /// find a workspace free.
@@ -125,8 +126,8 @@ impl SessionIndex for Store {
         self.session_ids()
     }
 
-    fn holders(&self) -> Result<Vec<WorkspaceHolder>> {
-        self.workspace_holders()
+    fn holders(&self, workspace: &Path) -> Result<Vec<WorkspaceHolder>> {
+        crate::index::holders_near(self, workspace)
     }
 
     fn lock(&self) -> Result<Lease> {

@@ -207,18 +207,17 @@ impl Store {
 
     /// The live session whose workspace is `dir` (canonical paths compared), if any. A
     /// workspace directory that was deleted still names its session (by the path it had).
+    /// Asks the holders file, then the WALs of the sessions it names near `dir`
+    /// (docs/wal-format.md, "The holders file").
     pub fn live_session_of(&self, dir: &Path) -> Result<Option<String>> {
         let canon = match fs::canonicalize(dir) {
             Ok(c) => c,
             Err(_) => resolve_future(dir)?,
         };
-        for id in self.session_ids()? {
-            let Ok(info) = self.info(&id) else { continue };
-            if info.state == Life::Live && Path::new(&info.workspace) == canon {
-                return Ok(Some(id));
-            }
-        }
-        Ok(None)
+        Ok(crate::index::holders_near(self, &canon)?
+            .into_iter()
+            .find(|h| h.unreadable.is_none() && Path::new(&h.workspace) == canon)
+            .map(|h| h.id))
     }
 
     /// Override the lock wait (tests of `busy`).
@@ -283,6 +282,23 @@ impl Store {
 
     pub fn wal_path(&self, id: &str) -> PathBuf {
         self.session_dir(id).join("wal.jsonl")
+    }
+
+    /// The names of `sessions/` that are session ids, sorted, whether or not they hold a
+    /// WAL yet: one directory read, nothing opened.
+    pub(crate) fn session_names(&self) -> Result<Vec<String>> {
+        let dir = self.root.join("sessions");
+        let mut ids = Vec::new();
+        for e in fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))? {
+            let e = e.map_err(|e| Error::io(dir.display(), e))?;
+            if let Some(name) = e.file_name().to_str() {
+                if is_session_id(name) {
+                    ids.push(name.to_string());
+                }
+            }
+        }
+        ids.sort();
+        Ok(ids)
     }
 
     /// Every session id in the store (directories holding a WAL), sorted.
@@ -353,32 +369,41 @@ impl Store {
     pub fn workspace_holders(&self) -> Result<Vec<WorkspaceHolder>> {
         let mut out = Vec::new();
         for id in self.session_ids()? {
-            let e = match self.info(&id) {
-                Ok(info) if info.state == Life::Live => {
-                    out.push(WorkspaceHolder {
-                        id,
-                        workspace: info.workspace,
-                        unreadable: None,
-                    });
-                    continue;
-                }
-                Ok(_) => continue,
-                Err(e) => e,
-            };
-            let workspace = match self.info_prefix(&id) {
-                Ok((info, _)) if info.state != Life::Live => continue,
-                Ok((info, _)) => Some(info.workspace),
-                Err(_) => header_workspace(&self.wal_path(&id)),
-            };
-            if let Some(workspace) = workspace {
-                out.push(WorkspaceHolder {
-                    id,
-                    workspace,
-                    unreadable: Some(e),
-                });
+            if let crate::index::Hold::Holds(h) = self.hold_of(&id) {
+                out.push(h);
             }
         }
         Ok(out)
+    }
+
+    /// What session `id`'s WAL says of its hold on its workspace (see
+    /// [`Store::workspace_holders`]).
+    pub(crate) fn hold_of(&self, id: &str) -> crate::index::Hold {
+        use crate::index::Hold;
+        let e = match self.info(id) {
+            Ok(info) if info.state == Life::Live => {
+                return Hold::Holds(WorkspaceHolder {
+                    id: id.to_string(),
+                    workspace: info.workspace,
+                    unreadable: None,
+                })
+            }
+            Ok(_) => return Hold::Ended,
+            Err(e) => e,
+        };
+        let workspace = match self.info_prefix(id) {
+            Ok((info, _)) if info.state != Life::Live => return Hold::Ended,
+            Ok((info, _)) => Some(info.workspace),
+            Err(_) => header_workspace(&self.wal_path(id)),
+        };
+        match workspace {
+            Some(workspace) => Hold::Holds(WorkspaceHolder {
+                id: id.to_string(),
+                workspace,
+                unreadable: Some(e),
+            }),
+            None => Hold::Unknown,
+        }
     }
 
     /// Read-only summary of one session (no lock, no repair): from the session index when
@@ -399,7 +424,7 @@ impl Store {
                 && meta.good_len == stamp.len()
                 && crate::index::WalStamp::now(&path) == Some(stamp)
             {
-                crate::index::write(self, id, &info, stamp);
+                crate::index::write(self, id, &st, stamp);
             }
         }
         Ok(info)
@@ -419,12 +444,19 @@ impl Store {
     pub fn sessions(&self) -> Result<crate::report::Sessions> {
         use crate::report::SessionEntry;
         let mut sessions = Vec::new();
+        let mut seen = Vec::new();
         for id in self.session_ids()? {
             // An intact WAL reads the same both ways; the index answers for it.
             let read = match self.info(&id) {
                 Ok(info) => Ok((info, None)),
                 Err(_) => self.info_prefix(&id),
             };
+            seen.push((
+                id.clone(),
+                read.as_ref()
+                    .ok()
+                    .map(|(i, _)| (i.state.clone(), i.workspace.clone())),
+            ));
             sessions.push(match read {
                 Ok((info, corrupt)) => SessionEntry::Known {
                     session: info.id,
@@ -441,6 +473,8 @@ impl Store {
                 },
             });
         }
+        // Every session was just read: a holders file that says otherwise goes.
+        crate::index::audit_holders(self, &seen);
         Ok(crate::report::Sessions { sessions })
     }
 

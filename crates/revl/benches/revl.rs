@@ -992,10 +992,12 @@ fn bench_index() {
         );
         b.push(t.elapsed());
         if round < 3 {
-            // As before the index: every WAL replayed (its entries removed first).
+            // As before the index: every WAL replayed (its entries, and the store's holders
+            // file, removed first).
             for id in big.session_ids().unwrap() {
                 let _ = std::fs::remove_file(big.session_dir(&id).join("index.json"));
             }
+            let _ = std::fs::remove_file(big.root().join("holders.json"));
             let t = Instant::now();
             drop(
                 big.new_session(&tmp.path().join(format!("n{round}")), None)
@@ -1014,6 +1016,27 @@ fn bench_index() {
     row(
         "`new`, 1,000 sessions, every WAL replayed (no index entries)",
         fmt(median(noindex)),
+    );
+    // `log` (the lineage view) of the same store, next to `log` of an empty one.
+    let (mut le, mut lb) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let t = Instant::now();
+        std::hint::black_box(revl_core::log::log(&empty, None).unwrap());
+        le.push(t.elapsed());
+        let t = Instant::now();
+        std::hint::black_box(revl_core::log::log(&big, None).unwrap());
+        lb.push(t.elapsed());
+    }
+    row("`log`, empty store", fmt(median(le)));
+    row("`log`, 1,000 sessions of 1,000 steps", fmt(median(lb)));
+    for id in big.session_ids().unwrap() {
+        let _ = std::fs::remove_file(big.session_dir(&id).join("index.json"));
+    }
+    let t = Instant::now();
+    std::hint::black_box(revl_core::log::log(&big, None).unwrap());
+    row(
+        "`log`, 1,000 sessions, every WAL replayed (no index entries)",
+        fmt(t.elapsed()),
     );
 }
 

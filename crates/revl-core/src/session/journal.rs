@@ -323,8 +323,7 @@ impl Session {
             return;
         };
         if stamp.len() == w.byte_len() && w.records() == self.journal.state.records {
-            let info = crate::store::SessionInfo::of(&self.id, &self.journal.state);
-            crate::index::write(&self.store, &self.id, &info, stamp);
+            crate::index::write(&self.store, &self.id, &self.journal.state, stamp);
         }
     }
 

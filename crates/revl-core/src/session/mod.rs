@@ -168,8 +168,9 @@ impl Store {
         }
         crate::store::check_overlap(self.root(), &ws)?;
         let manifest_digest = self.import_manifest_from(manifest, &ws, python)?;
-        let _store_lock = self.store_lock()?;
-        for h in self.workspace_holders()? {
+        let store_lock = self.store_lock()?;
+        let mut holders = crate::index::Holders::near(self, &ws, &store_lock)?;
+        for h in holders.found() {
             let (id, other) = (&h.id, Path::new(&h.workspace));
             if !(other.starts_with(&ws) || ws.starts_with(other)) {
                 continue;
@@ -238,6 +239,8 @@ impl Store {
                 .and_then(|f| f.sync_all())
                 .map_err(|e| Error::io(d.display(), e))?;
         }
+        holders.hold(&id, &ws);
+        drop(holders);
         self.attach(&id)
     }
 

@@ -7,7 +7,7 @@
 
 use crate::common::{self, World};
 use revl_core::{Failpoints, FileOp, Store};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::Path;
 
 fn open(w: &World) -> Store {
@@ -203,4 +203,127 @@ fn the_session_index_is_written_and_a_missing_garbled_or_stale_entry_changes_no_
     assert!(Path::new(&index_file(&w, &other)).exists());
     let out = w.json(&["new", "--workspace", w.ws("other").to_str().unwrap()]);
     out.ok();
+}
+
+fn holders_file(w: &World) -> std::path::PathBuf {
+    w.store.join("holders.json")
+}
+
+fn holders(w: &World) -> Value {
+    serde_json::from_slice(&std::fs::read(holders_file(w)).expect("holders.json exists"))
+        .expect("holders.json is JSON")
+}
+
+/// `(session, workspace)` pairs the holders file lists as holding a workspace.
+fn held(w: &World) -> Vec<(String, String)> {
+    serde_json::from_value(holders(w)["holders"].clone()).unwrap()
+}
+
+#[test]
+fn the_holders_file_is_kept_and_a_missing_garbled_forged_or_stale_one_changes_no_answer() {
+    let w = World::new();
+    let ws = w.ws("ws");
+    let a = w.new_session(&ws);
+    let ws_s = ws.canonicalize().unwrap().display().to_string();
+    // `new` recorded the session it made (docs/wal-format.md, "The holders file").
+    assert_eq!(held(&w), vec![(a.clone(), ws_s.clone())]);
+    let busy = |dir: &Path| {
+        w.json(&["new", "--workspace", dir.to_str().unwrap()])
+            .err(1, "workspace-busy");
+    };
+    let sub = ws.join("sub");
+    // Missing: rebuilt from the WALs, same refusals (the workspace, one inside it).
+    std::fs::remove_file(holders_file(&w)).unwrap();
+    busy(&ws);
+    busy(&sub);
+    assert_eq!(held(&w), vec![(a.clone(), ws_s.clone())], "rebuilt");
+    // Garbled: rebuilt.
+    std::fs::write(holders_file(&w), b"{\"holdersVersion\": 1, \"ended\": [").unwrap();
+    busy(&ws);
+    // Forged: the live session moved to `ended`, a byte changed after revl wrote it (its
+    // CRC no longer matches): not believed.
+    let mut forged = holders(&w);
+    forged["ended"] = json!([a]);
+    forged["holders"] = json!([]);
+    std::fs::write(holders_file(&w), serde_json::to_vec(&forged).unwrap()).unwrap();
+    busy(&ws);
+    busy(&sub);
+    assert_eq!(held(&w), vec![(a.clone(), ws_s.clone())], "rebuilt");
+    // Stale, missing a live session (a crash after the WAL was made, before the file was
+    // updated): the directory it does not list is read.
+    let before_b = std::fs::read(holders_file(&w)).unwrap();
+    let ws2 = w.ws("ws2");
+    let b = w.new_session(&ws2);
+    std::fs::write(holders_file(&w), &before_b).unwrap();
+    busy(&ws2);
+    busy(&ws2.join("deeper/still"));
+    // Around it too: a workspace holding ws2 inside it.
+    let outer = w.ws("outer");
+    let inner = w.new_session(&outer.join("in"));
+    std::fs::write(holders_file(&w), &before_b).unwrap();
+    busy(&outer);
+    // Stale, naming a session that is no longer live (it was aborted after the file was
+    // written): its WAL says it ended, so its workspace is free, not blocked for good.
+    let with_a = std::fs::read(holders_file(&w)).unwrap();
+    w.json(&["abort", &a]).ok();
+    std::fs::write(holders_file(&w), &with_a).unwrap();
+    let a2 = w.new_session(&ws);
+    let doc = holders(&w);
+    assert!(
+        doc["ended"].as_array().unwrap().contains(&json!(a)),
+        "{doc}"
+    );
+    let mut want = vec![
+        (a2.clone(), ws_s.clone()),
+        (b.clone(), ws2.canonicalize().unwrap().display().to_string()),
+        (
+            inner.clone(),
+            outer
+                .join("in")
+                .canonicalize()
+                .unwrap()
+                .display()
+                .to_string(),
+        ),
+    ];
+    want.sort();
+    let mut got = held(&w);
+    got.sort();
+    assert_eq!(got, want);
+    // `sessions` agrees with the file, and the MCP server's lookup finds the live one.
+    let listed = sessions(&w);
+    let live: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["state"] == "live")
+        .map(|s| s["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(live.len(), 3, "{listed}");
+    assert_eq!(
+        open(&w).live_session_of(&ws).unwrap().as_deref(),
+        Some(a2.as_str())
+    );
+}
+
+#[test]
+fn a_holders_file_that_lies_with_a_good_crc_is_removed_by_sessions() {
+    let w = World::new();
+    let ws = w.ws("ws");
+    let a = w.new_session(&ws);
+    // A lie that passes the file's own check: written in the format the docs give (field
+    // order, no spaces), CRC included, naming the live session ended.
+    let doc = |crc: u32| {
+        format!(
+            "{{\"holdersVersion\":1,\"ended\":[\"{a}\"],\"holders\":[],\"unknown\":[],\"crc32c\":{crc}}}\n"
+        )
+    };
+    let crc = crc32c::crc32c(doc(0).as_bytes());
+    std::fs::write(holders_file(&w), doc(crc)).unwrap();
+    // `sessions` reads every WAL and finds the file contradicts one: it removes it.
+    let listed = sessions(&w);
+    assert_eq!(listed["sessions"][0]["state"], "live");
+    assert!(!holders_file(&w).exists(), "the lying file is removed");
+    w.json(&["new", "--workspace", ws.to_str().unwrap()])
+        .err(1, "workspace-busy");
 }

@@ -614,3 +614,69 @@ fn reads_do_not_wait_for_a_long_tool_call() {
     assert!(st.get("busy").is_none(), "{st}");
     assert_eq!(st["head"], next, "the call's step is the head");
 }
+
+/// Every session's index entry (`sessions/<id>/index.json`, docs/wal-format.md).
+fn entries(e: &Env) -> Vec<(PathBuf, Value)> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(e.store.join("sessions")).unwrap() {
+        let p = d.unwrap().path().join("index.json");
+        if let Ok(bytes) = std::fs::read(&p) {
+            out.push((p, serde_json::from_slice(&bytes).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn log_and_approvals_read_from_index_entries_equal_a_full_replay() {
+    let f = family();
+    let e = &f.e;
+    let from_entries = ok(e, &["log"]);
+    // Every session has an entry, and it holds what `log` shows (docs/wal-format.md, "The
+    // session index"), so `log` need not replay the WAL.
+    let all = entries(e);
+    assert_eq!(all.len(), 3, "one entry per session");
+    for (p, entry) in &all {
+        assert!(entry["log"].is_object(), "{}: {entry}", p.display());
+    }
+    let b = all
+        .iter()
+        .find(|(_, v)| v["session"] == f.b.as_str())
+        .unwrap();
+    assert_eq!(b.1["log"]["queued"], 1, "{}", b.1);
+    assert_eq!(b.1["log"]["pendingApprovals"], 1, "{}", b.1);
+    let approvals = ok(e, &["approvals"]);
+    // The same answers when every WAL is replayed: entries removed.
+    for (p, _) in &all {
+        std::fs::remove_file(p).unwrap();
+    }
+    assert_eq!(ok(e, &["log"]), from_entries, "a full replay");
+    assert_eq!(ok(e, &["approvals"]), approvals);
+    assert_eq!(entries(e).len(), 3, "log wrote the entries again");
+    assert_eq!(ok(e, &["log"]), from_entries, "from the rebuilt entries");
+    assert_eq!(ok(e, &["log", &f.c]), from_entries, "one family");
+    // A garbled entry, or one whose `log` part lies but whose WAL stamp is an older one's,
+    // is not believed.
+    let (pb, mut lie) = entries(e)
+        .into_iter()
+        .find(|(_, v)| v["session"] == f.b.as_str())
+        .unwrap();
+    std::fs::write(&pb, b"{\"indexVersion\": 2, \"log\": {").unwrap();
+    assert_eq!(ok(e, &["log"]), from_entries, "garbled entry");
+    ok(e, &["write", &f.b, "late.txt", "--content", "late\n"]);
+    lie["log"]["queued"] = json!(0);
+    lie["log"]["pendingApprovals"] = json!(0);
+    std::fs::write(&pb, serde_json::to_vec(&lie).unwrap()).unwrap();
+    let now = ok(e, &["log"]);
+    let nb = by_session(&now, &f.b);
+    assert_eq!(nb["head"], ok(e, &["status", &f.b])["head"], "{nb}");
+    assert_eq!(
+        (&nb["queued"], &nb["pendingApprovals"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(
+        ok(e, &["approvals"]),
+        approvals,
+        "the stale entry is not used"
+    );
+}
