@@ -328,7 +328,7 @@ async fn s3_get(
     match store.get(&p).await {
         Ok(r) => {
             let v = version_of(&r.meta);
-            let size = r.meta.size as u64;
+            let size = r.meta.size;
             if size > max {
                 return Err(refused(url, p.as_ref(), &too_big(size, max)));
             }

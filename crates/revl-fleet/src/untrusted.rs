@@ -115,3 +115,35 @@ pub fn check_manifest(m: &Manifest, id: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_stay_inside_the_remote() {
+        assert!(check_key("blobs/ab").is_ok());
+        for bad in [
+            "",
+            "/dev/zero",
+            "../x",
+            "a/../b",
+            "a//b",
+            "./a",
+            "a\rb",
+            "a\0b",
+            "a\\b",
+        ] {
+            assert!(check_key(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(check_key(&"a".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn digests_are_64_lowercase_hex() {
+        assert!(is_digest(&"0a".repeat(32)));
+        assert!(!is_digest(&"0A".repeat(32)));
+        assert!(!is_digest(&"0a".repeat(31)));
+        assert!(!is_digest("../../etc/passwd"));
+    }
+}

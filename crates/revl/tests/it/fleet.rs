@@ -1136,6 +1136,10 @@ fn listed(log: &Value, id: &str) -> bool {
         .is_some_and(|a| a.iter().any(|e| e["session"] == id))
 }
 
+/// One attack's rewrite of a WAL line's text, and of a manifest.
+type WalEdit = Box<dyn Fn(&str) -> String>;
+type ManifestEdit = Box<dyn Fn(&mut Value)>;
+
 /// Two sessions pushed to a `file://` remote: the one the attacks forge and a bystander.
 fn two_pushed(f: &Fleet) -> (String, String) {
     f.add_remotes();
@@ -1246,7 +1250,7 @@ fn a_forged_wal_with_resealed_crcs_writes_nothing_outside_the_store() {
     let victim_dir = v.dir.display().to_string();
     // A remote fork materialises the head in <store>/remotes/origin/forks/<id>/heads/<id>:
     // seven levels below the directory that holds the store.
-    let attacks: Vec<(&str, Box<dyn Fn(&str) -> String>)> = vec![
+    let attacks: Vec<(&str, WalEdit)> = vec![
         (
             "absolute",
             Box::new(move |l: &str| l.replace("\"out/result.txt\"", &format!("\"{victim}\""))),
@@ -1304,7 +1308,7 @@ fn a_manifest_naming_objects_outside_the_remote_is_refused() {
     let orig = forge.manifest();
     let seg0 = orig["segments"][0].clone();
     let victim = v.file.display().to_string();
-    let attacks: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    let attacks: Vec<(&str, ManifestEdit, &str)> = vec![
         (
             "key-dotdot",
             Box::new(|m: &mut Value| m["segments"][0]["key"] = "../victim.txt".into()),
