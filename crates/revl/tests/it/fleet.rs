@@ -1386,6 +1386,20 @@ fn a_manifest_naming_objects_outside_the_remote_is_refused() {
         v.check(&f, name);
     }
     forge.set_manifest(&orig);
+    // A segment replaced by a symlink to a device (read until out of memory once): a
+    // remote's objects are read without following a symlink.
+    let seg = f.w.path("bucket").join(s(&orig["segments"][0]["key"]));
+    let saved = std::fs::read(&seg).unwrap();
+    std::fs::remove_file(&seg).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &seg).unwrap();
+    let store = fresh(&f, "store-symlink");
+    let log = f.on(&store, &["--remote", "origin", "log"]).ok().clone();
+    assert!(listed(&log, &other), "{log}");
+    let (code, msg) = unreadable(&log, &id).unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(code, "corrupt-remote", "{msg}");
+    assert!(msg.contains("symlink"), "{msg}");
+    std::fs::remove_file(&seg).unwrap();
+    std::fs::write(&seg, saved).unwrap();
     // One altered blob: its session is unreadable, the others still read.
     let store = fresh(&f, "store-blob");
     let blob = f.w.path("bucket").join("blobs").join(
