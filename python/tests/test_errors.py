@@ -47,6 +47,7 @@ EXPECTED: dict[str, tuple[str, int]] = {
     "tool-unavailable": ("ToolUnavailable", 1),
     "limit-exceeded": ("LimitExceeded", 1),
     "fenced": ("Fenced", 1),
+    "corrupt-remote": ("CorruptRemote", 1),
     "newer-wal": ("NewerWal", 1),
     "usage": ("Usage", 2),
     "unknown-session": ("UnknownSession", 2),

@@ -55,6 +55,10 @@ pub enum Code {
     /// the agent names, a session whose manifest is not the server's; docs/mcp.md, "Who
     /// decides what"). Nothing ran, nothing was recorded.
     NotAllowed,
+    /// v4: an object read from a remote (a bucket, a `file://` directory) breaks a rule every
+    /// input passes (docs/fleet.md, "A remote is untrusted input"): refused, nothing written
+    /// outside the store's cache; only its session is unreadable.
+    CorruptRemote,
 }
 
 impl Code {
@@ -92,6 +96,7 @@ impl Code {
             Code::ToolUnavailable => "tool-unavailable",
             Code::Fenced => "fenced",
             Code::NotAllowed => "not-allowed",
+            Code::CorruptRemote => "corrupt-remote",
         }
     }
 

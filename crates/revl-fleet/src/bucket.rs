@@ -3,6 +3,7 @@
 //! (`file://DIR`). Both give the three operations the fencing needs: create-if-absent,
 //! replace-if-unchanged (compare-and-swap on a version), and reads that return the version.
 
+use crate::untrusted::{check_key, refused, MAX_OBJECT};
 use object_store::{aws::AmazonS3Builder, ObjectStore, PutMode, PutOptions, UpdateVersion};
 use revl_core::{Code, Error, Result};
 use std::path::{Path, PathBuf};
@@ -102,33 +103,41 @@ impl Bucket {
         }
     }
 
-    /// Read an object: its bytes and version, `None` when absent.
+    /// Read an object: its bytes and version, `None` when absent (at most one object's
+    /// bytes, [`MAX_OBJECT`]).
     pub fn get(&self, key: &str) -> Result<Option<(Vec<u8>, Version)>> {
+        self.get_limited(key, MAX_OBJECT)
+    }
+
+    /// Read an object of at most `max` bytes (a larger one is refused, `corrupt-remote`,
+    /// before its bytes are read): its bytes and version, `None` when absent. The key must
+    /// name an object inside the remote; in a shared directory, a regular file reached
+    /// without following a symlink.
+    pub fn get_limited(&self, key: &str, max: u64) -> Result<Option<(Vec<u8>, Version)>> {
+        self.check(key)?;
         match self {
             Bucket::S3 {
-                store, prefix, rt, ..
-            } => rt.block_on(s3_get(store.clone(), Self::key(prefix, key))),
-            Bucket::Dir { root } => {
-                let p = root.join(key);
-                match std::fs::read(&p) {
-                    Ok(b) => {
-                        let v = Version(revl_core::util::blake3_hex(&b));
-                        Ok(Some((b, v)))
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                    Err(e) => Err(Error::io(p.display(), e)),
-                }
-            }
+                store,
+                prefix,
+                rt,
+                url,
+            } => rt.block_on(s3_get(store.clone(), Self::key(prefix, key), max, url)),
+            Bucket::Dir { root } => dir_get(root, key, max, &self.describe()),
         }
+    }
+
+    fn check(&self, key: &str) -> Result<()> {
+        check_key(key).map_err(|rule| refused(&self.describe(), key, &rule))
     }
 
     /// Whether an object exists.
     pub fn exists(&self, key: &str) -> Result<bool> {
+        self.check(key)?;
         match self {
             Bucket::S3 {
                 store, prefix, rt, ..
             } => rt.block_on(s3_exists(store.clone(), Self::key(prefix, key))),
-            Bucket::Dir { root } => Ok(root.join(key).exists()),
+            Bucket::Dir { root } => Ok(std::fs::symlink_metadata(root.join(key)).is_ok()),
         }
     }
 
@@ -180,18 +189,35 @@ impl Bucket {
         }))
     }
 
-    /// Read many objects at once (up to 32 requests in flight); `None` where absent.
-    pub fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Vec<u8>>>> {
+    /// Read many objects of at most `max` bytes each at once (up to 32 requests in
+    /// flight); `None` where absent. The first refusal or error wins.
+    pub fn get_many(&self, keys: &[String], max: u64) -> Result<Vec<Option<Vec<u8>>>> {
+        self.get_each(keys, max).into_iter().collect()
+    }
+
+    /// [`Bucket::get_many`], each object's answer on its own: one refused object does not
+    /// hide the others.
+    pub fn get_each(&self, keys: &[String], max: u64) -> Vec<Result<Option<Vec<u8>>>> {
+        let url = self.describe();
+        let url = url.as_str();
         let s3 = self.fan_out(
             keys,
             |k| k.as_str(),
-            |store, p, _| async move { Ok(s3_get(store, p).await?.map(|(b, _)| b)) },
+            |store, p, k| async move {
+                if let Err(rule) = check_key(k) {
+                    return Ok(Err(refused(url, k, &rule)));
+                }
+                Ok(s3_get(store, p, max, url).await.map(|o| o.map(|(b, _)| b)))
+            },
         );
-        s3.unwrap_or_else(|| {
-            keys.iter()
-                .map(|k| Ok(self.get(k)?.map(|(b, _)| b)))
-                .collect()
-        })
+        match s3 {
+            Some(Ok(v)) => v,
+            Some(Err(e)) => keys.iter().map(|_| Err(e.clone())).collect(),
+            None => keys
+                .iter()
+                .map(|k| Ok(self.get_limited(k, max)?.map(|(b, _)| b)))
+                .collect(),
+        }
     }
 
     /// Whether each of many objects exists (up to 32 requests in flight).
@@ -296,11 +322,20 @@ impl Bucket {
 async fn s3_get(
     store: Arc<dyn ObjectStore>,
     p: object_store::path::Path,
+    max: u64,
+    url: &str,
 ) -> Result<Option<(Vec<u8>, Version)>> {
     match store.get(&p).await {
         Ok(r) => {
             let v = version_of(&r.meta);
+            let size = r.meta.size;
+            if size > max {
+                return Err(refused(url, p.as_ref(), &too_big(size, max)));
+            }
             let b = r.bytes().await.map_err(|e| remote_err(&p, e))?;
+            if b.len() as u64 > max {
+                return Err(refused(url, p.as_ref(), &too_big(b.len() as u64, max)));
+            }
             Ok(Some((b.to_vec(), v)))
         }
         Err(object_store::Error::NotFound { .. }) => Ok(None),
@@ -355,6 +390,58 @@ fn bad_url(url: &str) -> Error {
         format!("{url:?} is not a remote URL"),
         "give s3://BUCKET[/PREFIX] (an S3-compatible server through AWS_ENDPOINT_URL) or file:///ABSOLUTE/DIR",
     )
+}
+
+fn too_big(n: u64, max: u64) -> String {
+    format!("it is {n} bytes, more than the {max} bytes its manifest or kind allows")
+}
+
+/// A shared directory's object: every component reached without following a symlink, the
+/// object a regular file of at most `max` bytes, read with that limit.
+fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8>, Version)>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let parts: Vec<&str> = key.split('/').collect();
+    let mut cur = root.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        cur.push(part);
+        let md = match std::fs::symlink_metadata(&cur) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(cur.display(), e)),
+        };
+        let last = i + 1 == parts.len();
+        if md.file_type().is_symlink() {
+            return Err(refused(
+                url,
+                key,
+                "it is reached through a symlink; a remote's objects are read without following one",
+            ));
+        }
+        if !last && !md.is_dir() {
+            return Ok(None);
+        }
+        if last && !md.is_file() {
+            return Err(refused(url, key, "it is not a regular file"));
+        }
+        if last && md.len() > max {
+            return Err(refused(url, key, &too_big(md.len(), max)));
+        }
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&cur)
+        .map_err(|e| Error::io(cur.display(), e))?;
+    let mut b = Vec::new();
+    f.take(max.saturating_add(1))
+        .read_to_end(&mut b)
+        .map_err(|e| Error::io(cur.display(), e))?;
+    if b.len() as u64 > max {
+        return Err(refused(url, key, &too_big(b.len() as u64, max)));
+    }
+    let v = Version(revl_core::util::blake3_hex(&b));
+    Ok(Some((b, v)))
 }
 
 fn list_dir(root: &Path, rel: &Path, out: &mut Vec<String>) -> Result<()> {

@@ -97,6 +97,7 @@ impl Index {
             s.replace('\\', "\\\\")
                 .replace('\t', "\\t")
                 .replace('\n', "\\n")
+                .replace('\r', "\\r")
         };
         for (e, len, sha) in entries {
             let line = format!(
@@ -171,6 +172,9 @@ pub struct Indexed {
     pub remote: String,
     pub index: String,
     pub sessions: u64,
+    /// Sessions whose manifest was refused (`corrupt-remote`): not indexed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<crate::pull::Unreadable>,
 }
 
 pub fn index(store: &revl_core::Store, name: &str, url: &str) -> Result<Indexed> {
@@ -178,7 +182,8 @@ pub fn index(store: &revl_core::Store, name: &str, url: &str) -> Result<Indexed>
     let remote = all.get(name)?;
     let mut ix = Index::connect(url)?;
     let bucket = crate::Bucket::open(&remote.url)?;
-    let rows: Vec<_> = crate::pull::bucket_manifests(&bucket, name)?
+    let (manifests, unreadable) = crate::pull::bucket_manifests(&bucket, name)?;
+    let rows: Vec<_> = manifests
         .into_iter()
         .map(|m| (LineageEntry::of(&m), m.wal_length, m.wal_sha256.clone()))
         .collect();
@@ -191,6 +196,7 @@ pub fn index(store: &revl_core::Store, name: &str, url: &str) -> Result<Indexed>
         remote: name.to_string(),
         index: redact(url),
         sessions: n,
+        unreadable,
     })
 }
 

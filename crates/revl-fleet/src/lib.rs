@@ -16,6 +16,7 @@ pub mod config;
 pub mod index;
 pub mod pull;
 pub mod push;
+pub mod untrusted;
 
 pub use bucket::Bucket;
 pub use config::{Remote, Remotes};
@@ -140,14 +141,12 @@ pub fn parse_manifest(bytes: &[u8], id: &str, remote: &str) -> revl_core::Result
             "it is not the manifest of this session",
         ));
     }
+    untrusted::check_manifest(&m, id)
+        .map_err(|rule| untrusted::refused(remote, &manifest_key(id), &rule))?;
     Ok(m)
 }
 
 /// An object of the remote that does not match what names it: refused, never trusted.
 pub fn tampered(remote: &str, key: &str, why: &str) -> revl_core::Error {
-    revl_core::Error::new(
-        revl_core::Code::CorruptWal,
-        format!("object {key} of remote {remote} was altered: {why}; refused, nothing was read from it"),
-        "push the session again from the store that wrote it (a push re-uploads what is missing), or restore the bucket",
-    )
+    untrusted::refused(remote, key, &format!("it was altered ({why})"))
 }

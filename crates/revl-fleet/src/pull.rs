@@ -10,6 +10,7 @@
 
 use crate::bucket::Bucket;
 use crate::push::remote_manifest;
+use crate::untrusted::{is_digest, MAX_MANIFEST, MAX_OBJECT, MAX_PACK};
 use crate::{blob_key, sha256_hex, tampered, Manifest, Remote};
 use revl_core::storage::Copied;
 use revl_core::{Code, Error, Result, Store};
@@ -107,18 +108,55 @@ impl Reader {
         Ok(m)
     }
 
-    /// Copy every session of the remote into the mirror.
-    pub fn sync_all(&self) -> Result<Vec<String>> {
-        let ids = self.session_ids()?;
-        for id in &ids {
-            self.sync(id)?;
+    /// Copy every session of the remote into the mirror. A session with a hostile object
+    /// (`corrupt-remote`) is left out of the mirror and listed, never blocking the others.
+    pub fn sync_all(&self) -> Result<(Vec<String>, Vec<Unreadable>)> {
+        let mut ok = Vec::new();
+        let mut bad = Vec::new();
+        for id in self.session_ids()? {
+            match self.sync(&id) {
+                Ok(_) => ok.push(id),
+                Err(e) if e.code == Code::CorruptRemote => bad.push(Unreadable::of(&id, &e)),
+                Err(e) => return Err(e),
+            }
         }
-        Ok(ids)
+        Ok((ok, bad))
     }
 
     /// Copy one session into the mirror: its WAL (new segments appended), its base tree and
-    /// every blob it names, each verified.
+    /// every blob it names, each verified. A session refused (`corrupt-remote`) is removed
+    /// from the mirror: nothing of it is read.
     pub fn sync(&self, id: &str) -> Result<Manifest> {
+        self.sync_checked(id).inspect_err(|e| {
+            if e.code == Code::CorruptRemote {
+                self.forget(id);
+            }
+        })
+    }
+
+    /// Remove session `id` from the mirror (its WAL, blobs aside, and its base directory).
+    fn forget(&self, id: &str) {
+        let sdir = self.mirror.session_dir(id);
+        let base = self.dir.join("bases").join(id);
+        for d in [sdir, base] {
+            if d.exists() {
+                make_writable(&d);
+                let _ = std::fs::remove_dir_all(&d);
+            }
+        }
+        if let Ok(rd) = std::fs::read_dir(self.dir.join("bases")) {
+            for e in rd.flatten() {
+                if e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!(".{id}."))
+                {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+
+    fn sync_checked(&self, id: &str) -> Result<Manifest> {
         let name = &self.remote.name;
         let Some((m, _)) = remote_manifest(&self.bucket, name, id)? else {
             return Err(Error::new(
@@ -160,7 +198,7 @@ impl Reader {
                     // The mirror holds part of this segment: fetch whole from its start.
                     wal.truncate(s.from as usize);
                 }
-                let Some((b, _)) = self.bucket.get(&s.key)? else {
+                let Some((b, _)) = self.bucket.get_limited(&s.key, s.to - s.from)? else {
                     return Err(tampered(name, &s.key, "it is missing"));
                 };
                 if sha256_hex(&b) != s.sha256 || b.len() as u64 != s.to - s.from {
@@ -180,7 +218,9 @@ impl Reader {
                 .map_err(|e| Error::io(wal_path.display(), e))?;
             // The lineage the manifest states (what listings and the index show) must be the
             // verified WAL's.
-            let (st, _) = revl_core::state::State::read(&wal_path)?;
+            let wal_obj = format!("sessions/{id}/wal");
+            let (st, _) = revl_core::state::State::read(&wal_path)
+                .map_err(|e| tampered(name, &wal_obj, &e.message))?;
             let stated = (
                 st.origin.as_ref().map(|o| o.parent.clone()),
                 st.origin.as_ref().map(|o| o.at.to_i64()),
@@ -198,6 +238,15 @@ impl Reader {
                 self.mirror.set_base(id, base)?;
             }
             self.fetch_blobs(id, &m)?;
+            // What the base tree and the WAL name passes the checks a local write passes,
+            // before anything is written at it (docs/fleet.md, "A remote is untrusted input").
+            let base_obj = m.base.as_ref().map(|b| blob_key(&b.tree));
+            self.ensure_base_dir(id)
+                .map_err(|e| hostile(name, base_obj.as_deref().unwrap_or(&wal_obj), e))?;
+            self.mirror
+                .attach_read(id)
+                .and_then(|s| s.check_paths())
+                .map_err(|e| hostile(name, &wal_obj, e))?;
             let b = serde_json::to_vec(&(m.wal_length, &m.wal_sha256)).expect("serialises");
             revl_core::util::write_durable(&pulled, &b)
                 .map_err(|e| Error::io(pulled.display(), e))?;
@@ -218,7 +267,7 @@ impl Reader {
             .filter(|b| blobs.check(&b.tree, None).is_err())
         {
             let key = crate::pack_key(&base.tree);
-            if let Some((bytes, _)) = self.bucket.get(&key)? {
+            if let Some((bytes, _)) = self.bucket.get_limited(&key, MAX_PACK)? {
                 let entries = crate::unpack(&bytes)
                     .ok_or_else(|| tampered(&self.remote.name, &key, "it is not a pack"))?;
                 for (d, b) in entries {
@@ -245,6 +294,13 @@ impl Reader {
                     }
                 }
             }
+            if let Some(d) = want.iter().find(|d| !is_digest(d)) {
+                return Err(tampered(
+                    &self.remote.name,
+                    &format!("sessions/{id}/wal"),
+                    &format!("it names a digest that is not one ({})", d.escape_debug()),
+                ));
+            }
             let new: Vec<String> = want
                 .into_iter()
                 .filter(|d| !tried.contains(d) && blobs.check(d, None).is_err())
@@ -255,7 +311,7 @@ impl Reader {
             for chunk in new.chunks(256) {
                 tried.extend(chunk.iter().cloned());
                 let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
-                for (d, got) in chunk.iter().zip(self.bucket.get_many(&keys)?) {
+                for (d, got) in chunk.iter().zip(self.bucket.get_many(&keys, MAX_OBJECT)?) {
                     // Not every digest a WAL names is a blob (small preimages sit inline).
                     let Some(b) = got else { continue };
                     if revl_core::util::blake3_hex(&b) != *d {
@@ -292,6 +348,33 @@ impl Reader {
         self.mirror.materialise_base(id, &dir)?;
         std::fs::write(&done, b"").map_err(|e| Error::io(done.display(), e))?;
         Ok(())
+    }
+}
+
+/// A session of the remote that is not read: an object of it was refused.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Unreadable {
+    pub session: String,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Unreadable {
+    pub fn of(id: &str, e: &Error) -> Unreadable {
+        Unreadable {
+            session: id.to_string(),
+            code: e.code.as_str(),
+            message: e.message.clone(),
+        }
+    }
+}
+
+/// An error met while writing or checking what a remote's object names, as that object's
+/// refusal (an I/O error of this machine stays one).
+fn hostile(remote: &str, key: &str, e: Error) -> Error {
+    match e.code {
+        Code::Io | Code::CorruptRemote => e,
+        _ => crate::untrusted::refused(remote, key, &e.message),
     }
 }
 
@@ -347,9 +430,14 @@ pub struct LineageReport {
     pub source: &'static str,
     pub count: usize,
     pub sessions: Vec<LineageEntry>,
+    /// Sessions whose manifest was refused (`corrupt-remote`): left out, never blocking the
+    /// others.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<Unreadable>,
 }
 
 pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<LineageReport> {
+    let mut unreadable = Vec::new();
     let (source, mut all) = match &remote.index {
         Some(url) => {
             let mut ix = crate::index::Index::connect(url)?;
@@ -357,7 +445,9 @@ pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<Linea
         }
         None => {
             let r = Reader::open(store, remote)?;
-            ("bucket", bucket_lineage(&r.bucket, &remote.name)?)
+            let (ms, bad) = bucket_manifests(&r.bucket, &remote.name)?;
+            unreadable = bad;
+            ("bucket", ms.iter().map(LineageEntry::of).collect())
         }
     };
     if source == "bucket" {
@@ -372,34 +462,32 @@ pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<Linea
         source,
         count: all.len(),
         sessions: all,
+        unreadable,
     })
 }
 
-/// Every session's manifest in the bucket, as lineage entries.
-pub fn bucket_lineage(bucket: &Bucket, remote: &str) -> Result<Vec<LineageEntry>> {
-    Ok(bucket_manifests(bucket, remote)?
-        .iter()
-        .map(LineageEntry::of)
-        .collect())
-}
-
-/// Every session's manifest in the bucket (read 32 at a time), verified to be one.
-pub fn bucket_manifests(bucket: &Bucket, remote: &str) -> Result<Vec<Manifest>> {
+/// Every session's manifest in the bucket (read 32 at a time), verified to be one; those
+/// refused (`corrupt-remote`) are listed apart, never blocking the others.
+pub fn bucket_manifests(bucket: &Bucket, remote: &str) -> Result<(Vec<Manifest>, Vec<Unreadable>)> {
     let ids: Vec<String> = bucket
         .children("sessions")?
         .into_iter()
         .filter(|id| revl_core::store::is_session_id(id))
         .collect();
     let mut out = Vec::new();
+    let mut bad = Vec::new();
     for chunk in ids.chunks(1024) {
         let keys: Vec<String> = chunk.iter().map(|id| crate::manifest_key(id)).collect();
-        for (id, got) in chunk.iter().zip(bucket.get_many(&keys)?) {
-            if let Some(b) = got {
-                out.push(crate::parse_manifest(&b, id, remote)?);
+        for (id, got) in chunk.iter().zip(bucket.get_each(&keys, MAX_MANIFEST)) {
+            match got.and_then(|g| g.map(|b| crate::parse_manifest(&b, id, remote)).transpose()) {
+                Ok(Some(m)) => out.push(m),
+                Ok(None) => {}
+                Err(e) if e.code == Code::CorruptRemote => bad.push(Unreadable::of(id, &e)),
+                Err(e) => return Err(e),
             }
         }
     }
-    Ok(out)
+    Ok((out, bad))
 }
 
 /// The family of `id`: its root ancestor and every session below that root.
@@ -481,7 +569,8 @@ pub fn fork(
     // The head, from the mirror (whose workspace is the base tree).
     let src = r.mirror.attach_read(&id)?;
     let head = src.state().head() as i64;
-    src.materialise_at(head, &dir.join("heads").join(&id))?;
+    src.materialise_at(head, &dir.join("heads").join(&id))
+        .map_err(|e| hostile(&remote.name, &format!("sessions/{id}/wal"), e))?;
     drop(src);
     let mut s = work.attach(&id)?;
     s.fork(k)

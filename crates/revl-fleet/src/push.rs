@@ -103,7 +103,7 @@ pub fn remote_manifest(
     remote: &str,
     id: &str,
 ) -> Result<Option<(Manifest, crate::bucket::Version)>> {
-    match bucket.get(&manifest_key(id))? {
+    match bucket.get_limited(&manifest_key(id), crate::untrusted::MAX_MANIFEST)? {
         Some((b, v)) => Ok(Some((crate::parse_manifest(&b, id, remote)?, v))),
         None => Ok(None),
     }

@@ -1320,26 +1320,45 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
             remote_fork_confirm(&store, name, &id, hash, into.as_deref())
         }
         Cmd::Log { session } | Cmd::View { session, .. } => {
+            // A session with a hostile object is left out and listed, never blocking the
+            // others (docs/fleet.md, "A remote is untrusted input").
+            let mut unreadable = Vec::new();
             let only = match session {
                 Some(s) => {
                     let id = reader.resolve(s)?;
                     // The family, from the index when there is one (else the bucket).
                     let fam = revl_fleet::pull::lineage(&store, &remote, Some(&id))?;
-                    for e in &fam.sessions {
-                        reader.sync(&e.session)?;
+                    unreadable.extend(fam.unreadable.iter().cloned());
+                    for e in fam.sessions.iter().filter(|e| e.session != id) {
+                        match reader.sync(&e.session) {
+                            Ok(_) => {}
+                            Err(err) if err.code == Code::CorruptRemote => unreadable
+                                .push(revl_fleet::pull::Unreadable::of(&e.session, &err)),
+                            Err(err) => return Err(err),
+                        }
                     }
                     reader.sync_family(&id)?;
                     Some(id)
                 }
                 None => {
-                    reader.sync_all()?;
+                    unreadable = reader.sync_all()?.1;
                     None
                 }
+            };
+            let with_unreadable = |mut o: Outcome| {
+                if !unreadable.is_empty() {
+                    o.doc["unreadable"] = to_json(&unreadable);
+                    for u in &unreadable {
+                        o.text
+                            .push_str(&format!("\nunreadable: session {} ({}: {})", u.session, u.code, u.message));
+                    }
+                }
+                o
             };
             match &cli.cmd {
                 Cmd::Log { .. } => {
                     let r = revl_core::log::log(mirror, only.as_deref())?;
-                    Ok(Outcome::ok(to_json(&r), render::log(&r)))
+                    Ok(with_unreadable(Outcome::ok(to_json(&r), render::log(&r))))
                 }
                 Cmd::View { out, .. } => {
                     let out = out
@@ -1350,7 +1369,7 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
                         "wrote {} ({} session(s), {} step(s), {} bytes): open it in a browser",
                         r.out, r.sessions, r.steps, r.bytes
                     );
-                    Ok(Outcome::ok(to_json(&r), text))
+                    Ok(with_unreadable(Outcome::ok(to_json(&r), text)))
                 }
                 _ => unreachable!("log or view"),
             }

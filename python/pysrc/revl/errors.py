@@ -227,6 +227,14 @@ class Fenced(RevlError):
     code = "fenced"
     exit_code = 1
 
+class CorruptRemote(RevlError):
+    """Code ``corrupt-remote``: an object read from a remote breaks a rule every input passes
+    (docs/fleet.md, "A remote is untrusted input"); nothing was written outside the store's
+    cache, and only that object's session is unreadable."""
+
+    code = "corrupt-remote"
+    exit_code = 1
+
 class NotAllowed(RevlError):
     """Code ``not-allowed``: a call asked for more than the operator allowed when starting
     ``revl mcp`` (docs/mcp.md, "Who decides what"). The MCP server raises it, never the
@@ -304,6 +312,7 @@ _BY_CODE: dict[str, type[RevlError]] = {
     "tool-unavailable": ToolUnavailable,
     "fenced": Fenced,
     "not-allowed": NotAllowed,
+    "corrupt-remote": CorruptRemote,
 }
 
 
@@ -350,6 +359,7 @@ __all__ = [
     "LimitExceeded",
     "ToolUnavailable",
     "Fenced",
+    "CorruptRemote",
     "NotAllowed",
     "StaleHash",
     "ApprovalRequired",

@@ -128,18 +128,26 @@ impl Store {
         })
     }
 
-    /// Write session `id`'s base tree into `dir` (created; must be empty or absent).
+    /// Write session `id`'s base tree into `dir` (created; must be empty or absent). The
+    /// tree may come from another store: each entry passes the checks a local write passes
+    /// ([`confined`]) before anything is written at it, and nothing is written through a
+    /// symlink.
     pub fn materialise_base(&self, id: &str, dir: &Path) -> Result<()> {
         fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
         let Some(base) = self.base_of(id) else {
             return Ok(());
         };
+        let dest = destination(dir)?;
         let blobs = self.blobs();
-        for it in self.base_items(&base)? {
-            let abs = dir.join(crate::name::to_os(&it.path));
+        let items = self.base_items(&base)?;
+        for it in &items {
+            let abs = confined(&dest, &it.path)?;
+            if let Some(p) = abs.parent() {
+                fs::create_dir_all(p).map_err(|e| Error::io(p.display(), e))?;
+            }
             match it.kind {
                 FileKind::Dir => {
-                    fs::create_dir_all(&abs).map_err(|e| Error::io(abs.display(), e))?;
+                    fs::create_dir(&abs).map_err(|e| Error::io(abs.display(), e))?;
                 }
                 FileKind::File => {
                     let d = it.digest.as_deref().unwrap_or_default();
@@ -153,9 +161,46 @@ impl Store {
                 _ => {}
             }
         }
-        set_modes(dir, &self.base_items(&base)?);
+        set_modes(dir, &items);
         Ok(())
     }
+}
+
+fn not_normal(rel: &str) -> Error {
+    Error::new(
+        crate::error::Code::PathOutside,
+        format!("path {rel:?} is not a relative path in normal form"),
+        "a recorded path is relative, without a leading `/`, `.`, `..` or empty components",
+    )
+}
+
+/// `dir` as the root of a workspace the copy writes into (its canonical path, as the
+/// workspace's checks need).
+fn destination(dir: &Path) -> Result<crate::workspace::Workspace> {
+    let root = fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
+    Ok(crate::workspace::Workspace::new(
+        root,
+        crate::failpoint::Failpoints::none(),
+    ))
+}
+
+/// Where a path another store recorded may be written in `dest`: it passes the checks a local
+/// write passes ([`crate::workspace::Workspace::confine`]: relative, no `..`, no symlink on
+/// the way or leading out), it is in the normal form revl records, and nothing is there yet
+/// (each entry is written once, never through a symlink an earlier entry made).
+pub fn confined(dest: &crate::workspace::Workspace, rel: &str) -> Result<std::path::PathBuf> {
+    if dest.confine(rel, false)? != rel {
+        return Err(not_normal(rel));
+    }
+    let abs = dest.abs(rel);
+    if fs::symlink_metadata(&abs).is_ok() {
+        return Err(Error::new(
+            crate::error::Code::PathOutside,
+            format!("path {rel:?} is named twice; revl writes each path once and never through a symlink"),
+            "a recorded tree names each path once",
+        ));
+    }
+    Ok(abs)
 }
 
 fn set_modes(dir: &Path, items: &[TreeItem]) {
@@ -163,10 +208,18 @@ fn set_modes(dir: &Path, items: &[TreeItem]) {
     for it in items.iter().rev() {
         if let (Some(m), FileKind::File | FileKind::Dir) = (&it.mode, it.kind) {
             if let Ok(m) = crate::workspace::parse_mode(m) {
-                let _ = fs::set_permissions(
-                    dir.join(crate::name::to_os(&it.path)),
-                    fs::Permissions::from_mode(m),
-                );
+                // Only what the copy wrote, and never through a symlink (a chmod follows one).
+                let abs = dir.join(crate::name::to_os(&it.path));
+                if !abs.starts_with(dir)
+                    || it
+                        .path
+                        .split('/')
+                        .any(|c| c.is_empty() || c == "." || c == "..")
+                    || !matches!(fs::symlink_metadata(&abs), Ok(md) if !md.file_type().is_symlink())
+                {
+                    continue;
+                }
+                let _ = fs::set_permissions(abs, fs::Permissions::from_mode(m));
             }
         }
     }
@@ -224,36 +277,28 @@ impl Session {
     pub fn materialise_at(&self, k: i64, dir: &Path) -> Result<Materialised> {
         let k: Pos = self.check_range(k)?;
         fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let mut paths: BTreeSet<String> = BTreeSet::new();
-        if let Some(base) = self.store.base_of(&self.id) {
-            paths.extend(self.store.base_items(&base)?.into_iter().map(|i| i.path));
-        }
-        for s in &self.journal.state.steps {
-            if s.kind != StepKind::Effect {
-                continue;
-            }
-            if let Some(Undo::Restore { entries }) = s.undo() {
-                for e in entries {
-                    paths.insert(e.path().to_string());
-                    if let RestoreEntry::Dir { tree, .. } = e {
-                        let items: Vec<TreeItem> = self
-                            .blobs
-                            .get(tree, Some(s.index))
-                            .ok()
-                            .and_then(|b| serde_json::from_slice(&b).ok())
-                            .unwrap_or_default();
-                        let p = e.path();
-                        paths.extend(items.into_iter().map(|i| format!("{p}/{}", i.path)));
-                    }
-                }
-            }
-            paths.extend(crate::drift::after_images(s).into_iter().map(|i| i.path));
-        }
+        let dest = destination(dir)?;
+        let paths = self.paths_named()?;
         let mut out = Materialised::default();
         let mut modes = Vec::new();
         for rel in &paths {
             let (img, inline) = self.image_at(rel, k)?;
-            let abs = dir.join(crate::name::to_os(rel));
+            let abs = match img.kind {
+                Some(FileKind::Dir | FileKind::File | FileKind::Symlink) => confined(&dest, rel),
+                _ => continue,
+            };
+            // A directory a deeper path made already is fine; anything else is checked.
+            let abs = match abs {
+                Ok(a) => a,
+                Err(_)
+                    if img.kind == Some(FileKind::Dir)
+                        && dest.confine(rel, false).is_ok()
+                        && fs::symlink_metadata(dest.abs(rel)).is_ok_and(|m| m.is_dir()) =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             match img.kind {
                 Some(FileKind::Dir) => {
                     fs::create_dir_all(&abs).map_err(|e| Error::io(abs.display(), e))?;
@@ -268,7 +313,14 @@ impl Session {
                     if let Some(p) = abs.parent() {
                         fs::create_dir_all(p).map_err(|e| Error::io(p.display(), e))?;
                     }
-                    fs::write(&abs, &bytes).map_err(|e| Error::io(abs.display(), e))?;
+                    // Created, never opened through what is there (no symlink followed).
+                    use std::io::Write;
+                    fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .open(&abs)
+                        .and_then(|mut f| f.write_all(&bytes))
+                        .map_err(|e| Error::io(abs.display(), e))?;
                     out.files += 1;
                     out.bytes += bytes.len() as u64;
                 }
@@ -301,5 +353,61 @@ impl Session {
         }
         set_modes(dir, &modes);
         Ok(out)
+    }
+
+    /// Every path the session's base tree and WAL name, each checked as a local write is
+    /// ([`Workspace::confine`](crate::workspace::Workspace::confine) against the session's
+    /// workspace, in normal form): a copy of another store's session is refused before
+    /// anything is written at a path it names.
+    pub fn check_paths(&self) -> Result<()> {
+        for rel in self.paths_named()? {
+            if rel.starts_with('/')
+                || rel
+                    .split('/')
+                    .any(|c| c.is_empty() || c == "." || c == "..")
+            {
+                // The refusal a local write gets (`..`, outside), else the form's.
+                self.ws.confine(&rel, false)?;
+                return Err(not_normal(&rel));
+            }
+            // The path itself may be a symlink (kept as a link, never followed); nothing on
+            // the way to it may be one.
+            if let Some((parent, _)) = rel.rsplit_once('/') {
+                if self.ws.confine(parent, false)? != parent {
+                    return Err(not_normal(&rel));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every path the base tree or any step names (directory snapshots' entries included).
+    fn paths_named(&self) -> Result<BTreeSet<String>> {
+        let mut paths: BTreeSet<String> = BTreeSet::new();
+        if let Some(base) = self.store.base_of(&self.id) {
+            paths.extend(self.store.base_items(&base)?.into_iter().map(|i| i.path));
+        }
+        for s in &self.journal.state.steps {
+            if s.kind != StepKind::Effect {
+                continue;
+            }
+            if let Some(Undo::Restore { entries }) = s.undo() {
+                for e in entries {
+                    paths.insert(e.path().to_string());
+                    if let RestoreEntry::Dir { tree, .. } = e {
+                        let items: Vec<TreeItem> = self
+                            .blobs
+                            .get(tree, Some(s.index))
+                            .ok()
+                            .and_then(|b| serde_json::from_slice(&b).ok())
+                            .unwrap_or_default();
+                        let p = e.path();
+                        paths.extend(items.into_iter().map(|i| format!("{p}/{}", i.path)));
+                    }
+                }
+            }
+            paths.extend(crate::drift::after_images(s).into_iter().map(|i| i.path));
+        }
+        Ok(paths)
     }
 }

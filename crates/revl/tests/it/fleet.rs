@@ -700,7 +700,7 @@ fn a_tampered_bucket_is_refused_never_trusted() {
         "--at",
         &k,
     ]);
-    let msg = r.err(1, "corrupt-wal");
+    let msg = r.err(1, "corrupt-remote");
     assert!(msg.contains("altered"), "{msg}");
     std::fs::write(&blob, &orig).unwrap();
     std::fs::rename(bucket.join("packs.off"), &packs).unwrap();
@@ -730,7 +730,7 @@ fn a_tampered_bucket_is_refused_never_trusted() {
             &k,
         ],
     );
-    let msg = r.err(1, "corrupt-wal");
+    let msg = r.err(1, "corrupt-remote");
     assert!(msg.contains("packs/"), "{msg}");
     std::fs::write(&pack, &orig_pack).unwrap();
     // Intact again: the same read from a fresh store works through the pack.
@@ -776,7 +776,7 @@ fn a_tampered_bucket_is_refused_never_trusted() {
             &k,
         ],
     );
-    r.err(1, "corrupt-wal");
+    r.err(1, "corrupt-remote");
     std::fs::write(&seg, &orig_seg).unwrap();
     // The manifest's stated lineage altered (what listings and the index show): refused
     // against the verified WAL.
@@ -789,7 +789,7 @@ fn a_tampered_bucket_is_refused_never_trusted() {
     f.on(&store_l, &["remote", "add", "origin", &f.url]).ok();
     let msg = f
         .on(&store_l, &["--remote", "origin", "log", &id])
-        .err(1, "corrupt-wal");
+        .err(1, "corrupt-remote");
     assert!(msg.contains("lineage"), "{msg}");
     std::fs::write(&man, &orig_man).unwrap();
     std::fs::write(&seg, &bytes).unwrap();
@@ -800,12 +800,19 @@ fn a_tampered_bucket_is_refused_never_trusted() {
     std::fs::write(&man, serde_json::to_vec(&m).unwrap()).unwrap();
     let store_d = f.w.path("store-d");
     f.on(&store_d, &["remote", "add", "origin", &f.url]).ok();
-    f.on(&store_d, &["--remote", "origin", "log"])
-        .err(1, "corrupt-wal");
+    // Listing the remote: the session is listed unreadable, never blocking the others.
+    let log = f.on(&store_d, &["--remote", "origin", "log"]).ok().clone();
+    assert_eq!(
+        unreadable(&log, &id).map(|u| u.0).as_deref(),
+        Some("corrupt-remote"),
+        "{log}"
+    );
+    f.on(&store_d, &["--remote", "origin", "log", &id])
+        .err(1, "corrupt-remote");
     // Garbage for a manifest.
     std::fs::write(&man, b"{not json").unwrap();
     f.on(&store_d, &["--remote", "origin", "log", &id])
-        .err(1, "corrupt-wal");
+        .err(1, "corrupt-remote");
     std::fs::write(&seg, &orig_seg).unwrap();
 }
 
@@ -1045,4 +1052,442 @@ fn an_execs_large_output_overwritten_since_is_read_and_branched_at_its_step_anyw
             ("out/lib.so".to_string(), lib)
         ])
     );
+}
+
+// ---- a remote is untrusted input (docs/security.md, "What a remote is trusted with") ----
+
+/// Direct access to a `file://` remote's objects, to plant what an attacker who can write
+/// the bucket could: every forged object is made consistent (digests, CRCs, the manifest's
+/// SHA-256s recomputed), so only the checks on what the objects *say* can refuse it.
+struct Forge {
+    root: PathBuf,
+    id: String,
+}
+
+impl Forge {
+    fn new(f: &Fleet, id: &str) -> Forge {
+        Forge {
+            root: f.w.path("bucket"),
+            id: id.to_string(),
+        }
+    }
+
+    fn man_path(&self) -> PathBuf {
+        self.root
+            .join("sessions")
+            .join(&self.id)
+            .join("manifest.json")
+    }
+
+    fn manifest(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.man_path()).unwrap()).unwrap()
+    }
+
+    fn set_manifest(&self, m: &Value) {
+        std::fs::write(self.man_path(), serde_json::to_vec(m).unwrap()).unwrap();
+    }
+
+    /// A blob put in the bucket under its true name.
+    fn put_blob(&self, bytes: &[u8]) -> String {
+        let d = blake3::hash(bytes).to_hex().to_string();
+        std::fs::write(self.root.join("blobs").join(&d), bytes).unwrap();
+        d
+    }
+
+    /// The session's base tree entries, as pushed.
+    fn base_items(&self) -> Vec<Value> {
+        let tree = s(&self.manifest()["base"]["tree"]);
+        serde_json::from_slice(&std::fs::read(self.root.join("blobs").join(tree)).unwrap()).unwrap()
+    }
+
+    /// Replace the session's base tree with `items` (a new tree blob, no pack for it).
+    fn set_base_items(&self, items: &[Value]) {
+        let tree = self.put_blob(&serde_json::to_vec(items).unwrap());
+        let mut m = self.manifest();
+        m["base"]["tree"] = tree.into();
+        self.set_manifest(&m);
+    }
+
+    /// The session's WAL as the manifest's segments make it.
+    fn wal(&self) -> Vec<u8> {
+        let m = self.manifest();
+        let mut out = Vec::new();
+        for seg in m["segments"].as_array().unwrap() {
+            out.extend(std::fs::read(self.root.join(s(&seg["key"]))).unwrap());
+        }
+        out
+    }
+
+    /// Rewrite each WAL line's text with `edit`, re-seal every CRC, and publish the result
+    /// as the session's one segment with a manifest whose SHA-256s match.
+    fn rewrite_wal(&self, edit: &dyn Fn(&str) -> String) {
+        let wal = String::from_utf8(self.wal()).unwrap();
+        let mut out = String::new();
+        for line in wal.lines() {
+            let at = line.rfind(",\"crc\":\"").unwrap();
+            out.push_str(&crate::common::seal(&edit(&line[..at])));
+        }
+        use sha2::Digest;
+        let sha = hex::encode(sha2::Sha256::digest(out.as_bytes()));
+        let key = format!("sessions/{}/wal/{:020}-{:020}-{sha}", self.id, 0, out.len());
+        std::fs::write(self.root.join(&key), out.as_bytes()).unwrap();
+        let mut m = self.manifest();
+        m["segments"] =
+            serde_json::json!([{"key": key, "from": 0, "to": out.len(), "sha256": sha}]);
+        m["walLength"] = out.len().into();
+        m["walSha256"] = sha.into();
+        self.set_manifest(&m);
+    }
+}
+
+/// What an attack may not change: a file and a directory outside every store, their bytes
+/// and modes.
+struct Victims {
+    file: PathBuf,
+    dir: PathBuf,
+}
+
+impl Victims {
+    fn plant(f: &Fleet) -> Victims {
+        let dir = f.w.path("victim-dir");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let file = f.w.path("victim.txt");
+        std::fs::write(&file, "precious\n").unwrap();
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        Victims { file, dir }
+    }
+
+    /// Checked from outside revl: the victims as planted, nothing new beside them.
+    #[track_caller]
+    fn check(&self, f: &Fleet, what: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::read(&self.file).unwrap(),
+            b"precious\n",
+            "{what}: a file outside the store was overwritten"
+        );
+        let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(
+            mode(&self.file),
+            0o644,
+            "{what}: a file outside changed mode"
+        );
+        assert_eq!(
+            mode(&self.dir),
+            0o755,
+            "{what}: a directory outside changed mode"
+        );
+        assert_eq!(
+            std::fs::read_dir(&self.dir).unwrap().count(),
+            0,
+            "{what}: something was written in a directory outside the store"
+        );
+        let mut top: Vec<String> = std::fs::read_dir(f.w.path(""))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("escape"))
+            .collect();
+        top.sort();
+        assert!(top.is_empty(), "{what}: written outside the store: {top:?}");
+    }
+}
+
+/// The session listed as unreadable by `--remote origin log`, with its code and message.
+fn unreadable(log: &Value, id: &str) -> Option<(String, String)> {
+    log["unreadable"]
+        .as_array()?
+        .iter()
+        .find_map(|e| (e["session"] == id).then(|| (s(&e["code"]), s(&e["message"]))))
+}
+
+fn listed(log: &Value, id: &str) -> bool {
+    log["sessions"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|e| e["session"] == id))
+}
+
+/// One attack's rewrite of a WAL line's text, and of a manifest.
+type WalEdit = Box<dyn Fn(&str) -> String>;
+type ManifestEdit = Box<dyn Fn(&mut Value)>;
+
+/// Two sessions pushed to a `file://` remote: the one the attacks forge and a bystander.
+fn two_pushed(f: &Fleet) -> (String, String) {
+    f.add_remotes();
+    let (id, _ws, _) = session_with_history(f, "ws");
+    let ws2 = f.w.ws("ws-other");
+    let other = s(&f.a(&["new", "--workspace", ws2.to_str().unwrap()]).ok()["session"]);
+    f.a(&["write", &other, "o.txt", "--content", "bystander"])
+        .ok();
+    f.a(&["push"]).ok();
+    (id, other)
+}
+
+/// A fresh store reading the remote (a fresh mirror each attack).
+fn fresh(f: &Fleet, name: &str) -> PathBuf {
+    let p = f.w.path(name);
+    f.on(&p, &["remote", "add", "origin", &f.url]).ok();
+    p
+}
+
+/// Reading a hostile session: `--remote log` lists the others and names it unreadable
+/// (`corrupt-remote`, the rule in the message); reading it is refused the same way.
+#[track_caller]
+fn refused_alone(f: &Fleet, store: &Path, id: &str, other: &str, rule: &str) {
+    let log = f.on(store, &["--remote", "origin", "log"]).ok().clone();
+    assert!(listed(&log, other), "the bystander is listed: {log}");
+    assert!(!listed(&log, id), "the hostile session is not read: {log}");
+    let (code, msg) =
+        unreadable(&log, id).unwrap_or_else(|| panic!("{id} not listed unreadable: {log}"));
+    assert_eq!(code, "corrupt-remote", "{msg}");
+    assert!(msg.contains(rule), "the rule {rule:?} in {msg:?}");
+    let r = f.on(
+        store,
+        &["--remote", "origin", "read", id, "README", "--at", "0"],
+    );
+    let msg = r.err(1, "corrupt-remote");
+    assert!(msg.contains(rule), "the rule {rule:?} in {msg:?}");
+    f.on(
+        store,
+        &["--remote", "origin", "read", other, "o.txt", "--at", "1"],
+    )
+    .ok();
+}
+
+#[test]
+fn a_forged_base_tree_writes_nothing_outside_the_cache() {
+    let f = Fleet::dir();
+    let v = Victims::plant(&f);
+    let (id, other) = two_pushed(&f);
+    let forge = Forge::new(&f, &id);
+    let orig = forge.manifest();
+    let items = forge.base_items();
+    let digest = items
+        .iter()
+        .find_map(|i| i["d"].as_str().map(str::to_string))
+        .unwrap();
+    let file = |p: &str| serde_json::json!({"k": "file", "p": p, "d": digest, "m": "666"});
+    let abs = f.w.path("escape-abs.txt").display().to_string();
+    // The mirror's base of a session: <store>/remotes/origin/mirror/bases/<id>, six levels
+    // below the directory that holds the store.
+    let attacks: Vec<(&str, Vec<Value>, &str)> = vec![
+        ("absolute", vec![file(&abs)], "outside"),
+        (
+            "dotdot",
+            vec![file("../../../../../../escape-dotdot.txt")],
+            "..",
+        ),
+        (
+            "symlink",
+            vec![
+                serde_json::json!({"k": "symlink", "p": "link", "t": v.dir.display().to_string()}),
+                serde_json::json!({"k": "dir", "p": "link", "m": "777"}),
+                file("link/planted.txt"),
+            ],
+            "symlink",
+        ),
+        (
+            "chmod",
+            vec![serde_json::json!({"k": "dir", "p": v.dir.display().to_string(), "m": "777"})],
+            "outside",
+        ),
+    ];
+    for (name, extra, rule) in attacks {
+        let mut all = items.clone();
+        all.extend(extra);
+        forge.set_base_items(&all);
+        let store = fresh(&f, &format!("store-{name}"));
+        refused_alone(&f, &store, &id, &other, rule);
+        v.check(&f, name);
+        forge.set_manifest(&orig);
+    }
+    // Intact again: the session reads.
+    let store = fresh(&f, "store-intact");
+    f.on(
+        &store,
+        &["--remote", "origin", "read", &id, "README", "--at", "0"],
+    )
+    .ok();
+}
+
+#[test]
+fn a_forged_wal_with_resealed_crcs_writes_nothing_outside_the_store() {
+    let f = Fleet::dir();
+    let v = Victims::plant(&f);
+    let (id, other) = two_pushed(&f);
+    let forge = Forge::new(&f, &id);
+    let orig = forge.manifest();
+    let victim = v.file.display().to_string();
+    let victim_dir = v.dir.display().to_string();
+    // A remote fork materialises the head in <store>/remotes/origin/forks/<id>/heads/<id>:
+    // seven levels below the directory that holds the store.
+    let attacks: Vec<(&str, WalEdit)> = vec![
+        (
+            "absolute",
+            Box::new(move |l: &str| l.replace("\"out/result.txt\"", &format!("\"{victim}\""))),
+        ),
+        (
+            "dotdot",
+            Box::new(|l: &str| {
+                l.replace("out/result.txt", "../../../../../../../escape-dotdot.txt")
+            }),
+        ),
+    ];
+    for (name, edit) in attacks {
+        forge.rewrite_wal(&*edit);
+        let store = fresh(&f, &format!("store-{name}"));
+        let r = f.on(&store, &["fork", "--remote", "origin", &id, "--at", "1"]);
+        let msg = r.err(1, "corrupt-remote");
+        assert!(
+            msg.contains(&format!("sessions/{id}")),
+            "names the object: {msg}"
+        );
+        v.check(&f, name);
+        let log = f.on(&store, &["--remote", "origin", "log"]).ok().clone();
+        assert!(listed(&log, &other), "{log}");
+        assert_eq!(
+            unreadable(&log, &id).map(|u| u.0).as_deref(),
+            Some("corrupt-remote"),
+            "{log}"
+        );
+        v.check(&f, name);
+        forge.set_manifest(&orig);
+    }
+    // A header naming a workspace outside: copies never use it; nothing is written there.
+    forge.rewrite_wal(&|l: &str| {
+        if l.contains("\"record\":\"header\"") {
+            let mut h: Value = serde_json::from_str(&format!("{l}}}")).unwrap();
+            h["workspace"] = victim_dir.clone().into();
+            let t = serde_json::to_string(&h).unwrap();
+            t[..t.len() - 1].to_string()
+        } else {
+            l.to_string()
+        }
+    });
+    let store = fresh(&f, "store-header");
+    let _ = f.on(&store, &["fork", "--remote", "origin", &id, "--at", "1"]);
+    v.check(&f, "header");
+    forge.set_manifest(&orig);
+}
+
+#[test]
+fn a_manifest_naming_objects_outside_the_remote_is_refused() {
+    let f = Fleet::dir();
+    let v = Victims::plant(&f);
+    let (id, other) = two_pushed(&f);
+    let forge = Forge::new(&f, &id);
+    let orig = forge.manifest();
+    let seg0 = orig["segments"][0].clone();
+    let victim = v.file.display().to_string();
+    let attacks: Vec<(&str, ManifestEdit, &str)> = vec![
+        (
+            "key-dotdot",
+            Box::new(|m: &mut Value| m["segments"][0]["key"] = "../victim.txt".into()),
+            "key",
+        ),
+        (
+            "key-absolute",
+            Box::new(move |m: &mut Value| m["segments"][0]["key"] = victim.clone().into()),
+            "key",
+        ),
+        (
+            "key-device",
+            Box::new(|m: &mut Value| m["segments"][0]["key"] = "/dev/zero".into()),
+            "key",
+        ),
+        (
+            "size-lies",
+            Box::new(move |m: &mut Value| {
+                // The key named by the lie, so that only the size can refuse it.
+                let to = seg0["to"].as_u64().unwrap() + (1 << 40);
+                let (id, sha) = (s(&m["session"]), s(&seg0["sha256"]));
+                m["segments"][0]["key"] =
+                    format!("sessions/{id}/wal/{:020}-{to:020}-{sha}", 0).into();
+                m["segments"][0]["to"] = to.into();
+                m["walLength"] = to.into();
+            }),
+            "bytes",
+        ),
+        (
+            "digest-not-hex",
+            Box::new(|m: &mut Value| m["walSha256"] = "../../etc/passwd".into()),
+            "SHA-256",
+        ),
+        (
+            "carriage-return",
+            Box::new(|m: &mut Value| m["writer"] = "a\rb".into()),
+            "control character",
+        ),
+        (
+            "nul",
+            Box::new(|m: &mut Value| m["pushedAt"] = "2024\u{0}".into()),
+            "control character",
+        ),
+    ];
+    for (name, edit, rule) in attacks {
+        let mut m = orig.clone();
+        edit(&mut m);
+        forge.set_manifest(&m);
+        let store = fresh(&f, &format!("store-{name}"));
+        let log = f.on(&store, &["--remote", "origin", "log"]).ok().clone();
+        assert!(listed(&log, &other), "{name}: {log}");
+        let (code, msg) = unreadable(&log, &id)
+            .unwrap_or_else(|| panic!("{name}: {id} not listed unreadable: {log}"));
+        assert_eq!(code, "corrupt-remote", "{name}: {msg}");
+        assert!(msg.contains(rule), "{name}: the rule {rule:?} in {msg:?}");
+        assert!(
+            msg.contains("manifest.json"),
+            "{name}: names the object: {msg}"
+        );
+        // The bucket's lineage lists the others too (the index is rebuilt from the same
+        // manifests).
+        let lin = f.on(&store, &["remote", "lineage", "origin"]).ok().clone();
+        let ids: Vec<String> = lin["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| s(&e["session"]))
+            .collect();
+        assert_eq!(ids, vec![other.clone()], "{name}: {lin}");
+        assert_eq!(
+            lin["unreadable"][0]["session"],
+            id.as_str(),
+            "{name}: {lin}"
+        );
+        v.check(&f, name);
+    }
+    forge.set_manifest(&orig);
+    // A segment replaced by a symlink to a device (read until out of memory once): a
+    // remote's objects are read without following a symlink.
+    let seg = f.w.path("bucket").join(s(&orig["segments"][0]["key"]));
+    let saved = std::fs::read(&seg).unwrap();
+    std::fs::remove_file(&seg).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &seg).unwrap();
+    let store = fresh(&f, "store-symlink");
+    let log = f.on(&store, &["--remote", "origin", "log"]).ok().clone();
+    assert!(listed(&log, &other), "{log}");
+    let (code, msg) = unreadable(&log, &id).unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(code, "corrupt-remote", "{msg}");
+    assert!(msg.contains("symlink"), "{msg}");
+    std::fs::remove_file(&seg).unwrap();
+    std::fs::write(&seg, saved).unwrap();
+    // One altered blob: its session is unreadable, the others still read.
+    let store = fresh(&f, "store-blob");
+    let blob = f.w.path("bucket").join("blobs").join(
+        forge
+            .base_items()
+            .iter()
+            .find_map(|i| i["d"].as_str().map(str::to_string))
+            .unwrap(),
+    );
+    std::fs::rename(
+        f.w.path("bucket").join("packs"),
+        f.w.path("bucket").join("packs.off"),
+    )
+    .unwrap();
+    std::fs::write(&blob, b"not what its name says").unwrap();
+    refused_alone(&f, &store, &id, &other, "does not match its digest");
 }

@@ -1,0 +1,149 @@
+//! A remote is untrusted input (docs/fleet.md, "A remote is untrusted input"; docs/security.md,
+//! "What a remote is trusted with"). Every key, size, digest and manifest field read from a
+//! bucket or a `file://` directory passes these rules before anything is read through it or
+//! written from it; the paths its WAL and base tree name pass the checks a local write passes
+//! (the workspace's own, in revl-core) before the mirror writes at them. A broken rule is
+//! `corrupt-remote`, naming the object and the rule; only that object's session is unreadable.
+
+use crate::{segment_key, Manifest};
+use revl_core::{Code, Error};
+
+/// The largest manifest read (a manifest lists one line per push: megabytes at most).
+pub const MAX_MANIFEST: u64 = 64 << 20;
+/// The largest segment or blob read: what one PUT may hold (5 GiB).
+pub const MAX_OBJECT: u64 = 5 << 30;
+/// The largest pack read: its bytes and each entry's two header lines.
+pub const MAX_PACK: u64 = crate::PACK_MAX_BYTES as u64 + (64 << 20);
+
+/// An object of `remote` refused: it broke `rule`.
+pub fn refused(remote: &str, key: &str, rule: &str) -> Error {
+    Error::new(
+        Code::CorruptRemote,
+        format!(
+            "object {} of remote {remote} is refused: {rule}; nothing was written from it, and only its session is unreadable",
+            key.escape_debug()
+        ),
+        "push the session again from the store that wrote it, or restore the object from the bucket's versions (or remove the remote: `revl remote list`); the remote's other sessions still read",
+    )
+}
+
+/// A key names an object inside the remote: relative, no empty, `.` or `..` component, no
+/// control character, no backslash, at most 1024 bytes. `Err` is the rule it broke.
+pub fn check_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > 1024 {
+        return Err("its key is empty or longer than 1024 bytes".into());
+    }
+    if let Some(c) = key.chars().find(|c| c.is_control() || *c == '\\') {
+        return Err(format!(
+            "its key holds {c:?}: a key has no control character and no backslash"
+        ));
+    }
+    if key.starts_with('/') {
+        return Err("its key is absolute: a key names an object inside the remote".into());
+    }
+    if key
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(
+            "its key has an empty, `.` or `..` component: a key names an object inside the remote"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// A digest as revl writes them: 64 lowercase hex digits (blake3 and SHA-256 alike).
+pub fn is_digest(d: &str) -> bool {
+    d.len() == 64 && d.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// A manifest's fields: no control character in any text (they go into documents, the
+/// index's COPY and one-line messages), digests that are digests, segment keys that are the
+/// keys their range and digest name (so no manifest can point a read outside the session's
+/// segments), sizes that one object can hold. `Err` is the rule it broke.
+pub fn check_manifest(m: &Manifest, id: &str) -> Result<(), String> {
+    let texts = [
+        ("kind", Some(&m.kind)),
+        ("schemaVersion", Some(&m.schema_version)),
+        ("session", Some(&m.session)),
+        ("writer", Some(&m.writer)),
+        ("walSha256", Some(&m.wal_sha256)),
+        ("state", Some(&m.state)),
+        ("workspace", Some(&m.workspace)),
+        ("pushedAt", Some(&m.pushed_at)),
+        ("parent", m.parent.as_ref()),
+    ];
+    for (name, v) in texts {
+        if v.is_some_and(|v| v.chars().any(char::is_control)) {
+            return Err(format!("its {name} holds a control character"));
+        }
+    }
+    if !is_digest(&m.wal_sha256) {
+        return Err("its walSha256 is not a SHA-256 (64 lowercase hex digits)".into());
+    }
+    if let Some(p) = &m.parent {
+        if !revl_core::store::is_session_id(p) {
+            return Err("its parent is not a session id".into());
+        }
+    }
+    if let Some(b) = &m.base {
+        if !is_digest(&b.tree) {
+            return Err("its base tree is not a blake3 digest (64 lowercase hex digits)".into());
+        }
+    }
+    for s in &m.segments {
+        if !is_digest(&s.sha256) {
+            return Err(format!(
+                "segment {} has a sha256 that is not a SHA-256 (64 lowercase hex digits)",
+                s.key.escape_debug()
+            ));
+        }
+        if s.key != segment_key(id, s.from, s.to, &s.sha256) {
+            return Err(format!(
+                "segment key {} is not the key its range and digest name (sessions/<id>/wal/<from>-<to>-<sha256>)",
+                s.key.escape_debug()
+            ));
+        }
+        if s.to < s.from || s.to - s.from > MAX_OBJECT {
+            return Err(format!(
+                "segment {} states {} bytes, more than one object may hold ({MAX_OBJECT} bytes)",
+                s.key,
+                s.to.wrapping_sub(s.from)
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_stay_inside_the_remote() {
+        assert!(check_key("blobs/ab").is_ok());
+        for bad in [
+            "",
+            "/dev/zero",
+            "../x",
+            "a/../b",
+            "a//b",
+            "./a",
+            "a\rb",
+            "a\0b",
+            "a\\b",
+        ] {
+            assert!(check_key(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(check_key(&"a".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn digests_are_64_lowercase_hex() {
+        assert!(is_digest(&"0a".repeat(32)));
+        assert!(!is_digest(&"0A".repeat(32)));
+        assert!(!is_digest(&"0a".repeat(31)));
+        assert!(!is_digest("../../etc/passwd"));
+    }
+}
