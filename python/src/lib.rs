@@ -601,8 +601,20 @@ impl NativeSession {
         self.verb(py, How::Read, move |s| s.inspect(at))
     }
 
-    fn status(&self, py: Python<'_>) -> PyResult<Doc> {
-        self.verb(py, How::Show, |s| Ok(s.status()))
+    /// `status`; the held sends whose seq is in `known` carry `args: null`: the caller holds
+    /// their arguments already (a held send's arguments never change), so a large one is
+    /// not serialised and parsed again on every call (docs/python.md, "A held send from a
+    /// Python function, committed").
+    #[pyo3(signature = (known=Vec::new()))]
+    fn status(&self, py: Python<'_>, known: Vec<u64>) -> PyResult<Doc> {
+        let known: std::collections::HashSet<u64> = known.into_iter().collect();
+        self.verb(py, How::Show, move |s| {
+            let mut st = s.status();
+            for d in st.queue.iter_mut().filter(|d| known.contains(&d.seq)) {
+                d.args = std::sync::Arc::new(serde_json::Value::Null);
+            }
+            Ok(st)
+        })
     }
 
     fn verify(&self, py: Python<'_>) -> PyResult<Doc> {

@@ -52,3 +52,28 @@ def test_an_effect_whose_args_do_not_fit_runs_nothing(store: revl.Store, base: P
     with pytest.raises(revl.BadArgs):
         s.call(bump, {"m": 1})
     assert ran == [] and s.head == head, "nothing ran, no step recorded"
+
+
+def test_status_lists_held_args_exactly_on_every_call_and_a_caller_cannot_change_them(
+    store: revl.Store, base: Path
+) -> None:
+    @revl.tool(cls="deferred", scope=["mail"])
+    def send_email(to: str, body: str) -> dict[str, Any]:
+        return {"delivered": to}
+
+    s = store.new(base / "ws", tools=[send_email])
+    big = "x" * (1 << 20)
+    s.call(send_email, {"to": "ana@example.com", "body": big})
+    first = s.status().queue
+    assert [q["args"] for q in first] == [{"to": "ana@example.com", "body": big}]
+    # What a caller does to the list it got never reaches the next status.
+    first[0]["args"]["body"] = "changed"
+    s.call(send_email, {"to": "bo@example.com", "body": "second"})
+    again = s.status().queue
+    assert [q["args"] for q in again] == [
+        {"to": "ana@example.com", "body": big},
+        {"to": "bo@example.com", "body": "second"},
+    ]
+    # Another handle (a fresh read of the WAL) agrees, field for field.
+    fresh = store.session(s.id).status().queue
+    assert fresh == again

@@ -6,6 +6,7 @@ the typed objects of :mod:`revl.results`, errors the exceptions of :mod:`revl.er
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar, Union, cast
@@ -222,6 +223,8 @@ class Session:
         )
         self._host = host
         self.created = created
+        # The arguments of the held sends `status` listed, by seq (see `status`).
+        self._held_args: dict[int, Any] = {}
 
     @property
     def id(self) -> str:
@@ -296,7 +299,21 @@ class Session:
         return _result(Inspect, self._native.inspect(at))
 
     def status(self) -> Status:
-        return _result(Status, self._native.status())
+        # A held send's arguments never change: they are read once, kept here by seq, and
+        # given back as a copy (a caller may change what it got), so a large one costs its
+        # parse once, not on every call.
+        text, _ = self._native.status(list(self._held_args))
+        doc = json.loads(text)
+        held: dict[int, Any] = {}
+        for item in doc.get("queue") or []:
+            seq = item["seq"]
+            if seq in self._held_args:
+                held[seq] = self._held_args[seq]
+            else:
+                held[seq] = item["args"]
+            item["args"] = copy.deepcopy(held[seq])
+        self._held_args = held
+        return Status(doc)
 
     def verify(self) -> Verify:
         """Compare the workspace with what revl witnessed: drift is data, not an error."""
