@@ -349,7 +349,7 @@ fn replace_file(dir: &Path, name: &str, text: &[u8]) {
 /// holders file"), in the store's root.
 pub const HOLDERS_FILE: &str = "holders.json";
 
-const HOLDERS_VERSION: u32 = 1;
+const HOLDERS_VERSION: u32 = 2;
 
 /// A holders file larger than this is not one revl wrote: it is rebuilt.
 const MAX_HOLDERS: u64 = 64 << 20;
@@ -370,10 +370,12 @@ struct HoldersDoc {
     /// Sessions with no workspace known yet (no WAL yet, or a header that cannot be read):
     /// read again every time.
     unknown: Vec<String>,
-    /// CRC-32C of the file as written with this field 0: a file changed by anything but
-    /// revl (a torn write, a flipped byte, an edit) is rebuilt.
-    crc32c: u32,
 }
+
+/// The file's last line: `crc32c XXXXXXXX` over every byte before it, so that a file
+/// changed by anything but revl (a torn write, a flipped byte, an edit) is rebuilt; computed
+/// over the bytes as read and as written (never by serialising the document again).
+const CRC_LINE: &[u8] = b"crc32c ";
 
 /// What a session's WAL says of its hold on its workspace.
 pub(crate) enum Hold {
@@ -394,9 +396,16 @@ impl HoldersDoc {
             .take(MAX_HOLDERS)
             .read_to_end(&mut text)
             .ok()?;
-        let mut doc: HoldersDoc = serde_json::from_slice(&text).ok()?;
-        let crc = std::mem::take(&mut doc.crc32c);
-        if doc.holders_version != HOLDERS_VERSION || doc.crc() != Some(crc) {
+        // `<json>\ncrc32c XXXXXXXX\n`: the CRC of everything up to and with the first newline.
+        let end = text.iter().position(|&b| b == b'\n')? + 1;
+        let (body, trailer) = text.split_at(end);
+        let hex = trailer.strip_prefix(CRC_LINE)?.strip_suffix(b"\n")?;
+        let stored = u32::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+        if hex.len() != 8 || crc32c::crc32c(body) != stored {
+            return None;
+        }
+        let doc: HoldersDoc = serde_json::from_slice(body).ok()?;
+        if doc.holders_version != HOLDERS_VERSION {
             return None;
         }
         let mut seen = std::collections::HashSet::new();
@@ -420,24 +429,14 @@ impl HoldersDoc {
         Some(doc)
     }
 
-    /// The CRC of the file as written with `crc32c` 0 (it is 0 here).
-    fn crc(&self) -> Option<u32> {
-        let mut text = serde_json::to_vec(self).ok()?;
-        text.push(b'\n');
-        Some(crc32c::crc32c(&text))
-    }
-
     fn store(&self, store: &Store) {
-        let Some(crc32c) = self.crc() else {
-            return;
-        };
-        let Ok(mut text) = serde_json::to_vec(&HoldersDoc {
-            crc32c,
-            ..self.clone()
-        }) else {
+        let Ok(mut text) = serde_json::to_vec(self) else {
             return;
         };
         text.push(b'\n');
+        let crc = crc32c::crc32c(&text);
+        text.extend_from_slice(CRC_LINE);
+        text.extend_from_slice(format!("{crc:08x}\n").as_bytes());
         replace_file(store.root(), HOLDERS_FILE, &text);
     }
 }

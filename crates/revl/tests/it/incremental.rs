@@ -209,9 +209,11 @@ fn holders_file(w: &World) -> std::path::PathBuf {
     w.store.join("holders.json")
 }
 
+/// The holders file's document: its first line (the second is its CRC).
 fn holders(w: &World) -> Value {
-    serde_json::from_slice(&std::fs::read(holders_file(w)).expect("holders.json exists"))
-        .expect("holders.json is JSON")
+    let text = std::fs::read(holders_file(w)).expect("holders.json exists");
+    let body = text.split(|&b| b == b'\n').next().unwrap();
+    serde_json::from_slice(body).expect("holders.json's first line is JSON")
 }
 
 /// `(session, workspace)` pairs the holders file lists as holding a workspace.
@@ -238,14 +240,20 @@ fn the_holders_file_is_kept_and_a_missing_garbled_forged_or_stale_one_changes_no
     busy(&sub);
     assert_eq!(held(&w), vec![(a.clone(), ws_s.clone())], "rebuilt");
     // Garbled: rebuilt.
-    std::fs::write(holders_file(&w), b"{\"holdersVersion\": 1, \"ended\": [").unwrap();
+    std::fs::write(holders_file(&w), b"{\"holdersVersion\": 2, \"ended\": [").unwrap();
     busy(&ws);
     // Forged: the live session moved to `ended`, a byte changed after revl wrote it (its
     // CRC no longer matches): not believed.
     let mut forged = holders(&w);
     forged["ended"] = json!([a]);
     forged["holders"] = json!([]);
-    std::fs::write(holders_file(&w), serde_json::to_vec(&forged).unwrap()).unwrap();
+    let old = std::fs::read(holders_file(&w)).unwrap();
+    let crc_line = old.split(|&b| b == b'\n').nth(1).unwrap().to_vec();
+    let mut text = serde_json::to_vec(&forged).unwrap();
+    text.push(b'\n');
+    text.extend(crc_line);
+    text.push(b'\n');
+    std::fs::write(holders_file(&w), text).unwrap();
     busy(&ws);
     busy(&sub);
     assert_eq!(held(&w), vec![(a.clone(), ws_s.clone())], "rebuilt");
@@ -312,14 +320,11 @@ fn a_holders_file_that_lies_with_a_good_crc_is_removed_by_sessions() {
     let ws = w.ws("ws");
     let a = w.new_session(&ws);
     // A lie that passes the file's own check: written in the format the docs give (field
-    // order, no spaces), CRC included, naming the live session ended.
-    let doc = |crc: u32| {
-        format!(
-            "{{\"holdersVersion\":1,\"ended\":[\"{a}\"],\"holders\":[],\"unknown\":[],\"crc32c\":{crc}}}\n"
-        )
-    };
-    let crc = crc32c::crc32c(doc(0).as_bytes());
-    std::fs::write(holders_file(&w), doc(crc)).unwrap();
+    // order, no spaces, then the CRC line), naming the live session ended.
+    let body =
+        format!("{{\"holdersVersion\":2,\"ended\":[\"{a}\"],\"holders\":[],\"unknown\":[]}}\n");
+    let crc = crc32c::crc32c(body.as_bytes());
+    std::fs::write(holders_file(&w), format!("{body}crc32c {crc:08x}\n")).unwrap();
     // `sessions` reads every WAL and finds the file contradicts one: it removes it.
     let listed = sessions(&w);
     assert_eq!(listed["sessions"][0]["state"], "live");
