@@ -116,7 +116,7 @@ impl Code {
     }
 
     /// Every code, in the order docs/reference.md lists them.
-    pub const ALL: [Code; 32] = [
+    pub const ALL: [Code; 33] = [
         Code::Frozen,
         Code::NotLive,
         Code::KindOpaque,
@@ -131,6 +131,7 @@ impl Code {
         Code::ToolFailed,
         Code::Timeout,
         Code::CorruptWal,
+        Code::CorruptRemote,
         Code::MissingPreimage,
         Code::Io,
         Code::Usage,
