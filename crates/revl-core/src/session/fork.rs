@@ -417,7 +417,9 @@ impl Session {
         } = self.begin_fork(k, &p, None, policy)?;
         // 2. the scoped rewind: host-confined inverses and provision withdrawals, newest first;
         // then every other witnessed path back at step k (or its drift kept, listed).
-        let done = self.fork_rewind(k, Context::Live, "fork.mid-rewind", policy)?;
+        let done = self
+            .rewind()
+            .fork(k, Context::Live, "fork.mid-rewind", policy)?;
         let (ran, failed, kept) = (done.ran, done.failed, done.preserved);
         let (beyond, kept_images) = (done.beyond, done.kept_images);
         self.sync()?;
@@ -803,7 +805,8 @@ impl Session {
         let _ = std::fs::remove_file(self.store.session_dir(&begun.branch).join(".wal.jsonl.tmp"));
         let _ = std::fs::remove_dir(self.store.session_dir(&begun.branch));
         let failed = self
-            .fork_rewind(
+            .rewind()
+            .fork(
                 begun.at,
                 Context::Repair,
                 "repair.never",

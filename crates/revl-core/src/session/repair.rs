@@ -125,7 +125,7 @@ impl Session {
                         self.journal.state.inherited(),
                     );
                     exp.done(entries, after.images.clone());
-                    self.preserve_drift(intent.step, entries, &exp)?;
+                    self.rewind().preserve_drift(intent.step, entries, &exp)?;
                     self.ws.restore(entries, &self.blobs, intent.step)?;
                     self.append(Record::IntentVoid { step: intent.step, why: "interrupted before the change completed; preimage restored at repair".into() }, false)?;
                     self.repaired(

@@ -138,7 +138,8 @@ impl Session {
             None => false,
         };
         if !shows_pre {
-            self.preserve_drift(u.step, std::slice::from_ref(&u.pre), exp)?;
+            self.rewind()
+                .preserve_drift(u.step, std::slice::from_ref(&u.pre), exp)?;
         }
         self.redo_write(u)
     }

@@ -587,27 +587,6 @@ impl Session {
         }
     }
 
-    /// [`Rewind::preserve_drift`] in this session's own workspace.
-    pub(super) fn preserve_drift(
-        &mut self,
-        i: u64,
-        entries: &[crate::undo::RestoreEntry],
-        exp: &Expected,
-    ) -> Result<Vec<Preserved>> {
-        self.rewind().preserve_drift(i, entries, exp)
-    }
-
-    /// The rewind of a serial fork, in this session's own workspace.
-    pub(crate) fn fork_rewind(
-        &mut self,
-        k: Pos,
-        ctx: Context,
-        crash: &str,
-        drift: DriftPolicy,
-    ) -> Result<Unwound> {
-        self.rewind().fork(k, ctx, crash, drift)
-    }
-
     /// Refuse before anything runs if an inverse cannot: a blob it needs is gone
     /// (`missing-preimage`), or it is a Python function this process does not hold
     /// (`tool-unavailable`).
