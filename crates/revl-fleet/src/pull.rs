@@ -111,9 +111,18 @@ impl Reader {
     /// Copy every session of the remote into the mirror. A session with a hostile object
     /// (`corrupt-remote`) is left out of the mirror and listed, never blocking the others.
     pub fn sync_all(&self) -> Result<(Vec<String>, Vec<Unreadable>)> {
+        self.sync_each(self.session_ids()?)
+    }
+
+    /// Copy each of `ids` into the mirror: those copied, and those refused
+    /// (`corrupt-remote`), which are listed and never stop the others; any other error does.
+    pub fn sync_each(
+        &self,
+        ids: impl IntoIterator<Item = String>,
+    ) -> Result<(Vec<String>, Vec<Unreadable>)> {
         let mut ok = Vec::new();
         let mut bad = Vec::new();
-        for id in self.session_ids()? {
+        for id in ids {
             match self.sync(&id) {
                 Ok(_) => ok.push(id),
                 Err(e) if e.code == Code::CorruptRemote => bad.push(Unreadable::of(&id, &e)),

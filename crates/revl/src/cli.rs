@@ -1329,14 +1329,9 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
                     // The family, from the index when there is one (else the bucket).
                     let fam = revl_fleet::pull::lineage(&store, &remote, Some(&id))?;
                     unreadable.extend(fam.unreadable.iter().cloned());
-                    for e in fam.sessions.iter().filter(|e| e.session != id) {
-                        match reader.sync(&e.session) {
-                            Ok(_) => {}
-                            Err(err) if err.code == Code::CorruptRemote => unreadable
-                                .push(revl_fleet::pull::Unreadable::of(&e.session, &err)),
-                            Err(err) => return Err(err),
-                        }
-                    }
+                    let others = fam.sessions.iter().filter(|e| e.session != id);
+                    let (_, bad) = reader.sync_each(others.map(|e| e.session.clone()))?;
+                    unreadable.extend(bad);
                     reader.sync_family(&id)?;
                     Some(id)
                 }
