@@ -589,6 +589,7 @@ impl NativeSession {
                 output: None,
                 limits,
                 net,
+                ..ExecOptions::default()
             })
         })
     }

@@ -15,6 +15,7 @@
 // (docs/security.md, "Where the unsafe code is").
 #![forbid(unsafe_code)]
 
+pub mod agent;
 pub mod api;
 pub mod blobs;
 pub mod changeset;

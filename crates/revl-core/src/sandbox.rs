@@ -66,7 +66,15 @@ pub struct Spec<'a> {
     /// to revl over a socket pair before the command starts, and there when `started`
     /// runs). `None`: no network at all.
     pub net_listener: Option<&'a std::sync::Mutex<Option<std::os::fd::OwnedFd>>>,
+    /// Give the command a pipe to write a note to its caller on (its descriptor number in
+    /// `REVL_NOTE_FD`): what it wrote there, up to [`NOTE_CAP`] bytes, is
+    /// [`Outcome::note`].
+    pub note: bool,
 }
+
+/// How much of what a command writes on its note pipe revl keeps (the rest is read and
+/// dropped, so a writer never blocks).
+pub const NOTE_CAP: usize = 4096;
 
 /// Resource limits (docs/security.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +118,8 @@ pub struct Outcome {
     /// sandbox's user namespace), or `none` (root without a pids cgroup: the kernel does not
     /// apply `RLIMIT_NPROC` to uid 0).
     pub pids_limit: &'static str,
+    /// What the command wrote on its note pipe ([`Spec::note`]; `None`: no pipe was asked for).
+    pub note: Option<Vec<u8>>,
 }
 
 /// Why the sandbox cannot be set up: the stage that failed (where one did) and why.
@@ -451,6 +461,7 @@ fn prepare(
     spec: &Spec,
     cgroup: Option<&PidsCgroup>,
     net_sock: Option<std::os::fd::RawFd>,
+    note_fd: Option<std::os::fd::RawFd>,
     hide: Vec<(CString, bool, i32)>,
 ) -> std::io::Result<(Plan, PathBuf)> {
     use revl_sandbox::landlock;
@@ -557,6 +568,7 @@ fn prepare(
             landlock: landlock::Rules { abi, beneath },
             net_sock,
             proxy_port: crate::egress::PROXY_PORT,
+            note_fd,
         },
         upper,
     ))
@@ -599,7 +611,19 @@ pub fn run_to(
         theirs.as_raw_fd()
     });
     let hide = hidden(spec)?;
-    let (plan, upper) = prepare(spec, cgroup.as_ref(), net_sock, hide)
+    let mut note_pipe = match spec.note {
+        true => Some(
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| {
+                Failure::Unavailable(Unavailable::at(Stage::Prepare, std::io::Error::from(e)))
+            })?,
+        ),
+        false => None,
+    };
+    let note_fd = note_pipe.as_ref().map(|(_, w)| {
+        use std::os::fd::AsRawFd;
+        w.as_raw_fd()
+    });
+    let (plan, upper) = prepare(spec, cgroup.as_ref(), net_sock, note_fd, hide)
         .map_err(|e| Failure::Unavailable(Unavailable::at(Stage::Prepare, e)))?;
     let Some((prog, args)) = spec.argv.split_first() else {
         return Err(Failure::NotStarted(std::io::Error::new(
@@ -612,9 +636,18 @@ pub fn run_to(
     for (k, v) in spec.env {
         cmd.env(k, v);
     }
+    if let Some(fd) = note_fd {
+        cmd.env("REVL_NOTE_FD", fd.to_string());
+    }
     revl_sandbox::arm(&mut cmd, plan, &board);
     let mut said = false;
+    let mut note_reader = None;
     let mut started = || {
+        if let Some((r, w)) = note_pipe.take() {
+            // Our copy of the write end closes now: the note ends when the command's do.
+            drop(w);
+            note_reader = Some(std::thread::spawn(move || read_note(r)));
+        }
         if let (Some((ours, theirs)), Some(slot)) = (pair.take(), spec.net_listener) {
             // The sandbox's end is closed here, so a sandbox that died reads as an end.
             drop(theirs);
@@ -635,6 +668,8 @@ pub fn run_to(
         n > max
     };
     let result = run_command_watched(cmd, None, spec.timeout, &mut started, &mut stop, sink);
+    // The sandbox is gone (every process of it killed): the pipe has no writer left.
+    let note = note_reader.map(|t| t.join().unwrap_or_default());
     let pids_hit = cgroup.as_ref().is_some_and(PidsCgroup::hit_max);
     let pids_limit = match (&cgroup, is_root()) {
         (Some(_), _) => "cgroup",
@@ -693,6 +728,7 @@ pub fn run_to(
                 xattr_prefix: xattr_prefix(),
                 limit,
                 pids_limit,
+                note,
             })
         }
         Err(e) if said => Err(Failure::Started(e)),
@@ -707,6 +743,25 @@ pub fn run_to(
     }
 }
 
+/// Read a command's note pipe to its end: the first [`NOTE_CAP`] bytes are kept.
+fn read_note(r: std::os::fd::OwnedFd) -> Vec<u8> {
+    use std::io::Read;
+    let mut f = std::fs::File::from(r);
+    let mut kept = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match f.read(&mut buf) {
+            Ok(0) => return kept,
+            Ok(n) => {
+                let room = NOTE_CAP.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return kept,
+        }
+    }
+}
+
 /// Catch the first SIGINT (Ctrl-C) of this process: instead of dying mid-step, revl stops
 /// the command it is running ([`crate::proc::interrupt`]) and records what it had done by
 /// then, then says so. The handler only stores an atomic flag (async-signal-safe) and is
@@ -714,6 +769,18 @@ pub fn run_to(
 /// operation is crash-safe; the next command repairs it).
 pub fn catch_interrupt() {
     revl_sandbox::signals::catch_first_sigint(crate::proc::interrupt);
+}
+
+/// [`catch_interrupt`] for a command revl runs on another program's behalf (an agent's
+/// shell tool, docs/agents.md): that program ending revl (SIGTERM, SIGHUP) or dying (revl
+/// asks the kernel for a SIGTERM when its parent goes) stops the sandboxed tree the way
+/// Ctrl-C does, and what it did by then is recorded as the step.
+pub fn stop_with_caller() {
+    revl_sandbox::signals::catch_first(
+        &[libc::SIGINT, libc::SIGTERM, libc::SIGHUP],
+        crate::proc::interrupt,
+    );
+    let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM));
 }
 
 /// Does the sandbox work here? Runs `true` (or `/bin/sh -c :`) in it over an empty
@@ -741,6 +808,7 @@ pub fn probe(dir: &Path) -> Result<(), Unavailable> {
         hide: &[],
         limits: Limits::default(),
         net_listener: None,
+        note: false,
     };
     match run(&spec, &mut || Ok(())) {
         Ok(o) if o.ran.code == Some(0) => Ok(()),

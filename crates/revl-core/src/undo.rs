@@ -333,6 +333,9 @@ pub struct ExecDetail {
     /// network and forwarded nothing (otherwise its emission step lists them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denied: Vec<crate::egress::Denied>,
+    /// The agent call that ran the command (docs/agents.md), when an agent's hook did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::agent::Origin>,
 }
 
 impl ExecDetail {

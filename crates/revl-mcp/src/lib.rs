@@ -569,6 +569,7 @@ impl RevlServer {
                 Err(e) => return self.error_result(&e),
             },
             net: args::NetArg::request(a.net),
+            ..Default::default()
         };
         self.on_session(move |s| s.exec_with(&o)).await
     }

@@ -133,3 +133,15 @@ pub fn close_from(first: u32, cloexec: bool) {
 }
 
 use std::os::fd::AsRawFd;
+
+/// Let `fd` survive the exec (clear its close-on-exec flag): the one descriptor above 2 the
+/// command is meant to keep ([`crate::Plan::note_fd`]).
+#[allow(unsafe_code)]
+pub fn keep_open(fd: RawFd) -> std::io::Result<()> {
+    // SAFETY: changes a descriptor flag only; no memory is involved.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

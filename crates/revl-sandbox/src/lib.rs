@@ -241,6 +241,10 @@ pub struct Plan {
     pub net_sock: Option<std::os::fd::RawFd>,
     /// The port the egress proxy listens on inside the sandbox (127.0.0.1).
     pub proxy_port: u16,
+    /// The write end of a pipe revl reads after the command (`None`: none): the one
+    /// descriptor above 2 the command keeps, at the same number (a wrapper's note to its
+    /// caller, e.g. the directory it ended in; `REVL_NOTE_FD` names it).
+    pub note_fd: Option<std::os::fd::RawFd>,
 }
 
 /// What the children tell revl through the shared page.
@@ -452,6 +456,9 @@ fn confine(p: &Plan, at: &dyn Fn(Stage)) -> std::io::Result<()> {
     // caller left open without close-on-exec: a host file, a directory, a terminal) closes
     // at exec. Standard input is /dev/null unless revl feeds it; output goes to revl's pipes.
     fdpass::close_from(3, true);
+    if let Some(fd) = p.note_fd {
+        fdpass::keep_open(fd)?;
+    }
     at(Stage::Keyring);
     namespaces::join_fresh_keyring()?;
     at(Stage::Rlimits);

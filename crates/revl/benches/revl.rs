@@ -529,6 +529,7 @@ fn bench_exec() {
             hide: &[],
             limits: Default::default(),
             net_listener: None,
+            note: false,
         };
         let t = Instant::now();
         let o = revl_core::sandbox::run(&spec, &mut || Ok(())).unwrap();

@@ -1,12 +1,46 @@
 //! The `revl` command line: parse, call a core verb, render. No rules live here.
 
-use crate::{demo, render, view};
+use crate::{agents, demo, render, view};
 
 use clap::{Parser, Subcommand};
 use revl_core::report::to_json;
 use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
+
+/// `revl agent ...`.
+#[derive(Subcommand, Debug)]
+enum AgentCmd {
+    /// Start Claude Code (`claude`, or $REVL_CLAUDE) in this directory on a revl session,
+    /// its hooks given with `--settings`: every shell command and edit becomes a step.
+    Claude {
+        /// The session (default: the live session of this directory, else a new one).
+        #[arg(long)]
+        session: Option<String>,
+        /// Claude Code's own arguments, after `--`.
+        #[arg(last = true, value_name = "ARGS")]
+        args: Vec<String>,
+    },
+    /// Start Codex CLI (`codex`, or $REVL_CODEX) in this directory on a revl session, with a
+    /// revl-owned CODEX_HOME holding its hooks.
+    Codex {
+        /// The session (default: the live session of this directory, else a new one).
+        #[arg(long)]
+        session: Option<String>,
+        /// Codex's own arguments, after `--`.
+        #[arg(last = true, value_name = "ARGS")]
+        args: Vec<String>,
+    },
+    /// Write revl's hooks into this project's settings (`.claude/settings.json`, or
+    /// `.codex/hooks.json`), for those who start the agent themselves.
+    Install {
+        #[arg(value_enum)]
+        agent: agents::Agent,
+        /// The session (default: the live session of this directory, else a new one).
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
 
 #[derive(Parser, Debug)]
 #[command(name = "revl", version, about = "Branch and rewind agent sessions without leaving residue in the world.", long_about = None)]
@@ -215,9 +249,42 @@ enum Cmd {
             action = clap::ArgAction::Append
         )]
         net: Vec<String>,
+        /// Behave as the command itself: its stdout and stderr pass through byte for byte,
+        /// no summary, and revl exits with its status (128+N for signal N, 124 when it timed
+        /// out); being ended (SIGTERM, SIGHUP) or losing the parent process stops the
+        /// command's whole tree and records what it did (docs/agents.md).
+        #[arg(long)]
+        passthrough: bool,
+        /// Give the command a pipe (its descriptor in $REVL_NOTE_FD) and write what it wrote
+        /// there (up to 4 KiB) to FILE afterwards, e.g. /dev/fd/3 (docs/agents.md).
+        #[arg(long, value_name = "FILE")]
+        note_to: Option<PathBuf>,
+        /// The agent call this command is, recorded in the step: a JSON object
+        /// `{"agent", "agentSession"?, "turn"?, "toolUse"?}` (docs/agents.md).
+        #[arg(long, value_name = "JSON")]
+        origin: Option<String>,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "ARGV")]
         argv: Vec<String>,
+    },
+    /// A coding agent's hook (docs/agents.md): reads the hook event's JSON on stdin and
+    /// answers on stdout in the agent's hook schema. Installed by `revl agent`.
+    Hook {
+        /// The agent whose hook this is.
+        #[arg(value_enum)]
+        agent: agents::Agent,
+        /// The event (default: the payload's `hook_event_name`).
+        event: Option<String>,
+        /// The revl session the agent works in (default: the live session of the payload's
+        /// `cwd`).
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// Start a coding agent on a revl session with revl's hooks, or install them in the
+    /// project (docs/agents.md).
+    Agent {
+        #[command(subcommand)]
+        cmd: AgentCmd,
     },
     /// Check what this machine allows: the exec sandbox, reflink clones.
     Doctor,
@@ -673,6 +740,227 @@ impl Streamed {
     }
 }
 
+/// The session a hook or `revl agent` works on: the one given, else the live session whose
+/// workspace holds `dir` (the nearest), else (`create`) a new one on `dir`.
+fn agent_session(
+    store: &Store,
+    given: Option<&str>,
+    dir: &Path,
+    create: bool,
+) -> Result<(String, PathBuf), Error> {
+    let id = match given {
+        Some(g) => store.resolve(g)?,
+        None => {
+            let found = dir
+                .ancestors()
+                .map(|d| store.live_session_of(d))
+                .find_map(|r| r.transpose())
+                .transpose()?;
+            match (found, create) {
+                (Some(id), _) => id,
+                (None, true) => store.new_session(dir, None)?.id().to_string(),
+                (None, false) => {
+                    return Err(Error::new(
+                        Code::UnknownSession,
+                        format!(
+                            "no live revl session's workspace holds {}",
+                            revl_core::util::visible(&dir.to_string_lossy(), false)
+                        ),
+                        "start the agent with `revl agent claude|codex`, or run `revl agent install claude|codex` in the project (docs/agents.md)",
+                    ))
+                }
+            }
+        }
+    };
+    let info = store.info(&id)?;
+    let ws = PathBuf::from(&info.workspace);
+    let ws = std::fs::canonicalize(&ws).unwrap_or(ws);
+    Ok((id, ws))
+}
+
+/// `revl hook AGENT [EVENT]`: the payload on stdin, the answer on stdout. A payload that
+/// cannot be answered is one line on stderr; at `PreToolUse` the exit status is 2, which
+/// the agents read as "block this tool call" (nothing runs unrecorded).
+fn hook_cmd(
+    store: &Store,
+    agent: agents::Agent,
+    named: Option<&str>,
+    session: Option<&str>,
+) -> Result<Outcome, Error> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(agents::PAYLOAD_MAX as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("cannot read the hook payload on stdin", e))?;
+    let blocking = named == Some("PreToolUse")
+        || (named.is_none() && bytes.windows(12).any(|w| w == b"\"PreToolUse\""));
+    let answer = (|| -> Result<Option<Value>, Error> {
+        let p = agents::parse_payload(&bytes)?;
+        let event = agents::event_of(&p, named)?;
+        if !agents::known_event(event) {
+            return Ok(None);
+        }
+        let tool = match p.get("tool_name") {
+            Some(Value::String(t)) => Some(t.as_str()),
+            _ => None,
+        };
+        match (event, tool) {
+            ("PreToolUse", Some(t)) if agents::is_shell_tool(agent, t) => {
+                let cwd = match p.get("cwd") {
+                    Some(Value::String(c)) => PathBuf::from(c),
+                    _ => std::env::current_dir()
+                        .map_err(|e| Error::io("the current directory", e))?,
+                };
+                let (id, workspace) = agent_session(store, session, &cwd, false)?;
+                let revl = std::env::current_exe()
+                    .map_err(|e| Error::io("cannot find revl's own binary", e))?;
+                let target = agents::Target {
+                    revl,
+                    store: store.root().to_path_buf(),
+                    session: id,
+                    workspace,
+                };
+                agents::pre_tool_use_shell(agent, &target, &p).map(Some)
+            }
+            _ => Ok(None),
+        }
+    })();
+    match answer {
+        Ok(a) => {
+            if let Some(a) = a {
+                out_line(&a.to_string());
+            }
+            Ok(Outcome {
+                doc: Value::Null,
+                text: String::new(),
+                exit: 0,
+                printed: true,
+            })
+        }
+        Err(e) if blocking => {
+            eprintln!("{}", shown(&format!("revl: {} ({})", e.message, e.hint)));
+            Ok(Outcome {
+                doc: Value::Null,
+                text: String::new(),
+                exit: 2,
+                printed: true,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `revl agent claude|codex|install`.
+fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
+    let here = std::env::current_dir().map_err(|e| Error::io("the current directory", e))?;
+    let revl =
+        std::env::current_exe().map_err(|e| Error::io("cannot find revl's own binary", e))?;
+    match cmd {
+        AgentCmd::Claude { session, args } => {
+            let (id, _) = agent_session(store, session.as_deref(), &here, true)?;
+            let hook = agents::hook_command(&revl, store.root(), agents::Agent::Claude, &id);
+            let settings = json_settings(agents::hooks_json(agents::Agent::Claude, &hook));
+            let program = std::env::var_os("REVL_CLAUDE").unwrap_or_else(|| "claude".into());
+            let mut c = std::process::Command::new(&program);
+            c.arg("--settings").arg(settings).args(args);
+            c.env("REVL_SESSION", &id);
+            Err(start_agent(c, &program))
+        }
+        AgentCmd::Codex { session, args } => {
+            let (id, _) = agent_session(store, session.as_deref(), &here, true)?;
+            let hook = agents::hook_command(&revl, store.root(), agents::Agent::Codex, &id);
+            let home = agents::codex_home(
+                store.root(),
+                &id,
+                &agents::hooks_json(agents::Agent::Codex, &hook),
+            )?;
+            let program = std::env::var_os("REVL_CODEX").unwrap_or_else(|| "codex".into());
+            let mut c = std::process::Command::new(&program);
+            c.args(args)
+                .env("CODEX_HOME", &home)
+                .env("REVL_SESSION", &id);
+            Err(start_agent(c, &program))
+        }
+        AgentCmd::Install { agent, session } => {
+            let (id, _) = agent_session(store, session.as_deref(), &here, true)?;
+            let hook = agents::hook_command(&revl, store.root(), *agent, &id);
+            let path = agents::install(&here, *agent, &agents::hooks_json(*agent, &hook))?;
+            let doc = serde_json::json!({"session": id, "settings": path.to_string_lossy()});
+            let text = format!(
+                "revl's hooks for {} are in {} (session {id}): start the agent in this directory",
+                agent.name(),
+                path.display()
+            );
+            Ok(Outcome::ok(doc, text))
+        }
+    }
+}
+
+fn json_settings(hooks: Value) -> String {
+    serde_json::json!({ "hooks": hooks }).to_string()
+}
+
+/// Replace this process with the agent (its signals and terminal are the agent's); only
+/// returns when it could not start.
+fn start_agent(mut c: std::process::Command, program: &std::ffi::OsStr) -> Error {
+    use std::os::unix::process::CommandExt;
+    let e = c.exec();
+    Error::new(
+        Code::ExecFailed,
+        format!("could not start {}: {e}", program.to_string_lossy()),
+        "install the agent (docs/agents.md names the versions), or name its binary in $REVL_CLAUDE / $REVL_CODEX",
+    )
+}
+
+/// `exec --passthrough`: the command's bytes to our stdout and stderr as they are read,
+/// unchanged.
+fn passed_through() -> revl_core::proc::OutputSink {
+    revl_core::proc::OutputSink::new(|which, raw| {
+        use std::io::Write;
+        let _ = match which {
+            revl_core::proc::Stream::Stdout => {
+                let mut o = std::io::stdout().lock();
+                o.write_all(raw).and_then(|()| o.flush())
+            }
+            revl_core::proc::Stream::Stderr => std::io::stderr().lock().write_all(raw),
+        };
+    })
+}
+
+/// `exec --passthrough`'s end: nothing more on stdout, the command's status as ours. What
+/// revl has to say (a repair made on attach, a timeout) goes to stderr, one line each.
+fn passthrough_outcome(r: &revl_core::report::ExecReport) -> Outcome {
+    let mut notes: Vec<String> = REPAIRS
+        .with(|x| std::mem::take(&mut *x.borrow_mut()))
+        .iter()
+        .map(|x| format!("revl: repaired on attach: {}", x.detail))
+        .collect();
+    let x = r.sandboxed.as_ref();
+    let exit = match (r.exit_code, x.and_then(|x| x.signal)) {
+        _ if x.is_some_and(|x| x.timed_out) => {
+            notes.push(format!(
+                "revl: the command timed out and was killed with everything it started; what it changed is step {}",
+                r.step
+            ));
+            124
+        }
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
+        (None, None) => 1,
+    };
+    for n in notes {
+        eprintln!("{}", shown(&n));
+    }
+    Outcome {
+        doc: Value::Null,
+        text: String::new(),
+        exit,
+        printed: true,
+    }
+}
+
 fn run(cli: &Cli) -> Result<Outcome, Error> {
     if let Cmd::Demo { keep } = &cli.cmd {
         return demo::run(*keep);
@@ -726,6 +1014,12 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             unreachable!("handled above")
         }
         Cmd::Remote { cmd } => remote_cmd(&store, cmd),
+        Cmd::Hook {
+            agent,
+            event,
+            session,
+        } => hook_cmd(&store, *agent, event.as_deref(), session.as_deref()),
+        Cmd::Agent { cmd } => agent_cmd(&store, cmd),
         Cmd::Push { session } => {
             let remote = revl_fleet::Remotes::load(&store)?.pick(cli.remote.as_deref())?;
             let ids = match session {
@@ -980,8 +1274,21 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             cpu_seconds,
             max_bytes,
             net,
+            passthrough,
+            note_to,
+            origin,
             argv,
         } => {
+            if *passthrough && cli.json {
+                return Err(Error::bad_args(
+                    "--passthrough and --json both say what revl prints",
+                    "drop one: --passthrough gives the command's own output and status, --json revl's document",
+                ));
+            }
+            let origin = origin
+                .as_deref()
+                .map(revl_core::agent::Origin::parse)
+                .transpose()?;
             let net = net_request(net)?;
             let timeout = revl_core::ExecOptions::timeout_secs(*timeout)?;
             let limits = revl_core::ExecLimits::parse(
@@ -992,20 +1299,49 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             )?;
             let mut s = attach(&store, session)?;
             // Ctrl-C stops the command, not revl: what it did by then is recorded and said.
+            // Passed through for another program, that program ending revl does too.
             #[cfg(target_os = "linux")]
-            revl_core::sandbox::catch_interrupt();
+            match passthrough {
+                true => revl_core::sandbox::stop_with_caller(),
+                false => revl_core::sandbox::catch_interrupt(),
+            }
             // In text mode the command's output streams to the terminal as it runs; the
             // summary follows it. --json keeps the captured document alone.
-            let stream = (!cli.json).then(Streamed::default);
+            let stream = (!cli.json && !passthrough).then(Streamed::default);
+            let output = match passthrough {
+                true => Some(passed_through()),
+                false => stream.as_ref().map(Streamed::sink),
+            };
             let r = s.exec_with(&revl_core::ExecOptions {
                 argv: argv.clone(),
                 timeout,
                 cwd: cwd.clone(),
                 unconfined: *unconfined,
-                output: stream.as_ref().map(Streamed::sink),
+                output,
                 limits,
                 net,
+                note: note_to.is_some(),
+                origin,
             })?;
+            if let Some(to) = note_to {
+                let note = r
+                    .sandboxed
+                    .as_ref()
+                    .and_then(|x| x.note.clone())
+                    .unwrap_or_default();
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(to)
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, &note))
+                    .map_err(|e| {
+                        Error::io(format!("cannot write the note to {}", to.display()), e)
+                    })?;
+            }
+            if *passthrough {
+                return Ok(passthrough_outcome(&r));
+            }
             let text = match &stream {
                 Some(st) => st.then(render::exec(&revl_core::report::ExecReport {
                     stdout: String::new(),

@@ -3,6 +3,7 @@
 //! tests.
 #![forbid(unsafe_code)]
 
+mod agents;
 mod cli;
 mod demo;
 mod render;

@@ -44,6 +44,12 @@ pub struct ExecOptions {
     /// `--net` / `--net=DEST` (docs/user-guide.md §8): what of the manifest's `[exec] net`
     /// the command may reach through revl's proxy. Default: no network.
     pub net: crate::egress::NetRequest,
+    /// Give the command a pipe to tell its caller something on (its descriptor number in
+    /// `REVL_NOTE_FD`; docs/agents.md): what it wrote there (up to 4 KiB) is the report's
+    /// `note`. An agent's shell wrapper writes the directory it ended in.
+    pub note: bool,
+    /// The agent call this command is (docs/agents.md): recorded in the step's detail.
+    pub origin: Option<crate::agent::Origin>,
 }
 
 /// The default `--pids` (docs/security.md).
@@ -296,7 +302,7 @@ impl Session {
                     e,
                 )
             })?;
-        let label = exec_label(&o.argv, None);
+        let label = exec_label(&o.argv, None, o.origin.as_ref());
         let mut env = vec![
             ("REVL_SESSION".to_string(), self.id.clone()),
             ("REVL_STEP".to_string(), step.to_string()),
@@ -328,6 +334,7 @@ impl Session {
                 max_bytes: o.limits.max_bytes_or_default(),
             },
             net_listener: net.then_some(&listener),
+            note: o.note,
         };
         let intent = Record::Intent {
             step,
@@ -476,6 +483,7 @@ impl Session {
         let _ = crate::workspace::remove_any(&scratch);
         let changes = result?;
         let (limit, pids_limit) = (outcome.limit, outcome.pids_limit);
+        let note = outcome.note;
         let ran = outcome.ran;
         Ok(ExecReport {
             step,
@@ -494,6 +502,7 @@ impl Session {
                 sandbox: true,
                 net_step,
                 net: summary,
+                note,
             }),
         })
     }
@@ -605,7 +614,11 @@ impl Session {
                 return Err(e);
             }
         };
-        let label = &exec_label(&o.argv, Some(planned.items.len() + planned.inside.len()));
+        let label = &exec_label(
+            &o.argv,
+            Some(planned.items.len() + planned.inside.len()),
+            o.origin.as_ref(),
+        );
         let detail = ExecDetail {
             argv: o.argv.clone(),
             changes: planned.changes(),
@@ -614,6 +627,7 @@ impl Session {
             signal: out.ran.signal,
             timed_out: out.ran.timed_out,
             denied,
+            origin: o.origin.clone(),
         };
         // The undo restores directory modes last, deepest first (a directory made
         // read-only again after what is inside it was put back).
@@ -843,10 +857,29 @@ fn sync_all_parallel(paths: &[PathBuf]) -> std::io::Result<()> {
 /// The label of an exec step: `exec` and the command, shortened to one line (an argument
 /// with spaces or shell characters quoted, control characters escaped, at most 80
 /// characters), with the number of paths it changed once that is known.
-pub fn exec_label(argv: &[String], changes: Option<usize>) -> String {
+pub fn exec_label(
+    argv: &[String],
+    changes: Option<usize>,
+    origin: Option<&crate::agent::Origin>,
+) -> String {
     const MAX: usize = 80;
     let mut words: Vec<String> = Vec::with_capacity(argv.len());
+    // An agent's command is shown as the agent gave it (docs/agents.md).
+    let shown;
+    let argv = match origin.and_then(|o| Some((&o.agent, o.command.as_ref()?))) {
+        Some((agent, command)) => {
+            words.push(format!("{}:", crate::util::visible(agent, false)));
+            shown = [crate::util::visible(command, false)];
+            &shown[..]
+        }
+        None => argv,
+    };
+    let quote = origin.is_none() || words.is_empty();
     for (i, a) in argv.iter().enumerate() {
+        if !quote {
+            words.push(a.clone());
+            continue;
+        }
         let a = if i == 0 {
             crate::util::program_name(a)
         } else {

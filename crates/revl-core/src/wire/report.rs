@@ -272,6 +272,11 @@ pub struct Sandboxed {
     /// network.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub net: Option<crate::egress::NetSummary>,
+    /// What the command wrote on its note pipe (`ExecOptions::note`), bytes as written; not
+    /// part of the document (a wrapper's message to the program that ran `exec`).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub note: Option<Vec<u8>>,
 }
 
 /// `timeline` (docs/reference.md, "Reading a session").

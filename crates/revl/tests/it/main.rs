@@ -5,6 +5,8 @@
 
 mod common;
 
+mod agents;
+
 mod back_at_k;
 mod caller_holds;
 mod checkpoints;

@@ -1,0 +1,440 @@
+//! Coding agents on a revl session (docs/agents.md), without the agents: `revl exec
+//! --passthrough`, the native hook (`revl hook claude|codex`) and the command it rewrites,
+//! run the way Claude Code's Bash tool runs it. The real agents are driven in
+//! `agents_real.rs`.
+
+use crate::common::env::records;
+use crate::common::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What a process gave, bytes as they were.
+struct Raw {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+fn raw(mut cmd: Command, stdin: &[u8]) -> Raw {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut i = child.stdin.take().unwrap();
+    let _ = i.write_all(stdin);
+    drop(i);
+    let o = child.wait_with_output().unwrap();
+    Raw {
+        code: o.status.code(),
+        stdout: o.stdout,
+        stderr: o.stderr,
+    }
+}
+
+fn revl_cmd(w: &World, args: &[&str]) -> Command {
+    let mut c = w.command_for(&["--store", w.store.to_str().unwrap()]);
+    c.args(args);
+    c
+}
+
+/// `revl hook AGENT EVENT` with `payload` on stdin.
+fn hook(w: &World, agent: &str, event: Option<&str>, session: &str, payload: &[u8]) -> Raw {
+    let mut args = vec!["hook", agent];
+    args.extend(event);
+    args.extend(["--session", session]);
+    raw(revl_cmd(w, &args), payload)
+}
+
+/// Run the shell command the way Claude Code's Bash tool does: in its current directory,
+/// `eval` it, and on success write `pwd -P` to the file it reads the next directory from.
+fn as_claude_runs(w: &World, cwd: &Path, command: &str, cwd_file: &Path) -> Raw {
+    let mut c = Command::new("/bin/bash");
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &w.home)
+        .current_dir(cwd)
+        .args([
+            "-c",
+            r#"eval "$1" < /dev/null && pwd -P >| "$2""#,
+            "claude-shell",
+            command,
+            cwd_file.to_str().unwrap(),
+        ]);
+    raw(c, b"")
+}
+
+fn claude_pre(cwd: &Path, command: &str, tool_use: &str) -> Vec<u8> {
+    json!({
+        "session_id": "7809d98e-23d3-402d-9fbf-28cbdec91fcd",
+        "transcript_path": "/nonexistent/t.jsonl",
+        "cwd": cwd,
+        "prompt_id": "562f7f70-e838-4b4e-9937-368cec562a93",
+        "permission_mode": "acceptEdits",
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Bash",
+        "tool_input": {"command": command, "description": "d"},
+        "tool_use_id": tool_use,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn rewritten(answer: &Raw) -> String {
+    assert_eq!(
+        answer.code,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&answer.stderr)
+    );
+    let a: Value = serde_json::from_slice(&answer.stdout).expect("the hook answers JSON");
+    let out = &a["hookSpecificOutput"];
+    assert_eq!(out["hookEventName"], "PreToolUse");
+    assert_eq!(out["permissionDecision"], "allow", "{a}");
+    assert_eq!(out["updatedInput"]["description"], "d", "other inputs kept");
+    out["updatedInput"]["command"].as_str().unwrap().to_string()
+}
+
+/// `exec --passthrough` is the command for its caller: its stdout and stderr byte for byte
+/// (control bytes and all, where text mode escapes them), no summary, its exit status as
+/// revl's; and still one step.
+#[test]
+fn passthrough_gives_the_commands_own_bytes_and_status() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let o = raw(
+        revl_cmd(
+            &w,
+            &[
+                "exec",
+                &s,
+                "--passthrough",
+                "--",
+                "sh",
+                "-c",
+                r#"printf 'out\033[31m\001\n'; printf 'err\n' >&2; echo x > made; exit 7"#,
+            ],
+        ),
+        b"",
+    );
+    assert_eq!(o.stdout, b"out\x1b[31m\x01\n");
+    assert_eq!(o.stderr, b"err\n");
+    assert_eq!(o.code, Some(7));
+    assert_eq!(std::fs::read(ws.join("made")).unwrap(), b"x\n");
+    assert_eq!(w.head(&s), 1);
+    // Killed by a signal: 128 + N, as a shell reports it.
+    let o = raw(
+        revl_cmd(
+            &w,
+            &[
+                "exec",
+                &s,
+                "--passthrough",
+                "--",
+                "sh",
+                "-c",
+                "kill -TERM $$",
+            ],
+        ),
+        b"",
+    );
+    assert_eq!(o.code, Some(128 + 15));
+    // --json and --passthrough cannot both say what is printed.
+    let o = raw(
+        revl_cmd(&w, &["--json", "exec", &s, "--passthrough", "--", "true"]),
+        b"",
+    );
+    assert_eq!(o.code, Some(2));
+    assert_eq!(w.head(&s), 2);
+}
+
+/// `--note-to FILE`: what the command wrote on the descriptor `$REVL_NOTE_FD` names comes
+/// out in FILE (here the caller's descriptor 3), not in its output or the workspace.
+#[test]
+fn a_note_comes_back_on_its_own_descriptor() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let mut c = Command::new("/bin/bash");
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &w.home)
+        .args([
+            "-c",
+            r#"n=$("$@" 3>&1 1>/dev/null); echo "note=[$n] status=$?""#,
+            "x",
+            bin(),
+            "--store",
+            w.store.to_str().unwrap(),
+            "exec",
+            &s,
+            "--passthrough",
+            "--note-to",
+            "/dev/fd/3",
+            "--",
+            "sh",
+            "-c",
+            r#"mkdir -p a/b && cd a/b && printf %s "$PWD" >&"$REVL_NOTE_FD""#,
+        ]);
+    let o = raw(c, b"");
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        said.trim(),
+        format!("note=[{}/a/b] status=0", ws.display()),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(ws.join("a/b").is_dir());
+    assert_eq!(snapshot(&ws).len(), 2, "nothing but the two directories");
+}
+
+/// PreToolUse on Claude Code's Bash: the hook rewrites the command; run as Claude runs it,
+/// it behaves as the command would (stdout, stderr, status, the directory it ended in
+/// carried to the next command through Claude's own `pwd -P` file), each command is one
+/// step named by the agent's command and recording the agent call.
+#[test]
+fn the_claude_hook_makes_each_command_one_step_that_behaves_as_itself() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let cwd_file = w.path("claude-cwd");
+    let cmd1 = "mkdir -p sub/deep && cd sub && echo hi > a.txt && pwd && echo warn >&2";
+    let r1 = rewritten(&hook(
+        &w,
+        "claude",
+        Some("PreToolUse"),
+        &s,
+        &claude_pre(&ws, cmd1, "toolu_1"),
+    ));
+    assert_ne!(r1, cmd1);
+    let o = as_claude_runs(&w, &ws, &r1, &cwd_file);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{}/sub\n", ws.display())
+    );
+    assert_eq!(o.stderr, b"warn\n");
+    assert_eq!(o.code, Some(0));
+    // Claude's wrapper read the directory the command ended in.
+    let next = std::fs::read_to_string(&cwd_file).unwrap();
+    assert_eq!(next, format!("{}/sub\n", ws.display()));
+    // The next command starts there; it fails with its own status and output.
+    let cmd2 = "pwd; cat a.txt; ls -d deep; echo oops >&2; exit 3";
+    let sub = ws.join("sub");
+    let r2 = rewritten(&hook(
+        &w,
+        "claude",
+        None,
+        &s,
+        &claude_pre(&sub, cmd2, "toolu_2"),
+    ));
+    let o = as_claude_runs(&w, &sub, &r2, &cwd_file);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("{}/sub\nhi\ndeep\n", ws.display())
+    );
+    assert_eq!(o.stderr, b"oops\n");
+    assert_eq!(o.code, Some(3));
+    // Deleting a directory is a change like any other.
+    let r3 = rewritten(&hook(
+        &w,
+        "claude",
+        None,
+        &s,
+        &claude_pre(&sub, "rmdir deep && cd ..", "toolu_3"),
+    ));
+    let o = as_claude_runs(&w, &sub, &r3, &cwd_file);
+    assert_eq!(o.code, Some(0));
+    assert_eq!(
+        std::fs::read_to_string(&cwd_file).unwrap(),
+        format!("{}\n", ws.display())
+    );
+    assert!(!ws.join("sub/deep").exists());
+    let t = w.timeline(&s);
+    let labels: Vec<&str> = t["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels[1..],
+        [
+            format!("exec claude: {cmd1} (3 changes)"),
+            format!("exec claude: {cmd2} (0 changes)"),
+            "exec claude: rmdir deep && cd .. (1 change)".to_string(),
+        ]
+    );
+    let steps: Vec<Value> = records(&w.wal(&s))
+        .into_iter()
+        .filter(|r| r["record"] == "step" && r["site"] == "exec")
+        .collect();
+    assert_eq!(steps.len(), 3);
+    assert_eq!(
+        steps[1]["detail"]["origin"],
+        json!({
+            "agent": "claude",
+            "agentSession": "7809d98e-23d3-402d-9fbf-28cbdec91fcd",
+            "turn": "562f7f70-e838-4b4e-9937-368cec562a93",
+            "toolUse": "toolu_2",
+            "command": cmd2,
+        })
+    );
+    assert_eq!(steps[1]["detail"]["exitCode"], 3);
+    // Step back over the three: the workspace is as it was.
+    w.json(&["step-back", &s, "--to", "0"]).ok();
+    assert_eq!(snapshot(&ws).len(), 0);
+}
+
+/// A payload revl cannot answer at PreToolUse blocks the tool call (exit 2, which the
+/// agents read as "block, and tell the model why") with one line on stderr; nothing runs
+/// and nothing is recorded. Other events and other tools get no answer.
+#[test]
+fn hostile_hook_payloads_block_the_call_with_one_line() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let outside = w.ws("elsewhere");
+    let huge = vec![b'{'; 9 << 20];
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty", b"".to_vec(), "is empty"),
+        ("not json", b"\xff\xfe{{".to_vec(), "is not JSON"),
+        ("an array", b"[1,2]".to_vec(), "not an object"),
+        ("huge", huge, "MiB"),
+        (
+            "tool_input not an object",
+            br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","cwd":"/","tool_input":"rm -rf /"}"#.to_vec(),
+            "`tool_input` as a string",
+        ),
+        (
+            "command not a string",
+            br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","cwd":"/","tool_input":{"command":{"a":1}}}"#.to_vec(),
+            "`command` as an object",
+        ),
+        (
+            "another event named",
+            br#"{"hook_event_name":"Stop"}"#.to_vec(),
+            "installed for PreToolUse",
+        ),
+    ];
+    for (what, payload, says) in cases {
+        let o = hook(&w, "claude", Some("PreToolUse"), &s, &payload);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.code, Some(2), "{what}: {err}");
+        assert!(o.stdout.is_empty(), "{what}");
+        assert_eq!(err.lines().count(), 1, "{what}: one line: {err}");
+        assert!(err.contains(says), "{what}: {err}");
+    }
+    // A command in a directory outside the workspace is denied, saying why.
+    let o = hook(
+        &w,
+        "claude",
+        Some("PreToolUse"),
+        &s,
+        &claude_pre(&outside, "ls", "t"),
+    );
+    let a: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(a["hookSpecificOutput"]["permissionDecision"], "deny");
+    assert!(a["hookSpecificOutput"]["permissionDecisionReason"]
+        .as_str()
+        .unwrap()
+        .contains("outside the revl session's workspace"));
+    // Another tool, another event: no answer, the agent goes on as it would.
+    let mut read = claude_pre(&ws, "x", "t");
+    read = String::from_utf8(read)
+        .unwrap()
+        .replace("\"Bash\"", "\"Read\"")
+        .into_bytes();
+    let o = hook(&w, "claude", None, &s, &read);
+    assert_eq!((o.code, o.stdout.len()), (Some(0), 0));
+    let o = hook(
+        &w,
+        "claude",
+        None,
+        &s,
+        br#"{"hook_event_name":"Notification"}"#,
+    );
+    assert_eq!((o.code, o.stdout.len()), (Some(0), 0));
+    assert_eq!(w.head(&s), 0, "nothing recorded");
+}
+
+fn running(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains(marker))
+            .unwrap_or(false)
+    })
+}
+
+fn wait_gone(marker: &str) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if !running(marker) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// The agent ending the command (Claude's timeout kills its shell; a killed agent takes its
+/// shells with it): revl ended by SIGTERM, or losing its parent, stops the sandboxed tree,
+/// background children included, and records what it did by then as the step.
+#[test]
+fn ending_revl_or_its_caller_kills_the_sandboxed_tree() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    for (n, how) in ["sigterm", "parent-killed"].into_iter().enumerate() {
+        let marker = format!("{}{n}", 31_337_000 + std::process::id() % 1000);
+        let script = format!("echo partial > f{n}; sleep {marker} & echo started; sleep {marker}");
+        let mut c = Command::new("/bin/bash");
+        // The agent's shell: revl runs under it; killing the shell (SIGKILL, nothing
+        // forwarded) must still end the command.
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &w.home)
+            .args([
+                "-c",
+                r#""$@" & echo $!; wait"#,
+                "agent-shell",
+                bin(),
+                "--store",
+                w.store.to_str().unwrap(),
+                "exec",
+                &s,
+                "--passthrough",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut shell = c.spawn().unwrap();
+        let mut lines = BufReader::new(shell.stdout.take().unwrap()).lines();
+        let revl_pid = lines.next().unwrap().unwrap();
+        assert_eq!(lines.next().unwrap().unwrap(), "started");
+        assert!(running(&marker));
+        match how {
+            "sigterm" => {
+                Command::new("kill")
+                    .args(["-TERM", &revl_pid])
+                    .status()
+                    .unwrap();
+            }
+            _ => shell.kill().unwrap(),
+        }
+        let _ = shell.wait();
+        assert!(wait_gone(&marker), "{how}: the sandboxed tree is gone");
+        // revl recorded the step before it exited.
+        let t = Instant::now();
+        while w.head(&s) != n as i64 + 1 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(w.head(&s), n as i64 + 1, "{how}");
+        assert_eq!(
+            std::fs::read(ws.join(format!("f{n}"))).unwrap(),
+            b"partial\n"
+        );
+    }
+}
