@@ -289,6 +289,10 @@ pub struct FileDetail {
     pub path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
+    /// The agent call that made this edit with its own tool (docs/agents.md); revl then
+    /// recorded it with the preimage taken before the tool ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<crate::agent::Origin>,
 }
 
 impl FileDetail {

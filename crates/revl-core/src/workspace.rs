@@ -1666,6 +1666,7 @@ fn detail(path: &str, to: Option<&str>, after: &Image) -> FileDetail {
         after: after.at(""),
         path: path.to_string(),
         to: to.map(str::to_string),
+        origin: None,
     }
 }
 

@@ -340,6 +340,99 @@ pub fn deny(e: &Error) -> Value {
     })
 }
 
+/// The agent's edit tools whose edits revl records as file steps.
+pub fn is_edit_tool(agent: Agent, tool: &str) -> bool {
+    match agent {
+        Agent::Claude => matches!(tool, "Write" | "Edit" | "MultiEdit" | "NotebookEdit"),
+        Agent::Codex => tool == "apply_patch",
+    }
+}
+
+/// The paths an edit tool call will change (as the agent named them: absolute, or relative
+/// to `cwd`): Claude's `file_path` / `notebook_path`; every file an `apply_patch` patch
+/// adds, updates, deletes or moves to.
+pub fn edit_paths(p: &Map<String, Value>) -> Result<Vec<PathBuf>, Error> {
+    let input = match p.get("tool_input") {
+        Some(Value::Object(m)) => m,
+        Some(Value::String(patch)) => return Ok(patch_paths(patch, p)?),
+        Some(other) => {
+            return Err(bad_payload(format!(
+                "has `tool_input` as {}, not an object",
+                kind(other)
+            )))
+        }
+        None => return Err(bad_payload("has no `tool_input`".into())),
+    };
+    for key in ["file_path", "notebook_path"] {
+        if input.contains_key(key) {
+            return Ok(vec![PathBuf::from(string(input, key)?)]);
+        }
+    }
+    for key in ["patch", "input", "command"] {
+        if let Some(Value::String(patch)) = input.get(key) {
+            return patch_paths(patch, p);
+        }
+    }
+    Err(bad_payload(
+        "names no file the edit tool changes (no `file_path`, `notebook_path` or patch)".into(),
+    ))
+}
+
+/// The files an `apply_patch` patch touches, relative to the payload's `cwd`.
+fn patch_paths(patch: &str, p: &Map<String, Value>) -> Result<Vec<PathBuf>, Error> {
+    let cwd = PathBuf::from(string(p, "cwd")?);
+    let mut out = Vec::new();
+    for line in patch.lines() {
+        for head in [
+            "*** Add File: ",
+            "*** Update File: ",
+            "*** Delete File: ",
+            "*** Move to: ",
+        ] {
+            if let Some(f) = line.strip_prefix(head) {
+                let f = Path::new(f.trim());
+                let abs = if f.is_absolute() {
+                    f.to_path_buf()
+                } else {
+                    cwd.join(f)
+                };
+                if !out.contains(&abs) {
+                    out.push(abs);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `abs` (a path an agent's tool names) relative to the workspace: lexically, `.` and
+/// `..` resolved, its parent's symlinks followed where it exists.
+pub fn rel_path(workspace: &Path, abs: &Path) -> Option<String> {
+    let mut clean = PathBuf::new();
+    for c in abs.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                clean.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => clean.push(c),
+        }
+    }
+    let resolved = match (clean.parent(), clean.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or(clean),
+        _ => clean,
+    };
+    let rel = resolved.strip_prefix(workspace).ok()?;
+    (!rel.as_os_str().is_empty()).then(|| rel.to_string_lossy().into_owned())
+}
+
+/// The origin of an edit or a turn (no command).
+pub fn origin_of(agent: Agent, p: &Map<String, Value>) -> Result<revl_core::agent::Origin, Error> {
+    revl_core::agent::Origin::parse(&origin(agent, p, None)?)
+}
+
 /// The first line of a prompt, cut to 80 characters: a turn boundary's label.
 pub fn first_line(prompt: &str) -> String {
     let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("");

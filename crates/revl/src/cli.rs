@@ -155,8 +155,9 @@ enum Cmd {
         session: String,
         /// A path relative to the workspace root.
         path: std::ffi::OsString,
-        /// The step after which to read PATH (-1: before every step); the content is kept
-        /// even when a later rewind undid step K.
+        /// The step after which to read PATH (-1: before every step; turn:N or an agent's
+        /// turn id: where that turn began); the content is kept even when a later rewind
+        /// undid step K.
         #[arg(long, allow_hyphen_values = true)]
         at: Option<String>,
         /// Write exactly the file's bytes to this file (text or binary). Without it, text is
@@ -335,7 +336,8 @@ enum Cmd {
     StepBack {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
-        /// The step to go back to (a live step index from `revl timeline`; -1: before every step).
+        /// The step to go back to (a live step index from `revl timeline`; -1: before every
+        /// step; turn:N or an agent's turn id: where that turn began, docs/agents.md).
         #[arg(long, allow_hyphen_values = true, value_name = "K")]
         to: String,
         /// Run only host-confined inverses and provision withdrawals (the default).
@@ -406,7 +408,8 @@ enum Cmd {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
         /// The step the branch starts from (a live step index from `revl timeline`; -1:
-        /// before every step, the session's start).
+        /// before every step, the session's start; turn:N or an agent's turn id: where that
+        /// turn began, docs/agents.md).
         #[arg(long, allow_hyphen_values = true, value_name = "K")]
         at: String,
     },
@@ -824,6 +827,25 @@ fn hook_cmd(
                 };
                 agents::pre_tool_use_shell(agent, &target, &p).map(Some)
             }
+            ("PreToolUse", Some(t)) if agents::is_edit_tool(agent, t) => {
+                edit_before(store, session, &p, t)
+            }
+            ("PostToolUse" | "PostToolUseFailure", Some(t)) if agents::is_edit_tool(agent, t) => {
+                edit_after(store, agent, session, &p, t, event == "PostToolUse")?;
+                Ok(None)
+            }
+            ("UserPromptSubmit", _) => {
+                let cwd = payload_cwd(&p)?;
+                let (id, _) = agent_session(store, session, &cwd, false)?;
+                let prompt = match p.get("prompt") {
+                    Some(Value::String(s)) => s.as_str(),
+                    _ => "",
+                };
+                let origin = agents::origin_of(agent, &p)?;
+                let mut s = attach(store, &id)?;
+                s.turn(&origin, &agents::first_line(prompt))?;
+                Ok(None)
+            }
             _ => Ok(None),
         }
     })();
@@ -850,6 +872,138 @@ fn hook_cmd(
         }
         Err(e) => Err(e),
     }
+}
+
+fn payload_cwd(p: &serde_json::Map<String, Value>) -> Result<PathBuf, Error> {
+    match p.get("cwd") {
+        Some(Value::String(c)) => Ok(PathBuf::from(c)),
+        _ => std::env::current_dir().map_err(|e| Error::io("the current directory", e)),
+    }
+}
+
+/// Where an edit tool call's preimages wait for its PostToolUse: one file per tool-use id
+/// under the store (never in the workspace).
+fn pending_edit(
+    store: &Store,
+    session: &str,
+    p: &serde_json::Map<String, Value>,
+) -> Result<PathBuf, Error> {
+    let key = match p.get("tool_use_id").or_else(|| p.get("call_id")) {
+        Some(Value::String(s)) => s.clone(),
+        _ => {
+            return Err(Error::bad_args(
+                "the hook payload has no `tool_use_id`: revl cannot pair the edit's preimage with its result",
+                "`revl hook` is run by the agent's hooks (docs/agents.md)",
+            ))
+        }
+    };
+    if key.is_empty()
+        || key.len() > 128
+        || !key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(Error::bad_args(
+            format!(
+                "the hook payload's tool-use id {} is not a plain id (letters, digits, _ and -, up to 128)",
+                revl_core::util::visible(&key, false)
+            ),
+            "`revl hook` is run by the agent's hooks (docs/agents.md)",
+        ));
+    }
+    Ok(store
+        .root()
+        .join("agents")
+        .join("pending")
+        .join(session)
+        .join(format!("{key}.json")))
+}
+
+/// PreToolUse on an edit tool: the preimage of every path it will change, kept until its
+/// PostToolUse. An edit outside the workspace is denied (revl could not put it back).
+fn edit_before(
+    store: &Store,
+    session: Option<&str>,
+    p: &serde_json::Map<String, Value>,
+    tool: &str,
+) -> Result<Option<Value>, Error> {
+    let cwd = payload_cwd(p)?;
+    let (id, ws) = agent_session(store, session, &cwd, false)?;
+    let mut rels = Vec::new();
+    for abs in agents::edit_paths(p)? {
+        match agents::rel_path(&ws, &abs) {
+            Some(r) => rels.push(r),
+            None => {
+                let e = Error::new(
+                    Code::PathOutside,
+                    format!(
+                        "{tool} would change {}, outside the revl session's workspace {}: nothing was changed",
+                        revl_core::util::visible(&abs.to_string_lossy(), false),
+                        ws.display()
+                    ),
+                    "edit files inside the workspace",
+                );
+                return Ok(Some(agents::deny(&e)));
+            }
+        }
+    }
+    let s = attach_read(store, &id)?;
+    let pre = rels
+        .iter()
+        .map(|r| s.capture_preimage(r))
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = pending_edit(store, &id, p)?;
+    let dir = path.parent().expect("a pending file has a directory");
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec(&pre).unwrap_or_default())
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| Error::io(path.display(), e))?;
+    Ok(None)
+}
+
+/// PostToolUse on an edit tool: each path it changed recorded as a file step with the
+/// preimage taken before (a path left as it was records nothing); PostToolUseFailure:
+/// the preimages are dropped.
+fn edit_after(
+    store: &Store,
+    agent: agents::Agent,
+    session: Option<&str>,
+    p: &serde_json::Map<String, Value>,
+    tool: &str,
+    ran: bool,
+) -> Result<(), Error> {
+    let cwd = payload_cwd(p)?;
+    let (id, _) = agent_session(store, session, &cwd, false)?;
+    let path = pending_edit(store, &id, p)?;
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        // Its PreToolUse kept nothing (denied, or another hook ran it): nothing to record.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(path.display(), e)),
+    };
+    let pre: Vec<revl_core::undo::RestoreEntry> = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::new(
+            Code::Io,
+            format!("the kept preimages {} are unreadable ({e}): the edit is not recorded (`revl verify` lists it)", path.display()),
+            "run the edit again through the agent",
+        )
+    })?;
+    if ran {
+        let origin = agents::origin_of(agent, p)?;
+        let mut s = attach(store, &id)?;
+        for entry in pre {
+            let rel = entry.path().to_string();
+            let label = format!(
+                "{}: {tool} {}",
+                agent.name(),
+                revl_core::util::visible(&rel, false)
+            );
+            s.record_edit(entry, Some(origin.clone()), &label)?;
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    Ok(())
 }
 
 /// `revl agent claude|codex|install`.
@@ -1216,8 +1370,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             at: Some(at),
             out,
         } => {
-            let k = parse_k(at, "--at")?;
             let s = attach_read(&store, session)?;
+            let k = s.point(at, "--at")?;
             let r = s.read_at(&path_arg(path), k)?;
             read_out(
                 cli,
@@ -1459,8 +1613,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(Outcome::ok(to_json(&r), render::model_note(&r)))
         }
         Cmd::Fork { session, at } => {
-            let k = parse_k(at, "--at")?;
             let mut s = attach(&store, session)?;
+            let k = s.point(at, "--at")?;
             let report = s.fork(k)?;
             Ok(Outcome::ok(to_json(&report), render::fork(&report)))
         }
@@ -1522,13 +1676,13 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             keep_drift,
             ..
         } => {
-            let k = parse_k(to, "--to")?;
             let mode = if *compensating {
                 StepBackMode::Compensating { force: *force }
             } else {
                 StepBackMode::Scoped
             };
             let mut s = attach(&store, session)?;
+            let k = s.point(to, "--to")?;
             let policy = revl_core::DriftPolicy::keeping(*keep_drift);
             let report = s.step_back_with(k, mode, policy)?;
             Ok(Outcome::ok(to_json(&report), render::step_back(&report)))

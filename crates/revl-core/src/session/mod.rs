@@ -25,6 +25,7 @@ mod read;
 pub mod remote;
 mod repair;
 mod settle;
+mod turns;
 mod unwind;
 mod view;
 

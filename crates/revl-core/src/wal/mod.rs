@@ -217,6 +217,7 @@ mod doc_table {
                         after: Image::default(),
                         path: s(),
                         to: None,
+                        origin: None,
                     }),
                     images: vec![],
                     kept: Default::default(),

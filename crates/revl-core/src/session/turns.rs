@@ -1,0 +1,164 @@
+//! A coding agent's session on revl (docs/agents.md): its turns as boundaries, and the
+//! edits its own tools made recorded as file steps with the preimages taken before.
+
+use super::Session;
+use crate::agent::Origin;
+use crate::error::{Error, Result};
+use crate::report::Stepped;
+use crate::undo::{EffectDetail, FileDetail, IntentAfter, RestoreEntry, Undo};
+use crate::wal::Record;
+use serde_json::json;
+
+/// The site of a turn boundary.
+pub const TURN_SITE: &str = "turn";
+/// The site of an edit an agent's tool made.
+pub const AGENT_EDIT_SITE: &str = "agent-edit";
+
+impl Session {
+    /// The live turn boundaries, oldest first: (step, turn id).
+    fn turns(&self) -> Vec<(u64, Option<String>)> {
+        self.journal
+            .state
+            .steps
+            .iter()
+            .filter(|s| s.kind == crate::step::StepKind::Boundary && !s.undone)
+            .filter(|s| s.site() == TURN_SITE)
+            .map(|s| {
+                let id = s.detail()["origin"]["turn"].as_str().map(str::to_string);
+                (s.index, id)
+            })
+            .collect()
+    }
+
+    /// A user prompt opens a turn (docs/agents.md): a boundary step labelled
+    /// `AGENT turn N: FIRST LINE`, its detail the origin and the prompt's first line.
+    pub fn turn(&mut self, origin: &Origin, first_line: &str) -> Result<Stepped> {
+        self.require_live()?;
+        let n = self.turns().len() + 1;
+        let step = self.journal.state.next_index();
+        let line = crate::util::visible(first_line, false);
+        let label = format!("{} turn {n}: {line}", origin.agent);
+        let detail = json!({"origin": origin, "prompt": first_line, "turn": n});
+        let rec = self.step_record(step, "boundary", &label, TURN_SITE, detail)?;
+        let seq = rec.seq;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(Stepped { step, seq, label })
+    }
+
+    /// A point given as a step index (`K`, `-1`), a turn (`turn:N`, the Nth live turn's
+    /// boundary) or a turn id (an agent's prompt or turn id): the step index it names.
+    /// Back at a turn's boundary, nothing that turn did remains.
+    pub fn point(&self, given: &str, what: &str) -> Result<i64> {
+        let g = given.trim();
+        if let Ok(k) = g.parse::<i64>() {
+            return Ok(k);
+        }
+        let turns = self.turns();
+        let hint = "give a step index from `revl timeline`, -1 for before every step, turn:N for the Nth turn of an agent, or an agent's turn id";
+        let found = match g.strip_prefix("turn:") {
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => turns.get(n - 1).map(|t| t.0),
+                _ => {
+                    return Err(Error::bad_args(
+                        format!("{what} {given:?}: turn:N needs a turn number from 1"),
+                        hint,
+                    ))
+                }
+            },
+            None => turns
+                .iter()
+                .find(|(_, id)| id.as_deref() == Some(g))
+                .map(|t| t.0),
+        };
+        found.map(|s| s as i64).ok_or_else(|| {
+            Error::bad_args(
+                format!(
+                    "{what} {}: no such step or turn (the session has {} turn(s))",
+                    crate::util::visible(given, false),
+                    turns.len()
+                ),
+                hint,
+            )
+        })
+    }
+
+    /// What `path` (relative to the workspace) holds now, kept so that it can be put back:
+    /// taken before another program (an agent's edit tool) changes it, then given to
+    /// [`Session::record_edit`]. Large contents go to the blob store (durable).
+    pub fn capture_preimage(&self, path: &str) -> Result<RestoreEntry> {
+        let rel = self.ws.confine(path, false)?;
+        self.ws.capture(&rel, &self.blobs)
+    }
+
+    /// Record an edit another program made (an agent's edit tool), with the preimage
+    /// [`Session::capture_preimage`] took before it: one file step whose undo restores
+    /// that preimage and whose post-image is what the path holds now, so a rewind puts it
+    /// back like any write and never takes it for a hand edit. The intent (preimage and
+    /// post-image) is durable before the step; a crash between them is repaired forward.
+    pub fn record_edit(
+        &mut self,
+        pre: RestoreEntry,
+        origin: Option<Origin>,
+        label: &str,
+    ) -> Result<Option<Stepped>> {
+        self.require_live()?;
+        self.settle(false)?;
+        let path = self.ws.confine(pre.path(), false)?;
+        if pre.path() != path {
+            return Err(Error::bad_args(
+                format!(
+                    "the preimage's path {} is not in its plain form",
+                    pre.path()
+                ),
+                "take the preimage with capture_preimage",
+            ));
+        }
+        let after = self.ws.observe(&path)?;
+        if pre.image().shown_by(&after) {
+            return Ok(None);
+        }
+        // Its bytes are kept so that `read --at` returns them after a later change.
+        self.ws.keep(&path, &self.blobs)?;
+        let step = self.journal.state.next_index();
+        let detail = FileDetail {
+            after: after.at(""),
+            path: path.clone(),
+            to: None,
+            origin,
+        };
+        let undo = Undo::Restore { entries: vec![pre] };
+        let intent = Record::Intent {
+            step,
+            kind: "effect".into(),
+            label: label.to_string(),
+            site: AGENT_EDIT_SITE.into(),
+            undo: Some(undo.clone()),
+            preimage: None,
+            after: Some(IntentAfter {
+                detail: EffectDetail::File(detail.clone()),
+                images: vec![after.at(path.clone())],
+                kept: Default::default(),
+            }),
+            redo: None,
+            argv: None,
+        };
+        self.append(intent, true)?;
+        self.fp.point("agent-edit.after-intent");
+        let rec = self.file_step_record(
+            step,
+            label,
+            AGENT_EDIT_SITE,
+            &EffectDetail::File(detail),
+            &undo,
+        )?;
+        let seq = rec.seq;
+        self.append(Record::Step(rec), false)?;
+        self.sync()?;
+        Ok(Some(Stepped {
+            step,
+            seq,
+            label: label.to_string(),
+        }))
+    }
+}
