@@ -948,10 +948,11 @@ fn edit_before(
         }
     }
     let s = attach_read(store, &id)?;
+    // Each path as the tool names it (the step's label), with its preimage.
     let pre = rels
         .iter()
-        .map(|r| s.capture_preimage(r))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|r| Ok((r.clone(), s.capture_preimage(r)?)))
+        .collect::<Result<Vec<_>, Error>>()?;
     let path = pending_edit(store, &id, p)?;
     let dir = path.parent().expect("a pending file has a directory");
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
@@ -982,7 +983,7 @@ fn edit_after(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io(path.display(), e)),
     };
-    let pre: Vec<revl_core::undo::RestoreEntry> = serde_json::from_slice(&bytes).map_err(|e| {
+    let pre: Vec<(String, revl_core::undo::RestoreEntry)> = serde_json::from_slice(&bytes).map_err(|e| {
         Error::new(
             Code::Io,
             format!("the kept preimages {} are unreadable ({e}): the edit is not recorded (`revl verify` lists it)", path.display()),
@@ -992,8 +993,7 @@ fn edit_after(
     if ran {
         let origin = agents::origin_of(agent, p)?;
         let mut s = attach(store, &id)?;
-        for entry in pre {
-            let rel = entry.path().to_string();
+        for (rel, entry) in pre {
             let label = format!(
                 "{}: {tool} {}",
                 agent.name(),

@@ -841,6 +841,9 @@ fn residue_word(r: &Residue) -> &'static str {
 
 pub fn step_back(v: &StepBackReport) -> String {
     let mut out = format!("stepped back to {}", step_at(v.to, &v.to_label));
+    for t in &v.turns_unwound {
+        let _ = write!(out, "\nturn unwound: {t}");
+    }
     entry_rows(&mut out, "inverses ran", &v.inverses_ran);
     entry_rows(&mut out, "provisions withdrawn", &v.provisions_withdrawn);
     if let Some(c) = &v.compensations_ran {

@@ -15,18 +15,33 @@ pub const TURN_SITE: &str = "turn";
 pub const AGENT_EDIT_SITE: &str = "agent-edit";
 
 impl Session {
-    /// The live turn boundaries, oldest first: (step, turn id).
-    fn turns(&self) -> Vec<(u64, Option<String>)> {
+    /// The live turn boundaries, oldest first: (step, turn id). A turn a step-back went
+    /// back over is no longer live.
+    pub(super) fn turns(&self) -> Vec<(u64, Option<String>)> {
+        let spans = &self.journal.state.spans;
         self.journal
             .state
             .steps
             .iter()
-            .filter(|s| s.kind == crate::step::StepKind::Boundary && !s.undone)
-            .filter(|s| s.site() == TURN_SITE)
+            .filter(|s| s.kind == crate::step::StepKind::Boundary && s.site() == TURN_SITE)
+            .filter(|s| {
+                !spans
+                    .iter()
+                    .any(|(to, h)| !to.covers(s.index) && s.index <= *h)
+            })
             .map(|s| {
                 let id = s.detail()["origin"]["turn"].as_str().map(str::to_string);
                 (s.index, id)
             })
+            .collect()
+    }
+
+    /// The labels of the live turns after `to`: what a step-back to `to` unwinds.
+    pub(super) fn turns_after(&self, to: crate::step::Pos) -> Vec<String> {
+        self.turns()
+            .into_iter()
+            .filter(|(i, _)| !to.covers(*i))
+            .map(|(i, _)| self.journal.state.label_at(crate::step::Pos::After(i)))
             .collect()
     }
 
@@ -86,8 +101,17 @@ impl Session {
     /// What `path` (relative to the workspace) holds now, kept so that it can be put back:
     /// taken before another program (an agent's edit tool) changes it, then given to
     /// [`Session::record_edit`]. Large contents go to the blob store (durable).
+    /// Where `path`'s directory does not exist yet, the preimage is the absence of its
+    /// first missing ancestor (the tool makes the directories too, and a rewind removes
+    /// them).
     pub fn capture_preimage(&self, path: &str) -> Result<RestoreEntry> {
-        let rel = self.ws.confine(path, false)?;
+        let mut rel = self.ws.confine(path, false)?;
+        while let Some((dir, _)) = rel.rsplit_once('/') {
+            if self.ws.lstat_rel(dir)?.is_some() {
+                break;
+            }
+            rel = dir.to_string();
+        }
         self.ws.capture(&rel, &self.blobs)
     }
 

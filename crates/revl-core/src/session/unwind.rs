@@ -697,6 +697,7 @@ impl Session {
     ) -> Result<StepBackReport> {
         let part = self.rewind_target(to, "step back to")?;
         let to = part.at;
+        let turns_unwound = self.turns_after(to);
         if let StepBackMode::Compensating { force: false } = mode {
             let bare: Vec<String> = part
                 .emissions_crossed
@@ -755,6 +756,7 @@ impl Session {
         Ok(StepBackReport {
             to,
             to_label: self.journal.state.label_at(to),
+            turns_unwound,
             compensate: scoped.then_some(false),
             inverses_ran: crate::wire::ran_of(
                 steps,

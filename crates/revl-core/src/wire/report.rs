@@ -67,6 +67,9 @@ impl Residue {
 pub struct StepBackReport {
     pub to: Pos,
     pub to_label: String,
+    /// The agents' turns it went back over (their boundaries' labels, docs/agents.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns_unwound: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compensate: Option<bool>,
     pub inverses_ran: Vec<RewoundEntry>,

@@ -438,3 +438,196 @@ fn ending_revl_or_its_caller_kills_the_sandboxed_tree() {
         );
     }
 }
+
+fn payload(event: &str, cwd: &Path, extra: Value) -> Vec<u8> {
+    let mut p = json!({
+        "session_id": "a5e1c0de-0000-4000-8000-000000000001",
+        "cwd": cwd,
+        "hook_event_name": event,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        p[k] = v.clone();
+    }
+    p.to_string().into_bytes()
+}
+
+fn prompt(w: &World, s: &str, ws: &Path, id: &str, text: &str) {
+    let o = hook(
+        w,
+        "claude",
+        None,
+        s,
+        &payload(
+            "UserPromptSubmit",
+            ws,
+            json!({"prompt_id": id, "prompt": text}),
+        ),
+    );
+    assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// An edit tool's call, as the agent makes it: PreToolUse (the preimage is kept), the tool
+/// writes, PostToolUse (the step is recorded).
+fn edit(
+    w: &World,
+    s: &str,
+    ws: &Path,
+    turn: &str,
+    id: &str,
+    rel: &str,
+    content: &str,
+    env: &[(&str, &str)],
+) -> Raw {
+    let file = ws.join(rel);
+    let extra = json!({
+        "prompt_id": turn,
+        "tool_name": "Write",
+        "tool_use_id": id,
+        "tool_input": {"file_path": file, "content": content},
+    });
+    let o = hook(
+        w,
+        "claude",
+        None,
+        s,
+        &payload("PreToolUse", ws, extra.clone()),
+    );
+    assert_eq!(
+        (o.code, o.stdout.len()),
+        (Some(0), 0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, content).unwrap();
+    let mut c = revl_cmd(w, &["hook", "claude", "--session", s]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    raw(c, &payload("PostToolUse", ws, extra))
+}
+
+/// Prompts open turns; an edit tool's writes are file steps with the preimage taken before
+/// the tool ran; `step-back --to turn:2`, `read --at TURN-ID` and `fork --at turn:N` name
+/// turns; the rewind restores the tool's edits byte for byte, lists them by turn, and
+/// keeps a hand edit made meanwhile (preserved, listed).
+#[test]
+fn turns_are_boundaries_and_edit_tool_writes_are_steps() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    std::fs::write(ws.join("keep.txt"), "original\n").unwrap();
+    prompt(&w, &s, &ws, "p-one", "write the notes\nwith details");
+    let o = edit(&w, &s, &ws, "p-one", "toolu_a", "notes.txt", "v1\n", &[]);
+    assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    prompt(&w, &s, &ws, "p-two", "rewrite them");
+    let o = edit(&w, &s, &ws, "p-two", "toolu_b", "notes.txt", "v2\n", &[]);
+    assert_eq!(o.code, Some(0));
+    let o = edit(
+        &w,
+        &s,
+        &ws,
+        "p-two",
+        "toolu_c",
+        "keep.txt",
+        "changed\n",
+        &[],
+    );
+    assert_eq!(o.code, Some(0));
+    prompt(&w, &s, &ws, "p-three", "and more");
+    let o = edit(
+        &w,
+        &s,
+        &ws,
+        "p-three",
+        "toolu_d",
+        "deep/new.txt",
+        "v3\n",
+        &[],
+    );
+    assert_eq!(o.code, Some(0));
+    let t = w.timeline(&s);
+    let labels: Vec<&str> = t["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels[1..],
+        [
+            "claude turn 1: write the notes",
+            "claude: Write notes.txt",
+            "claude turn 2: rewrite them",
+            "claude: Write notes.txt",
+            "claude: Write keep.txt",
+            "claude turn 3: and more",
+            "claude: Write deep/new.txt",
+        ]
+    );
+    // No hand edit: verify is clean (the tool's writes are revl's steps).
+    let v = w.json(&["verify", &s]);
+    assert_eq!(
+        v.ok()["drift"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        v.dump()
+    );
+    // read --at a turn id: as that turn began.
+    let r = w.json(&["read", &s, "notes.txt", "--at", "p-two"]);
+    assert_eq!(r.ok()["content"], "v1\n");
+    // A hand edit meanwhile, then back to where turn 2 began.
+    std::fs::write(ws.join("keep.txt"), "by hand\n").unwrap();
+    let back = w.json(&["step-back", &s, "--to", "turn:2"]);
+    let doc = back.ok();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        "v1\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("keep.txt")).unwrap(),
+        "original\n"
+    );
+    assert!(!ws.join("deep").exists());
+    let text = doc.to_string();
+    assert!(
+        text.contains("claude turn 3: and more"),
+        "the report names the turns: {text}"
+    );
+    assert!(text.contains("keep.txt"), "the hand edit is listed: {text}");
+    let kept = records(&w.wal(&s))
+        .into_iter()
+        .filter(|r| r["record"] == "preserved")
+        .count();
+    assert_eq!(kept, 1, "the hand edit was preserved");
+    // Unknown turns are one-line errors.
+    let e = w.json(&["fork", &s, "--at", "turn:9"]);
+    assert!(e.err(2, "bad-args").contains("no such step or turn"));
+}
+
+/// A crash after the edit's intent is durable and before its step: the next command
+/// repairs it forward (the tool's edit stays, recorded), never back.
+#[test]
+fn a_crash_while_recording_an_edit_repairs_forward() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let o = edit(
+        &w,
+        &s,
+        &ws,
+        "p",
+        "toolu_x",
+        "f.txt",
+        "agent wrote\n",
+        &[("REVL_FAILPOINT", "agent-edit.after-intent")],
+    );
+    assert_ne!(o.code, Some(0), "the failpoint stopped it");
+    let st = w.json(&["status", &s]);
+    assert!(st.dump().contains("repaired"), "{}", st.dump());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("f.txt")).unwrap(),
+        "agent wrote\n"
+    );
+    assert_eq!(w.head(&s), 1);
+    w.json(&["step-back", &s, "--to", "0"]).ok();
+    assert!(!ws.join("f.txt").exists());
+}
