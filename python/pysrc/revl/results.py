@@ -252,6 +252,8 @@ class ForkReport(Rewind, Generic[BranchT]):
 class StepBackReport(Rewind):
     to: int
     to_label: str
+    turns_unwound: list[str] | None
+    """The coding agents' turns it went back over (docs/agents.md); absent when none."""
     compensate: bool | None
     inverses_ran: list[dict[str, Any]]
     provisions_withdrawn: list[dict[str, Any]]
