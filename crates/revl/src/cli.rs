@@ -1013,17 +1013,19 @@ fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
         std::env::current_exe().map_err(|e| Error::io("cannot find revl's own binary", e))?;
     match cmd {
         AgentCmd::Claude { session, args } => {
-            let (id, _) = agent_session(store, session.as_deref(), &here, true)?;
+            let (id, ws) = agent_session(store, session.as_deref(), &here, true)?;
             let hook = agents::hook_command(&revl, store.root(), agents::Agent::Claude, &id);
             let settings = json_settings(agents::hooks_json(agents::Agent::Claude, &hook));
             let program = std::env::var_os("REVL_CLAUDE").unwrap_or_else(|| "claude".into());
             let mut c = std::process::Command::new(&program);
             c.arg("--settings").arg(settings).args(args);
-            c.env("REVL_SESSION", &id);
+            // The agent works in the session's workspace (a branch's, when one is named).
+            c.env("REVL_SESSION", &id)
+                .current_dir(agent_dir(&here, &ws));
             Err(start_agent(c, &program))
         }
         AgentCmd::Codex { session, args } => {
-            let (id, _) = agent_session(store, session.as_deref(), &here, true)?;
+            let (id, ws) = agent_session(store, session.as_deref(), &here, true)?;
             let hook = agents::hook_command(&revl, store.root(), agents::Agent::Codex, &id);
             let home = agents::codex_home(
                 store.root(),
@@ -1032,9 +1034,17 @@ fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
             )?;
             let program = std::env::var_os("REVL_CODEX").unwrap_or_else(|| "codex".into());
             let mut c = std::process::Command::new(&program);
-            c.args(args)
-                .env("CODEX_HOME", &home)
-                .env("REVL_SESSION", &id);
+            // revl's sandbox runs every shell command, so Codex's own (which would wrap
+            // revl and refuse its store) steps aside; the hooks file is revl's own.
+            c.args([
+                "-c",
+                "sandbox_mode=\"danger-full-access\"",
+                "--dangerously-bypass-hook-trust",
+            ])
+            .args(args)
+            .env("CODEX_HOME", &home)
+            .env("REVL_SESSION", &id)
+            .current_dir(agent_dir(&here, &ws));
             Err(start_agent(c, &program))
         }
         AgentCmd::Install { agent, session } => {
@@ -1049,6 +1059,16 @@ fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
             );
             Ok(Outcome::ok(doc, text))
         }
+    }
+}
+
+/// Where the agent starts: here when here is inside the session's workspace, else the
+/// workspace (a branch's, when `--session` names one).
+fn agent_dir(here: &Path, ws: &Path) -> PathBuf {
+    let canon = std::fs::canonicalize(here).unwrap_or_else(|_| here.to_path_buf());
+    match canon.starts_with(ws) {
+        true => canon,
+        false => ws.to_path_buf(),
     }
 }
 

@@ -61,9 +61,9 @@ impl Session {
         Ok(Stepped { step, seq, label })
     }
 
-    /// A point given as a step index (`K`, `-1`), a turn (`turn:N`, the Nth live turn's
-    /// boundary) or a turn id (an agent's prompt or turn id): the step index it names.
-    /// Back at a turn's boundary, nothing that turn did remains.
+    /// A point given as a step index (`K`, `-1`), a turn (`turn:N`, the Nth live turn) or a
+    /// turn id (an agent's prompt or turn id): the step just before that turn's boundary.
+    /// Back there, nothing that turn did remains, and the next prompt opens turn N again.
     pub fn point(&self, given: &str, what: &str) -> Result<i64> {
         let g = given.trim();
         if let Ok(k) = g.parse::<i64>() {
@@ -86,7 +86,9 @@ impl Session {
                 .find(|(_, id)| id.as_deref() == Some(g))
                 .map(|t| t.0),
         };
-        found.map(|s| s as i64).ok_or_else(|| {
+        // Just before the turn's boundary: the turn itself is unwound too, and the next
+        // prompt opens turn N again.
+        found.map(|s| s as i64 - 1).ok_or_else(|| {
             Error::bad_args(
                 format!(
                     "{what} {}: no such step or turn (the session has {} turn(s))",

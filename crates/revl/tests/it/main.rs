@@ -6,6 +6,7 @@
 mod common;
 
 mod agents;
+mod agents_real;
 
 mod back_at_k;
 mod caller_holds;

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod fake_model;
 pub mod manifest;
 
 use serde_json::Value;

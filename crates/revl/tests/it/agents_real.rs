@@ -1,0 +1,443 @@
+//! The real coding agents on revl (docs/agents.md): Claude Code and Codex CLI, the pinned
+//! npm releases scripts/test installs ($REVL_TEST_CLAUDE, $REVL_TEST_CODEX), started with
+//! `revl agent claude|codex` and driven offline by a scripted model on loopback
+//! (common/fake_model.rs). As root and as an unprivileged user.
+
+use crate::common::env::records;
+use crate::common::fake_model::{Api, FakeModel, Say};
+use crate::common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const NEEDS: &str = "needs Claude Code and Codex from npm: run by scripts/test (README)";
+
+fn agent_bin(var: &str) -> String {
+    std::env::var(var).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| {
+        panic!("${var} is not set: this test {NEEDS} (it installs the pinned agents and exports their paths)")
+    })
+}
+
+/// One run's directories: the workspace, the store, the agent's home.
+struct Run {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    store: PathBuf,
+    home: PathBuf,
+    nobody: bool,
+}
+
+impl Run {
+    fn new(nobody: bool) -> Run {
+        // Not under /tmp: the sandbox gives commands a private /tmp, and Codex wants its home
+        // out of /tmp too.
+        let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("agents-runs");
+        std::fs::create_dir_all(&base).unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("run-")
+            .tempdir_in(&base)
+            .unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let (ws, store, home) = (root.join("ws"), root.join("store"), root.join("home"));
+        for d in [&ws, &home] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        if nobody {
+            let ok = Command::new("chown")
+                .args(["-R", "65534:65534"])
+                .arg(&root)
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+        }
+        Run {
+            _dir: dir,
+            root,
+            ws,
+            store,
+            home,
+            nobody,
+        }
+    }
+
+    /// A command run as this run's user, in `cwd`, with a clean environment.
+    fn command(&self, program: &str, cwd: &Path) -> Command {
+        let mut c = if self.nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", program]);
+            c
+        } else {
+            Command::new(program)
+        };
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("LC_ALL", "C")
+            .current_dir(cwd);
+        c
+    }
+
+    fn revl(&self, args: &[&str]) -> Value {
+        let o = self
+            .command(bin(), &self.root)
+            .arg("--store")
+            .arg(&self.store)
+            .arg("--json")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "revl {args:?}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+
+    /// `revl agent claude [--session S] -- ARGS` in `cwd` against `fake`.
+    fn claude(&self, fake: &FakeModel, cwd: &Path, session: Option<&str>, args: &[&str]) -> Value {
+        let mut c = self.command(bin(), cwd);
+        c.arg("--store").arg(&self.store).args(["agent", "claude"]);
+        if let Some(s) = session {
+            c.args(["--session", s]);
+        }
+        c.arg("--")
+            .args(args)
+            .args([
+                "--output-format",
+                "json",
+                "--permission-mode",
+                "acceptEdits",
+            ])
+            .env("REVL_CLAUDE", agent_bin("REVL_TEST_CLAUDE"))
+            .env("ANTHROPIC_BASE_URL", &fake.url)
+            .env("ANTHROPIC_API_KEY", "dummy")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0");
+        let o = c.output().unwrap();
+        assert!(
+            o.status.success(),
+            "claude: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+    }
+
+    fn session(&self) -> String {
+        let s = self.revl(&["sessions"]);
+        s["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["workspace"].as_str() == Some(self.ws.to_str().unwrap()))
+            .and_then(|x| x["session"].as_str().or(x["id"].as_str()))
+            .expect("the session revl agent made")
+            .to_string()
+    }
+
+    fn labels(&self, s: &str) -> Vec<String> {
+        self.revl(&["timeline", s])["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["label"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+fn result_of(fake: &FakeModel, id: &str) -> (String, bool) {
+    fake.results()
+        .into_iter()
+        .find(|r| r.0 == id)
+        .map(|r| (r.1, r.2))
+        .unwrap_or_else(|| panic!("no result for {id}: {:?}", fake.results()))
+}
+
+fn claude_scenario(nobody: bool) {
+    let r = Run::new(nobody);
+    let ws = r.ws.to_str().unwrap().to_string();
+    let sid = "0b1c2d3e-4f50-4a6b-8c7d-8e9f00112233";
+    // Turn 1: directories made, a cd carried between commands, output read back, the edit
+    // tools.
+    let turn1 = vec![
+        Say::Call(
+            "Bash",
+            json!({"command": "mkdir -p src/old build && cd src && printf 'one\\n' > a.txt && pwd"}),
+        ),
+        Say::Call("Bash", json!({"command": "pwd && cat a.txt && ls"})),
+        Say::Call(
+            "Write",
+            json!({"file_path": format!("{ws}/src/notes.md"), "content": "v1\n"}),
+        ),
+        Say::Call(
+            "Edit",
+            json!({"file_path": format!("{ws}/src/notes.md"), "old_string": "v1", "new_string": "v2"}),
+        ),
+        Say::Text("turn one done"),
+    ];
+    let fake = FakeModel::start(Api::Anthropic, turn1);
+    r.claude(
+        &fake,
+        &r.ws,
+        None,
+        &["-p", "set up the project\nsecond line", "--session-id", sid],
+    );
+    assert_eq!(result_of(&fake, "toolu_0").0, format!("{ws}/src"));
+    assert_eq!(
+        result_of(&fake, "toolu_1").0,
+        format!("{ws}/src\none\na.txt\nold"),
+        "the cd carried"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.ws.join("src/notes.md")).unwrap(),
+        "v2\n"
+    );
+    let s = r.session();
+    let after_turn1 = snapshot(&r.ws);
+    // Turn 2 (the conversation resumed): a directory deleted, a command that fails.
+    let mut turn2 = vec![Say::Text("-"); 5];
+    turn2.extend([
+        Say::Call(
+            "Bash",
+            json!({"command": "rm -rf src/old build && echo gone; echo bad >&2; exit 4"}),
+        ),
+        Say::Call(
+            "Write",
+            json!({"file_path": format!("{ws}/src/b.txt"), "content": "two\n"}),
+        ),
+        Say::Text("turn two done"),
+    ]);
+    let fake = FakeModel::start(Api::Anthropic, turn2);
+    r.claude(&fake, &r.ws, None, &["-p", "clean up", "--resume", sid]);
+    let (out, err) = result_of(&fake, "toolu_5");
+    assert!(err, "a failing command is an error for the agent: {out}");
+    assert!(
+        out.contains("Exit code 4") && out.contains("gone") && out.contains("bad"),
+        "{out}"
+    );
+    assert!(!r.ws.join("build").exists() && !r.ws.join("src/old").exists());
+    // Turn 3.
+    let mut turn3 = vec![Say::Text("-"); 8];
+    turn3.extend([
+        Say::Call(
+            "Bash",
+            json!({"command": "mkdir -p dist && echo three > dist/out && cd dist && pwd"}),
+        ),
+        Say::Call("Bash", json!({"command": "pwd && cat out"})),
+        Say::Text("turn three done"),
+    ]);
+    let fake = FakeModel::start(Api::Anthropic, turn3);
+    r.claude(&fake, &r.ws, None, &["-p", "build it", "--resume", sid]);
+    assert_eq!(result_of(&fake, "toolu_9").0, format!("{ws}/dist\nthree"));
+    let labels = r.labels(&s);
+    let turns: Vec<&String> = labels
+        .iter()
+        .filter(|l| l.starts_with("claude turn"))
+        .collect();
+    assert_eq!(
+        turns,
+        [
+            "claude turn 1: set up the project",
+            "claude turn 2: clean up",
+            "claude turn 3: build it"
+        ]
+    );
+    assert!(
+        labels.contains(&"claude: Edit src/notes.md".to_string()),
+        "{labels:?}"
+    );
+    assert!(
+        labels
+            .iter()
+            .any(|l| l.starts_with("exec claude: rm -rf src/old build")),
+        "{labels:?}"
+    );
+    // Every step records the agent call.
+    let origins: Vec<Value> = records(&r.store.join("sessions").join(&s).join("wal.jsonl"))
+        .into_iter()
+        .filter(|x| x["record"] == "step" && x["kind"] == "effect")
+        .map(|x| x["detail"]["origin"].clone())
+        .collect();
+    assert!(
+        origins.iter().all(|o| o["agent"] == "claude"
+            && o["agentSession"] == sid
+            && o["toolUse"].is_string()),
+        "{origins:?}"
+    );
+    // A parallel fork where turn 3 began, and the agent resumed in the branch.
+    let plan = r.revl(&["fork", &s, "--at", "turn:3"]);
+    let branch_dir = r.root.join("branch");
+    let done = r.revl(&[
+        "fork-confirm",
+        &s,
+        "--hash",
+        plan["hash"].as_str().unwrap(),
+        "--into",
+        branch_dir.to_str().unwrap(),
+    ]);
+    let b = done["branch"]
+        .as_str()
+        .or(done["session"].as_str())
+        .expect("the branch's id")
+        .to_string();
+    let fake = FakeModel::start(
+        Api::Anthropic,
+        vec![
+            Say::Call(
+                "Bash",
+                json!({"command": "pwd && ls src && echo branch > src/branch.txt"}),
+            ),
+            Say::Text("branched"),
+        ],
+    );
+    r.claude(&fake, &r.root, Some(&b), &["-p", "try another way"]);
+    let bdir = std::fs::canonicalize(&branch_dir).unwrap();
+    assert_eq!(
+        result_of(&fake, "toolu_0").0,
+        format!("{}\na.txt\nb.txt\nnotes.md", bdir.display())
+    );
+    assert!(bdir.join("src/branch.txt").exists() && !bdir.join("dist").exists());
+    assert!(
+        !r.ws.join("src/branch.txt").exists(),
+        "the branch's command stayed in the branch"
+    );
+    // A hand edit, then back to where turn 2 began: byte for byte as after turn 1, the
+    // hand edit preserved and listed.
+    std::fs::write(r.ws.join("src/a.txt"), "by hand\n").unwrap();
+    let back = r.revl(&["step-back", &s, "--to", "turn:2"]);
+    assert_eq!(snapshot(&r.ws), after_turn1);
+    let text = back.to_string();
+    assert!(
+        text.contains("src/a.txt"),
+        "the hand edit is listed: {text}"
+    );
+    assert_eq!(
+        back["turnsUnwound"],
+        json!(["claude turn 2: clean up", "claude turn 3: build it"])
+    );
+    let v = r.revl(&["verify", &s]);
+    assert_eq!(v["drift"], json!([]), "{v}");
+}
+
+#[test]
+#[ignore = "needs Claude Code and Codex from npm: run by scripts/test (README)"]
+fn claude_code_every_command_and_edit_a_step_as_root() {
+    claude_scenario(false);
+}
+
+#[test]
+#[ignore = "needs Claude Code and Codex from npm: run by scripts/test (README)"]
+fn claude_code_every_command_and_edit_a_step_unprivileged() {
+    claude_scenario(true);
+}
+
+fn codex_scenario(nobody: bool) {
+    let r = Run::new(nobody);
+    let fake = FakeModel::start(
+        Api::OpenAi,
+        vec![
+            Say::Call(
+                "exec_command",
+                json!({"cmd": "mkdir -p d/e && echo x > d/e/f && cat d/e/f"}),
+            ),
+            Say::Call("exec_command", json!({"cmd": "ls d; echo bad >&2; exit 3"})),
+            Say::Call(
+                "apply_patch",
+                json!({"patch": "*** Begin Patch\n*** Add File: d/p.txt\n+patched\n*** End Patch\n"}),
+            ),
+            Say::Text("done"),
+        ],
+    );
+    // The user's own Codex home: read (its config), never written.
+    let user_home = r.home.join(".codex");
+    std::fs::create_dir_all(&user_home).unwrap();
+    std::fs::write(
+        user_home.join("config.toml"),
+        format!(
+            "model = \"gpt-5.5\"\nmodel_provider = \"fake\"\napproval_policy = \"never\"\ncheck_for_update_on_startup = false\n[model_providers.fake]\nname = \"fake\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\nenv_key = \"FAKE_KEY\"\n[analytics]\nenabled = false\n[features]\nplugins = false\n",
+            fake.url
+        ),
+    )
+    .unwrap();
+    if r.nobody {
+        Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&r.home)
+            .status()
+            .unwrap();
+    }
+    let before = snapshot(&r.home);
+    let o = r
+        .command(bin(), &r.ws)
+        .arg("--store")
+        .arg(&r.store)
+        .args([
+            "agent",
+            "codex",
+            "--",
+            "exec",
+            "--skip-git-repo-check",
+            "make the files",
+        ])
+        .env("REVL_CODEX", agent_bin("REVL_TEST_CODEX"))
+        .env("FAKE_KEY", "x")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "codex: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        result_of(&fake, "call_0").0.contains("Output:\nx\n"),
+        "{:?}",
+        fake.results()
+    );
+    let (out, _) = result_of(&fake, "call_1");
+    assert!(
+        out.contains("exited with code 3") && out.contains("bad"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(r.ws.join("d/p.txt")).unwrap(),
+        "patched\n"
+    );
+    let s = r.session();
+    let labels = r.labels(&s);
+    assert_eq!(labels[1], "codex turn 1: make the files");
+    assert!(
+        labels.iter().any(|l| l == "codex: apply_patch d/p.txt"),
+        "{labels:?}"
+    );
+    assert_eq!(
+        labels
+            .iter()
+            .filter(|l| l.starts_with("exec codex: "))
+            .count(),
+        2,
+        "{labels:?}"
+    );
+    assert_eq!(snapshot(&r.home), before, "the user's home is untouched");
+    r.revl(&["step-back", &s, "--to", "turn:1"]);
+    assert_eq!(snapshot(&r.ws).len(), 0, "back where the turn began");
+}
+
+#[test]
+#[ignore = "needs Claude Code and Codex from npm: run by scripts/test (README)"]
+fn codex_every_command_and_patch_a_step_as_root() {
+    codex_scenario(false);
+}
+
+#[test]
+#[ignore = "needs Claude Code and Codex from npm: run by scripts/test (README)"]
+fn codex_every_command_and_patch_a_step_unprivileged() {
+    codex_scenario(true);
+}
