@@ -861,16 +861,17 @@ fn hook_cmd(
                 printed: true,
             })
         }
-        Err(e) if blocking => {
+        // At PreToolUse exit 2 blocks the call; elsewhere exit 1: the agent shows the line
+        // and goes on (2 would block the user's prompt).
+        Err(e) => {
             eprintln!("{}", shown(&format!("revl: {} ({})", e.message, e.hint)));
             Ok(Outcome {
                 doc: Value::Null,
                 text: String::new(),
-                exit: 2,
+                exit: if blocking { 2 } else { 1 },
                 printed: true,
             })
         }
-        Err(e) => Err(e),
     }
 }
 

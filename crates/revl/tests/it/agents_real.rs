@@ -441,3 +441,109 @@ fn codex_every_command_and_patch_a_step_as_root() {
 fn codex_every_command_and_patch_a_step_unprivileged() {
     codex_scenario(true);
 }
+
+/// docs/agents.md's two-line setups, run as written (`cd my-project`, `revl agent …`) with
+/// `revl`, `claude` and `codex` on PATH, against the scripted model.
+#[test]
+#[ignore = "needs Claude Code and Codex from npm: run by scripts/test (README)"]
+fn the_docs_setup_runs_as_written() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/agents.md"))
+            .unwrap();
+    let blocks: Vec<String> = doc
+        .split("```sh\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_string())
+        .collect();
+    assert_eq!(blocks.len(), 2, "one setup block per agent");
+    for (block, agent) in blocks.iter().zip(["claude", "codex"]) {
+        assert!(block.contains(&format!("revl agent {agent}")), "{block}");
+        let r = Run::new(false);
+        let project = r.root.join("my-project");
+        std::fs::create_dir_all(&project).unwrap();
+        // Codex wants a git repository (as a user's project is).
+        assert!(Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&project)
+            .status()
+            .unwrap()
+            .success());
+        let bin_dir = r.root.join("bin");
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        for (name, target) in [
+            ("revl", bin().to_string()),
+            ("claude", agent_bin("REVL_TEST_CLAUDE")),
+            ("codex", agent_bin("REVL_TEST_CODEX")),
+        ] {
+            std::os::unix::fs::symlink(target, bin_dir.join(name)).unwrap();
+        }
+        let (api, call) = match agent {
+            "claude" => (
+                Api::Anthropic,
+                Say::Call(
+                    "Bash",
+                    json!({"command": "mkdir tests && echo ok > tests/t.txt"}),
+                ),
+            ),
+            _ => (
+                Api::OpenAi,
+                Say::Call(
+                    "exec_command",
+                    json!({"cmd": "mkdir tests && echo ok > tests/t.txt"}),
+                ),
+            ),
+        };
+        let fake = FakeModel::start(api, vec![call, Say::Text("done")]);
+        std::fs::create_dir_all(r.home.join(".codex")).unwrap();
+        std::fs::write(
+            r.home.join(".codex/config.toml"),
+            format!("model = \"gpt-5.5\"\nmodel_provider = \"fake\"\napproval_policy = \"never\"\ncheck_for_update_on_startup = false\n[model_providers.fake]\nname = \"fake\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\nenv_key = \"FAKE_KEY\"\n[analytics]\nenabled = false\n[features]\nplugins = false\n", fake.url),
+        )
+        .unwrap();
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let o = r
+            .command("/bin/bash", &r.root)
+            .args(["-e", "-c", block])
+            .env("PATH", path)
+            .env("REVL_STORE", &r.store)
+            .env("ANTHROPIC_BASE_URL", &fake.url)
+            .env("ANTHROPIC_API_KEY", "dummy")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0")
+            .env("FAKE_KEY", "x")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{agent}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(project.join("tests/t.txt")).unwrap(),
+            "ok\n"
+        );
+        let s = r.revl(&["sessions"]);
+        let id = s["sessions"][0]["session"]
+            .as_str()
+            .or(s["sessions"][0]["id"].as_str())
+            .unwrap()
+            .to_string();
+        let labels = r.labels(&id);
+        assert_eq!(
+            labels[1],
+            format!("{agent} turn 1: add a test for the parser")
+        );
+        assert_eq!(
+            labels[2],
+            format!("exec {agent}: mkdir tests && echo ok > tests/t.txt (2 changes)")
+        );
+    }
+}
