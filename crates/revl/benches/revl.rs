@@ -12,7 +12,9 @@
 //! cost per call next to the Rust library's; needs `REVL_BENCH_PYTHON`, an interpreter with
 //! the package installed), egress (declared egress, docs/user-guide.md §8: added latency per
 //! connection through the proxy with and without its durable record, against a direct
-//! connect; a 100 MB download through the proxy against direct).
+//! connect; a 100 MB download through the proxy against direct), agents (Claude Code on revl,
+//! docs/agents.md: what the hooks and revl add to one shell command, and one scripted task,
+//! against the same agent alone; needs `REVL_BENCH_CLAUDE`, Claude Code's binary).
 //! Timings are medians of repeated runs (wall clock, release build). A benchmark never fails a
 //! test: the goals are checked by reading the table.
 
@@ -23,6 +25,11 @@ use serde_json::json;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// The scripted model the agent tests drive Claude Code with (docs/agents.md).
+#[path = "../tests/it/common/fake_model.rs"]
+#[allow(dead_code)]
+mod fake_model;
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -1283,6 +1290,9 @@ fn main() {
     if want("egress") {
         bench_egress();
     }
+    if want("agents") {
+        bench_agents();
+    }
     let _ = encode_line;
 }
 
@@ -1528,4 +1538,190 @@ fn bench_egress() {
     drop(pp.finish());
     drop(pd.finish());
     drop(pq.finish());
+}
+
+/// docs/agents.md: what the hook and revl add to one shell command of Claude Code, against
+/// the same agent running the command itself; and one scripted task with and without revl.
+fn bench_agents() {
+    use fake_model::{Api, FakeModel, Say};
+    println!("\nClaude Code on revl (docs/agents.md): wall clock of `claude -p`, medians of interleaved runs");
+    let Some(claude) = std::env::var_os("REVL_BENCH_CLAUDE") else {
+        println!("  (not run: set REVL_BENCH_CLAUDE to Claude Code's binary, e.g. target/agents-node/node_modules/.bin/claude after .ci/setup-agents)");
+        return;
+    };
+    let revl = env!("CARGO_BIN_EXE_revl");
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let run = |script: Vec<Say>, with_revl: bool, round: usize| -> Duration {
+        let dir = tmp
+            .path()
+            .join(format!("r{round}-{with_revl}-{}", script.len()));
+        let (ws, home) = (dir.join("ws"), dir.join("home"));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        let fake = FakeModel::start(Api::Anthropic, script);
+        let mut c = if with_revl {
+            let mut c = std::process::Command::new(revl);
+            c.arg("--store")
+                .arg(dir.join("store"))
+                .args(["agent", "claude", "--"]);
+            c.env("REVL_CLAUDE", &claude);
+            c
+        } else {
+            let mut c = std::process::Command::new(&claude);
+            c.args(["--allowedTools", "Bash"]);
+            c
+        };
+        c.args([
+            "-p",
+            "go",
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "acceptEdits",
+        ])
+        .current_dir(&ws)
+        .env("HOME", &home)
+        .env("ANTHROPIC_BASE_URL", &fake.url)
+        .env("ANTHROPIC_API_KEY", "dummy")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+        let t = Instant::now();
+        assert!(c.status().unwrap().success());
+        let d = t.elapsed();
+        let _ = std::fs::remove_dir_all(&dir);
+        d
+    };
+    const N: usize = 20;
+    let commands = || {
+        let mut v: Vec<Say> = (0..N)
+            .map(|i| Say::Call("Bash", json!({"command": format!("echo {i} > f{i}.txt")})))
+            .collect();
+        v.push(Say::Text("done"));
+        v
+    };
+    let task = |ws: &str| {
+        vec![
+            Say::Call(
+                "Bash",
+                json!({"command": "mkdir -p src/old && cd src && printf 'one\\n' > a.txt && pwd"}),
+            ),
+            Say::Call("Bash", json!({"command": "pwd && cat a.txt && ls"})),
+            Say::Call(
+                "Write",
+                json!({"file_path": format!("{ws}/src/notes.md"), "content": "v1\n"}),
+            ),
+            Say::Call("Bash", json!({"command": "rm -rf old; false"})),
+            Say::Call("Bash", json!({"command": "ls -R .. | wc -l"})),
+            Say::Text("done"),
+        ]
+    };
+    let rounds = 5;
+    let (mut p0, mut r0, mut pn, mut rn) = (vec![], vec![], vec![], vec![]);
+    for i in 0..rounds {
+        p0.push(run(vec![Say::Text("done")], false, i));
+        r0.push(run(vec![Say::Text("done")], true, i));
+        pn.push(run(commands(), false, i));
+        rn.push(run(commands(), true, i));
+    }
+    let (p0, r0, pn, rn) = (median(p0), median(r0), median(pn), median(rn));
+    println!(
+        "  no command:        claude {:>8.1} ms   revl agent claude {:>8.1} ms",
+        ms(p0),
+        ms(r0)
+    );
+    println!(
+        "  {N} shell commands: claude {:>8.1} ms   revl agent claude {:>8.1} ms",
+        ms(pn),
+        ms(rn)
+    );
+    let per = (ms(rn) - ms(r0) - (ms(pn) - ms(p0))) / N as f64;
+    println!("  added per shell command (hooks + revl exec, start-up taken out): {per:.1} ms (goal: at most 30 ms)");
+    // The pieces, alone: the hook's answer, and the rewritten command's revl exec.
+    let dir = tmp.path().join("pieces");
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let ws = std::fs::canonicalize(&ws).unwrap();
+    let store_dir = dir.join("store");
+    let out = std::process::Command::new(revl)
+        .arg("--store")
+        .arg(&store_dir)
+        .args(["--json", "new", "--workspace"])
+        .arg(&ws)
+        .output()
+        .unwrap();
+    let id = serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let payload =
+        json!({"session_id": "s", "cwd": ws, "prompt_id": "p", "hook_event_name": "PreToolUse",
+        "tool_name": "Bash", "tool_input": {"command": "true"}, "tool_use_id": "t"})
+        .to_string();
+    let (mut hook, mut exec, mut plain) = (vec![], vec![], vec![]);
+    for _ in 0..30 {
+        let t = Instant::now();
+        let mut c = std::process::Command::new(revl)
+            .arg("--store")
+            .arg(&store_dir)
+            .args(["hook", "claude", "--session", &id])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        c.stdin
+            .take()
+            .unwrap()
+            .write_all(payload.as_bytes())
+            .unwrap();
+        assert!(c.wait().unwrap().success());
+        hook.push(t.elapsed());
+        let t = Instant::now();
+        let ok = std::process::Command::new(revl)
+            .arg("--store")
+            .arg(&store_dir)
+            .args([
+                "exec",
+                &id,
+                "--passthrough",
+                "--note-to",
+                "/dev/null",
+                "--",
+                "/bin/bash",
+                "-c",
+                "true",
+            ])
+            .status()
+            .unwrap()
+            .success();
+        exec.push(t.elapsed());
+        assert!(ok);
+        let t = Instant::now();
+        assert!(std::process::Command::new("/bin/bash")
+            .args(["-c", "true"])
+            .status()
+            .unwrap()
+            .success());
+        plain.push(t.elapsed());
+    }
+    println!(
+        "  pieces: `revl hook claude` PreToolUse {:.1} ms; `revl exec --passthrough -- bash -c true` {:.1} ms; plain `bash -c true` {:.1} ms",
+        ms(median(hook)), ms(median(exec)), ms(median(plain))
+    );
+    // One scripted task (5 tool calls: directories, a cd carried, a failure, a Write).
+    let (mut tp, mut tr) = (vec![], vec![]);
+    for i in 0..rounds {
+        let dir_p = tmp.path().join(format!("r{i}-false-6"));
+        tp.push(run(task(&dir_p.join("ws").to_string_lossy()), false, i));
+        let dir_r = tmp.path().join(format!("r{i}-true-6"));
+        tr.push(run(task(&dir_r.join("ws").to_string_lossy()), true, i));
+    }
+    println!("  one scripted task (4 commands, 1 Write): claude {:>8.1} ms   revl agent claude {:>8.1} ms", ms(median(tp)), ms(median(tr)));
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
