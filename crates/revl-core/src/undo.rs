@@ -290,9 +290,10 @@ pub struct FileDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,
     /// The agent call that made this edit with its own tool (docs/agents.md); revl then
-    /// recorded it with the preimage taken before the tool ran.
+    /// recorded it with the preimage taken before the tool ran. (Boxed: a record stays
+    /// small.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<crate::agent::Origin>,
+    pub origin: Option<Box<crate::agent::Origin>>,
 }
 
 impl FileDetail {
@@ -338,8 +339,9 @@ pub struct ExecDetail {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub denied: Vec<crate::egress::Denied>,
     /// The agent call that ran the command (docs/agents.md), when an agent's hook did.
+    /// (Boxed: a record stays small.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub origin: Option<crate::agent::Origin>,
+    pub origin: Option<Box<crate::agent::Origin>>,
 }
 
 impl ExecDetail {

@@ -354,7 +354,7 @@ pub fn is_edit_tool(agent: Agent, tool: &str) -> bool {
 pub fn edit_paths(p: &Map<String, Value>) -> Result<Vec<PathBuf>, Error> {
     let input = match p.get("tool_input") {
         Some(Value::Object(m)) => m,
-        Some(Value::String(patch)) => return Ok(patch_paths(patch, p)?),
+        Some(Value::String(patch)) => return patch_paths(patch, p),
         Some(other) => {
             return Err(bad_payload(format!(
                 "has `tool_input` as {}, not an object",

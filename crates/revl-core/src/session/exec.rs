@@ -627,7 +627,7 @@ impl Session {
             signal: out.ran.signal,
             timed_out: out.ran.timed_out,
             denied,
-            origin: o.origin.clone(),
+            origin: o.origin.clone().map(Box::new),
         };
         // The undo restores directory modes last, deepest first (a directory made
         // read-only again after what is inside it was put back).

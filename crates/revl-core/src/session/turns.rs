@@ -151,7 +151,7 @@ impl Session {
             after: after.at(""),
             path: path.clone(),
             to: None,
-            origin,
+            origin: origin.map(Box::new),
         };
         let undo = Undo::Restore { entries: vec![pre] };
         let intent = Record::Intent {

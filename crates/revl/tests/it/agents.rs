@@ -472,8 +472,7 @@ fn edit(
     w: &World,
     s: &str,
     ws: &Path,
-    turn: &str,
-    id: &str,
+    (turn, id): (&str, &str),
     rel: &str,
     content: &str,
     env: &[(&str, &str)],
@@ -517,17 +516,16 @@ fn turns_are_boundaries_and_edit_tool_writes_are_steps() {
     let (s, ws) = w.session();
     std::fs::write(ws.join("keep.txt"), "original\n").unwrap();
     prompt(&w, &s, &ws, "p-one", "write the notes\nwith details");
-    let o = edit(&w, &s, &ws, "p-one", "toolu_a", "notes.txt", "v1\n", &[]);
+    let o = edit(&w, &s, &ws, ("p-one", "toolu_a"), "notes.txt", "v1\n", &[]);
     assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     prompt(&w, &s, &ws, "p-two", "rewrite them");
-    let o = edit(&w, &s, &ws, "p-two", "toolu_b", "notes.txt", "v2\n", &[]);
+    let o = edit(&w, &s, &ws, ("p-two", "toolu_b"), "notes.txt", "v2\n", &[]);
     assert_eq!(o.code, Some(0));
     let o = edit(
         &w,
         &s,
         &ws,
-        "p-two",
-        "toolu_c",
+        ("p-two", "toolu_c"),
         "keep.txt",
         "changed\n",
         &[],
@@ -538,8 +536,7 @@ fn turns_are_boundaries_and_edit_tool_writes_are_steps() {
         &w,
         &s,
         &ws,
-        "p-three",
-        "toolu_d",
+        ("p-three", "toolu_d"),
         "deep/new.txt",
         "v3\n",
         &[],
@@ -614,8 +611,7 @@ fn a_crash_while_recording_an_edit_repairs_forward() {
         &w,
         &s,
         &ws,
-        "p",
-        "toolu_x",
+        ("p", "toolu_x"),
         "f.txt",
         "agent wrote\n",
         &[("REVL_FAILPOINT", "agent-edit.after-intent")],
