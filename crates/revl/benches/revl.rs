@@ -1581,14 +1581,9 @@ fn bench_agents() {
         ])
         .current_dir(&ws)
         .env("HOME", &home)
-        .env("ANTHROPIC_BASE_URL", &fake.url)
-        .env("ANTHROPIC_API_KEY", "dummy")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("CLAUDE_CODE_MAX_RETRIES", "0")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+        fake.claude_env(&mut c);
         let t = Instant::now();
         assert!(c.status().unwrap().success());
         let d = t.elapsed();

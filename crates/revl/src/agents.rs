@@ -446,9 +446,9 @@ pub fn first_line(prompt: &str) -> String {
 /// The hooks object revl installs for `agent`, each running `command` (which reads the
 /// event from the payload).
 pub fn hooks_json(agent: Agent, command: &str) -> Value {
-    let tools = match agent {
-        Agent::Claude => "Bash|Write|Edit|MultiEdit|NotebookEdit",
-        Agent::Codex => "Bash|exec_command|shell|local_shell|apply_patch",
+    let (shell, edits) = match agent {
+        Agent::Claude => ("Bash", "Write|Edit|MultiEdit|NotebookEdit"),
+        Agent::Codex => ("Bash|exec_command|shell|local_shell", "apply_patch"),
     };
     let entry = |matcher: Option<&str>| {
         let mut e = json!({"hooks": [{"type": "command", "command": command}]});
@@ -457,9 +457,12 @@ pub fn hooks_json(agent: Agent, command: &str) -> Value {
         }
         json!([e])
     };
+    // After a shell command there is nothing to do (its step is recorded by then): no hook
+    // process runs for it.
     json!({
-        "PreToolUse": entry(Some(tools)),
-        "PostToolUse": entry(Some(tools)),
+        "PreToolUse": entry(Some(&format!("{shell}|{edits}"))),
+        "PostToolUse": entry(Some(edits)),
+        "PostToolUseFailure": entry(Some(edits)),
         "UserPromptSubmit": entry(None),
     })
 }

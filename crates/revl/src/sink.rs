@@ -5,7 +5,7 @@
 //! Any request path answers `200 {"ok":true,"n":<count>}`, except a path that starts with
 //! `/fail`, which answers 500, and `/slow`, which waits 5 s first.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -58,6 +58,71 @@ impl Sink {
     }
 }
 
+/// One HTTP/1.1 request as read from a connection (the body up to 16 MiB).
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    /// Header names lowercased, values trimmed, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The first value of a header (its name in lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Read the next request of a connection (`None` at its end or on a malformed request):
+/// the loopback servers of the demo and the tests (this sink, the scripted model of
+/// docs/agents.md) read requests this one way.
+pub fn read_request(r: &mut impl BufRead) -> Option<Request> {
+    let mut line = String::new();
+    if r.read_line(&mut line).unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let (method, path) = (
+        parts.next().unwrap_or("").to_string(),
+        parts.next().unwrap_or("/").to_string(),
+    );
+    if method.is_empty() {
+        return None;
+    }
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).unwrap_or(0) == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    let len = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len.min(16 << 20)];
+    r.read_exact(&mut body).ok()?;
+    Some(Request {
+        method,
+        path,
+        headers,
+        body,
+    })
+}
+
 fn serve(conn: TcpStream, got: Arc<Mutex<Vec<Received>>>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
     let mut w = match conn.try_clone() {
@@ -66,43 +131,16 @@ fn serve(conn: TcpStream, got: Arc<Mutex<Vec<Received>>>) {
     };
     let mut r = BufReader::new(conn);
     loop {
-        let mut line = String::new();
-        match r.read_line(&mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let mut parts = line.split_whitespace();
-        let (method, path) = (
-            parts.next().unwrap_or("").to_string(),
-            parts.next().unwrap_or("/").to_string(),
-        );
-        if method.is_empty() {
+        let Some(req) = read_request(&mut r) else {
             return;
-        }
-        let (mut len, mut key, mut close) = (0usize, None, false);
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-                match k.as_str() {
-                    "content-length" => len = v.parse().unwrap_or(0),
-                    "idempotency-key" => key = Some(v.to_string()),
-                    "connection" if v.eq_ignore_ascii_case("close") => close = true,
-                    _ => {}
-                }
-            }
-        }
-        let mut body = vec![0u8; len.min(16 << 20)];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
+        };
+        let key = req.header("idempotency-key").map(str::to_string);
+        let close = req
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+        let Request {
+            method, path, body, ..
+        } = req;
         if path.starts_with("/slow") {
             std::thread::sleep(Duration::from_secs(5));
         }

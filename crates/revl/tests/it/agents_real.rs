@@ -112,13 +112,8 @@ impl Run {
                 "--permission-mode",
                 "acceptEdits",
             ])
-            .env("REVL_CLAUDE", agent_bin("REVL_TEST_CLAUDE"))
-            .env("ANTHROPIC_BASE_URL", &fake.url)
-            .env("ANTHROPIC_API_KEY", "dummy")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("DISABLE_AUTOUPDATER", "1")
-            .env("CLAUDE_CODE_MAX_RETRIES", "0");
+            .env("REVL_CLAUDE", agent_bin("REVL_TEST_CLAUDE"));
+        fake.claude_env(&mut c);
         let o = c.output().unwrap();
         assert!(
             o.status.success(),
@@ -355,16 +350,7 @@ fn codex_scenario(nobody: bool) {
         ],
     );
     // The user's own Codex home: read (its config), never written.
-    let user_home = r.home.join(".codex");
-    std::fs::create_dir_all(&user_home).unwrap();
-    std::fs::write(
-        user_home.join("config.toml"),
-        format!(
-            "model = \"gpt-5.5\"\nmodel_provider = \"fake\"\napproval_policy = \"never\"\ncheck_for_update_on_startup = false\n[model_providers.fake]\nname = \"fake\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\nenv_key = \"FAKE_KEY\"\n[analytics]\nenabled = false\n[features]\nplugins = false\n",
-            fake.url
-        ),
-    )
-    .unwrap();
+    fake.codex_config(&r.home.join(".codex"));
     if r.nobody {
         Command::new("chown")
             .args(["-R", "65534:65534"])
@@ -494,32 +480,20 @@ fn the_docs_setup_runs_as_written() {
             ),
         };
         let fake = FakeModel::start(api, vec![call, Say::Text("done")]);
-        std::fs::create_dir_all(r.home.join(".codex")).unwrap();
-        std::fs::write(
-            r.home.join(".codex/config.toml"),
-            format!("model = \"gpt-5.5\"\nmodel_provider = \"fake\"\napproval_policy = \"never\"\ncheck_for_update_on_startup = false\n[model_providers.fake]\nname = \"fake\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\nenv_key = \"FAKE_KEY\"\n[analytics]\nenabled = false\n[features]\nplugins = false\n", fake.url),
-        )
-        .unwrap();
+        fake.codex_config(&r.home.join(".codex"));
         let path = format!(
             "{}:{}",
             bin_dir.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let o = r
-            .command("/bin/bash", &r.root)
-            .args(["-e", "-c", block])
+        let mut c = r.command("/bin/bash", &r.root);
+        c.args(["-e", "-c", block])
             .env("PATH", path)
             .env("REVL_STORE", &r.store)
-            .env("ANTHROPIC_BASE_URL", &fake.url)
-            .env("ANTHROPIC_API_KEY", "dummy")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("DISABLE_AUTOUPDATER", "1")
-            .env("CLAUDE_CODE_MAX_RETRIES", "0")
             .env("FAKE_KEY", "x")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+            .stdin(std::process::Stdio::null());
+        fake.claude_env(&mut c);
+        let o = c.output().unwrap();
         assert!(
             o.status.success(),
             "{agent}: {}\n{}",

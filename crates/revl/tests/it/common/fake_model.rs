@@ -6,7 +6,7 @@
 //! tool results: output, exit status).
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
@@ -33,6 +33,30 @@ pub struct FakeModel {
 }
 
 impl FakeModel {
+    /// What Claude Code needs to talk to this fake and nothing else (docs/agents.md).
+    pub fn claude_env(&self, c: &mut std::process::Command) {
+        c.env("ANTHROPIC_BASE_URL", &self.url)
+            .env("ANTHROPIC_API_KEY", "dummy")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_MAX_RETRIES", "0");
+    }
+
+    /// A Codex `config.toml` in `dir` pointing at this fake (with `FAKE_KEY` set in the
+    /// environment), and nothing that waits for the network.
+    pub fn codex_config(&self, dir: &std::path::Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(
+            dir.join("config.toml"),
+            format!(
+                "model = \"gpt-5.5\"\nmodel_provider = \"fake\"\napproval_policy = \"never\"\ncheck_for_update_on_startup = false\n[model_providers.fake]\nname = \"fake\"\nbase_url = \"{}/v1\"\nwire_api = \"responses\"\nenv_key = \"FAKE_KEY\"\n[analytics]\nenabled = false\n[features]\nplugins = false\n",
+                self.url
+            ),
+        )
+        .unwrap();
+    }
+
     /// Serve `script` on 127.0.0.1 (a free port) until the process ends.
     pub fn start(api: Api, script: Vec<Say>) -> FakeModel {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -115,38 +139,10 @@ fn answered(api: Api, body: &Value) -> usize {
 fn serve(c: TcpStream, api: Api, script: &[Say], requests: &Mutex<Vec<Value>>) {
     let mut w = c.try_clone().unwrap();
     let mut r = BufReader::new(c);
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let (method, path) = {
-            let mut p = line.split_whitespace();
-            (
-                p.next().unwrap_or("").to_string(),
-                p.next().unwrap_or("").to_string(),
-            )
-        };
-        let mut len = 0usize;
-        loop {
-            let mut h = String::new();
-            if r.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                if k.eq_ignore_ascii_case("content-length") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-            }
-        }
-        let mut body = vec![0; len];
-        if r.read_exact(&mut body).is_err() {
-            return;
-        }
+    while let Some(revl::sink::Request {
+        method, path, body, ..
+    }) = revl::sink::read_request(&mut r)
+    {
         let (ctype, out) = if method != "POST" {
             (
                 "application/json",
