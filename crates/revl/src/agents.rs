@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 /// The agents revl plugs into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Agent {
-    /// Claude Code (`claude`).
+    // Claude Code (`claude`).
     Claude,
-    /// Codex CLI (`codex`).
+    // Codex CLI (`codex`).
     Codex,
 }
 
