@@ -634,7 +634,7 @@ pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<Linea
                 // they are believed: a row that differs (another store pushed without the
                 // index, or the table was written by hand) is answered from the bucket
                 // and named stale.
-                Some(_) => {
+                Some(of_id) => {
                     let r = Reader::open(store, remote)?;
                     let ids: Vec<String> = rows
                         .iter()
@@ -662,7 +662,8 @@ pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<Linea
                         }
                     }
                     unreadable = bad;
-                    ("index", checked)
+                    // Only the family the verified rows make (a forged parent makes none).
+                    ("index", family(checked, of_id))
                 }
                 None => ("index", rows),
             }
