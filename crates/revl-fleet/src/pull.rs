@@ -27,6 +27,10 @@ pub struct Reader {
     root: PathBuf,
 }
 
+/// What a WAL's verification starts from (the verified prefix the cache holds) and the
+/// segments past it to fetch.
+type Plan<'a> = (Vec<u8>, Vec<&'a crate::Segment>);
+
 /// A session's unreadable mark: the manifest (its SHA-256) it was refused at, and why.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Mark {
@@ -304,7 +308,7 @@ impl Reader {
     pub fn verify_wals(&self, ms: &[Manifest]) -> Vec<Result<()>> {
         let name = &self.remote.name;
         // What each needs: the verified prefix it starts from, and the segments past it.
-        let plans: Vec<Result<Option<(Vec<u8>, Vec<&crate::Segment>)>>> = ms
+        let plans: Vec<Result<Option<Plan>>> = ms
             .iter()
             .map(|m| {
                 let id = &m.session;
@@ -419,6 +423,13 @@ impl Reader {
         let wal_obj = format!("sessions/{id}/wal");
         let (st, _) = revl_core::state::State::read(&path)
             .map_err(|e| tampered(name, &wal_obj, &e.message))?;
+        if st.session != *id {
+            return Err(tampered(
+                name,
+                &wal_obj,
+                "its header names another session (a WAL is pushed under its own id)",
+            ));
+        }
         let stated = (
             st.origin.as_ref().map(|o| o.parent.clone()),
             st.origin.as_ref().map(|o| o.at.to_i64()),

@@ -41,6 +41,9 @@ pub struct PushReport {
     pub pushed: Vec<Pushed>,
 }
 
+/// Blobs up to this size are pushed by a create-only PUT without a HEAD first.
+const ASK_FIRST: u64 = 64 << 10;
+
 /// How a push treats what the bucket already holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -145,7 +148,7 @@ pub fn remote_manifest(
 /// The manifest as a push finds it: believed, absent, or refused (`--repair` replaces a
 /// refused one: its version when it could be read, and the epoch it claims).
 enum Found {
-    Head(Manifest, Version),
+    Head(Box<Manifest>, Version),
     Absent,
     Refused(Option<Version>, u64),
 }
@@ -167,7 +170,7 @@ fn found(bucket: &Bucket, remote: &str, id: &str, mode: Mode) -> Result<Found> {
     match bucket.get_limited(&manifest_key(id), crate::untrusted::MAX_MANIFEST) {
         Ok(None) => Ok(Found::Absent),
         Ok(Some((b, v))) => match crate::parse_manifest(&b, id, remote) {
-            Ok(m) => Ok(Found::Head(m, v)),
+            Ok(m) => Ok(Found::Head(Box::new(m), v)),
             Err(e) => {
                 refused(e)?;
                 // The epoch it claims, if any: the repaired manifest's is higher, so that an
@@ -225,7 +228,7 @@ fn push_one(
     let mut repaired = Vec::new();
     for _attempt in 0..5 {
         let (current, refused) = match found(bucket, remote, id, mode)? {
-            Found::Head(m, v) => (Some((m, v)), None),
+            Found::Head(m, v) => (Some((*m, v)), None),
             Found::Absent => (None, None),
             Found::Refused(v, epoch) => (None, Some((v, epoch))),
         };
@@ -256,7 +259,9 @@ fn push_one(
             if refused.is_some() {
                 repaired.push(manifest_key(id));
             }
-            rewrite |= man || !repaired.is_empty();
+            // A new epoch whatever was found: every reader that marked the session
+            // unreadable judges it again (an object may have been put right by hand).
+            rewrite |= man || !repaired.is_empty() || mode == Mode::Repair;
         }
         if base_len == local_len && !base_new && !rewrite {
             // Nothing new: no object is created or changed.
@@ -278,12 +283,24 @@ fn push_one(
         // 1. blobs, each once for the whole bucket.
         if !blobs_done {
             let want: Vec<String> = store.blobs_of(id, &st)?.into_iter().collect();
+            let blobs = store.blobs();
             for chunk in want.chunks(256) {
-                let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
-                let there = bucket.exists_many(&keys)?;
+                // A small blob is created without asking first whether the bucket holds
+                // it: the create-only PUT answers that itself (412), one request instead
+                // of two. A larger one is asked about first (its bytes are not sent again).
+                let small = |d: &String| {
+                    std::fs::metadata(blobs.path_of(d)).is_ok_and(|m| m.len() <= ASK_FIRST)
+                };
+                let large: Vec<String> = chunk.iter().filter(|d| !small(d)).cloned().collect();
+                let keys: Vec<String> = large.iter().map(|d| blob_key(d)).collect();
+                let held: BTreeSet<&String> = large
+                    .iter()
+                    .zip(bucket.exists_many(&keys)?)
+                    .filter_map(|(d, there)| there.then_some(d))
+                    .collect();
                 let mut items = Vec::new();
-                for (d, there) in chunk.iter().zip(there) {
-                    if there {
+                for d in chunk {
+                    if held.contains(d) {
                         continue;
                     }
                     if let Some(b) = get_blob(store, d)? {

@@ -154,10 +154,12 @@ fn an_altered_blob_marks_its_session_unreadable_until_push_repair() {
     assert_eq!(fixed.pushed[0].remote_head["epoch"], 2);
     assert_eq!(w.get(&key), good);
     assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
-    // Nothing left to repair: a second --repair changes nothing.
+    // Nothing left to repair: a second --repair uploads nothing again, and still writes a
+    // new epoch (readers judge the session again).
     let none = push_with(&w.a, &w.remote, &bucket(&w.objects), &ids, Mode::Repair).unwrap();
     assert!(none.pushed[0].repaired.is_empty());
-    assert_eq!(none.pushed[0].remote_head["epoch"], 2);
+    assert_eq!(none.pushed[0].remote_head["epoch"], 3);
+    assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
 }
 
 #[test]
