@@ -174,7 +174,7 @@ impl Reader {
                 let _ = std::fs::remove_dir_all(&d);
             }
         }
-        for ext in ["wal", "json"] {
+        for ext in ["wal", "json", "pulled"] {
             let _ = std::fs::remove_file(self.verified_path(id, ext));
         }
         if let Ok(rd) = std::fs::read_dir(self.dir.join("bases")) {
@@ -204,19 +204,16 @@ impl Reader {
         let m = self.judged(id, &raw.0, |m| {
             self.verify_wals(std::slice::from_ref(m)).remove(0)
         })?;
-        let sdir = self.mirror.session_dir(id);
-        let wal_path = self.mirror.wal_path(id);
-        let pulled = sdir.join("pulled.json");
+        let pulled = self.verified_path(id, "pulled");
         let have: Option<(u64, String)> = std::fs::read(&pulled)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         if have.as_ref() != Some(&(m.wal_length, m.wal_sha256.clone())) {
             let wal_obj = format!("sessions/{id}/wal");
             let verified = self.verified_path(id, "wal");
-            std::fs::create_dir_all(&sdir).map_err(|e| Error::io(sdir.display(), e))?;
             let wal = std::fs::read(&verified).map_err(|e| Error::io(verified.display(), e))?;
-            revl_core::util::write_durable(&wal_path, &wal)
-                .map_err(|e| Error::io(wal_path.display(), e))?;
+            // Into the mirror through its journals, as any store's WAL is made.
+            create_journal(&self.mirror, id, &wal)?;
             self.judge(id, &raw.0, || {
                 if let Some(base) = &m.base {
                     self.mirror.set_base(id, base)?;
@@ -812,7 +809,7 @@ pub fn fork(
 ) -> Result<revl_core::report::ForkReport> {
     let r = Reader::open(store, remote)?;
     let id = r.resolve(given)?;
-    r.sync_family(&id)?;
+    let m = r.sync_family(&id)?;
     let dir = fork_dir(store, &remote.name, &id);
     // A branch an earlier confirm made here but never moved is moved before its scratch
     // store goes.
@@ -822,10 +819,7 @@ pub fn fork(
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
     }
     let work = scratch(store, &remote.name, &id, &r.mirror)?;
-    let sdir = work.session_dir(&id);
-    std::fs::create_dir_all(&sdir).map_err(|e| Error::io(sdir.display(), e))?;
-    std::fs::copy(r.mirror.wal_path(&id), work.wal_path(&id))
-        .map_err(|e| Error::io(work.wal_path(&id).display(), e))?;
+    copy_journal(&r.mirror, &work, &id, m.wal_length)?;
     // The head, from the mirror (whose workspace is the base tree).
     let src = r.mirror.attach_read(&id)?;
     let head = src.state().head() as i64;
@@ -915,7 +909,7 @@ pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String
 /// workspace as the fork left it). Each step is idempotent: a move cut short is finished
 /// by running it again.
 fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
-    let (st, _) = revl_core::state::State::read(&work.wal_path(branch))?;
+    let (st, meta) = revl_core::state::State::read(&work.wal_path(branch))?;
     let local = store.blobs();
     for d in revl_core::gc::blobs_named(&st, &work.blobs()) {
         // A digest the WAL names may be held inline (a small preimage): not every one is a
@@ -924,17 +918,34 @@ fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
             local.put(&b)?;
         }
     }
-    let to = store.session_dir(branch);
-    std::fs::create_dir_all(&to).map_err(|e| Error::io(to.display(), e))?;
-    let wal = std::fs::read(work.wal_path(branch)).map_err(|e| Error::io(to.display(), e))?;
-    revl_core::util::write_durable(&store.wal_path(branch), &wal)
-        .map_err(|e| Error::io(to.display(), e))?;
+    copy_journal(work, store, branch, meta.good_len)?;
     // A branch made from a remote can be branched again elsewhere.
     if store.base_of(branch).is_none() {
         let ws = Path::new(&st.workspace);
         store.capture_base(branch, ws)?;
     }
     Ok(())
+}
+
+/// The first `len` bytes of session `id`'s WAL copied from store `from` into store `to`,
+/// through their journals (the one copy of a WAL between stores: the mirror's into a
+/// remote fork's scratch store, a branch's from there into this store).
+fn copy_journal(from: &Store, to: &Store, id: &str, len: u64) -> Result<()> {
+    let bytes = from
+        .storage()
+        .journals
+        .read_range(id, 0, len)
+        .map_err(|e| Error::io(format!("cannot read the WAL of session {id}"), e))?;
+    create_journal(to, id, &bytes)
+}
+
+/// Session `id`'s WAL made in `store` holding exactly `bytes` (whole or not at all).
+fn create_journal(store: &Store, id: &str, bytes: &[u8]) -> Result<()> {
+    store
+        .storage()
+        .journals
+        .create(id, bytes)
+        .map_err(|e| Error::io(format!("cannot write the WAL of session {id}"), e))
 }
 
 /// Branches a remote fork of `id` completed in its scratch store that never moved into
