@@ -129,15 +129,20 @@ def bench_lineage(tmp):
     row("one family from the index (recursive query)", f"{statistics.median(times)*1e3:.0f} ms")
 
 
-def bench_branch(tmp):
-    n = int(os.environ.get("REVL_BENCH_FILES", "10000"))
-    prefix = f"bench-branch-{os.getpid()}"
-    a, ws = f"{tmp}/branch/a", f"{tmp}/branch/ws"
+def small_files(ws, n):
+    """A workspace of n files of 1 KiB (hex text) in 100 directories."""
     for i in range(n):
         d = f"{ws}/d{i % 100}"
         os.makedirs(d, exist_ok=True)
         with open(f"{d}/f{i}.txt", "wb") as fh:
             fh.write(os.urandom(512).hex().encode())
+
+
+def bench_branch(tmp):
+    n = int(os.environ.get("REVL_BENCH_FILES", "10000"))
+    prefix = f"bench-branch-{os.getpid()}"
+    a, ws = f"{tmp}/branch/a", f"{tmp}/branch/ws"
+    small_files(ws, n)
     revl(a, "remote", "add", "origin", f"s3://{BUCKET}/{prefix}")
     ct, doc = timed(lambda: revl(a, "new", "--workspace", ws))
     sid = doc["session"]
@@ -174,11 +179,7 @@ def bench_first_push(tmp):
     n = int(os.environ.get("REVL_BENCH_FILES", "10000"))
     before = os.environ.get("REVL_BIN_BEFORE")
     ws, store = f"{tmp}/first/ws", f"{tmp}/first/store"
-    for i in range(n):
-        d = f"{ws}/d{i % 100}"
-        os.makedirs(d, exist_ok=True)
-        with open(f"{d}/f{i}.txt", "wb") as fh:
-            fh.write(os.urandom(512).hex().encode())
+    small_files(ws, n)
     sid = revl(store, "new", "--workspace", ws, "--capture-base")["session"]
     for i in range(5):
         revl(store, "write", sid, f"d{i}/f{i}.txt", "--content", f"changed {i}")
