@@ -13,6 +13,10 @@
 - branch: a remote branch (`fork --remote` + `fork-confirm --into`) of a 10,000-file
   workspace on a second store against downloading and unpacking a tarball of it (boto3 +
   tar).
+- first-push: the first push of a session whose base tree holds 10,000 small files
+  (REVL_BENCH_FILES) against boto3 uploading the same files (the store's blobs and the WAL)
+  one PUT after another, in turns, each round into fresh prefixes. With REVL_BIN_BEFORE
+  set to another revl binary, its push is timed in the same turns (before/after).
 Timings are wall clock, median of the runs given (REVL_BENCH_RUNS, default 3).
 """
 import json, os, subprocess, sys, tempfile, time, statistics, tarfile, io, concurrent.futures
@@ -82,6 +86,14 @@ def bench_push(tmp):
 
 
 def bench_lineage(tmp):
+    # The manifests below are synthesised without a WAL. Since a manifest is believed (listed,
+    # indexed) only once its WAL is verified and states the WAL's lineage (docs/fleet.md,
+    # "Reading a remote"), every one of them is refused, so this bench no longer measures
+    # anything: it needs 100,000 sessions with real WALs (each with its own header and
+    # CRCs), which this script does not make yet. docs/performance.md keeps the figures
+    # taken before, and says so.
+    sys.exit("lineage: not runnable since manifests are verified against their WAL: the synthesised "
+             "manifests have none (see the comment in bench_lineage and docs/performance.md)")
     n = int(os.environ.get("REVL_BENCH_SESSIONS", "100000"))
     prefix = f"bench-lineage-{os.getpid()}"
     store = f"{tmp}/lineage/store"
@@ -117,15 +129,20 @@ def bench_lineage(tmp):
     row("one family from the index (recursive query)", f"{statistics.median(times)*1e3:.0f} ms")
 
 
-def bench_branch(tmp):
-    n = int(os.environ.get("REVL_BENCH_FILES", "10000"))
-    prefix = f"bench-branch-{os.getpid()}"
-    a, ws = f"{tmp}/branch/a", f"{tmp}/branch/ws"
+def small_files(ws, n):
+    """A workspace of n files of 1 KiB (hex text) in 100 directories."""
     for i in range(n):
         d = f"{ws}/d{i % 100}"
         os.makedirs(d, exist_ok=True)
         with open(f"{d}/f{i}.txt", "wb") as fh:
             fh.write(os.urandom(512).hex().encode())
+
+
+def bench_branch(tmp):
+    n = int(os.environ.get("REVL_BENCH_FILES", "10000"))
+    prefix = f"bench-branch-{os.getpid()}"
+    a, ws = f"{tmp}/branch/a", f"{tmp}/branch/ws"
+    small_files(ws, n)
     revl(a, "remote", "add", "origin", f"s3://{BUCKET}/{prefix}")
     ct, doc = timed(lambda: revl(a, "new", "--workspace", ws))
     sid = doc["session"]
@@ -158,11 +175,49 @@ def bench_branch(tmp):
     row(f"boto3 download + tar xzf of the workspace ({len(buf.getvalue())/1e6:.1f} MB gz)", f"{statistics.median(bt):.2f} s")
 
 
+def bench_first_push(tmp):
+    n = int(os.environ.get("REVL_BENCH_FILES", "10000"))
+    before = os.environ.get("REVL_BIN_BEFORE")
+    ws, store = f"{tmp}/first/ws", f"{tmp}/first/store"
+    small_files(ws, n)
+    sid = revl(store, "new", "--workspace", ws, "--capture-base")["session"]
+    for i in range(5):
+        revl(store, "write", sid, f"d{i}/f{i}.txt", "--content", f"changed {i}")
+    files = [os.path.join(d, f) for d, _, fs in os.walk(f"{store}/blobs") for f in fs]
+    files.append(f"{store}/sessions/{sid}/wal.jsonl")
+    times = {"revl": [], "before": [], "boto3": []}
+    global REVL
+    after_bin = REVL
+    for run in range(RUNS):
+        tag = f"{os.getpid()}-{run}"
+        for who in (["before"] if before else []) + ["revl", "boto3"]:
+            prefix = f"bench-first-{who}-{tag}"
+            if who == "boto3":
+                def upload():
+                    for i, f in enumerate(files):
+                        with open(f, "rb") as fh:
+                            s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{i}", Body=fh.read())
+                times[who].append(timed(upload)[0])
+                continue
+            REVL = before if who == "before" else after_bin
+            revl(store, "remote", "add", f"r{who}{run}", f"s3://{BUCKET}/{prefix}")
+            dt, doc = timed(lambda: revl(store, "--remote", f"r{who}{run}", "push", sid))
+            assert doc["pushed"][0]["segments"] == 1
+            times[who].append(dt)
+        REVL = after_bin
+    size = sum(os.path.getsize(f) for f in files)
+    print(f"first push: one session, base tree of {n} files ({len(files)} files, {size/1e6:.1f} MB in the store); rounds: {RUNS}")
+    for who, ts in times.items():
+        if ts:
+            row(who if who != "before" else f"revl before ({before})", "  ".join(f"{t:.1f} s" for t in ts) + f"  (median {statistics.median(ts):.1f} s)")
+
+
 def main():
     which = sys.argv[1:] or ["push", "lineage", "branch"]
     with tempfile.TemporaryDirectory(prefix="revl-bench-fleet-") as tmp:
         for w in which:
-            {"push": bench_push, "lineage": bench_lineage, "branch": bench_branch}[w](tmp)
+                        {"push": bench_push, "lineage": bench_lineage, "branch": bench_branch,
+             "first-push": bench_first_push}[w](tmp)
 
 
 if __name__ == "__main__":

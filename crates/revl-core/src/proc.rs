@@ -234,8 +234,12 @@ pub fn run_command(
     run_command_watched(cmd, stdin, timeout, started, &mut || false, sink)
 }
 
-/// [`run_command`], and `stop` is asked about every 100 ms while the command runs: `true`
-/// kills it (as a timeout does, without `timed_out`).
+/// How often the watcher looks at least (see [`run_command_watched`]).
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// [`run_command`], and `stop` is asked about every 100 ms while the command runs (less
+/// often when asking takes long: at most a tenth of the time): `true` kills it (as a
+/// timeout does, without `timed_out`).
 pub fn run_command_watched(
     mut cmd: Command,
     stdin: Option<Vec<u8>>,
@@ -275,6 +279,7 @@ pub fn run_command_watched(
     }
     let start = Instant::now();
     let mut last_watch = start;
+    let mut watch_every = WATCH_EVERY;
     let mut timed_out = false;
     let mut interrupted_here = false;
     let mut nap = Duration::from_micros(200);
@@ -293,12 +298,16 @@ pub fn run_command_watched(
             let _ = child.kill();
             break child.wait()?;
         }
-        if last_watch.elapsed() >= Duration::from_millis(100) {
+        if last_watch.elapsed() >= watch_every {
             last_watch = Instant::now();
             if stop() {
                 let _ = child.kill();
                 break child.wait()?;
             }
+            // A look that grows with what the command wrote (a walk of its upper layer)
+            // takes at most a tenth of a core: the next waits ten times as long as this one
+            // took (the command competes for the same cores); never less than 100 ms.
+            watch_every = (last_watch.elapsed() * 10).max(WATCH_EVERY);
         }
         std::thread::sleep(nap);
         nap = (nap * 2).min(Duration::from_millis(5));

@@ -606,7 +606,8 @@ impl Workspace {
     /// Plan a file effect: validate, capture the preimage, compute the intended post-image.
     /// Nothing in the workspace changes.
     pub fn plan(&self, op: FileOp, blobs: &BlobStore) -> Result<Planned> {
-        let um = umask();
+        // Read only when a new file or directory needs it: it costs a read of /proc.
+        let um = umask;
         match op {
             FileOp::Write { path, content } => {
                 let rel = self.confine(&path, false)?;
@@ -633,7 +634,7 @@ impl Workspace {
                 };
                 let mode = match &existing {
                     Some(m) if m.is_file() => m.permissions().mode() & 0o7777,
-                    _ => 0o644 & !um,
+                    _ => 0o644 & !um(),
                 };
                 let after = Image {
                     digest: Some(blake3_hex(&content)),
@@ -746,7 +747,7 @@ impl Workspace {
                 let after = Image {
                     digest: Some(empty_dir_digest().to_string()),
                     kind: Some(FileKind::Dir),
-                    mode: Some(mode_str(0o777 & !um)),
+                    mode: Some(mode_str(0o777 & !um())),
                     path: rel.clone(),
                 };
                 Ok(Planned {
@@ -1188,27 +1189,27 @@ impl Workspace {
     /// of [`crate::state::Unsettled`] become durable in their files.
     pub fn sync_files(&self, paths: &[&str]) -> Result<()> {
         let lanes = paths.len().clamp(1, 8);
+        let lane = |lane: usize| -> Result<()> {
+            for p in paths.iter().skip(lane).step_by(lanes) {
+                let abs = self.abs(p);
+                match File::open(&abs).and_then(|f| f.sync_all()) {
+                    Ok(()) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                        ) => {}
+                    Err(e) => return Err(io(&abs, e)),
+                }
+            }
+            Ok(())
+        };
+        // One file (a session rewriting the same file): no thread to start for it.
+        if lanes == 1 {
+            return lane(0);
+        }
         std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..lanes)
-                .map(|lane| {
-                    sc.spawn(move || -> Result<()> {
-                        for p in paths.iter().skip(lane).step_by(lanes) {
-                            let abs = self.abs(p);
-                            match File::open(&abs).and_then(|f| f.sync_all()) {
-                                Ok(()) => {}
-                                Err(e)
-                                    if matches!(
-                                        e.kind(),
-                                        std::io::ErrorKind::NotFound
-                                            | std::io::ErrorKind::NotADirectory
-                                    ) => {}
-                                Err(e) => return Err(io(&abs, e)),
-                            }
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
+            let handles: Vec<_> = (0..lanes).map(|l| sc.spawn(move || lane(l))).collect();
             handles.into_iter().try_for_each(|h| {
                 h.join().unwrap_or_else(|_| {
                     Err(Error::new(

@@ -25,6 +25,8 @@ pub enum Put {
 
 /// The bucket of a remote.
 pub enum Bucket {
+    /// An object store: S3 (`s3://`), or any other `object_store` implementation given to
+    /// [`Bucket::over`] (the tests' in-memory store).
     S3 {
         store: Arc<dyn ObjectStore>,
         prefix: String,
@@ -36,7 +38,21 @@ pub enum Bucket {
     },
 }
 
+/// An error of the object store, as a user can act on it: a bucket that does not exist and
+/// missing credentials are said as such (never as "object not found" or the cloud's
+/// instance-metadata address); anything else names what failed and the server's answer.
 fn remote_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
+    let e = e.to_string();
+    if let Some(b) = no_such_bucket(&e) {
+        return Error::new(
+            Code::Io,
+            format!("{what}: the bucket {b} does not exist on the server"),
+            "create the bucket, or fix the remote's URL (`revl remote list` shows it; `revl remote add NAME s3://BUCKET/PREFIX`)",
+        );
+    }
+    if e.contains("169.254.169.254") || e.contains("credential") {
+        return no_credentials(&what.to_string());
+    }
     Error::new(
         Code::Io,
         format!("{what}: {e}"),
@@ -44,13 +60,72 @@ fn remote_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error 
     )
 }
 
+/// The bucket named by an S3 `NoSuchBucket` answer in `e`, if it is one.
+fn no_such_bucket(e: &str) -> Option<String> {
+    if !e.contains("NoSuchBucket") {
+        return None;
+    }
+    let name = e
+        .split_once("<BucketName>")
+        .and_then(|(_, r)| r.split_once("</BucketName>"))
+        .map(|(b, _)| b.to_string())
+        .unwrap_or_else(|| "named by the URL".to_string());
+    Some(name)
+}
+
+fn no_credentials(what: &str) -> Error {
+    Error::new(
+        Code::Usage,
+        format!("{what}: no AWS credentials are set"),
+        "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), or AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN",
+    )
+}
+
+/// Whether the environment holds credentials object_store reads without asking the
+/// cloud's instance-metadata service (which, off a cloud machine, answers nothing useful).
+fn credentials_in_env() -> bool {
+    let set = |k: &str| std::env::var_os(k).is_some_and(|v| !v.is_empty());
+    (set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY"))
+        || (set("AWS_WEB_IDENTITY_TOKEN_FILE") && set("AWS_ROLE_ARN"))
+        || set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        || set("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+}
+
 impl Bucket {
-    /// Open the bucket of `url` (`s3://bucket[/prefix]` or `file:///abs/dir`).
-    pub fn open(url: &str) -> Result<Bucket> {
+    /// Check `url` is a remote URL (`s3://bucket[/prefix]` or `file:///abs/dir`) without
+    /// opening it (nor needing credentials).
+    pub fn check_url(url: &str) -> Result<()> {
         if let Some(rest) = url.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let bucket = rest.split('/').next().unwrap_or_default();
             if bucket.is_empty() {
                 return Err(bad_url(url));
+            }
+            return Ok(());
+        }
+        match url.strip_prefix("file://") {
+            Some(dir) if Path::new(dir).is_absolute() => Ok(()),
+            _ => Err(bad_url(url)),
+        }
+    }
+
+    /// A bucket over any object store (`url` names it in messages): the same code as an S3
+    /// remote's, e.g. on `object_store`'s in-memory store in tests.
+    pub fn over(store: Arc<dyn ObjectStore>, url: &str) -> Result<Bucket> {
+        Ok(Bucket::S3 {
+            store,
+            prefix: String::new(),
+            rt: runtime()?,
+            url: url.to_string(),
+        })
+    }
+
+    /// Open the bucket of `url` (`s3://bucket[/prefix]` or `file:///abs/dir`).
+    pub fn open(url: &str) -> Result<Bucket> {
+        Self::check_url(url)?;
+        if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if !credentials_in_env() {
+                return Err(no_credentials(&format!("cannot open {url}")));
             }
             let mut b = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
@@ -74,25 +149,17 @@ impl Bucket {
             let store = b
                 .build()
                 .map_err(|e| remote_err(format!("cannot open {url}"), e))?;
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| Error::io("cannot start the remote's I/O runtime", e))?;
             return Ok(Bucket::S3 {
                 store: Arc::new(store),
                 prefix: prefix.trim_matches('/').to_string(),
-                rt,
+                rt: runtime()?,
                 url: url.to_string(),
             });
         }
-        if let Some(dir) = url.strip_prefix("file://") {
-            let root = PathBuf::from(dir);
-            if !root.is_absolute() {
-                return Err(bad_url(url));
-            }
-            return Ok(Bucket::Dir { root });
-        }
-        Err(bad_url(url))
+        let dir = url.strip_prefix("file://").ok_or_else(|| bad_url(url))?;
+        Ok(Bucket::Dir {
+            root: PathBuf::from(dir),
+        })
     }
 
     fn key(prefix: &str, key: &str) -> object_store::path::Path {
@@ -157,6 +224,35 @@ impl Bucket {
         }
     }
 
+    /// Replace an object whatever it holds (or create it): only for content-addressed
+    /// objects (a blob, a segment, a pack), whose right bytes are the only ones their name
+    /// allows, when the bucket's copy fails verification (`push --repair`).
+    pub fn replace(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        self.check(key)?;
+        match self {
+            Bucket::S3 {
+                store, prefix, rt, ..
+            } => {
+                let p = Self::key(prefix, key);
+                rt.block_on(store.put(&p, bytes.to_vec().into()))
+                    .map_err(|e| remote_err(format!("cannot write {p}"), e))?;
+                Ok(())
+            }
+            Bucket::Dir { root } => {
+                let path = root.join(key);
+                let io = |e: std::io::Error| Error::io(path.display(), e);
+                if let Some(d) = path.parent() {
+                    std::fs::create_dir_all(d).map_err(io)?;
+                }
+                // A symlink planted at the key is replaced, never written through.
+                if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+                    std::fs::remove_file(&path).map_err(io)?;
+                }
+                revl_core::util::write_durable(&path, bytes).map_err(io)
+            }
+        }
+    }
+
     /// Run `op` on each key's object path (up to 32 requests in flight), results in order;
     /// the first error wins. `None` for a shared directory (the caller goes one by one).
     fn fan_out<'a, K, T, F, Fut>(
@@ -198,16 +294,23 @@ impl Bucket {
     /// [`Bucket::get_many`], each object's answer on its own: one refused object does not
     /// hide the others.
     pub fn get_each(&self, keys: &[String], max: u64) -> Vec<Result<Option<Vec<u8>>>> {
+        let keys: Vec<(String, u64)> = keys.iter().map(|k| (k.clone(), max)).collect();
+        self.get_each_limited(&keys)
+    }
+
+    /// Read many objects at once, each of at most its own number of bytes (up to 32
+    /// requests in flight); each object's answer on its own.
+    pub fn get_each_limited(&self, keys: &[(String, u64)]) -> Vec<Result<Option<Vec<u8>>>> {
         let url = self.describe();
         let url = url.as_str();
         let s3 = self.fan_out(
             keys,
-            |k| k.as_str(),
-            |store, p, k| async move {
+            |(k, _)| k.as_str(),
+            |store, p, (k, max)| async move {
                 if let Err(rule) = check_key(k) {
                     return Ok(Err(refused(url, k, &rule)));
                 }
-                Ok(s3_get(store, p, max, url).await.map(|o| o.map(|(b, _)| b)))
+                Ok(s3_get(store, p, *max, url).await.map(|o| o.map(|(b, _)| b)))
             },
         );
         match s3 {
@@ -215,7 +318,7 @@ impl Bucket {
             Some(Err(e)) => keys.iter().map(|_| Err(e.clone())).collect(),
             None => keys
                 .iter()
-                .map(|k| Ok(self.get_limited(k, max)?.map(|(b, _)| b)))
+                .map(|(k, max)| Ok(self.get_limited(k, *max)?.map(|(b, _)| b)))
                 .collect(),
         }
     }
@@ -338,7 +441,11 @@ async fn s3_get(
             }
             Ok(Some((b.to_vec(), v)))
         }
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e @ object_store::Error::NotFound { .. }) => match no_such_bucket(&e.to_string()) {
+            // A missing bucket is not a missing object.
+            Some(_) => Err(remote_err(format!("cannot read {p}"), e)),
+            None => Ok(None),
+        },
         Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
     }
 }
@@ -366,7 +473,11 @@ async fn s3_put(
         Ok(_) => Ok(Put::Done),
         Err(object_store::Error::AlreadyExists { .. })
         | Err(object_store::Error::Precondition { .. }) => Ok(Put::Conflict),
-        Err(object_store::Error::NotFound { .. }) if expect.is_some() => Ok(Put::Conflict),
+        Err(e @ object_store::Error::NotFound { .. })
+            if expect.is_some() && no_such_bucket(&e.to_string()).is_none() =>
+        {
+            Ok(Put::Conflict)
+        }
         Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
     }
 }
@@ -375,9 +486,20 @@ async fn s3_put(
 async fn s3_exists(store: Arc<dyn ObjectStore>, p: object_store::path::Path) -> Result<bool> {
     match store.head(&p).await {
         Ok(_) => Ok(true),
-        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e @ object_store::Error::NotFound { .. })
+            if no_such_bucket(&e.to_string()).is_none() =>
+        {
+            Ok(false)
+        }
         Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the remote's I/O runtime", e))
 }
 
 fn version_of(m: &object_store::ObjectMeta) -> Version {

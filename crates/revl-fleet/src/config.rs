@@ -87,11 +87,18 @@ impl Remotes {
                 "this store has no remote",
                 "`revl remote add NAME s3://BUCKET/PREFIX` (or file:///DIR) first",
             )),
-            _ => Err(Error::new(
-                Code::Usage,
-                "this store has several remotes: say which",
-                "--remote NAME (`revl remote list` lists them)",
-            )),
+            _ => {
+                let names: Vec<&str> = list.iter().map(|r| r.name.as_str()).collect();
+                Err(Error::new(
+                    Code::Usage,
+                    format!(
+                        "this store has {} remotes ({}): say which",
+                        names.len(),
+                        names.join(", ")
+                    ),
+                    format!("--remote {} (or another of them)", names[0]),
+                ))
+            }
         }
     }
 
@@ -116,7 +123,7 @@ pub fn add(store: &Store, name: &str, url: &str) -> Result<Remote> {
             "use letters, digits, - and _ (at most 64), e.g. origin",
         ));
     }
-    crate::Bucket::open(url)?;
+    crate::Bucket::check_url(url)?;
     let mut all = Remotes::load(store)?;
     if let Some(c) = all.remotes.get(name) {
         if c.url == url {

@@ -181,8 +181,9 @@ pub fn index(store: &revl_core::Store, name: &str, url: &str) -> Result<Indexed>
     let mut all = crate::Remotes::load(store)?;
     let remote = all.get(name)?;
     let mut ix = Index::connect(url)?;
-    let bucket = crate::Bucket::open(&remote.url)?;
-    let (manifests, unreadable) = crate::pull::bucket_manifests(&bucket, name)?;
+    // Only what the bucket's verified WALs say is indexed.
+    let reader = crate::pull::Reader::open(store, &remote)?;
+    let (manifests, unreadable) = crate::pull::bucket_manifests(&reader)?;
     let rows: Vec<_> = manifests
         .into_iter()
         .map(|m| (LineageEntry::of(&m), m.wal_length, m.wal_sha256.clone()))

@@ -9,7 +9,6 @@
 //! parallel fork whose branch then moves into the local store.
 
 use crate::bucket::Bucket;
-use crate::push::remote_manifest;
 use crate::untrusted::{is_digest, MAX_MANIFEST, MAX_OBJECT, MAX_PACK};
 use crate::{blob_key, sha256_hex, tampered, Manifest, Remote};
 use revl_core::storage::Copied;
@@ -22,7 +21,22 @@ pub struct Reader {
     pub remote: Remote,
     pub bucket: Bucket,
     pub mirror: Store,
+    /// The mirror's directory (`<store>/remotes/NAME/mirror`).
     dir: PathBuf,
+    /// The store's cache of the remote (`<store>/remotes/NAME`).
+    root: PathBuf,
+}
+
+/// What a WAL's verification starts from (the verified prefix the cache holds) and the
+/// segments past it to fetch.
+type Plan<'a> = (Vec<u8>, Vec<&'a crate::Segment>);
+
+/// A session's unreadable mark: the manifest (its SHA-256) it was refused at, and why.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Mark {
+    manifest: String,
+    message: String,
+    hint: String,
 }
 
 fn mirror_settings(dir: &Path) -> Copied {
@@ -35,13 +49,20 @@ fn mirror_settings(dir: &Path) -> Copied {
 
 impl Reader {
     pub fn open(store: &Store, remote: &Remote) -> Result<Reader> {
-        let dir = crate::config::remote_dir(store, &remote.name).join("mirror");
+        Self::over(store, remote, Bucket::open(&remote.url)?)
+    }
+
+    /// A reader of `remote` through `bucket` (its objects, wherever they are).
+    pub fn over(store: &Store, remote: &Remote, bucket: Bucket) -> Result<Reader> {
+        let root = crate::config::remote_dir(store, &remote.name);
+        let dir = root.join("mirror");
         let mirror = Store::open_copy(&dir, mirror_settings(&dir), None)?;
         Ok(Reader {
-            bucket: Bucket::open(&remote.url)?,
+            bucket,
             remote: remote.clone(),
             mirror,
             dir,
+            root,
         })
     }
 
@@ -153,6 +174,9 @@ impl Reader {
                 let _ = std::fs::remove_dir_all(&d);
             }
         }
+        for ext in ["wal", "json", "pulled"] {
+            let _ = std::fs::remove_file(self.verified_path(id, ext));
+        }
         if let Ok(rd) = std::fs::read_dir(self.dir.join("bases")) {
             for e in rd.flatten() {
                 if e.file_name()
@@ -167,101 +191,257 @@ impl Reader {
 
     fn sync_checked(&self, id: &str) -> Result<Manifest> {
         let name = &self.remote.name;
-        let Some((m, _)) = remote_manifest(&self.bucket, name, id)? else {
+        let Some(raw) = self
+            .bucket
+            .get_limited(&crate::manifest_key(id), MAX_MANIFEST)?
+        else {
             return Err(Error::new(
                 Code::UnknownSession,
                 format!("no session {id} in remote {name}"),
                 "push it from the store that ran it (`revl push SESSION`)",
             ));
         };
-        let sdir = self.mirror.session_dir(id);
-        let wal_path = self.mirror.wal_path(id);
-        let pulled = sdir.join("pulled.json");
+        let m = self.judged(id, &raw.0, |m| {
+            self.verify_wals(std::slice::from_ref(m)).remove(0)
+        })?;
+        let pulled = self.verified_path(id, "pulled");
         let have: Option<(u64, String)> = std::fs::read(&pulled)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         if have.as_ref() != Some(&(m.wal_length, m.wal_sha256.clone())) {
-            // The segments in order must tile [0, walLength).
-            let mut wal = match &have {
-                Some((len, _)) if *len <= m.wal_length => std::fs::read(&wal_path)
-                    .ok()
-                    .filter(|b| b.len() as u64 == *len)
-                    .unwrap_or_default(),
-                _ => Vec::new(),
-            };
-            let start = wal.len() as u64;
-            let mut at = 0u64;
-            for s in &m.segments {
-                if s.from != at || s.to < s.from {
-                    return Err(tampered(
-                        name,
-                        &crate::manifest_key(id),
-                        "its segments do not tile the WAL",
-                    ));
-                }
-                at = s.to;
-                if s.to <= start {
-                    continue;
-                }
-                if s.from < start {
-                    // The mirror holds part of this segment: fetch whole from its start.
-                    wal.truncate(s.from as usize);
-                }
-                let Some((b, _)) = self.bucket.get_limited(&s.key, s.to - s.from)? else {
-                    return Err(tampered(name, &s.key, "it is missing"));
-                };
-                if sha256_hex(&b) != s.sha256 || b.len() as u64 != s.to - s.from {
-                    return Err(tampered(name, &s.key, "its SHA-256 is not the manifest's"));
-                }
-                wal.extend_from_slice(&b);
-            }
-            if at != m.wal_length || sha256_hex(&wal) != m.wal_sha256 {
-                return Err(tampered(
-                    name,
-                    &crate::manifest_key(id),
-                    "the WAL its segments make does not have its SHA-256",
-                ));
-            }
-            std::fs::create_dir_all(&sdir).map_err(|e| Error::io(sdir.display(), e))?;
-            revl_core::util::write_durable(&wal_path, &wal)
-                .map_err(|e| Error::io(wal_path.display(), e))?;
-            // The lineage the manifest states (what listings and the index show) must be the
-            // verified WAL's.
             let wal_obj = format!("sessions/{id}/wal");
-            let (st, _) = revl_core::state::State::read(&wal_path)
-                .map_err(|e| tampered(name, &wal_obj, &e.message))?;
-            let stated = (
-                st.origin.as_ref().map(|o| o.parent.clone()),
-                st.origin.as_ref().map(|o| o.at.to_i64()),
-                st.life().as_str(),
-                st.head(),
-            );
-            if stated != (m.parent.clone(), m.at, m.state.as_str(), m.head) {
-                return Err(tampered(
-                    name,
-                    &crate::manifest_key(id),
-                    "its lineage (parent, fork step, state, head) is not its WAL's",
-                ));
-            }
-            if let Some(base) = &m.base {
-                self.mirror.set_base(id, base)?;
-            }
-            self.fetch_blobs(id, &m)?;
-            // What the base tree and the WAL name passes the checks a local write passes,
-            // before anything is written at it (docs/fleet.md, "A remote is untrusted input").
-            let base_obj = m.base.as_ref().map(|b| blob_key(&b.tree));
-            self.ensure_base_dir(id)
-                .map_err(|e| hostile(name, base_obj.as_deref().unwrap_or(&wal_obj), e))?;
-            self.mirror
-                .attach_read(id)
-                .and_then(|s| s.check_paths())
-                .map_err(|e| hostile(name, &wal_obj, e))?;
+            let verified = self.verified_path(id, "wal");
+            let wal = std::fs::read(&verified).map_err(|e| Error::io(verified.display(), e))?;
+            // Into the mirror through its journals, as any store's WAL is made.
+            create_journal(&self.mirror, id, &wal)?;
+            self.judge(id, &raw.0, || {
+                if let Some(base) = &m.base {
+                    self.mirror.set_base(id, base)?;
+                }
+                self.fetch_blobs(id, &m)?;
+                // What the base tree and the WAL name passes the checks a local write
+                // passes, before anything is written at it (docs/fleet.md, "A remote is
+                // untrusted input").
+                let base_obj = m.base.as_ref().map(|b| blob_key(&b.tree));
+                self.ensure_base_dir(id)
+                    .map_err(|e| hostile(name, base_obj.as_deref().unwrap_or(&wal_obj), e))?;
+                self.mirror
+                    .attach_read(id)
+                    .and_then(|s| s.check_paths())
+                    .map_err(|e| hostile(name, &wal_obj, e))
+            })?;
             let b = serde_json::to_vec(&(m.wal_length, &m.wal_sha256)).expect("serialises");
             revl_core::util::write_durable(&pulled, &b)
                 .map_err(|e| Error::io(pulled.display(), e))?;
         }
         self.ensure_base_dir(id)?;
         Ok(m)
+    }
+
+    /// Where this reader keeps what it judged of session `id` (`ext`: `wal`, the WAL
+    /// verified against its manifest; `json`, which head that is; `unreadable`, the mark
+    /// of a session refused), beside the mirror in the store's cache of the remote.
+    fn verified_path(&self, id: &str, ext: &str) -> PathBuf {
+        self.root.join("verified").join(format!("{id}.{ext}"))
+    }
+
+    /// Parse and check the manifest `bytes` of session `id`, then run `check` on it,
+    /// through the session's unreadable mark: a manifest already refused (the same bytes)
+    /// is refused again at once, with the reason recorded, and nothing of it is fetched;
+    /// a refusal (`corrupt-remote`) marks the session, and the mark holds until its
+    /// manifest changes (a new push, or `push --repair`, writes a new epoch).
+    fn judged(
+        &self,
+        id: &str,
+        bytes: &[u8],
+        check: impl FnOnce(&Manifest) -> Result<()>,
+    ) -> Result<Manifest> {
+        let mark = self.verified_path(id, "unreadable");
+        let digest = sha256_hex(bytes);
+        if let Some(e) = std::fs::read(&mark)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Mark>(&b).ok())
+            .filter(|k| k.manifest == digest)
+        {
+            return Err(Error::new(Code::CorruptRemote, e.message, e.hint));
+        }
+        let mut m = None;
+        self.judge(id, bytes, || {
+            let parsed = crate::parse_manifest(bytes, id, &self.remote.name)?;
+            check(&parsed)?;
+            m = Some(parsed);
+            Ok(())
+        })?;
+        let _ = std::fs::remove_file(&mark);
+        Ok(m.expect("judged"))
+    }
+
+    /// Run `check` for session `id` whose manifest is `bytes`; a refusal
+    /// (`corrupt-remote`) is recorded as the session's unreadable mark.
+    fn judge(&self, id: &str, bytes: &[u8], check: impl FnOnce() -> Result<()>) -> Result<()> {
+        check().inspect_err(|e| {
+            if e.code == Code::CorruptRemote {
+                let k = Mark {
+                    manifest: sha256_hex(bytes),
+                    message: e.message.clone(),
+                    hint: e.hint.clone(),
+                };
+                let mark = self.verified_path(id, "unreadable");
+                let _ = std::fs::create_dir_all(self.root.join("verified"));
+                let _ = revl_core::util::write_durable(
+                    &mark,
+                    &serde_json::to_vec(&k).expect("serialises"),
+                );
+            }
+        })
+    }
+
+    /// The WAL of each manifest, fetched (what an earlier read verified is kept: only the
+    /// segments past it are fetched, up to 32 requests in flight across all of them),
+    /// verified (each segment's SHA-256, the whole WAL's, the segments tiling it) and its
+    /// stated lineage (parent, fork step, state, head: what listings and the index show)
+    /// checked against the WAL, kept in the cache (`verified/<id>.wal`). Each manifest's
+    /// answer on its own: a hostile one refuses only its session.
+    pub fn verify_wals(&self, ms: &[Manifest]) -> Vec<Result<()>> {
+        let name = &self.remote.name;
+        // What each needs: the verified prefix it starts from, and the segments past it.
+        let plans: Vec<Result<Option<Plan>>> = ms
+            .iter()
+            .map(|m| {
+                let id = &m.session;
+                let have: Option<(u64, String)> = std::fs::read(self.verified_path(id, "json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok());
+                if have.as_ref() == Some(&(m.wal_length, m.wal_sha256.clone()))
+                    && self.verified_path(id, "wal").is_file()
+                {
+                    return Ok(None);
+                }
+                let mut wal = match &have {
+                    Some((len, _)) if *len <= m.wal_length => {
+                        std::fs::read(self.verified_path(id, "wal"))
+                            .ok()
+                            .filter(|b| b.len() as u64 == *len)
+                            .unwrap_or_default()
+                    }
+                    _ => Vec::new(),
+                };
+                let start = wal.len() as u64;
+                let mut at = 0u64;
+                let mut need = Vec::new();
+                for s in &m.segments {
+                    // The segments in order must tile [0, walLength).
+                    if s.from != at || s.to < s.from {
+                        return Err(tampered(
+                            name,
+                            &crate::manifest_key(id),
+                            "its segments do not tile the WAL",
+                        ));
+                    }
+                    at = s.to;
+                    if s.to <= start {
+                        continue;
+                    }
+                    if s.from < start {
+                        // The cache holds part of this segment: fetch whole from its start.
+                        wal.truncate(s.from as usize);
+                    }
+                    need.push(s);
+                }
+                if at != m.wal_length {
+                    return Err(tampered(
+                        name,
+                        &crate::manifest_key(id),
+                        "its segments do not tile the WAL",
+                    ));
+                }
+                Ok(Some((wal, need)))
+            })
+            .collect();
+        let keys: Vec<(String, u64)> = plans
+            .iter()
+            .flat_map(|p| match p {
+                Ok(Some((_, need))) => need
+                    .iter()
+                    .map(|s| (s.key.clone(), s.to - s.from))
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        let mut got = self.bucket.get_each_limited(&keys).into_iter();
+        let mut out = Vec::new();
+        for (m, plan) in ms.iter().zip(plans) {
+            let plan = match plan {
+                Ok(Some(p)) => Ok(p),
+                Ok(None) => {
+                    out.push(Ok(()));
+                    continue;
+                }
+                Err(e) => Err(e),
+            };
+            // Take this manifest's answers even when it failed already (they are in order).
+            let fetched: Vec<_> = match &plan {
+                Ok((_, need)) => got.by_ref().take(need.len()).collect(),
+                Err(_) => Vec::new(),
+            };
+            out.push(plan.and_then(|(mut wal, need)| {
+                for (s, b) in need.iter().zip(fetched) {
+                    let Some(b) = b? else {
+                        return Err(tampered(name, &s.key, "it is missing"));
+                    };
+                    if sha256_hex(&b) != s.sha256 || b.len() as u64 != s.to - s.from {
+                        return Err(tampered(name, &s.key, "its SHA-256 is not the manifest's"));
+                    }
+                    wal.extend_from_slice(&b);
+                }
+                self.keep_verified(m, &wal)
+            }));
+        }
+        out
+    }
+
+    /// The assembled WAL of manifest `m`: checked against its SHA-256 and the lineage the
+    /// manifest states, then kept as verified.
+    fn keep_verified(&self, m: &Manifest, wal: &[u8]) -> Result<()> {
+        let (name, id) = (&self.remote.name, &m.session);
+        if sha256_hex(wal) != m.wal_sha256 {
+            return Err(tampered(
+                name,
+                &crate::manifest_key(id),
+                "the WAL its segments make does not have its SHA-256",
+            ));
+        }
+        let dir = self.root.join("verified");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        let path = self.verified_path(id, "wal");
+        let mark = self.verified_path(id, "json");
+        let _ = std::fs::remove_file(&mark);
+        revl_core::util::write_durable(&path, wal).map_err(|e| Error::io(path.display(), e))?;
+        let wal_obj = format!("sessions/{id}/wal");
+        let (st, _) = revl_core::state::State::read(&path)
+            .map_err(|e| tampered(name, &wal_obj, &e.message))?;
+        if st.session != *id {
+            return Err(tampered(
+                name,
+                &wal_obj,
+                "its header names another session (a WAL is pushed under its own id)",
+            ));
+        }
+        let stated = (
+            st.origin.as_ref().map(|o| o.parent.clone()),
+            st.origin.as_ref().map(|o| o.at.to_i64()),
+            st.life().as_str(),
+            st.head(),
+        );
+        if stated != (m.parent.clone(), m.at, m.state.as_str(), m.head) {
+            return Err(tampered(
+                name,
+                &crate::manifest_key(id),
+                "its lineage (parent, fork step, state, head) is not its WAL's",
+            ));
+        }
+        let b = serde_json::to_vec(&(m.wal_length, &m.wal_sha256)).expect("serialises");
+        revl_core::util::write_durable(&mark, &b).map_err(|e| Error::io(mark.display(), e))
     }
 
     /// Fetch every blob the mirrored session names that the mirror does not hold yet (again
@@ -400,7 +580,7 @@ fn make_writable(dir: &Path) {
 }
 
 /// One session in a remote's lineage.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LineageEntry {
     pub session: String,
@@ -443,18 +623,62 @@ pub struct LineageReport {
     /// others.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<Unreadable>,
+    /// Sessions whose index row is not what the bucket's verified WAL says (answered from
+    /// the bucket instead) or that the bucket does not hold: rebuild the index (`revl
+    /// remote index NAME URL`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stale: Vec<String>,
 }
 
 pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<LineageReport> {
     let mut unreadable = Vec::new();
+    let mut stale = Vec::new();
     let (source, mut all) = match &remote.index {
         Some(url) => {
             let mut ix = crate::index::Index::connect(url)?;
-            ("index", ix.lineage(&remote.name, of)?)
+            let rows = ix.lineage(&remote.name, of)?;
+            match of {
+                // A family's rows are checked against the bucket's verified WALs before
+                // they are believed: a row that differs (another store pushed without the
+                // index, or the table was written by hand) is answered from the bucket
+                // and named stale.
+                Some(of_id) => {
+                    let r = Reader::open(store, remote)?;
+                    let ids: Vec<String> = rows
+                        .iter()
+                        .filter(|e| revl_core::store::is_session_id(&e.session))
+                        .map(|e| e.session.clone())
+                        .collect();
+                    let (ms, bad) = verified_of(&r, &ids)?;
+                    let by: std::collections::BTreeMap<&str, LineageEntry> = ms
+                        .iter()
+                        .map(|m| (m.session.as_str(), LineageEntry::of(m)))
+                        .collect();
+                    let mut checked = Vec::new();
+                    for row in rows {
+                        if bad.iter().any(|u| u.session == row.session) {
+                            continue;
+                        }
+                        match by.get(row.session.as_str()) {
+                            Some(truth) => {
+                                if *truth != row {
+                                    stale.push(row.session.clone());
+                                }
+                                checked.push(truth.clone());
+                            }
+                            None => stale.push(row.session.escape_debug().to_string()),
+                        }
+                    }
+                    unreadable = bad;
+                    // Only the family the verified rows make (a forged parent makes none).
+                    ("index", family(checked, of_id))
+                }
+                None => ("index", rows),
+            }
         }
         None => {
             let r = Reader::open(store, remote)?;
-            let (ms, bad) = bucket_manifests(&r.bucket, &remote.name)?;
+            let (ms, bad) = bucket_manifests(&r)?;
             unreadable = bad;
             ("bucket", ms.iter().map(LineageEntry::of).collect())
         }
@@ -472,27 +696,51 @@ pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<Linea
         count: all.len(),
         sessions: all,
         unreadable,
+        stale,
     })
 }
 
-/// Every session's manifest in the bucket (read 32 at a time), verified to be one; those
-/// refused (`corrupt-remote`) are listed apart, never blocking the others.
-pub fn bucket_manifests(bucket: &Bucket, remote: &str) -> Result<(Vec<Manifest>, Vec<Unreadable>)> {
-    let ids: Vec<String> = bucket
-        .children("sessions")?
-        .into_iter()
-        .filter(|id| revl_core::store::is_session_id(id))
-        .collect();
+/// Every session's manifest in the bucket, each believed only once its WAL is verified
+/// and the lineage it states is the WAL's ([`Reader::verify_wals`]); those refused
+/// (`corrupt-remote`) are listed apart, never blocking the others.
+pub fn bucket_manifests(r: &Reader) -> Result<(Vec<Manifest>, Vec<Unreadable>)> {
+    verified_of(r, &r.session_ids()?)
+}
+
+/// The verified manifests of `ids` (read 32 at a time; a session the bucket does not hold
+/// is left out), and those refused.
+pub fn verified_of(r: &Reader, ids: &[String]) -> Result<(Vec<Manifest>, Vec<Unreadable>)> {
     let mut out = Vec::new();
     let mut bad = Vec::new();
+    let refused = |e: Error, id: &str, bad: &mut Vec<Unreadable>| {
+        if e.code == Code::CorruptRemote {
+            bad.push(Unreadable::of(id, &e));
+            Ok(())
+        } else {
+            Err(e)
+        }
+    };
     for chunk in ids.chunks(1024) {
-        let keys: Vec<String> = chunk.iter().map(|id| crate::manifest_key(id)).collect();
-        for (id, got) in chunk.iter().zip(bucket.get_each(&keys, MAX_MANIFEST)) {
-            match got.and_then(|g| g.map(|b| crate::parse_manifest(&b, id, remote)).transpose()) {
-                Ok(Some(m)) => out.push(m),
+        let keys: Vec<(String, u64)> = chunk
+            .iter()
+            .map(|id| (crate::manifest_key(id), MAX_MANIFEST))
+            .collect();
+        let mut parsed = Vec::new();
+        for (id, got) in chunk.iter().zip(r.bucket.get_each_limited(&keys)) {
+            match got {
+                Ok(Some(b)) => match r.judged(id, &b, |_| Ok(())) {
+                    Ok(m) => parsed.push((b, m)),
+                    Err(e) => refused(e, id, &mut bad)?,
+                },
                 Ok(None) => {}
-                Err(e) if e.code == Code::CorruptRemote => bad.push(Unreadable::of(id, &e)),
-                Err(e) => return Err(e),
+                Err(e) => refused(e, id, &mut bad)?,
+            }
+        }
+        let ms: Vec<Manifest> = parsed.iter().map(|(_, m)| m.clone()).collect();
+        for ((b, m), v) in parsed.into_iter().zip(r.verify_wals(&ms)) {
+            match r.judge(&m.session, &b, || v) {
+                Ok(()) => out.push(m),
+                Err(e) => refused(e, &m.session, &mut bad)?,
             }
         }
     }
@@ -561,7 +809,7 @@ pub fn fork(
 ) -> Result<revl_core::report::ForkReport> {
     let r = Reader::open(store, remote)?;
     let id = r.resolve(given)?;
-    r.sync_family(&id)?;
+    let m = r.sync_family(&id)?;
     let dir = fork_dir(store, &remote.name, &id);
     // A branch an earlier confirm made here but never moved is moved before its scratch
     // store goes.
@@ -571,10 +819,7 @@ pub fn fork(
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
     }
     let work = scratch(store, &remote.name, &id, &r.mirror)?;
-    let sdir = work.session_dir(&id);
-    std::fs::create_dir_all(&sdir).map_err(|e| Error::io(sdir.display(), e))?;
-    std::fs::copy(r.mirror.wal_path(&id), work.wal_path(&id))
-        .map_err(|e| Error::io(work.wal_path(&id).display(), e))?;
+    copy_journal(&r.mirror, &work, &id, m.wal_length)?;
     // The head, from the mirror (whose workspace is the base tree).
     let src = r.mirror.attach_read(&id)?;
     let head = src.state().head() as i64;
@@ -664,7 +909,7 @@ pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String
 /// workspace as the fork left it). Each step is idempotent: a move cut short is finished
 /// by running it again.
 fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
-    let (st, _) = revl_core::state::State::read(&work.wal_path(branch))?;
+    let (st, meta) = revl_core::state::State::read(&work.wal_path(branch))?;
     let local = store.blobs();
     for d in revl_core::gc::blobs_named(&st, &work.blobs()) {
         // A digest the WAL names may be held inline (a small preimage): not every one is a
@@ -673,17 +918,34 @@ fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
             local.put(&b)?;
         }
     }
-    let to = store.session_dir(branch);
-    std::fs::create_dir_all(&to).map_err(|e| Error::io(to.display(), e))?;
-    let wal = std::fs::read(work.wal_path(branch)).map_err(|e| Error::io(to.display(), e))?;
-    revl_core::util::write_durable(&store.wal_path(branch), &wal)
-        .map_err(|e| Error::io(to.display(), e))?;
+    copy_journal(work, store, branch, meta.good_len)?;
     // A branch made from a remote can be branched again elsewhere.
     if store.base_of(branch).is_none() {
         let ws = Path::new(&st.workspace);
         store.capture_base(branch, ws)?;
     }
     Ok(())
+}
+
+/// The first `len` bytes of session `id`'s WAL copied from store `from` into store `to`,
+/// through their journals (the one copy of a WAL between stores: the mirror's into a
+/// remote fork's scratch store, a branch's from there into this store).
+fn copy_journal(from: &Store, to: &Store, id: &str, len: u64) -> Result<()> {
+    let bytes = from
+        .storage()
+        .journals
+        .read_range(id, 0, len)
+        .map_err(|e| Error::io(format!("cannot read the WAL of session {id}"), e))?;
+    create_journal(to, id, &bytes)
+}
+
+/// Session `id`'s WAL made in `store` holding exactly `bytes` (whole or not at all).
+fn create_journal(store: &Store, id: &str, bytes: &[u8]) -> Result<()> {
+    store
+        .storage()
+        .journals
+        .create(id, bytes)
+        .map_err(|e| Error::io(format!("cannot write the WAL of session {id}"), e))
 }
 
 /// Branches a remote fork of `id` completed in its scratch store that never moved into

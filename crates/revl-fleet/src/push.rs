@@ -6,7 +6,7 @@
 //! SHA-256); a push whose local history does not extend it is refused (`fenced`), and a
 //! compare-and-swap that lost a race is re-read and judged the same way.
 
-use crate::bucket::{Bucket, Put};
+use crate::bucket::{Bucket, Put, Version};
 use crate::{blob_key, manifest_key, segment_key, sha256_hex, Manifest, Segment};
 use revl_core::storage::{get_blob, read_range};
 use revl_core::{Code, Error, Result, Store};
@@ -29,6 +29,10 @@ pub struct Pushed {
     /// Whether the lineage index took the new head (absent: no index configured).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub indexed: Option<bool>,
+    /// `push --repair`: the objects whose bucket copy failed verification (altered,
+    /// missing, or not what the session's WAL says), uploaded again from this store.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub repaired: Vec<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -37,9 +41,41 @@ pub struct PushReport {
     pub pushed: Vec<Pushed>,
 }
 
+/// Blobs up to this size are pushed by a create-only PUT without a HEAD first.
+const ASK_FIRST: u64 = 64 << 10;
+
+/// How a push treats what the bucket already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Upload what the bucket lacks; trust that what it holds under a content name is
+    /// that content (checked by every reader).
+    Extend,
+    /// `push --repair`: verify every object of the session the bucket holds (the manifest
+    /// and its lineage, each segment, each blob, the base tree's pack) and upload again
+    /// those that fail, then write a new epoch of the manifest so that every reader judges
+    /// the session again.
+    Repair,
+}
+
 /// Push `sessions` (every session of the store when empty) to `remote`.
 pub fn push(store: &Store, remote: &crate::Remote, sessions: &[String]) -> Result<PushReport> {
-    let bucket = Bucket::open(&remote.url)?;
+    push_with(
+        store,
+        remote,
+        &Bucket::open(&remote.url)?,
+        sessions,
+        Mode::Extend,
+    )
+}
+
+/// [`push`] through `bucket`, in `mode`.
+pub fn push_with(
+    store: &Store,
+    remote: &crate::Remote,
+    bucket: &Bucket,
+    sessions: &[String],
+    mode: Mode,
+) -> Result<PushReport> {
     let writer = crate::config::store_id(store)?;
     let ids = if sessions.is_empty() {
         store.session_ids()?
@@ -53,7 +89,7 @@ pub fn push(store: &Store, remote: &crate::Remote, sessions: &[String]) -> Resul
     let mut pushed = Vec::new();
     let mut refused = Vec::new();
     for id in ids {
-        let mut p = match push_one(store, &bucket, &remote.name, &writer, &id) {
+        let mut p = match push_one(store, bucket, &remote.name, &writer, &id, mode) {
             Ok(p) => p,
             // One copied session must not keep the store's other sessions off the remote:
             // they are pushed, then the refusal is the answer.
@@ -109,6 +145,50 @@ pub fn remote_manifest(
     }
 }
 
+/// The manifest as a push finds it: believed, absent, or refused (`--repair` replaces a
+/// refused one: its version when it could be read, and the epoch it claims).
+enum Found {
+    Head(Box<Manifest>, Version),
+    Absent,
+    Refused(Option<Version>, u64),
+}
+
+fn found(bucket: &Bucket, remote: &str, id: &str, mode: Mode) -> Result<Found> {
+    let refused = |e: Error| -> Result<()> {
+        if e.code != Code::CorruptRemote {
+            return Err(e);
+        }
+        match mode {
+            Mode::Repair => Ok(()),
+            Mode::Extend => Err(Error::new(
+                e.code,
+                e.message,
+                format!("if this store writes session {id}, `revl push --repair {id}` uploads its objects again and replaces the manifest"),
+            )),
+        }
+    };
+    match bucket.get_limited(&manifest_key(id), crate::untrusted::MAX_MANIFEST) {
+        Ok(None) => Ok(Found::Absent),
+        Ok(Some((b, v))) => match crate::parse_manifest(&b, id, remote) {
+            Ok(m) => Ok(Found::Head(Box::new(m), v)),
+            Err(e) => {
+                refused(e)?;
+                // The epoch it claims, if any: the repaired manifest's is higher, so that an
+                // index row of it is replaced.
+                let epoch = serde_json::from_slice::<serde_json::Value>(&b)
+                    .ok()
+                    .and_then(|j| j["epoch"].as_u64())
+                    .unwrap_or(0);
+                Ok(Found::Refused(Some(v), epoch.min(u64::MAX / 2)))
+            }
+        },
+        Err(e) => {
+            refused(e)?;
+            Ok(Found::Refused(None, 0))
+        }
+    }
+}
+
 fn fenced(remote: &str, id: &str, m: &Manifest, why: &str) -> Error {
     Error::new(
         Code::Fenced,
@@ -127,6 +207,7 @@ fn push_one(
     remote: &str,
     writer: &str,
     id: &str,
+    mode: Mode,
 ) -> Result<(Pushed, Option<Manifest>)> {
     let fp = store.failpoints().clone();
     // One read: the state and the bytes pushed are the same prefix of the WAL (a live
@@ -144,8 +225,13 @@ fn push_one(
     let mut uploaded_blobs = 0u64;
     let mut bytes = 0u64;
     let mut blobs_done = false;
+    let mut repaired = Vec::new();
     for _attempt in 0..5 {
-        let current = remote_manifest(bucket, remote, id)?;
+        let (current, refused) = match found(bucket, remote, id, mode)? {
+            Found::Head(m, v) => (Some((*m, v)), None),
+            Found::Absent => (None, None),
+            Found::Refused(v, epoch) => (None, Some((v, epoch))),
+        };
         let (base_len, prev) = match &current {
             Some((m, _)) => {
                 if m.wal_length > local_len
@@ -164,7 +250,20 @@ fn push_one(
         };
         let base_new =
             store.base_of(id).is_some() && prev.as_ref().is_some_and(|m| m.base.is_none());
-        if base_len == local_len && !base_new {
+        // --repair: what fails verification is uploaded again now; the manifest is
+        // rewritten when it was refused, states what the WAL does not, or anything was.
+        let mut rewrite = refused.is_some();
+        if mode == Mode::Repair && !blobs_done {
+            let (r, man) = repair(store, bucket, id, &st, &wal, prev.as_ref())?;
+            repaired.extend(r);
+            if refused.is_some() {
+                repaired.push(manifest_key(id));
+            }
+            // A new epoch whatever was found: every reader that marked the session
+            // unreadable judges it again (an object may have been put right by hand).
+            rewrite |= man || !repaired.is_empty() || mode == Mode::Repair;
+        }
+        if base_len == local_len && !base_new && !rewrite {
             // Nothing new: no object is created or changed.
             let m = prev.expect("a remote head of the local length");
             return Ok((
@@ -176,6 +275,7 @@ fn push_one(
                     bytes: 0,
                     records: 0,
                     indexed: None,
+                    repaired,
                 },
                 None,
             ));
@@ -183,12 +283,24 @@ fn push_one(
         // 1. blobs, each once for the whole bucket.
         if !blobs_done {
             let want: Vec<String> = store.blobs_of(id, &st)?.into_iter().collect();
+            let blobs = store.blobs();
             for chunk in want.chunks(256) {
-                let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
-                let there = bucket.exists_many(&keys)?;
+                // A small blob is created without asking first whether the bucket holds
+                // it: the create-only PUT answers that itself (412), one request instead
+                // of two. A larger one is asked about first (its bytes are not sent again).
+                let small = |d: &String| {
+                    std::fs::metadata(blobs.path_of(d)).is_ok_and(|m| m.len() <= ASK_FIRST)
+                };
+                let large: Vec<String> = chunk.iter().filter(|d| !small(d)).cloned().collect();
+                let keys: Vec<String> = large.iter().map(|d| blob_key(d)).collect();
+                let held: BTreeSet<&String> = large
+                    .iter()
+                    .zip(bucket.exists_many(&keys)?)
+                    .filter_map(|(d, there)| there.then_some(d))
+                    .collect();
                 let mut items = Vec::new();
-                for (d, there) in chunk.iter().zip(there) {
-                    if there {
+                for d in chunk {
+                    if held.contains(d) {
                         continue;
                     }
                     if let Some(b) = get_blob(store, d)? {
@@ -208,28 +320,34 @@ fn push_one(
         }
         // 2. the new segment (immutable; a rerun after a kill finds it there).
         let seg_bytes = &wal[base_len as usize..];
-        let sha = sha256_hex(seg_bytes);
-        let seg = Segment {
-            key: segment_key(id, base_len, local_len, &sha),
-            from: base_len,
-            to: local_len,
-            sha256: sha,
-        };
-        if bucket.put(&seg.key, seg_bytes, None)? == Put::Done {
-            bytes += seg_bytes.len() as u64;
-        }
-        fp.point("push.after-segment");
-        // 3. the manifest, by compare-and-swap from the head read above.
         let mut segments = prev
             .as_ref()
             .map(|m| m.segments.clone())
             .unwrap_or_default();
-        segments.push(seg);
+        if !seg_bytes.is_empty() || segments.is_empty() {
+            let sha = sha256_hex(seg_bytes);
+            let seg = Segment {
+                key: segment_key(id, base_len, local_len, &sha),
+                from: base_len,
+                to: local_len,
+                sha256: sha,
+            };
+            if bucket.put(&seg.key, seg_bytes, None)? == Put::Done {
+                bytes += seg_bytes.len() as u64;
+            }
+            segments.push(seg);
+        }
+        fp.point("push.after-segment");
+        // 3. the manifest, by compare-and-swap from the head read above.
         let m = Manifest {
             kind: crate::MANIFEST_KIND.into(),
             schema_version: "1.0".into(),
             session: id.to_string(),
-            epoch: prev.as_ref().map_or(1, |m| m.epoch + 1),
+            epoch: match (&prev, &refused) {
+                (Some(m), _) => m.epoch + 1,
+                (None, Some((_, e))) => e + 1,
+                (None, None) => 1,
+            },
             writer: writer.to_string(),
             wal_length: local_len,
             wal_sha256: sha256_hex(&wal),
@@ -244,7 +362,17 @@ fn push_one(
         };
         let body = serde_json::to_vec_pretty(&m).expect("a manifest serialises");
         fp.point("push.before-manifest");
-        let put = bucket.put(&manifest_key(id), &body, current.as_ref().map(|c| &c.1))?;
+        let put = match (&current, &refused) {
+            (Some((_, v)), _) => bucket.put(&manifest_key(id), &body, Some(v))?,
+            (None, Some((Some(v), _))) => bucket.put(&manifest_key(id), &body, Some(v))?,
+            // A refused manifest that could not even be read (too large, not a regular
+            // file): replaced.
+            (None, Some((None, _))) => {
+                bucket.replace(&manifest_key(id), &body)?;
+                Put::Done
+            }
+            (None, None) => bucket.put(&manifest_key(id), &body, None)?,
+        };
         if put == Put::Conflict {
             // Another writer moved the head since it was read: judge again from the new one.
             continue;
@@ -260,6 +388,7 @@ fn push_one(
                 bytes,
                 records,
                 indexed: None,
+                repaired,
             },
             Some(m),
         ));
@@ -269,6 +398,96 @@ fn push_one(
         format!("session {id}: the remote head kept changing while this push ran"),
         "another store is pushing this session: check which store writes it",
     ))
+}
+
+/// `push --repair`: every object of session `id` the bucket holds, verified against this
+/// store's copy: each segment the manifest `m` names (its bytes are the local WAL's range
+/// when its SHA-256 is), each blob the session needs (by its blake3), the base tree's pack
+/// (each entry by its digest). Those that fail (or are missing) are uploaded again. Returns
+/// their keys, and whether the manifest itself must be rewritten (its segments or its
+/// lineage are not this store's WAL's).
+fn repair(
+    store: &Store,
+    bucket: &Bucket,
+    id: &str,
+    st: &revl_core::state::State,
+    wal: &[u8],
+    m: Option<&Manifest>,
+) -> Result<(Vec<String>, bool)> {
+    let mut fixed = Vec::new();
+    let mut manifest = false;
+    if let Some(m) = m {
+        let keys: Vec<(String, u64)> = m
+            .segments
+            .iter()
+            .map(|s| (s.key.clone(), s.to - s.from))
+            .collect();
+        for (s, got) in m.segments.iter().zip(bucket.get_each_limited(&keys)) {
+            let ok = matches!(&got, Ok(Some(b)) if sha256_hex(b) == s.sha256);
+            if ok {
+                continue;
+            }
+            let local = wal.get(s.from as usize..s.to as usize);
+            match local.filter(|b| sha256_hex(b) == s.sha256) {
+                Some(b) => {
+                    bucket.replace(&s.key, b)?;
+                    fixed.push(s.key.clone());
+                }
+                // The manifest names a segment this store's WAL does not hold.
+                None => manifest = true,
+            }
+        }
+        if m.wal_length == wal.len() as u64 {
+            let stated = (
+                st.origin.as_ref().map(|o| o.parent.clone()),
+                st.origin.as_ref().map(|o| o.at.to_i64()),
+                st.life().as_str(),
+                st.head(),
+            );
+            manifest |= stated != (m.parent.clone(), m.at, m.state.as_str(), m.head);
+        }
+    }
+    let want: Vec<String> = store.blobs_of(id, st)?.into_iter().collect();
+    for chunk in want.chunks(64) {
+        let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
+        for (d, got) in chunk
+            .iter()
+            .zip(bucket.get_each(&keys, crate::untrusted::MAX_OBJECT))
+        {
+            let ok = matches!(&got, Ok(Some(b)) if revl_core::util::blake3_hex(b) == *d);
+            if ok {
+                continue;
+            }
+            if let Err(e) = &got {
+                if e.code != Code::CorruptRemote {
+                    return Err(e.clone());
+                }
+            }
+            // A digest the WAL names may be held inline (a small preimage): not a blob.
+            if let Some(b) = get_blob(store, d)? {
+                bucket.replace(&blob_key(d), &b)?;
+                fixed.push(blob_key(d));
+            }
+        }
+    }
+    if let Some(base) = store.base_of(id) {
+        let key = crate::pack_key(&base.tree);
+        let ok = match bucket.get_limited(&key, crate::untrusted::MAX_PACK) {
+            Ok(Some((b, _))) => crate::unpack(&b).is_some_and(|entries| {
+                entries
+                    .iter()
+                    .all(|(d, b)| revl_core::util::blake3_hex(b) == *d)
+            }),
+            Ok(None) => true,
+            Err(e) if e.code == Code::CorruptRemote => false,
+            Err(e) => return Err(e),
+        };
+        if !ok {
+            bucket.replace(&key, &pack_of(store, &base)?)?;
+            fixed.push(key);
+        }
+    }
+    Ok((fixed, manifest))
 }
 
 /// Create the blobs of `items` in the bucket (each only if absent), then empty `items`.
@@ -301,8 +520,15 @@ fn upload_pack(store: &Store, bucket: &Bucket, id: &str) -> Result<()> {
     if bucket.exists(&key)? {
         return Ok(());
     }
+    bucket.create_many(&[(key, pack_of(store, &base)?)])?;
+    Ok(())
+}
+
+/// The pack of base tree `base`: its listing and its files up to [`crate::PACK_MAX_BLOB`],
+/// at most [`crate::PACK_MAX_BYTES`] in all.
+fn pack_of(store: &Store, base: &revl_core::session::remote::BaseTree) -> Result<Vec<u8>> {
     let mut digests = BTreeSet::from([base.tree.clone()]);
-    for it in store.base_items(&base)? {
+    for it in store.base_items(base)? {
         digests.extend(it.digest);
     }
     let (mut items, mut total) = (Vec::new(), 0usize);
@@ -314,6 +540,5 @@ fn upload_pack(store: &Store, bucket: &Bucket, id: &str) -> Result<()> {
             }
         }
     }
-    bucket.create_many(&[(key, crate::pack(&items))])?;
-    Ok(())
+    Ok(crate::pack(&items))
 }

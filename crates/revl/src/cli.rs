@@ -86,6 +86,10 @@ enum Cmd {
     Push {
         /// A session id (or unique prefix); default: every session of the store.
         session: Option<String>,
+        /// Verify every object of SESSION the bucket holds (manifest, segments, blobs,
+        /// pack) and upload again those that fail; the manifest gets a new epoch.
+        #[arg(long, requires = "session")]
+        repair: bool,
     },
     /// List the sessions of the store.
     Sessions,
@@ -1195,21 +1199,34 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             session,
         } => hook_cmd(&store, *agent, event.as_deref(), session.as_deref()),
         Cmd::Agent { cmd } => agent_cmd(&store, cmd),
-        Cmd::Push { session } => {
+        Cmd::Push { session, repair } => {
             let remote = revl_fleet::Remotes::load(&store)?.pick(cli.remote.as_deref())?;
             let ids = match session {
                 Some(s) => vec![store.resolve(s)?],
                 None => Vec::new(),
             };
-            let r = revl_fleet::push::push(&store, &remote, &ids)?;
+            let mode = if *repair {
+                revl_fleet::push::Mode::Repair
+            } else {
+                revl_fleet::push::Mode::Extend
+            };
+            let bucket = revl_fleet::Bucket::open(&remote.url)?;
+            let r = revl_fleet::push::push_with(&store, &remote, &bucket, &ids, mode)?;
             let text = r
                 .pushed
                 .iter()
                 .map(|p| {
-                    format!(
+                    let mut line = format!(
                         "{}  epoch {}  {} segment(s), {} blob(s), {} bytes uploaded",
                         p.session, p.remote_head["epoch"], p.segments, p.blobs, p.bytes
-                    )
+                    );
+                    if *repair {
+                        line.push_str(&format!(
+                            "; {} object(s) failed verification and were uploaded again",
+                            p.repaired.len()
+                        ));
+                    }
+                    line
                 })
                 .collect::<Vec<_>>()
                 .join("\n");
@@ -1755,7 +1772,7 @@ fn remote_cmd(store: &Store, cmd: &RemoteCmd) -> Result<Outcome, Error> {
         RemoteCmd::Lineage { name, session } => {
             let remote = revl_fleet::Remotes::load(store)?.get(name)?;
             let r = revl_fleet::pull::lineage(store, &remote, session.as_deref())?;
-            let text = r
+            let mut text = r
                 .sessions
                 .iter()
                 .map(|e| match (&e.parent, e.at) {
@@ -1767,6 +1784,19 @@ fn remote_cmd(store: &Store, cmd: &RemoteCmd) -> Result<Outcome, Error> {
                 })
                 .collect::<Vec<_>>()
                 .join("\n");
+            for u in &r.unreadable {
+                text.push_str(&format!(
+                    "\nunreadable: session {} ({}: {})",
+                    u.session, u.code, u.message
+                ));
+            }
+            if !r.stale.is_empty() {
+                text.push_str(&format!(
+                    "\nthe index is stale for {} (answered from the bucket): rebuild it with `revl remote index {} URL`",
+                    r.stale.join(", "),
+                    r.remote
+                ));
+            }
             Ok(Outcome::ok(to_json(&r), text))
         }
     }

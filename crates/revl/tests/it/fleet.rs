@@ -907,9 +907,46 @@ fn the_lineage_index_in_postgresql_is_rebuilt_from_the_bucket_alone() {
     assert!(log.to_string().contains(&branch));
     f.a(&["write", &id, "late.txt", "--content", "x"]).ok();
     let p = f.a(&["--remote", &name, "push", &id]).ok().clone();
-    // A's remote has no index configured: B's has. Re-index picks the new head up.
+    // A's remote has no index configured: B's has. B's family query checks the rows
+    // against the bucket's verified WALs: the stale row is noticed and answered from the
+    // bucket.
     assert!(p["pushed"][0]["indexed"].is_null());
+    let stale = f.b(&["remote", "lineage", &name, &id]).ok().clone();
+    assert_eq!(stale["stale"], serde_json::json!([id.clone()]), "{stale}");
+    let e = stale["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["session"] == id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(e["epoch"], 2, "{stale}");
+    // A row forged in the table (the bystander made a child of the family) is not believed.
+    let man = revl_fleet::Bucket::open(&f.url)
+        .unwrap()
+        .get(&format!("sessions/{other}/manifest.json"))
+        .unwrap()
+        .unwrap()
+        .0;
+    let mut forged: revl_fleet::Manifest = serde_json::from_slice(&man).unwrap();
+    forged.parent = Some(id.clone());
+    forged.at = Some(1);
+    forged.epoch = 99;
+    revl_fleet::index::Index::connect(&pg)
+        .unwrap()
+        .upsert(&name, &forged)
+        .unwrap();
+    let fam = f.b(&["remote", "lineage", &name, &id]).ok().clone();
+    assert!(
+        !fam.to_string()
+            .contains(&format!("\"session\":\"{other}\"")),
+        "{fam}"
+    );
+    assert!(fam["stale"].to_string().contains(&other), "{fam}");
+    // Re-index picks the new head up, and drops the forged row.
     f.b(&["remote", "index", &name, &pg]).ok();
+    let fam = f.b(&["remote", "lineage", &name, &id]).ok().clone();
+    assert!(fam["stale"].is_null(), "{fam}");
     let again = f.b(&["remote", "lineage", &name, &id]).ok().clone();
     let e = again["sessions"]
         .as_array()
@@ -949,6 +986,61 @@ fn bad_remote_input_gets_a_one_line_error() {
         .err(2, "usage");
     let l = f.a(&["remote", "list"]).ok().clone();
     assert_eq!(l["remotes"][0]["name"], "origin");
+}
+
+#[test]
+fn push_with_several_remotes_and_no_remote_names_them() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let other = f.w.path("bucket-2");
+    std::fs::create_dir_all(&other).unwrap();
+    f.a(&[
+        "remote",
+        "add",
+        "backup",
+        &format!("file://{}", other.display()),
+    ])
+    .ok();
+    let msg = f.a(&["push"]).err(2, "usage");
+    assert!(
+        msg.contains("origin") && msg.contains("backup"),
+        "names the remotes: {msg}"
+    );
+    f.a(&["--remote", "backup", "push"]).ok();
+}
+
+#[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
+fn a_missing_bucket_and_missing_credentials_say_what_to_fix() {
+    let f = Fleet::s3();
+    f.add_remotes();
+    let ws = f.w.ws("ws");
+    let id = s(&f.a(&["new", "--workspace", ws.to_str().unwrap()]).ok()["session"]);
+    let missing = format!("s3://revl-missing-{}/p", &uniq()[..10]);
+    f.a(&["remote", "add", "gone", &missing]).ok();
+    for args in [
+        vec!["--remote", "gone", "push"],
+        vec!["--remote", "gone", "log"],
+        // A missing bucket is not a missing session.
+        vec!["--remote", "gone", "read", &id, "x", "--at", "0"],
+    ] {
+        let msg = f.a(&args).err(1, "io");
+        assert!(msg.contains("does not exist"), "{args:?}: {msg}");
+        assert!(!msg.contains("not found"), "{args:?}: {msg}");
+    }
+    // No credentials: said, without the cloud's instance-metadata address.
+    for args in [
+        vec!["--remote", "origin", "push"],
+        vec!["--remote", "origin", "log"],
+    ] {
+        let o = f.a_env(
+            &args,
+            &[("AWS_ACCESS_KEY_ID", ""), ("AWS_SECRET_ACCESS_KEY", "")],
+        );
+        let msg = o.err(2, "usage");
+        assert!(msg.contains("no AWS credentials"), "{msg}");
+        assert!(!o.stderr.contains("169.254"), "{}", o.stderr);
+    }
 }
 
 #[test]
@@ -1056,48 +1148,69 @@ fn an_execs_large_output_overwritten_since_is_read_and_branched_at_its_step_anyw
 
 // ---- a remote is untrusted input (docs/security.md, "What a remote is trusted with") ----
 
-/// Direct access to a `file://` remote's objects, to plant what an attacker who can write
-/// the bucket could: every forged object is made consistent (digests, CRCs, the manifest's
+/// Direct access to a remote's objects (a `file://` directory's files, or a bucket's
+/// objects through the library's client), to plant what an attacker who can write the
+/// bucket could: every forged object is made consistent (digests, CRCs, the manifest's
 /// SHA-256s recomputed), so only the checks on what the objects *say* can refuse it.
 struct Forge {
-    root: PathBuf,
+    objects: Objects,
     id: String,
+}
+
+enum Objects {
+    Dir(PathBuf),
+    Bucket(revl_fleet::Bucket),
 }
 
 impl Forge {
     fn new(f: &Fleet, id: &str) -> Forge {
+        let objects = match f.url.strip_prefix("file://") {
+            Some(d) => Objects::Dir(PathBuf::from(d)),
+            None => Objects::Bucket(revl_fleet::Bucket::open(&f.url).unwrap()),
+        };
         Forge {
-            root: f.w.path("bucket"),
+            objects,
             id: id.to_string(),
         }
     }
 
-    fn man_path(&self) -> PathBuf {
-        self.root
-            .join("sessions")
-            .join(&self.id)
-            .join("manifest.json")
+    fn get(&self, key: &str) -> Vec<u8> {
+        match &self.objects {
+            Objects::Dir(root) => std::fs::read(root.join(key)).unwrap(),
+            Objects::Bucket(b) => b.get(key).unwrap().expect("the object exists").0,
+        }
+    }
+
+    fn put(&self, key: &str, bytes: &[u8]) {
+        match &self.objects {
+            Objects::Dir(root) => std::fs::write(root.join(key), bytes).unwrap(),
+            Objects::Bucket(b) => b.replace(key, bytes).unwrap(),
+        }
+    }
+
+    fn man_key(&self) -> String {
+        format!("sessions/{}/manifest.json", self.id)
     }
 
     fn manifest(&self) -> Value {
-        serde_json::from_slice(&std::fs::read(self.man_path()).unwrap()).unwrap()
+        serde_json::from_slice(&self.get(&self.man_key())).unwrap()
     }
 
     fn set_manifest(&self, m: &Value) {
-        std::fs::write(self.man_path(), serde_json::to_vec(m).unwrap()).unwrap();
+        self.put(&self.man_key(), &serde_json::to_vec(m).unwrap());
     }
 
     /// A blob put in the bucket under its true name.
     fn put_blob(&self, bytes: &[u8]) -> String {
         let d = blake3::hash(bytes).to_hex().to_string();
-        std::fs::write(self.root.join("blobs").join(&d), bytes).unwrap();
+        self.put(&format!("blobs/{d}"), bytes);
         d
     }
 
     /// The session's base tree entries, as pushed.
     fn base_items(&self) -> Vec<Value> {
         let tree = s(&self.manifest()["base"]["tree"]);
-        serde_json::from_slice(&std::fs::read(self.root.join("blobs").join(tree)).unwrap()).unwrap()
+        serde_json::from_slice(&self.get(&format!("blobs/{tree}"))).unwrap()
     }
 
     /// Replace the session's base tree with `items` (a new tree blob, no pack for it).
@@ -1108,12 +1221,32 @@ impl Forge {
         self.set_manifest(&m);
     }
 
+    /// Blob `digest` altered to `bytes`, loose and in the base tree's pack.
+    fn alter_blob(&self, digest: &str, bytes: &[u8]) {
+        self.put(&format!("blobs/{digest}"), bytes);
+        let pack = format!("packs/{}", s(&self.manifest()["base"]["tree"]));
+        let packed = self.get(&pack);
+        let items: Vec<(String, Vec<u8>)> = revl_fleet::unpack(&packed)
+            .unwrap()
+            .into_iter()
+            .map(|(d, b)| {
+                let b = if d == digest {
+                    bytes.to_vec()
+                } else {
+                    b.to_vec()
+                };
+                (d, b)
+            })
+            .collect();
+        self.put(&pack, &revl_fleet::pack(&items));
+    }
+
     /// The session's WAL as the manifest's segments make it.
     fn wal(&self) -> Vec<u8> {
         let m = self.manifest();
         let mut out = Vec::new();
         for seg in m["segments"].as_array().unwrap() {
-            out.extend(std::fs::read(self.root.join(s(&seg["key"]))).unwrap());
+            out.extend(self.get(&s(&seg["key"])));
         }
         out
     }
@@ -1130,7 +1263,7 @@ impl Forge {
         use sha2::Digest;
         let sha = hex::encode(sha2::Sha256::digest(out.as_bytes()));
         let key = format!("sessions/{}/wal/{:020}-{:020}-{sha}", self.id, 0, out.len());
-        std::fs::write(self.root.join(&key), out.as_bytes()).unwrap();
+        self.put(&key, out.as_bytes());
         let mut m = self.manifest();
         m["segments"] =
             serde_json::json!([{"key": key, "from": 0, "to": out.len(), "sha256": sha}]);
@@ -1259,7 +1392,16 @@ fn refused_alone(f: &Fleet, store: &Path, id: &str, other: &str, rule: &str) {
 
 #[test]
 fn a_forged_base_tree_writes_nothing_outside_the_cache() {
-    let f = Fleet::dir();
+    forged_base_trees(Fleet::dir());
+}
+
+#[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
+fn a_forged_base_tree_in_a_bucket_writes_nothing_outside_the_cache() {
+    forged_base_trees(Fleet::s3());
+}
+
+fn forged_base_trees(f: Fleet) {
     let v = Victims::plant(&f);
     let (id, other) = two_pushed(&f);
     let forge = Forge::new(&f, &id);
@@ -1315,7 +1457,16 @@ fn a_forged_base_tree_writes_nothing_outside_the_cache() {
 
 #[test]
 fn a_forged_wal_with_resealed_crcs_writes_nothing_outside_the_store() {
-    let f = Fleet::dir();
+    forged_wals(Fleet::dir());
+}
+
+#[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
+fn a_forged_wal_in_a_bucket_with_resealed_crcs_writes_nothing_outside_the_store() {
+    forged_wals(Fleet::s3());
+}
+
+fn forged_wals(f: Fleet) {
     let v = Victims::plant(&f);
     let (id, other) = two_pushed(&f);
     let forge = Forge::new(&f, &id);
@@ -1375,7 +1526,16 @@ fn a_forged_wal_with_resealed_crcs_writes_nothing_outside_the_store() {
 
 #[test]
 fn a_manifest_naming_objects_outside_the_remote_is_refused() {
-    let f = Fleet::dir();
+    forged_manifests(Fleet::dir());
+}
+
+#[test]
+#[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
+fn a_manifest_in_a_bucket_naming_objects_outside_it_is_refused_and_the_index_still_rebuilds() {
+    forged_manifests(Fleet::s3());
+}
+
+fn forged_manifests(f: Fleet) {
     let v = Victims::plant(&f);
     let (id, other) = two_pushed(&f);
     let forge = Forge::new(&f, &id);
@@ -1457,37 +1617,57 @@ fn a_manifest_naming_objects_outside_the_remote_is_refused() {
             id.as_str(),
             "{name}: {lin}"
         );
+        // The index is rebuilt from the same manifests: one hostile field never fails the
+        // rebuild (a CR or a NUL once broke its bulk COPY); the others are indexed.
+        if matches!(forge.objects, Objects::Bucket(_)) {
+            let ix_name = format!("ix{}", &uniq()[..10]);
+            f.on(&store, &["remote", "add", &ix_name, &f.url]).ok();
+            let pg = env_of(&f.env, "REVL_TEST_PG").to_string();
+            let ix = f
+                .on(&store, &["remote", "index", &ix_name, &pg])
+                .ok()
+                .clone();
+            assert_eq!(ix["sessions"], 1, "{name}: {ix}");
+            assert_eq!(ix["unreadable"][0]["session"], id.as_str(), "{name}: {ix}");
+        }
         v.check(&f, name);
     }
     forge.set_manifest(&orig);
     // A segment replaced by a symlink to a device (read until out of memory once): a
     // remote's objects are read without following a symlink.
-    let seg = f.w.path("bucket").join(s(&orig["segments"][0]["key"]));
-    let saved = std::fs::read(&seg).unwrap();
-    std::fs::remove_file(&seg).unwrap();
-    std::os::unix::fs::symlink("/dev/zero", &seg).unwrap();
-    let store = fresh(&f, "store-symlink");
-    let log = f.on(&store, &["--remote", "origin", "log"]).ok().clone();
-    assert!(listed(&log, &other), "{log}");
-    let (code, msg) = unreadable(&log, &id).unwrap_or_else(|| panic!("{log}"));
-    assert_eq!(code, "corrupt-remote", "{msg}");
-    assert!(msg.contains("symlink"), "{msg}");
-    std::fs::remove_file(&seg).unwrap();
-    std::fs::write(&seg, saved).unwrap();
+    if let Objects::Dir(root) = &forge.objects {
+        let seg = root.join(s(&orig["segments"][0]["key"]));
+        let saved = std::fs::read(&seg).unwrap();
+        std::fs::remove_file(&seg).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &seg).unwrap();
+        let store = fresh(&f, "store-symlink");
+        let log = f.on(&store, &["--remote", "origin", "log"]).ok().clone();
+        assert!(listed(&log, &other), "{log}");
+        let (code, msg) = unreadable(&log, &id).unwrap_or_else(|| panic!("{log}"));
+        assert_eq!(code, "corrupt-remote", "{msg}");
+        assert!(msg.contains("symlink"), "{msg}");
+        std::fs::remove_file(&seg).unwrap();
+        std::fs::write(&seg, saved).unwrap();
+    }
     // One altered blob: its session is unreadable, the others still read.
     let store = fresh(&f, "store-blob");
-    let blob = f.w.path("bucket").join("blobs").join(
-        forge
-            .base_items()
-            .iter()
-            .find_map(|i| i["d"].as_str().map(str::to_string))
-            .unwrap(),
-    );
-    std::fs::rename(
-        f.w.path("bucket").join("packs"),
-        f.w.path("bucket").join("packs.off"),
-    )
-    .unwrap();
-    std::fs::write(&blob, b"not what its name says").unwrap();
+    let digest = forge
+        .base_items()
+        .iter()
+        .find_map(|i| i["d"].as_str().map(str::to_string))
+        .unwrap();
+    let good = forge.get(&format!("blobs/{digest}"));
+    forge.alter_blob(&digest, b"not what its name says");
     refused_alone(&f, &store, &id, &other, "does not match its digest");
+    // The store that wrote it repairs it: `push --repair` uploads the altered blob again,
+    // a new epoch of the manifest has every reader judge the session again.
+    let plain = f.a(&["push", &id]).ok().clone();
+    assert_eq!(plain["pushed"][0]["blobs"], 0, "{plain}");
+    let fixed = f.a(&["push", "--repair", &id]).ok().clone();
+    let repaired = fixed["pushed"][0]["repaired"].to_string();
+    assert!(repaired.contains(&format!("blobs/{digest}")), "{fixed}");
+    assert_eq!(forge.get(&format!("blobs/{digest}")), good);
+    let log = f.on(&store, &["--remote", "origin", "log"]).ok().clone();
+    assert!(listed(&log, &id) && listed(&log, &other), "{log}");
+    assert!(unreadable(&log, &id).is_none(), "{log}");
 }

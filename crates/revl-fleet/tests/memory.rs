@@ -1,0 +1,201 @@
+//! The fleet's logic on `object_store`'s in-memory store (docs/fleet.md): a push, a read of
+//! it in a second store, a hostile object refused and its session marked unreadable, and
+//! `push --repair` making it read again. The same code as an S3 remote's (`Bucket::over`),
+//! in plain `cargo test`; the S3-compatible server and PostgreSQL runs are in the CLI's
+//! tests (crates/revl/tests/it/fleet.rs).
+
+use object_store::{memory::InMemory, path::Path as Key, ObjectStore, PutPayload};
+use revl_core::workspace::FileOp;
+use revl_core::{Code, Failpoints, Store};
+use revl_fleet::pull::{bucket_manifests, Reader};
+use revl_fleet::push::{push_with, Mode};
+use revl_fleet::{Bucket, Remote};
+use std::sync::Arc;
+
+struct World {
+    _tmp: tempfile::TempDir,
+    objects: Arc<InMemory>,
+    a: Store,
+    b: Store,
+    remote: Remote,
+    id: String,
+    big: Vec<u8>,
+}
+
+fn bucket(objects: &Arc<InMemory>) -> Bucket {
+    Bucket::over(objects.clone(), "memory://test").unwrap()
+}
+
+fn write(path: &str, content: &[u8]) -> FileOp {
+    FileOp::Write {
+        path: path.into(),
+        content: content.to_vec(),
+    }
+}
+
+/// Store A ran a session (a base tree, a small and a large write) and pushed it.
+fn world() -> World {
+    let tmp = tempfile::tempdir().unwrap();
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("README"), "hello\n").unwrap();
+    let a = Store::open(&tmp.path().join("a"), Failpoints::none()).unwrap();
+    let b = Store::open(&tmp.path().join("b"), Failpoints::none()).unwrap();
+    let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+    let mut s = a.new_session(&ws, None).unwrap();
+    let id = s.id().to_string();
+    a.capture_base(&id, &ws).unwrap();
+    s.file_effect(write("a.txt", b"one")).unwrap();
+    s.file_effect(write("big.bin", &big)).unwrap();
+    drop(s);
+    let remote = Remote {
+        name: "origin".into(),
+        url: "memory://test".into(),
+        index: None,
+    };
+    let objects = Arc::new(InMemory::new());
+    let r = push_with(&a, &remote, &bucket(&objects), &[], Mode::Extend).unwrap();
+    assert_eq!(r.pushed.len(), 1);
+    World {
+        _tmp: tmp,
+        objects,
+        a,
+        b,
+        remote,
+        id,
+        big,
+    }
+}
+
+impl World {
+    fn reader(&self) -> Reader {
+        Reader::over(&self.b, &self.remote, bucket(&self.objects)).unwrap()
+    }
+
+    fn rt(&self) -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+    }
+
+    fn get(&self, key: &str) -> Vec<u8> {
+        let k = Key::from(key);
+        self.rt()
+            .block_on(async { self.objects.get(&k).await.unwrap().bytes().await.unwrap() })
+            .to_vec()
+    }
+
+    /// An attacker's write: any bytes at any key.
+    fn plant(&self, key: &str, bytes: &[u8]) {
+        let k = Key::from(key);
+        self.rt()
+            .block_on(self.objects.put(&k, PutPayload::from(bytes.to_vec())))
+            .unwrap();
+    }
+
+    fn read_big(&self, r: &Reader) -> revl_core::Result<Vec<u8>> {
+        r.sync_family(&self.id)?;
+        let s = r.mirror.attach_read(&self.id)?;
+        let got = s.read_at("big.bin", 2)?;
+        Ok(got
+            .content
+            .map(String::into_bytes)
+            .or_else(|| {
+                use base64::Engine;
+                got.content_base64
+                    .map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap())
+            })
+            .unwrap())
+    }
+}
+
+#[test]
+fn a_session_pushed_to_memory_reads_in_another_store_byte_for_byte() {
+    let w = world();
+    let r = w.reader();
+    assert_eq!(w.read_big(&r).unwrap(), w.big);
+    let base = r
+        .mirror
+        .attach_read(&w.id)
+        .unwrap()
+        .read_at("README", 0)
+        .unwrap();
+    assert_eq!(base.content.as_deref(), Some("hello\n"));
+    // A second push with nothing new writes nothing.
+    let again = push_with(&w.a, &w.remote, &bucket(&w.objects), &[], Mode::Extend).unwrap();
+    assert_eq!((again.pushed[0].blobs, again.pushed[0].bytes), (0, 0));
+}
+
+#[test]
+fn an_altered_blob_marks_its_session_unreadable_until_push_repair() {
+    let w = world();
+    let digest = blake3::hash(&w.big).to_hex().to_string();
+    let key = format!("blobs/{digest}");
+    let good = w.get(&key);
+    w.plant(&key, b"not what its name says");
+    let r = w.reader();
+    let e = w.read_big(&r).unwrap_err();
+    assert_eq!(e.code, Code::CorruptRemote, "{e:?}");
+    assert!(e.message.contains(&key), "names the object: {}", e.message);
+    // The mark: the session is refused again at once, even with the object put right
+    // behind the manifest's back (judged again only when the manifest changes).
+    w.plant(&key, &good);
+    let again = w.read_big(&w.reader()).unwrap_err();
+    assert_eq!(again.message, e.message);
+    w.plant(&key, b"not what its name says");
+    // A plain push has nothing new: it uploads nothing.
+    let plain = push_with(&w.a, &w.remote, &bucket(&w.objects), &[], Mode::Extend).unwrap();
+    assert!(plain.pushed[0].repaired.is_empty());
+    assert!(w.read_big(&w.reader()).is_err());
+    // --repair finds the altered blob, uploads it again, and writes a new epoch.
+    let ids = [w.id.clone()];
+    let fixed = push_with(&w.a, &w.remote, &bucket(&w.objects), &ids, Mode::Repair).unwrap();
+    assert_eq!(fixed.pushed[0].repaired, vec![key.clone()]);
+    assert_eq!(fixed.pushed[0].remote_head["epoch"], 2);
+    assert_eq!(w.get(&key), good);
+    assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
+    // Nothing left to repair: a second --repair uploads nothing again, and still writes a
+    // new epoch (readers judge the session again).
+    let none = push_with(&w.a, &w.remote, &bucket(&w.objects), &ids, Mode::Repair).unwrap();
+    assert!(none.pushed[0].repaired.is_empty());
+    assert_eq!(none.pushed[0].remote_head["epoch"], 3);
+    assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
+}
+
+#[test]
+fn a_manifest_stating_another_lineage_is_not_believed_and_repair_restores_it() {
+    let w = world();
+    let key = format!("sessions/{}/manifest.json", w.id);
+    let mut m: serde_json::Value = serde_json::from_slice(&w.get(&key)).unwrap();
+    m["parent"] = "0123456789abcdef0123456789abcdef".into();
+    m["at"] = 1.into();
+    m["head"] = 99.into();
+    w.plant(&key, &serde_json::to_vec(&m).unwrap());
+    let r = w.reader();
+    let (ok, bad) = bucket_manifests(&r).unwrap();
+    assert!(ok.is_empty(), "a forged lineage is believed: {ok:?}");
+    assert_eq!(bad.len(), 1);
+    assert!(bad[0].message.contains("lineage"), "{}", bad[0].message);
+    let ids = [w.id.clone()];
+    let fixed = push_with(&w.a, &w.remote, &bucket(&w.objects), &ids, Mode::Repair).unwrap();
+    assert_eq!(fixed.pushed[0].repaired, Vec::<String>::new());
+    assert_eq!(fixed.pushed[0].remote_head["epoch"], 2);
+    let (ok, bad) = bucket_manifests(&w.reader()).unwrap();
+    assert_eq!((ok.len(), bad.len()), (1, 0));
+    assert_eq!((ok[0].parent.clone(), ok[0].head), (None, 2));
+}
+
+#[test]
+fn a_manifest_that_is_not_one_is_replaced_by_repair() {
+    let w = world();
+    let key = format!("sessions/{}/manifest.json", w.id);
+    w.plant(&key, br#"{"epoch": 7, "writer": "a\r\u0000b"}"#);
+    let e = push_with(&w.a, &w.remote, &bucket(&w.objects), &[], Mode::Extend).unwrap_err();
+    assert_eq!(e.code, Code::CorruptRemote);
+    assert!(e.hint.contains("--repair"), "{}", e.hint);
+    let ids = [w.id.clone()];
+    let fixed = push_with(&w.a, &w.remote, &bucket(&w.objects), &ids, Mode::Repair).unwrap();
+    assert_eq!(fixed.pushed[0].repaired, vec![key]);
+    assert_eq!(fixed.pushed[0].remote_head["epoch"], 8);
+    assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
+}
