@@ -31,12 +31,7 @@ fn io(p: &Path, e: std::io::Error) -> Error {
 /// Clone the tree at `src` into `dst` (absent, or an empty directory). An empty file named
 /// `marker`, if given, is made in `dst` first (a snapshot: right after), so that a repair
 /// can tell `dst` is revl's to remove; the caller removes it when the branch exists.
-pub fn clone_tree(
-    src: &Path,
-    dst: &Path,
-    fp: &Failpoints,
-    marker: Option<&str>,
-) -> Result<Cloned> {
+pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: Option<&str>) -> Result<Cloned> {
     let mark = |d: &Path| match marker {
         Some(m) => fs::File::create(d.join(m)).map(drop).map_err(|e| io(d, e)),
         None => Ok(()),

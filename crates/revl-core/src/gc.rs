@@ -170,9 +170,9 @@ impl Store {
         }
         drop(locks);
         // An aborted branch's layered workspace, or one whose session is gone, goes.
-        let layers = self
-            .layers()
-            .gc(apply, |b| aborted.contains(b) || !ids.iter().any(|i| i == b))?;
+        let layers = self.layers().gc(apply, |b| {
+            aborted.contains(b) || !ids.iter().any(|i| i == b)
+        })?;
         Ok(GcReport {
             sessions_kept: kept,
             sessions_closed: closed,

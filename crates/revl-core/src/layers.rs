@@ -199,12 +199,7 @@ impl Layers {
         let dir = self.lower(&id);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let tree = dir.join("tree");
-        let r = crate::clone::clone_tree(
-            ws,
-            &tree,
-            &crate::failpoint::Failpoints::none(),
-            None,
-        );
+        let r = crate::clone::clone_tree(ws, &tree, &crate::failpoint::Failpoints::none(), None);
         let cloned = match r {
             Ok(c) => c,
             Err(e) => {
@@ -293,13 +288,13 @@ impl Layers {
         );
         // Directories renamed inside the branch (a delete moves its target aside first)
         // need redirect_dir; metacopy and index stay off (plain copy-up).
-        let kernel = std::ffi::CString::new(format!(
-            "{opts},redirect_dir=on,index=off,metacopy=off"
-        ))
-        .map_err(|e| e.to_string())
-        .and_then(|c| {
-            revl_sandbox::layers::overlay(&m.dir, &c).map_err(|e| format!("kernel overlayfs: {e}"))
-        });
+        let kernel =
+            std::ffi::CString::new(format!("{opts},redirect_dir=on,index=off,metacopy=off"))
+                .map_err(|e| e.to_string())
+                .and_then(|c| {
+                    revl_sandbox::layers::overlay(&m.dir, &c)
+                        .map_err(|e| format!("kernel overlayfs: {e}"))
+                });
         let kernel_why = match kernel {
             Ok(()) => return Ok(Driver::Kernel),
             Err(e) => e,
@@ -383,7 +378,10 @@ impl Layers {
             unmount(&m.dir, false).map_err(|e| {
                 Error::new(
                     Code::Io,
-                    format!("cannot unmount the layered workspace {}: {e}", m.dir.display()),
+                    format!(
+                        "cannot unmount the layered workspace {}: {e}",
+                        m.dir.display()
+                    ),
                     "stop the processes that use it (fuser -m DIR), then run the command again",
                 )
             })?;
@@ -471,8 +469,11 @@ impl Layers {
         }
         for b in &branches {
             // The directory goes only where it is empty once unmounted (revl made it).
-            let t = self.take_down(b, true).or_else(|_| self.take_down(b, false))?;
-            out.lowers.extend(t.into_iter().flat_map(|t| t.lowers_collected));
+            let t = self
+                .take_down(b, true)
+                .or_else(|_| self.take_down(b, false))?;
+            out.lowers
+                .extend(t.into_iter().flat_map(|t| t.lowers_collected));
         }
         let _lock = self.lock()?;
         out.lowers.extend(self.collect_unused()?);
@@ -540,9 +541,7 @@ fn unmount(dir: &Path, lazy: bool) -> std::io::Result<()> {
         match c.output() {
             Ok(o) if o.status.success() => return Ok(()),
             Ok(o) => {
-                last = std::io::Error::other(
-                    String::from_utf8_lossy(&o.stderr).trim().to_string(),
-                )
+                last = std::io::Error::other(String::from_utf8_lossy(&o.stderr).trim().to_string())
             }
             Err(_) => {}
         }

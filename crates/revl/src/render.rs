@@ -1356,7 +1356,11 @@ pub fn gc_layers(l: &revl_core::layers::LayersGc) -> String {
     if l.workspaces.is_empty() && l.lowers.is_empty() {
         return String::new();
     }
-    let verb = if l.applied { "" } else { " (dry run: would be)" };
+    let verb = if l.applied {
+        ""
+    } else {
+        " (dry run: would be)"
+    };
     let mut out = format!(
         "\nlayered workspaces of aborted branches taken down{verb}: {}; lower layers no branch uses collected{verb}: {}",
         l.workspaces.len(),

@@ -6,8 +6,8 @@
 use super::{DriftPolicy, Session, GUARANTEE};
 use crate::classify::{self, Partition, Refusal};
 use crate::drift::Drift;
-use crate::layers::Made;
 use crate::error::{Code, Error, Remedy, Result};
+use crate::layers::Made;
 use crate::report::{ForkLineage, ForkReport, Residue, Rewound};
 use crate::state::Life;
 use crate::step::{Pos, StepKind, BY_FORK};
@@ -646,7 +646,11 @@ impl Session {
             records: m.wal_position,
             drift: sha256_jcs(&serde_json::to_value(drift).unwrap_or(Value::Null)),
         };
-        let records = || read_wal(&self.store.wal_path(&self.id)).ok().map(|r| r.records);
+        let records = || {
+            read_wal(&self.store.wal_path(&self.id))
+                .ok()
+                .map(|r| r.records)
+        };
         let mut wal = None;
         let reuse = layers.points_of(&self.id).into_iter().rev().find(|(_, p)| {
             let recs = wal.get_or_insert_with(records);
@@ -1005,9 +1009,8 @@ impl crate::store::Store {
         let (st, _) = crate::state::State::read(&self.wal_path(id))?;
         let made = st.origin.as_ref().is_some_and(|o| {
             o.preserved.get("made").is_some_and(Value::is_string)
-                || crate::state::State::read(&self.wal_path(&o.parent)).is_ok_and(|(p, _)| {
-                    p.parallel_children.iter().any(|c| c.branch == id)
-                })
+                || crate::state::State::read(&self.wal_path(&o.parent))
+                    .is_ok_and(|(p, _)| p.parallel_children.iter().any(|c| c.branch == id))
         });
         if !made {
             return Err(Error::new(
