@@ -72,7 +72,8 @@ impl Store {
             Default::default();
         let ids = self.session_ids()?;
         let mut aborted = BTreeSet::new();
-        for id in ids.iter().cloned() {
+        for id in &ids {
+            let id = id.clone();
             let st = match State::read(&self.wal_path(&id)) {
                 Ok((st, _)) => st,
                 Err(e) if apply => {
