@@ -267,6 +267,7 @@ class AbortReport(Result):
     dropped_deferred: list[dict[str, Any]]
     failed: list[dict[str, Any]]
     preserved: list[dict[str, Any]]
+    removed: dict[str, Any] | None
 
 
 class CommitPlan(Result):
