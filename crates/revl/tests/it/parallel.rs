@@ -31,23 +31,18 @@ fn parent(e: &Env, sink: &Sink) -> (String, Snapshot) {
     let at_k = snapshot(&e.ws);
     ok(e, &["write", &s, "a.txt", "--content", "a2"]);
     ok(e, &["delete", &s, "dir"]);
-    ok(
-        e,
-        &[
-            "exec",
-            &s,
-            "--",
-            "sh",
-            "-c",
-            "echo built > out.txt; mkdir -p gen; echo g > gen/g",
-        ],
-    );
+    exec_sh(e, &s, "echo built > out.txt; mkdir -p gen; echo g > gen/g");
     let r = ok(
         e,
         &["call", &s, "send_email", "--args", r#"{"who":"parent"}"#],
     );
     assert_eq!(r["queued"], true);
     (s, at_k)
+}
+
+/// `revl exec S -- sh -c SCRIPT`, which must succeed.
+fn exec_sh(e: &Env, s: &str, script: &str) -> Value {
+    ok(e, &["exec", s, "--", "sh", "-c", script])
 }
 
 /// Enumerate a fork at `at`: its hash.
@@ -600,20 +595,9 @@ fn loop_fs(kind: &str) -> LoopFs {
 /// A parent on `ws` with a 5 MB file, k = 3; forks into `dirs` in parallel; every branch
 /// equals the step-k tree; returns the clone kinds.
 fn fork_each(e: &Env, sink: &Sink, dirs: &[PathBuf]) -> Vec<String> {
-    let (s, at_k) = parent(e, sink);
-    // A 5 MB file after k: every clone carries it (shared by reflink or snapshot, copied
-    // otherwise), then the rewind in DIR removes it.
-    ok(
-        e,
-        &[
-            "exec",
-            &s,
-            "--",
-            "sh",
-            "-c",
-            "head -c 5000000 /dev/zero | tr '\\0' z > big.bin",
-        ],
-    );
+    // A 5 MB file after k: every clone carries it (shared by reflink, snapshot or a lower
+    // layer, copied otherwise), then the rewind in DIR removes it.
+    let (s, at_k) = big_parent(e, sink);
     let mut kinds = Vec::new();
     let mut trees = Vec::new();
     for d in dirs {
@@ -733,17 +717,7 @@ fn mounted(dir: &Path) -> bool {
 /// A parent as [`parent`], then a 5 MB file after k: a copy of the workspace costs 5 MB.
 fn big_parent(e: &Env, sink: &Sink) -> (String, Snapshot) {
     let (s, at_k) = parent(e, sink);
-    ok(
-        e,
-        &[
-            "exec",
-            &s,
-            "--",
-            "sh",
-            "-c",
-            "head -c 5000000 /dev/zero | tr '\\0' z > big.bin",
-        ],
-    );
+    exec_sh(e, &s, "head -c 5000000 /dev/zero | tr '\\0' z > big.bin");
     (s, at_k)
 }
 
@@ -801,17 +775,7 @@ fn a_layered_branch_never_sees_the_parents_later_writes() {
     assert_eq!(r1["clone"], "layers", "{r1}");
     // The parent goes on: a revl write, an exec, and a file changed by hand.
     ok(&e, &["write", &s, "a.txt", "--content", "a3"]);
-    ok(
-        &e,
-        &[
-            "exec",
-            &s,
-            "--",
-            "sh",
-            "-c",
-            "echo later > late.txt; echo x > dir2",
-        ],
-    );
+    exec_sh(&e, &s, "echo later > late.txt; echo x > dir2");
     std::fs::write(e.ws.join("out.txt"), "by hand").unwrap();
     assert_snap_eq(
         &at_k,
