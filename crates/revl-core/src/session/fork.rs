@@ -613,9 +613,15 @@ impl Session {
         let marker = marker_name(&m.branch);
         let mut fallback = None;
         if !crate::clone::shares(self.ws.root(), dir) {
-            match self.make_layers(dir, m, drift, &marker)? {
-                Ok(made) => return Ok(made),
-                Err(why) => fallback = Some(why),
+            if self.store.copied().is_some() {
+                // A remote session's fork runs in a scratch copy of its store, removed once
+                // the branch moves out: nothing there would keep the layers.
+                fallback = Some("the fork runs in a scratch copy of a remote session's store, which is removed afterwards: layers need the store that keeps them".to_string());
+            } else {
+                match self.make_layers(dir, m, drift, &marker)? {
+                    Ok(made) => return Ok(made),
+                    Err(why) => fallback = Some(why),
+                }
             }
         }
         let c = crate::clone::clone_tree(self.ws.root(), dir, &self.fp, Some(&marker))?;
