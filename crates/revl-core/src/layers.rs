@@ -231,7 +231,15 @@ impl Layers {
             driver: Driver::Kernel,
         };
         self.write_entry(branch, &entry)?;
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        if !dir.exists() {
+            std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+            // DIR's entry is durable before the branch that names it.
+            if let Some(parent) = dir.parent() {
+                std::fs::File::open(parent)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| io(parent, e))?;
+            }
+        }
         match self.mount(branch, &entry) {
             Ok(driver) => {
                 if driver != entry.driver {

@@ -613,7 +613,14 @@ impl Session {
         let marker = marker_name(&m.branch);
         let mut fallback = None;
         if !crate::clone::shares(self.ws.root(), dir) {
-            if self.store.copied().is_some() {
+            if !crate::util::syncfs_persists(self.store.root()) {
+                // The store on FUSE: the kernel's overlay does not take a FUSE upper layer
+                // (and no syncfs reaches its server).
+                fallback = Some(
+                    "the store is on a FUSE filesystem, which cannot hold an overlay's upper layer"
+                        .to_string(),
+                );
+            } else if self.store.copied().is_some() {
                 // A remote session's fork runs in a scratch copy of its store, removed once
                 // the branch moves out: nothing there would keep the layers.
                 fallback = Some("the fork runs in a scratch copy of a remote session's store, which is removed afterwards: layers need the store that keeps them".to_string());
