@@ -17,13 +17,17 @@ kept; the others are abandoned.
   worktrees are removed.
 - ``copy``: a full copy of the project per candidate (``shutil.copytree``); otherwise as git.
 
-Each reports: time per branch (make it, apply, score, report; and abandoning it), the disk the
-branches used at their peak, and the residue: reports that reached the sink from abandoned
-branches, and files that differ from the checkpoint in abandoned workspaces before they are
-deleted (for revl, after ``abort``).
+Each reports: time per branch (make it, apply, score, report) and time to abandon one, timed
+the same way for all three (revl: ``abort(remove=True)``, the abort and the directory taken
+down; git: ``git worktree remove --force``; copy: deleting the tree), the disk the branches
+used at their peak (for revl: the store's growth, its layers included, and the branch
+directories, mounts not crossed), the residue (reports that reached the sink from abandoned
+branches) and how many abandoned branch directories are left after abandoning (0 for all
+three: like for like).
 
-Run: ``python examples/tree_search/tree_search.py [--candidates N] [--vendor-files N]``
-(needs ``pip install ./python`` with the ``langgraph`` extra, and git).
+Run: ``python examples/tree_search/tree_search.py [--candidates N] [--vendor-files N] [--runs N]``
+(needs ``pip install ./python`` with the ``langgraph`` extra, and git). The table prints the
+load average and, over ``--runs`` runs (default 3), each time as a range.
 """
 
 from __future__ import annotations
@@ -223,13 +227,16 @@ def post(url: str, payload: Any) -> None:
 
 
 def du(*paths: Path) -> int:
-    """Bytes of disk the paths use (allocated blocks, as du counts them; hard links once)."""
+    """Bytes of disk the paths use (allocated blocks, as du counts them; hard links once;
+    mounts under them, a layered branch's directory, not crossed: its layers are in the
+    store)."""
     seen: set[tuple[int, int]] = set()
     total = 0
     for p in paths:
         if not p.exists():
             continue
         for root, dirs, files in os.walk(p):
+            dirs[:] = [d for d in dirs if not os.path.ismount(os.path.join(root, d))]
             for name in dirs + files:
                 st = os.lstat(os.path.join(root, name))
                 if (st.st_dev, st.st_ino) in seen:
@@ -256,12 +263,8 @@ def tree_of(files: dict[str, bytes]) -> dict[str, str]:
     return {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}
 
 
-def differing(a: dict[str, str], b: dict[str, str]) -> int:
-    return len({k for k in a.keys() | b.keys() if a.get(k) != b.get(k)})
-
-
 def result(method: str, made: list[float], abandon: list[float], peak: int, sends_abandoned: int,
-           files_left: int, best: str, score: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+           dirs_left: int, best: str, score: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     n = len(made)
     return {
         "method": method,
@@ -271,7 +274,8 @@ def result(method: str, made: list[float], abandon: list[float], peak: int, send
         "secondsPerBranch": round(sum(made) / n, 4),
         "secondsPerAbandon": round(sum(abandon) / max(1, len(abandon)), 4),
         "peakDiskBytes": peak,
-        "residue": {"sendsFromAbandoned": sends_abandoned, "filesLeftInAbandoned": files_left},
+        "residue": {"sendsFromAbandoned": sends_abandoned},
+        "dirsLeftAfterAbandon": dirs_left,
         **(extra or {}),
     }
 
@@ -337,17 +341,18 @@ def run_revl(base: Path, n: int, vendor_files: int, sink: Sink) -> dict[str, Any
     plan = best.commit()
     best.commit_confirm(plan.hash)
     abandon: list[float] = []
-    files_left = 0
+    dirs_left = 0
     for i, (b, _, _) in enumerate(explored):
         if i == best_i:
             continue
+        where = Path(b.status().to_dict()["workspace"])
         t0 = time.perf_counter()
-        b.abort()
+        b.abort(remove=True)  # the abort, and the directory (its layers) taken down
         abandon.append(time.perf_counter() - t0)
-        files_left += differing(tree(Path(b.status().to_dict()["workspace"])), at_checkpoint)
+        dirs_left += where.exists()
     sends_abandoned = sum(1 for body in sink.bodies if body["candidate"] != names[best_i])
     states = sorted(s["state"] for s in store_log(saver))
-    return result("revl", [e[2] for e in explored], abandon, peak, sends_abandoned, files_left,
+    return result("revl", [e[2] for e in explored], abandon, peak, sends_abandoned, dirs_left,
                   names[best_i], best_score,
                   {"setupSeconds": round(setup_seconds, 3), "sessions": states, "sent": list(sink.bodies)})
 
@@ -382,7 +387,6 @@ def run_plain(method: str, base: Path, n: int, vendor_files: int, sink: Sink) ->
         git("add", "-A", cwd=repo)
         git("commit", "-qm", "checkpoint", cwd=repo)
     setup_seconds = time.perf_counter() - t0
-    at_checkpoint = tree(repo)
     repo_before = du(repo)
     code = dict(CANDIDATES)
     lock = threading.Lock()
@@ -407,20 +411,19 @@ def run_plain(method: str, base: Path, n: int, vendor_files: int, sink: Sink) ->
     peak = du(base / "branches") + du(repo) - repo_before
     best_i = max(range(len(names)), key=lambda i: explored[i][1])
     abandon: list[float] = []
-    files_left = 0
+    dirs_left = 0
     for i, (d, _, _) in enumerate(explored):
         if i == best_i:
             continue
-        # What the abandoned branch left before it is thrown away: its edit.
-        files_left += differing(tree(d), at_checkpoint)
         t0 = time.perf_counter()
         if method == "git":
             git("worktree", "remove", "--force", str(d), cwd=repo)
         else:
             shutil.rmtree(d)
         abandon.append(time.perf_counter() - t0)
+        dirs_left += d.exists()
     sends_abandoned = sum(1 for body in sink.bodies if body["candidate"] != names[best_i])
-    return result(method, [e[2] for e in explored], abandon, peak, sends_abandoned, files_left,
+    return result(method, [e[2] for e in explored], abandon, peak, sends_abandoned, dirs_left,
                   names[best_i], explored[best_i][1],
                   {"setupSeconds": round(setup_seconds, 3), "sent": list(sink.bodies)})
 
@@ -443,30 +446,64 @@ def run_all(base: Path, n: int, vendor_files: int) -> list[dict[str, Any]]:
     return out
 
 
+def unmount_under(base: Path) -> None:
+    """The kept winner's directory is a layered mount where revl made it so (no snapshot or
+    reflink here): unmounted before the temp tree is deleted (the kernel's overlay as root,
+    else fuse-overlayfs's)."""
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            p = line.split(" ")[4].encode().decode("unicode_escape")
+            if p.startswith(str(base) + "/"):
+                points.append(p)
+    for p in sorted(points, key=len, reverse=True):
+        for cmd in (["umount", "-l", p], ["fusermount3", "-uz", p]):
+            if subprocess.run(cmd, capture_output=True).returncode == 0:
+                break
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--candidates", type=int, default=len(CANDIDATES))
     ap.add_argument("--vendor-files", type=int, default=1000)
+    ap.add_argument("--runs", type=int, default=3, help="runs; each time is shown as a range")
     ap.add_argument("--dir", type=Path, default=None, help="where to work (default: a temp dir)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    base = a.dir or Path(tempfile.mkdtemp(prefix="revl-tree-search-"))
-    try:
-        rows = run_all(base, min(a.candidates, len(CANDIDATES)), a.vendor_files)
-    finally:
-        if a.dir is None:
-            shutil.rmtree(base, ignore_errors=True)
+    runs: list[list[dict[str, Any]]] = []
+    load_before = os.getloadavg()
+    for n in range(max(1, a.runs)):
+        base = (a.dir / f"run-{n}") if a.dir else Path(tempfile.mkdtemp(prefix="revl-tree-search-"))
+        try:
+            runs.append(run_all(base, min(a.candidates, len(CANDIDATES)), a.vendor_files))
+        finally:
+            unmount_under(base)
+            if a.dir is None:
+                shutil.rmtree(base, ignore_errors=True)
+    load_after = os.getloadavg()
     if a.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(runs if len(runs) > 1 else runs[0], indent=2))
         return
-    print(f"{len(CANDIDATES[:a.candidates])} candidates, project of {a.vendor_files + 3} files")
-    print(f"{'method':6} {'best':22} {'score':>5} {'setup s':>8} {'s/branch':>9} {'s/abandon':>9} "
-          f"{'peak disk':>10} {'sends from abandoned':>20} {'files left':>10}")
-    for r in rows:
-        print(f"{r['method']:6} {r['best']:22} {r['bestScore']:>5} {r['setupSeconds']:>8.3f} "
-              f"{r['secondsPerBranch']:>9.3f} "
-              f"{r['secondsPerAbandon']:>9.3f} {r['peakDiskBytes'] / 2**20:>8.1f}Mi "
-              f"{r['residue']['sendsFromAbandoned']:>20} {r['residue']['filesLeftInAbandoned']:>10}")
+
+    def span(method: str, key: str) -> str:
+        vals = [r[key] for rows in runs for r in rows if r["method"] == method]
+        lo, hi = min(vals), max(vals)
+        return f"{lo:.3f}" if lo == hi else f"{lo:.3f}-{hi:.3f}"
+
+    print(f"{len(CANDIDATES[:a.candidates])} candidates, project of {a.vendor_files + 3} files, "
+          f"{len(runs)} run(s): ranges over the runs")
+    print("load average (1, 5, 15 min): before "
+          + " ".join(f"{x:.2f}" for x in load_before)
+          + ", after " + " ".join(f"{x:.2f}" for x in load_after)
+          + f" ({os.cpu_count()} cores)")
+    print(f"{'method':6} {'best':22} {'score':>5} {'setup s':>13} {'s/branch':>13} {'s/abandon':>13} "
+          f"{'peak disk':>10} {'sends from abandoned':>20} {'dirs left':>9}")
+    for r in runs[-1]:
+        m = r["method"]
+        print(f"{m:6} {r['best']:22} {r['bestScore']:>5} {span(m, 'setupSeconds'):>13} "
+              f"{span(m, 'secondsPerBranch'):>13} {span(m, 'secondsPerAbandon'):>13} "
+              f"{r['peakDiskBytes'] / 2**20:>8.1f}Mi "
+              f"{r['residue']['sendsFromAbandoned']:>20} {r['dirsLeftAfterAbandon']:>9}")
 
 
 if __name__ == "__main__":

@@ -690,8 +690,21 @@ impl NativeSession {
         self.verb(py, How::Write, move |s| s.resend(seq))
     }
 
-    fn abort(&self, py: Python<'_>) -> PyResult<Doc> {
-        self.verb(py, How::Write, |s| s.abort())
+    /// `abort`; with `remove`, a parallel branch's workspace is taken down and removed too
+    /// (`revl abort --remove`, docs/reference.md, "Serial and parallel branches"): refused
+    /// before anything is aborted for a session whose workspace a parallel fork did not make.
+    #[pyo3(signature = (remove=false))]
+    fn abort(&self, py: Python<'_>, remove: bool) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| {
+            if remove {
+                s.store().branch_workspace(s.id())?;
+            }
+            let mut r = s.abort()?;
+            if remove {
+                r.removed = Some(s.store().remove_branch_workspace(s.id())?);
+            }
+            Ok(r)
+        })
     }
 
     /// Bind a checkpoint id to position `at` (default: the head) (a `bind` record,

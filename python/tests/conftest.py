@@ -57,9 +57,29 @@ def base(tmp_path: Path) -> Iterator[Path]:
         try:
             yield d
         finally:
+            unmount_under(d)
             shutil.rmtree(d, ignore_errors=True)
     else:
-        yield tmp_path
+        try:
+            yield tmp_path
+        finally:
+            unmount_under(tmp_path)
+
+
+def unmount_under(root: Path) -> None:
+    """A parallel branch's directory is a layered mount where the filesystem has no snapshot
+    or reflink (docs/reference.md, "Serial and parallel branches"): every mount under root is
+    unmounted, deepest first, before the tree is deleted, so no test leaves one behind."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return
+    points = [ln.split(" ")[4].encode().decode("unicode_escape") for ln in lines]
+    for p in sorted((p for p in points if p.startswith(f"{root}/")), key=len, reverse=True):
+        for cmd in (["umount", "-l", p], ["fusermount3", "-uz", p]):
+            if subprocess.run(cmd, capture_output=True).returncode == 0:
+                break
 
 
 @pytest.fixture

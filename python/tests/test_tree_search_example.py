@@ -1,8 +1,8 @@
 """examples/tree_search (docs/langgraph.md): candidate fixes explored as parallel revl
 branches from one LangGraph checkpoint, each scored by its tests run with `exec` in its own
-workspace; the best commits, the rest abort. Zero residue: one report reaches the sink (the
-best's), abandoned workspaces hold the checkpoint's content; the git-worktree and full-copy
-runs of the same search leave their losers' reports out in the world."""
+workspace; the best commits, the rest abort and their directories are removed. Zero
+residue: one report reaches the sink (the best's); the git-worktree and full-copy runs of
+the same search leave their losers' reports out in the world."""
 
 from __future__ import annotations
 
@@ -38,13 +38,14 @@ def test_tree_search_zero_residue(base: Path) -> None:
     assert r["branches"] == len(ts.CANDIDATES)
     assert r["best"] == "full-fix" and r["bestScore"] == 6
     assert r["sent"] == [{"candidate": "full-fix", "score": 6}], "exactly the best's report crossed"
-    assert r["residue"] == {"sendsFromAbandoned": 0, "filesLeftInAbandoned": 0}
+    assert r["residue"] == {"sendsFromAbandoned": 0}
+    assert r["dirsLeftAfterAbandon"] == 0, "abort(remove=True) takes each loser's directory down"
     # One thread session (live, the checkpoint's), one committed branch, the rest aborted.
     assert r["sessions"].count("committed") == 1
     assert r["sessions"].count("aborted") == len(ts.CANDIDATES) - 1
     for m in ("git", "copy"):
         assert by[m]["best"] == "full-fix"
         assert by[m]["residue"]["sendsFromAbandoned"] == len(ts.CANDIDATES) - 1
-        assert by[m]["residue"]["filesLeftInAbandoned"] == len(ts.CANDIDATES) - 1
+        assert by[m]["dirsLeftAfterAbandon"] == 0
     for row in rows:
         assert row["secondsPerBranch"] > 0 and row["peakDiskBytes"] > 0

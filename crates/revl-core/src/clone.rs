@@ -29,13 +29,12 @@ fn io(p: &Path, e: std::io::Error) -> Error {
 }
 
 /// Clone the tree at `src` into `dst` (absent, or an empty directory). An empty file named
-/// `marker` is made in `dst` first (a snapshot: right after), so that a repair can tell
-/// `dst` is revl's to remove; the caller removes it when the branch exists.
-pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: &str) -> Result<Cloned> {
-    let mark = |d: &Path| {
-        fs::File::create(d.join(marker))
-            .map(drop)
-            .map_err(|e| io(d, e))
+/// `marker`, if given, is made in `dst` first (a snapshot: right after), so that a repair
+/// can tell `dst` is revl's to remove; the caller removes it when the branch exists.
+pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: Option<&str>) -> Result<Cloned> {
+    let mark = |d: &Path| match marker {
+        Some(m) => fs::File::create(d.join(m)).map(drop).map_err(|e| io(d, e)),
+        None => Ok(()),
     };
     #[cfg(target_os = "linux")]
     if btrfs::snapshot(src, dst) {
@@ -68,6 +67,56 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: &str) -> Resu
         how: if st.copied == 0 { "reflink" } else { "copy" },
         bytes_copied: st.bytes_copied,
     })
+}
+
+/// Can the filesystem share `src`'s blocks with a tree made at `dst` (absent, or an empty
+/// directory)? A btrfs subvolume snapshot, or a reflink of a file of `src` into `dst`'s
+/// filesystem (tried on one file, then removed). False: a clone would copy every byte.
+pub fn shares(src: &Path, dst: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    if btrfs::can_snapshot(src, dst) {
+        return true;
+    }
+    let Some(file) = first_file(src, &mut 0) else {
+        return false;
+    };
+    let near = if dst.is_dir() {
+        dst
+    } else {
+        match dst.parent() {
+            Some(p) => p,
+            None => return false,
+        }
+    };
+    let probe = near.join(format!(".revl-reflink-probe-{}", crate::util::new_id()));
+    let ok = (|| {
+        let s = fs::File::open(&file).ok()?;
+        let d = fs::File::create(&probe).ok()?;
+        Some(rustix::fs::ioctl_ficlone(&d, &s).is_ok())
+    })()
+    .unwrap_or(false);
+    let _ = fs::remove_file(&probe);
+    ok
+}
+
+/// A non-empty regular file under `dir` (the first 10,000 entries looked at, at most).
+fn first_file(dir: &Path, seen: &mut usize) -> Option<std::path::PathBuf> {
+    for e in fs::read_dir(dir).ok()?.flatten() {
+        *seen += 1;
+        if *seen > 10_000 {
+            return None;
+        }
+        let t = e.file_type().ok()?;
+        if t.is_file() && e.metadata().is_ok_and(|m| m.len() > 0) {
+            return Some(e.path());
+        }
+        if t.is_dir() {
+            if let Some(f) = first_file(&e.path(), seen) {
+                return Some(f);
+            }
+        }
+    }
+    None
 }
 
 struct Walk<'a> {
@@ -152,18 +201,22 @@ mod btrfs {
         rustix::fs::statfs(p).is_ok_and(|s| s.f_type as i64 == SUPER_MAGIC)
     }
 
+    /// Could `src` be snapshot as `dst`: a subvolume root, `dst`'s parent on btrfs.
+    pub fn can_snapshot(src: &Path, dst: &Path) -> bool {
+        let (Some(parent), Some(name)) = (dst.parent(), dst.file_name()) else {
+            return false;
+        };
+        let root = std::fs::metadata(src).is_ok_and(|m| m.ino() == FIRST_FREE_OBJECTID);
+        root && is_btrfs(src) && is_btrfs(parent) && name.len() <= revl_sandbox::fsioctl::NAME_MAX
+    }
+
     /// Snapshot the subvolume `src` as `dst`; false (nothing done) when `src` is not a
     /// subvolume root, `dst`'s parent is not on btrfs, or the kernel refuses.
     pub fn snapshot(src: &Path, dst: &Path) -> bool {
         let (Some(parent), Some(name)) = (dst.parent(), dst.file_name()) else {
             return false;
         };
-        let root = std::fs::metadata(src).is_ok_and(|m| m.ino() == FIRST_FREE_OBJECTID);
-        if !root
-            || !is_btrfs(src)
-            || !is_btrfs(parent)
-            || name.len() > revl_sandbox::fsioctl::NAME_MAX
-        {
+        if !can_snapshot(src, dst) {
             return false;
         }
         let (Ok(s), Ok(p)) = (std::fs::File::open(src), std::fs::File::open(parent)) else {

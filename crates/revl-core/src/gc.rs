@@ -39,6 +39,9 @@ pub struct GcReport {
     /// records), in any session, committed and aborted ones included: never garbage while
     /// a record names them. Counted apart from `reachable`; never removed.
     pub preserved: Vec<PreservedBlob>,
+    /// Layered branch workspaces (docs/architecture.md, "Layered workspaces"): those of
+    /// aborted branches taken down, and the lower layers no branch uses collected.
+    pub layers: crate::layers::LayersGc,
 }
 
 /// A blob kept because a `preserved` record names it.
@@ -67,7 +70,10 @@ impl Store {
         // Hand-made bytes a rewind preserved: never garbage, whatever the session's state.
         let mut hand_made: std::collections::BTreeMap<String, (String, u64, String)> =
             Default::default();
-        for id in self.session_ids()? {
+        let ids = self.session_ids()?;
+        let mut aborted = BTreeSet::new();
+        for id in &ids {
+            let id = id.clone();
             let st = match State::read(&self.wal_path(&id)) {
                 Ok((st, _)) => st,
                 Err(e) if apply => {
@@ -99,6 +105,9 @@ impl Store {
             reachable.extend(st.saved.blobs().cloned());
             match st.life() {
                 Life::Committed | Life::Aborted => {
+                    if st.life() == Life::Aborted {
+                        aborted.insert(id.clone());
+                    }
                     closed += 1;
                     continue;
                 }
@@ -161,6 +170,10 @@ impl Store {
             }
         }
         drop(locks);
+        // An aborted branch's layered workspace, or one whose session is gone, goes.
+        let layers = self.layers().gc(apply, |b| {
+            aborted.contains(b) || !ids.iter().any(|i| i == b)
+        })?;
         Ok(GcReport {
             sessions_kept: kept,
             sessions_closed: closed,
@@ -170,6 +183,7 @@ impl Store {
             unreachable_bytes: bytes,
             applied: apply,
             preserved,
+            layers,
         })
     }
 }

@@ -29,6 +29,7 @@ pub mod failpoint;
 pub mod faults;
 pub mod gc;
 pub mod index;
+pub mod layers;
 pub mod lineage;
 pub mod log;
 pub mod name;

@@ -204,7 +204,7 @@ fn cstr(p: &Path) -> std::io::Result<CString> {
 }
 
 /// Escape a path for the overlay's option string (`,` separates options, `:` lower layers).
-fn overlay_path(p: &Path) -> String {
+pub(crate) fn overlay_path(p: &Path) -> String {
     let mut out = String::new();
     for c in p.to_string_lossy().chars() {
         if matches!(c, '\\' | ',' | ':') {

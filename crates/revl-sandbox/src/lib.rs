@@ -26,7 +26,8 @@
 //!   what the caller left open;
 //! - [`limits`]: rlimits, the effective uid;
 //! - [`signals`]: the CLI's Ctrl-C handler;
-//! - [`fsioctl`]: the btrfs snapshot ioctl (the one file-system call without a wrapper).
+//! - [`fsioctl`]: the btrfs snapshot ioctl (the one file-system call without a wrapper);
+//! - [`layers`]: a layered branch workspace's overlay mount and its unmount.
 //!
 //! Which step of the set-up failed is written to the shared page, so a refusal can say which
 //! part of the sandbox this machine does not allow ([`STAGES`]).
@@ -37,6 +38,7 @@ pub mod caps;
 pub mod fdpass;
 pub mod fsioctl;
 pub mod landlock;
+pub mod layers;
 pub mod limits;
 pub mod mounts;
 pub mod namespaces;

@@ -8,6 +8,9 @@
 //! 10,000th write; `status` with a 50 MB held-send argument), index (`new` in a store of
 //! 1,000 sessions of 1,000 steps), partition, offline, topology, fork, restore, enqueue, commit,
 //! exec, parallel (parallel fork on ext4, and on XFS and btrfs images when run as root),
+//! layers (layered branches of a 100,000-file workspace on ext4: the first and later
+//! siblings, as root and as an unprivileged user, memory per idle branch, 100 siblings;
+//! root only),
 //! view (the lineage page at 500 sessions and 10,000 steps), python (the Python binding's
 //! cost per call next to the Rust library's; needs `REVL_BENCH_PYTHON`, an interpreter with
 //! the package installed), egress (declared egress, docs/user-guide.md §8: added latency per
@@ -757,6 +760,255 @@ fn bench_parallel() {
     }
 }
 
+/// `revl ARGS --json` as `user` (None: this user), the store `store`; its JSON document.
+fn revl_as(user: Option<&str>, store: &Path, args: &[&str]) -> serde_json::Value {
+    let bin = env!("CARGO_BIN_EXE_revl");
+    let mut c = match user {
+        Some(u) => {
+            let mut c = std::process::Command::new("setpriv");
+            c.args([
+                &format!("--reuid={u}"),
+                &format!("--regid={u}"),
+                "--clear-groups",
+                bin,
+            ]);
+            c
+        }
+        None => std::process::Command::new(bin),
+    };
+    let o = c
+        .args(["--store", store.to_str().unwrap(), "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "revl {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Bytes allocated under `p` (`du -sk`), mounts not crossed.
+fn du_bytes(p: &Path) -> u64 {
+    let o = std::process::Command::new("du")
+        .args(["-skx"])
+        .arg(p)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|k| k.parse::<u64>().ok())
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Proportional and resident memory (kB) of every fuse-overlayfs process.
+fn fuse_memory() -> (usize, u64, u64) {
+    let (mut n, mut pss, mut rss) = (0, 0, 0);
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "fuse-overlayfs" {
+            continue;
+        }
+        n += 1;
+        let roll = std::fs::read_to_string(e.path().join("smaps_rollup")).unwrap_or_default();
+        for l in roll.lines() {
+            let kb = |l: &str| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            if l.starts_with("Pss:") {
+                pss += kb(l);
+            } else if l.starts_with("Rss:") {
+                rss += kb(l);
+            }
+        }
+    }
+    (n, pss, rss)
+}
+
+/// The kernel's slab memory (kB, /proc/meminfo).
+fn slab_kb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Slab:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Layered branches (docs/performance.md, "Layered branches"): a 100,000-file workspace on
+/// ext4, through the release binary: the first branch (it freezes the lower layer: one
+/// copy), the later ones from the same point, as root (kernel overlayfs) and as the
+/// unprivileged user nobody (fuse-overlayfs); memory per idle branch; 100 siblings from one
+/// point (time and disk); `cp -a` and `git worktree add` of the same tree in the same run.
+fn bench_layers() {
+    let root_user = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !root_user {
+        println!("\nlayers: skipped (needs root: it runs revl as root and as nobody)");
+        return;
+    }
+    let files = 100_000;
+    println!("\nlayers: parallel branches of a {files}-file workspace on ext4, through the CLI");
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let case = dir.path();
+    sh(case, &["chmod", "755", "."]);
+    for (who, user) in [
+        ("root, overlayfs", None),
+        ("nobody, fuse-overlayfs", Some("65534")),
+    ] {
+        let sub = case.join(user.unwrap_or("root"));
+        let ws = sub.join("ws");
+        make_tree(&ws, files);
+        if let Some(u) = user {
+            sh(
+                case,
+                &["chown", "-R", &format!("{u}:{u}"), sub.to_str().unwrap()],
+            );
+        }
+        sh(case, &["sync"]);
+        let store = sub.join("store");
+        let s = revl_as(user, &store, &["new", "--workspace", ws.to_str().unwrap()])["session"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        revl_as(user, &store, &["boundary", &s, "--label", "k"]);
+        let fork = |name: &str| -> (Duration, serde_json::Value) {
+            let h = revl_as(user, &store, &["fork", &s, "--at", "1"])["hash"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let into = sub.join(name);
+            let t = Instant::now();
+            let r = revl_as(
+                user,
+                &store,
+                &[
+                    "fork-confirm",
+                    &s,
+                    "--hash",
+                    &h,
+                    "--into",
+                    into.to_str().unwrap(),
+                ],
+            );
+            (t.elapsed(), r)
+        };
+        let (first, r) = fork("b0");
+        let how = |r: &serde_json::Value| {
+            format!(
+                "{}{}",
+                r["clone"].as_str().unwrap_or("-"),
+                r["layers"]["driver"]
+                    .as_str()
+                    .map(|d| format!(" by {d}"))
+                    .unwrap_or_default()
+            )
+        };
+        row(
+            &format!("{who}: 1st branch ({}, freezes the lower)", how(&r)),
+            fmt(first),
+        );
+        let later: Vec<Duration> = (1..=5).map(|i| fork(&format!("b{i}")).0).collect();
+        let (lo, hi) = (*later.iter().min().unwrap(), *later.iter().max().unwrap());
+        row(
+            &format!("{who}: 2nd-6th branch (goal at most 50 ms)"),
+            format!("{} (median; {}-{})", fmt(median(later)), fmt(lo), fmt(hi)),
+        );
+        if user.is_some() {
+            let (n, pss, rss) = fuse_memory();
+            row(
+                &format!("{who}: memory per idle branch ({n} daemons)"),
+                format!(
+                    "{} kB PSS, {} kB RSS",
+                    pss / n.max(1) as u64,
+                    rss / n.max(1) as u64
+                ),
+            );
+        } else {
+            // 100 siblings from the one point (94 more), time and disk, and the kernel's
+            // slab memory per branch (an overlay mount has no process).
+            let (disk0, slab0) = (du_bytes(&store), slab_kb());
+            let t = Instant::now();
+            for i in 6..100 {
+                fork(&format!("b{i}"));
+            }
+            let rest = t.elapsed();
+            let per = (du_bytes(&store) - disk0) / 94;
+            let slab = slab_kb().saturating_sub(slab0) / 94;
+            row(
+                &format!("{who}: siblings 7-100, total (fork + fork-confirm each)"),
+                format!("{} ({} per branch)", fmt(rest), fmt(rest / 94)),
+            );
+            row(
+                &format!("{who}: 100 siblings: store on disk (lower layer once)"),
+                format!(
+                    "{:.1} MB ({:.1} kB per further branch)",
+                    du_bytes(&store) as f64 / 1e6,
+                    per as f64 / 1e3
+                ),
+            );
+            row(
+                &format!("{who}: memory per idle branch (kernel slab growth)"),
+                format!("{slab} kB"),
+            );
+            let t = Instant::now();
+            sh(&sub, &["cp", "-a", "ws", "cp-copy"]);
+            let cp = t.elapsed();
+            row(
+                "cp -a of the same tree (per branch; 100 of them)",
+                format!(
+                    "{} ({:.1} MB on disk each)",
+                    fmt(cp),
+                    du_bytes(&sub.join("cp-copy")) as f64 / 1e6
+                ),
+            );
+            git(&ws, &["init", "-q"]);
+            git(&ws, &["add", "-A"]);
+            git(&ws, &["commit", "-qm", "base"]);
+            let t = Instant::now();
+            git(&ws, &["worktree", "add", "-q", "../wt"]);
+            row(
+                "git worktree add of the same tree (per branch)",
+                format!(
+                    "{} ({:.1} MB on disk each)",
+                    fmt(t.elapsed()),
+                    du_bytes(&sub.join("wt")) as f64 / 1e6
+                ),
+            );
+        }
+        // Take every branch down: abort --remove (the abort, the unmount, which syncs the
+        // upper layer's filesystem, the upper layer removed); the last one also collects
+        // the lower layer (a whole tree deleted), so it is shown apart.
+        let branches = revl_as(user, &store, &["sessions"]);
+        let mut took = Vec::new();
+        for b in branches["sessions"].as_array().unwrap() {
+            let id = b["session"].as_str().unwrap();
+            if id != s {
+                let t = Instant::now();
+                revl_as(user, &store, &["abort", id, "--remove"]);
+                took.push(t.elapsed());
+            }
+        }
+        let last = took.pop().unwrap();
+        row(
+            &format!("{who}: abort --remove, per branch (median)"),
+            fmt(median(took)),
+        );
+        row(
+            &format!("{who}: abort --remove of the last (collects the lower)"),
+            fmt(last),
+        );
+    }
+}
+
 /// `revl view` on 500 sessions and 10,000 steps: a tree of branches (each session a branch
 /// of the one before it, halved), 20 steps each. The page is written by the release binary;
 /// where playwright-core and Chromium are installed, the page is also opened, searched and
@@ -1297,6 +1549,9 @@ fn main() {
     }
     if want("parallel") {
         bench_parallel();
+    }
+    if want("parallel") || want("layers") {
+        bench_layers();
     }
     if want("view") {
         bench_view();

@@ -386,6 +386,11 @@ enum Cmd {
     Abort {
         /// A session id (32 hex characters, or a unique prefix of at least 6; `revl sessions` lists them).
         session: String,
+        /// A parallel branch's workspace goes too: a layered one is unmounted and its upper
+        /// layer removed (with a lower layer no branch uses), then the directory is removed.
+        /// Refused for a session whose workspace a parallel fork did not make.
+        #[arg(long)]
+        remove: bool,
     },
     /// Operator: fire one owed or failed held send of a committed session again.
     Resend {
@@ -1311,7 +1316,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 } else {
                     ": nothing removed (dry run; --apply removes them)"
                 }
-            ) + &render::gc_preserved(&r.preserved);
+            ) + &render::gc_preserved(&r.preserved)
+                + &render::gc_layers(&r.layers);
             Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::Blob { digest, out } => {
@@ -1611,9 +1617,18 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             let r = s.commit_confirm(hash)?;
             Ok(answered(&r, render::commit_done(&r)))
         }
-        Cmd::Abort { session } => {
-            let mut s = attach(&store, session)?;
-            let r = s.abort()?;
+        Cmd::Abort { session, remove } => {
+            let id = store.resolve(session)?;
+            if *remove {
+                // Refused before anything is aborted: only a branch's own directory goes.
+                store.branch_workspace(&id)?;
+            }
+            let mut s = attach(&store, &id)?;
+            let mut r = s.abort()?;
+            drop(s);
+            if *remove {
+                r.removed = Some(store.remove_branch_workspace(&id)?);
+            }
             Ok(Outcome::ok(to_json(&r), render::abort(&r)))
         }
         Cmd::Resend { session, seq } => {

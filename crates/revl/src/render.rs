@@ -87,6 +87,21 @@ pub fn abort(v: &AbortReport) -> String {
         &v.compensations_ran,
     );
     unwind_rows(&mut out, &v.failed, &v.preserved, &v.dropped_deferred);
+    if let Some(r) = &v.removed {
+        let _ = write!(
+            out,
+            "\nremoved: the branch's workspace {} ({})",
+            path_text(&r.dir),
+            r.clone
+        );
+        if !r.lowers_collected.is_empty() {
+            let _ = write!(
+                out,
+                "; {} lower layer(s) no branch uses collected",
+                r.lowers_collected.len()
+            );
+        }
+    }
     out
 }
 
@@ -950,14 +965,13 @@ pub fn recover(v: &RecoverReport) -> String {
 pub fn fork(v: &ForkReport) -> String {
     let mut out = if let (true, Some(par)) = (v.forked, &v.parallel) {
         format!(
-            "FORKED IN PARALLEL at {}\n  parent {} stays live, its workspace and {} held send(s) untouched\n  branch {} is live in {} ({}, {} bytes copied)",
+            "FORKED IN PARALLEL at {}\n  parent {} stays live, its workspace and {} held send(s) untouched\n  branch {} is live in {} ({})",
             step_at(v.at, &v.at_label),
             v.parent,
             par.parent_keeps.queue.len(),
             v.branch.as_deref().unwrap_or("-"),
             par.into,
-            par.clone,
-            par.bytes_copied
+            made_text(par)
         )
     } else if v.forked {
         format!(
@@ -1339,6 +1353,50 @@ pub fn gc_preserved(kept: &[revl_core::gc::PreservedBlob]) -> String {
         );
     }
     out
+}
+
+pub fn gc_layers(l: &revl_core::layers::LayersGc) -> String {
+    if l.workspaces.is_empty() && l.lowers.is_empty() {
+        return String::new();
+    }
+    let verb = if l.applied {
+        ""
+    } else {
+        " (dry run: would be)"
+    };
+    let mut out = format!(
+        "\nlayered workspaces of aborted branches taken down{verb}: {}; lower layers no branch uses collected{verb}: {}",
+        l.workspaces.len(),
+        l.lowers.len()
+    );
+    for w in &l.workspaces {
+        let _ = write!(out, "\n  {}", path_text(w));
+    }
+    out
+}
+
+/// How a parallel branch's workspace was made, in words.
+fn made_text(par: &revl_core::report::Parallel) -> String {
+    match (&par.layers, &par.fallback) {
+        (Some(l), _) => format!(
+            "layers mounted by {}: {} lower layer {}, {} bytes copied",
+            l.driver.name(),
+            if l.shared_lower {
+                "the shared"
+            } else {
+                "a new"
+            },
+            short(&l.lower),
+            par.bytes_copied
+        ),
+        (None, Some(why)) => format!(
+            "{}, {} bytes copied: no layers ({})",
+            par.clone,
+            par.bytes_copied,
+            path_text(why)
+        ),
+        (None, None) => format!("{}, {} bytes copied", par.clone, par.bytes_copied),
+    }
 }
 
 /// A path or name as a terminal shows it: on one line, control characters escaped.

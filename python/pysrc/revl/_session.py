@@ -434,8 +434,11 @@ class Session:
         process to have its function (the ``revl`` command cannot run it)."""
         return _result(Resent, self._native.resend(seq))
 
-    def abort(self) -> AbortReport:
-        return _result(AbortReport, self._native.abort())
+    def abort(self, *, remove: bool = False) -> AbortReport:
+        """Drop the held sends and run every remaining inverse. With ``remove=True`` (a
+        parallel branch only), its workspace goes too: a layered one is unmounted and its
+        layers removed (``revl abort --remove``); ``removed`` says what went."""
+        return _result(AbortReport, self._native.abort(remove))
 
     def note_model(
         self,

@@ -227,8 +227,8 @@ class Session:
     async def resend(self, seq: int) -> Resent:
         return await asyncio.to_thread(self.sync.resend, seq)
 
-    async def abort(self) -> AbortReport:
-        return await asyncio.to_thread(self.sync.abort)
+    async def abort(self, *, remove: bool = False) -> AbortReport:
+        return await asyncio.to_thread(self.sync.abort, remove=remove)
 
     async def note_model(
         self,

@@ -230,6 +230,10 @@ class ForkReport(Rewind, Generic[BranchT]):
     parent_keeps: dict[str, Any] | None
     clone: str | None
     bytes_copied: int | None
+    layers: dict[str, Any] | None
+    """With ``clone == "layers"``: ``{driver, lower, sharedLower}`` (docs/reference.md)."""
+    fallback: str | None
+    """With ``clone == "copy"`` where layers were tried: why they could not be mounted."""
 
     def __init__(self, doc: dict[str, Any], branch: BranchT | None = None) -> None:
         super().__init__(doc)
@@ -269,6 +273,7 @@ class AbortReport(Result):
     dropped_deferred: list[dict[str, Any]]
     failed: list[dict[str, Any]]
     preserved: list[dict[str, Any]]
+    removed: dict[str, Any] | None
 
 
 class CommitPlan(Result):

@@ -7,6 +7,7 @@ use super::{DriftPolicy, Session, GUARANTEE};
 use crate::classify::{self, Partition, Refusal};
 use crate::drift::Drift;
 use crate::error::{Code, Error, Remedy, Result};
+use crate::layers::Made;
 use crate::report::{ForkLineage, ForkReport, Residue, Rewound};
 use crate::state::Life;
 use crate::step::{Pos, StepKind, BY_FORK};
@@ -36,8 +37,12 @@ fn marker_name(branch: &str) -> String {
 
 /// Remove what a parallel fork to `branch` made at DIR (DIR itself if revl made it, else its
 /// content), only where DIR still holds the fork's marker: a directory that is not the
-/// fork's (made later by someone else, or never made) is left alone.
-fn remove_made(dir: &Path, existed: bool, branch: &str) {
+/// fork's (made later by someone else, or never made) is left alone. A layered DIR is
+/// unmounted and its upper layer removed (with the lower layer, if no branch uses it).
+fn remove_made(store: &crate::store::Store, dir: &Path, existed: bool, branch: &str) {
+    if let Ok(Some(_)) = store.layers().take_down(branch, !existed) {
+        return;
+    }
     if !dir.join(marker_name(branch)).exists() {
         return;
     }
@@ -506,11 +511,11 @@ impl Session {
         let branch = begun.branch.clone();
         // 2-4. DIR, then the branch. Anything failing on the way: what revl made in DIR is
         // removed and the fork abandoned (the parent was never touched).
-        let made = self.make_parallel_branch(&dir, k, begun, policy);
-        let (cloned, into_str, preserved, done) = match made {
+        let made = self.make_parallel_branch(&dir, k, begun, policy, &drift);
+        let (made, into_str, preserved, done) = match made {
             Ok(x) => x,
             Err(e) => {
-                remove_made(&dir, existed, &branch);
+                remove_made(&self.store, &dir, existed, &branch);
                 self.append(
                     Record::ForkAbandoned {
                         at: k,
@@ -547,15 +552,11 @@ impl Session {
             not_preserved: not_preserved(),
         });
         report.failed = Some(done.failed);
-        report.parallel = Some(crate::report::Parallel {
-            mode: "parallel",
-            into: into_str,
-            parent_keeps: crate::report::ParentKeeps {
-                queue: self.journal.state.queue.clone(),
-            },
-            clone: cloned.how,
-            bytes_copied: cloned.bytes_copied,
-        });
+        report.parallel = Some(crate::report::Parallel::of(
+            into_str,
+            self.journal.state.queue.clone(),
+            &made,
+        ));
         Ok(report)
     }
 
@@ -568,14 +569,9 @@ impl Session {
         k: Pos,
         m: Begun,
         policy: DriftPolicy,
-    ) -> Result<(
-        crate::clone::Cloned,
-        String,
-        Value,
-        crate::session::unwind::Unwound,
-    )> {
-        let snapshot =
-            crate::clone::clone_tree(self.ws.root(), dir, &self.fp, &marker_name(&m.branch))?;
+        drift: &[Drift],
+    ) -> Result<(Made, String, Value, crate::session::unwind::Unwound)> {
+        let made = self.make_workspace(dir, &m, drift)?;
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
         // The branch's own workspace, through THE executor, with the parent read only.
@@ -593,6 +589,7 @@ impl Session {
             "manifestDigest": self.journal.state.manifest_digest,
             "capabilities": self.manifest()?.capabilities(),
             "walPosition": m.wal_position,
+            "made": made.name(),
         });
         inherit(&mut preserved, &done.kept_images);
         self.write_branch_wal(
@@ -605,7 +602,109 @@ impl Session {
             done.failed.clone(),
             &m.provisions,
         )?;
-        Ok((snapshot, into_str, preserved, done))
+        Ok((made, into_str, preserved, done))
+    }
+
+    /// DIR, made the cheapest correct way (docs/architecture.md, "Layered workspaces"): a
+    /// btrfs snapshot or reflinks where the filesystem shares blocks; else layers over the
+    /// parent's workspace frozen at this point (made once, shared by every later branch
+    /// from the same point); else, where no overlay can be mounted, a copy that says why.
+    fn make_workspace(&self, dir: &Path, m: &Begun, drift: &[Drift]) -> Result<Made> {
+        let marker = marker_name(&m.branch);
+        let mut fallback = None;
+        if !crate::clone::shares(self.ws.root(), dir) {
+            if !crate::util::syncfs_persists(self.store.root()) {
+                // The store on FUSE: the kernel's overlay does not take a FUSE upper layer
+                // (and no syncfs reaches its server).
+                fallback = Some(
+                    "the store is on a FUSE filesystem, which cannot hold an overlay's upper layer"
+                        .to_string(),
+                );
+            } else if self.store.copied().is_some() {
+                // A remote session's fork runs in a scratch copy of its store, removed once
+                // the branch moves out: nothing there would keep the layers.
+                fallback = Some("the fork runs in a scratch copy of a remote session's store, which is removed afterwards: layers need the store that keeps them".to_string());
+            } else {
+                match self.make_layers(dir, m, drift, &marker)? {
+                    Ok(made) => return Ok(made),
+                    Err(why) => fallback = Some(why),
+                }
+            }
+        }
+        let c = crate::clone::clone_tree(self.ws.root(), dir, &self.fp, Some(&marker))?;
+        Ok(match c.how {
+            "snapshot" => Made::Snapshot,
+            "reflink" => Made::Reflink,
+            _ => Made::Copy {
+                bytes_copied: c.bytes_copied,
+                fallback,
+            },
+        })
+    }
+
+    /// Layers at DIR: the lower layer of this point (reused, or frozen now), the branch's
+    /// upper layer, the mount, the fork's marker. `Ok(Err(why))`: no overlay could be
+    /// mounted here (nothing is left of the attempt; the caller copies).
+    fn make_layers(
+        &self,
+        dir: &Path,
+        m: &Begun,
+        drift: &[Drift],
+        marker: &str,
+    ) -> Result<std::result::Result<Made, String>> {
+        let layers = self.store.layers();
+        let _lock = layers.lock()?;
+        let point = crate::layers::Point {
+            parent: self.id.clone(),
+            records: m.wal_position,
+            drift: sha256_jcs(&serde_json::to_value(drift).unwrap_or(Value::Null)),
+        };
+        let records = || {
+            read_wal(&self.store.wal_path(&self.id))
+                .ok()
+                .map(|r| r.records)
+        };
+        let mut wal = None;
+        let reuse = layers.points_of(&self.id).into_iter().rev().find(|(_, p)| {
+            let recs = wal.get_or_insert_with(records);
+            p.drift == point.drift
+                && recs.as_ref().is_some_and(|r| {
+                    p.records <= point.records
+                        && point.records <= r.len()
+                        && crate::layers::unchanged_since(&r[p.records..point.records])
+                })
+        });
+        let (lower, shared, bytes_copied) = match reuse {
+            Some((id, _)) => (id, true, 0),
+            None => {
+                let (id, bytes) = layers.freeze(self.ws.root(), &point)?;
+                (id, false, bytes)
+            }
+        };
+        let driver = match layers.mount_new(&m.branch, &lower, dir) {
+            Ok(d) => d,
+            Err(e) => {
+                if !shared {
+                    layers.collect_unused()?;
+                }
+                return Ok(Err(e.message));
+            }
+        };
+        std::fs::File::create(dir.join(marker))
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(dir.display(), e))?;
+        self.fp.point("fork.mid-clone");
+        // The marker's entry is durable before the branch that names DIR (an fsync
+        // reaches the upper layer; a tree sync of a FUSE mount would visit every file).
+        std::fs::File::open(dir)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(dir.display(), e))?;
+        Ok(Ok(Made::Layers {
+            driver,
+            lower,
+            shared,
+            bytes_copied,
+        }))
     }
 
     /// The checks of DIR (docs/user-guide.md §6): absent or an empty directory, not inside
@@ -849,7 +948,7 @@ impl Session {
         }
         let _ = std::fs::remove_file(self.store.session_dir(branch).join(".wal.jsonl.tmp"));
         let _ = std::fs::remove_dir(self.store.session_dir(branch));
-        remove_made(into, !created, branch);
+        remove_made(&self.store, into, !created, branch);
         self.append(
             Record::ForkAbandoned {
                 at,
@@ -916,6 +1015,55 @@ fn probe_into(dir: &Path, existed: bool) -> Result<()> {
 }
 
 impl crate::store::Store {
+    /// The workspace of session `id` when a parallel fork made it (`fork-confirm --into`):
+    /// `abort --remove` removes only such a directory. Refused (nothing done) for any other
+    /// session: its workspace is the user's.
+    pub fn branch_workspace(&self, id: &str) -> Result<PathBuf> {
+        let (st, _) = crate::state::State::read(&self.wal_path(id))?;
+        let made = st.origin.as_ref().is_some_and(|o| {
+            o.preserved.get("made").is_some_and(Value::is_string)
+                || crate::state::State::read(&self.wal_path(&o.parent))
+                    .is_ok_and(|(p, _)| p.parallel_children.iter().any(|c| c.branch == id))
+        });
+        if !made {
+            return Err(Error::new(
+                Code::BadArgs,
+                format!(
+                    "session {id}'s workspace {} was not made by a parallel fork: --remove removes only a branch's own directory",
+                    st.workspace
+                ),
+                "abort without --remove (the workspace is yours to keep or delete); nothing was done",
+            ));
+        }
+        Ok(PathBuf::from(st.workspace))
+    }
+
+    /// `abort --remove`'s second half, after the abort: take the branch's workspace down
+    /// (a layered one unmounted, its upper layer removed, lower layers no branch uses
+    /// collected) and remove its directory.
+    pub fn remove_branch_workspace(&self, id: &str) -> Result<crate::report::Removed> {
+        let dir = self.branch_workspace(id)?;
+        if let Some(t) = self.layers().take_down(id, true)? {
+            return Ok(crate::report::Removed {
+                dir: dir.display().to_string(),
+                clone: "layers".into(),
+                lowers_collected: t.lowers_collected,
+            });
+        }
+        crate::workspace::remove_any(&dir)?;
+        let (st, _) = crate::state::State::read(&self.wal_path(id))?;
+        let clone = st
+            .origin
+            .as_ref()
+            .and_then(|o| o.preserved.get("made")?.as_str().map(String::from))
+            .unwrap_or_else(|| "copy".into());
+        Ok(crate::report::Removed {
+            dir: dir.display().to_string(),
+            clone,
+            lowers_collected: Vec::new(),
+        })
+    }
+
     /// A parallel branch's new workspace `dir` (resolved) must not overlap this store or
     /// the workspace of any of its live sessions (`path-outside`). A remote fork, made in a
     /// scratch store, asks the store it will live in too.

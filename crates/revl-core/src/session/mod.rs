@@ -341,6 +341,15 @@ impl Store {
         let ws_root = self
             .copied_workspace(id)
             .unwrap_or_else(|| PathBuf::from(&state.workspace));
+        // A layered branch workspace is mounted again where it is not (after a reboot or an
+        // unmount: docs/architecture.md, "Layered workspaces"). A command that writes
+        // needs it; a read goes on without it.
+        if self.copied().is_none() {
+            let mounted = self.layers().ensure_mounted(id);
+            if how == Attach::Write {
+                mounted?;
+            }
+        }
         let ws = Workspace::new(ws_root, self.fp.clone());
         // The access mode is decided here, once: a mirror's WALs are another store's (read as
         // they stand, never repaired or cut); a WAL read as far as it is intact is never

@@ -908,6 +908,7 @@ impl Session {
             dropped_deferred: dropped,
             failed: done.failed,
             preserved: done.preserved,
+            removed: None,
         })
     }
 

@@ -104,6 +104,19 @@ pub struct AbortReport {
     pub dropped_deferred: Vec<Deferred>,
     pub failed: Vec<Failed>,
     pub preserved: Vec<Preserved>,
+    /// `abort --remove` of a parallel branch: its workspace, taken down and removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removed: Option<Removed>,
+}
+
+/// What `abort --remove` removed: the branch's directory (`dir`), how it had been made
+/// (`clone`), and the lower layers collected because no branch uses them any more.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Removed {
+    pub dir: String,
+    pub clone: String,
+    pub lowers_collected: Vec<String>,
 }
 
 /// `rewound` of a fork report: what ran (after a confirm) or will run.
@@ -175,16 +188,69 @@ pub struct ForkReport {
     pub parallel: Option<Parallel>,
 }
 
-/// `{mode: "parallel", into, parentKeeps: {queue}, clone, bytesCopied}`.
+/// `{mode: "parallel", into, parentKeeps: {queue}, clone, bytesCopied, layers?, fallback?}`.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Parallel {
     pub mode: &'static str,
     pub into: String,
     pub parent_keeps: ParentKeeps,
-    /// `"snapshot"` (a btrfs subvolume snapshot), `"reflink"` or `"copy"`.
+    /// How DIR was made: `"snapshot"` (a btrfs subvolume snapshot), `"reflink"`, `"layers"`
+    /// (an overlay of a shared lower layer and the branch's own upper layer) or `"copy"`.
     pub clone: &'static str,
     pub bytes_copied: u64,
+    /// With `clone: "layers"`: what mounts DIR and which lower layer it shares.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layers: Option<LayersUsed>,
+    /// With `clone: "copy"` where layers were tried: why they could not be mounted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+}
+
+/// A layered branch workspace: `{driver, lower, sharedLower}`.
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LayersUsed {
+    /// `"overlayfs"` (the kernel's) or `"fuse-overlayfs"`.
+    pub driver: crate::layers::Driver,
+    /// The lower layer's id (`<store>/layers/lower/<id>`).
+    pub lower: String,
+    /// True when an earlier branch from the same point made the lower layer: this fork
+    /// copied nothing.
+    pub shared_lower: bool,
+}
+
+impl Parallel {
+    /// The report's fields for a DIR made as `made`.
+    pub fn of(into: String, queue: Vec<u64>, made: &crate::layers::Made) -> Parallel {
+        use crate::layers::Made;
+        let (layers, fallback) = match made {
+            Made::Layers {
+                driver,
+                lower,
+                shared,
+                ..
+            } => (
+                Some(LayersUsed {
+                    driver: *driver,
+                    lower: lower.clone(),
+                    shared_lower: *shared,
+                }),
+                None,
+            ),
+            Made::Copy { fallback, .. } => (None, fallback.clone()),
+            _ => (None, None),
+        };
+        Parallel {
+            mode: "parallel",
+            into,
+            parent_keeps: ParentKeeps { queue },
+            clone: made.name(),
+            bytes_copied: made.bytes_copied(),
+            layers,
+            fallback,
+        }
+    }
 }
 
 /// What stays with the parent of a parallel fork: its held sends (seqs), FIFO.

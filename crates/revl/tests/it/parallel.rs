@@ -31,23 +31,18 @@ fn parent(e: &Env, sink: &Sink) -> (String, Snapshot) {
     let at_k = snapshot(&e.ws);
     ok(e, &["write", &s, "a.txt", "--content", "a2"]);
     ok(e, &["delete", &s, "dir"]);
-    ok(
-        e,
-        &[
-            "exec",
-            &s,
-            "--",
-            "sh",
-            "-c",
-            "echo built > out.txt; mkdir -p gen; echo g > gen/g",
-        ],
-    );
+    exec_sh(e, &s, "echo built > out.txt; mkdir -p gen; echo g > gen/g");
     let r = ok(
         e,
         &["call", &s, "send_email", "--args", r#"{"who":"parent"}"#],
     );
     assert_eq!(r["queued"], true);
     (s, at_k)
+}
+
+/// `revl exec S -- sh -c SCRIPT`, which must succeed.
+fn exec_sh(e: &Env, s: &str, script: &str) -> Value {
+    ok(e, &["exec", s, "--", "sh", "-c", script])
 }
 
 /// Enumerate a fork at `at`: its hash.
@@ -123,7 +118,10 @@ fn siblings_from_one_step_each_get_the_step_k_workspace_and_their_own_sends() {
             1,
             "{r}"
         );
-        assert!(r["clone"] == "copy" || r["clone"] == "reflink", "{r}");
+        assert!(
+            ["copy", "reflink", "layers"].contains(&r["clone"].as_str().unwrap()),
+            "{r}"
+        );
         assert!(r["bytesCopied"].as_u64().is_some());
         assert_eq!(
             r["lineage"]["preserved"]["workspace"],
@@ -597,26 +595,15 @@ fn loop_fs(kind: &str) -> LoopFs {
 /// A parent on `ws` with a 5 MB file, k = 3; forks into `dirs` in parallel; every branch
 /// equals the step-k tree; returns the clone kinds.
 fn fork_each(e: &Env, sink: &Sink, dirs: &[PathBuf]) -> Vec<String> {
-    let (s, at_k) = parent(e, sink);
-    // A 5 MB file after k: every clone carries it (shared by reflink or snapshot, copied
-    // otherwise), then the rewind in DIR removes it.
-    ok(
-        e,
-        &[
-            "exec",
-            &s,
-            "--",
-            "sh",
-            "-c",
-            "head -c 5000000 /dev/zero | tr '\\0' z > big.bin",
-        ],
-    );
+    // A 5 MB file after k: every clone carries it (shared by reflink, snapshot or a lower
+    // layer, copied otherwise), then the rewind in DIR removes it.
+    let (s, at_k) = big_parent(e, sink);
     let mut kinds = Vec::new();
     let mut trees = Vec::new();
     for d in dirs {
         let r = fork_into(e, &s, "3", d);
         kinds.push(r["clone"].as_str().unwrap().to_string());
-        if r["clone"] != "copy" {
+        if r["clone"] == "reflink" || r["clone"] == "snapshot" {
             assert_eq!(r["bytesCopied"], 0, "{r}");
         }
         trees.push(snapshot(d));
@@ -637,8 +624,9 @@ fn reflink_and_snapshot_clones_equal_the_copy_path() {
         let fs = loop_fs("xfs");
         let (mut e, sink) = (env(), Sink::start().unwrap());
         e.ws = fs.mnt.join("ws");
+        // Outside the XFS image (a tmpfs, as root): layers.
         let kinds = fork_each(&e, &sink, &[e.root.join("copy"), fs.mnt.join("reflinked")]);
-        assert_eq!(kinds, ["copy", "reflink"]);
+        assert_eq!(kinds, ["layers", "reflink"]);
     }
     {
         let fs = loop_fs("btrfs");
@@ -653,7 +641,7 @@ fn reflink_and_snapshot_clones_equal_the_copy_path() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         e.ws = sub;
         let kinds = fork_each(&e, &sink, &[e.root.join("copy"), fs.mnt.join("snap")]);
-        assert_eq!(kinds, ["copy", "snapshot"]);
+        assert_eq!(kinds, ["layers", "snapshot"]);
         let (mut e2, sink2) = (env(), Sink::start().unwrap());
         e2.ws = fs.mnt.join("plain");
         let kinds = fork_each(
@@ -661,7 +649,7 @@ fn reflink_and_snapshot_clones_equal_the_copy_path() {
             &sink2,
             &[e2.root.join("copy"), fs.mnt.join("reflinked")],
         );
-        assert_eq!(kinds, ["copy", "reflink"]);
+        assert_eq!(kinds, ["layers", "reflink"]);
     }
 }
 
@@ -682,4 +670,336 @@ fn repair_never_removes_a_directory_the_fork_did_not_make() {
         "not revl's",
         "repair removed a directory the fork never made"
     );
+}
+
+// ---- Layered workspaces (docs/architecture.md, "Layered workspaces") ----
+
+const NEEDS_LAYERS: &str = "needs root and fuse-overlayfs: run by scripts/test (README)";
+
+/// Fail (never skip) where the layered tests cannot run: root, /dev/fuse, fuse-overlayfs.
+fn require_layers() {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    let fuse = std::process::Command::new("sh")
+        .args(["-c", "command -v fuse-overlayfs && command -v fusermount3"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        root && fuse,
+        "{NEEDS_LAYERS}: scripts/test installs fuse-overlayfs"
+    );
+}
+
+/// The bytes `root` takes on disk (allocated blocks), mounts under it not crossed.
+fn disk(root: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(root).unwrap();
+    let mut n = m.blocks() * 512;
+    if m.is_dir() {
+        for e in std::fs::read_dir(root).unwrap().flatten() {
+            if e.metadata().is_ok_and(|x| x.dev() == m.dev()) {
+                n += disk(&e.path());
+            }
+        }
+    }
+    n
+}
+
+/// Is something mounted at `dir` (`/proc/self/mountinfo`)?
+fn mounted(dir: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let want = dir.to_str().unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(want))
+}
+
+/// A parent as [`parent`], then a 5 MB file after k: a copy of the workspace costs 5 MB.
+fn big_parent(e: &Env, sink: &Sink) -> (String, Snapshot) {
+    let (s, at_k) = parent(e, sink);
+    exec_sh(e, &s, "head -c 5000000 /dev/zero | tr '\\0' z > big.bin");
+    (s, at_k)
+}
+
+#[test]
+#[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
+fn a_further_branch_from_the_same_point_shares_the_lower_layer_and_costs_its_changes() {
+    require_layers();
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, at_k) = big_parent(&e, &sink);
+    let r1 = fork_into(&e, &s, "3", &e.root.join("b1"));
+    assert_eq!(r1["clone"], "layers", "{r1}");
+    assert_eq!(r1["layers"]["driver"], "overlayfs", "{r1}");
+    assert_eq!(r1["layers"]["sharedLower"], false, "{r1}");
+    assert!(r1["bytesCopied"].as_u64().unwrap() >= 5_000_000, "{r1}");
+    let before = disk(&e.store);
+    let r2 = fork_into(&e, &s, "3", &e.root.join("b2"));
+    let grew = disk(&e.store) - before;
+    assert_eq!(r2["clone"], "layers", "{r2}");
+    assert_eq!(r2["layers"]["sharedLower"], true, "{r2}");
+    assert_eq!(r2["layers"]["lower"], r1["layers"]["lower"], "{r2}");
+    assert_eq!(r2["bytesCopied"], 0, "{r2}");
+    assert!(
+        grew < 1_000_000,
+        "the second branch copied the workspace: the store grew by {grew} bytes"
+    );
+    for b in ["b1", "b2"] {
+        assert_snap_eq(&at_k, &snapshot(&e.root.join(b)), b);
+        // An ordinary directory: any process reads and writes it.
+        std::fs::write(e.root.join(b).join("own.txt"), b).unwrap();
+    }
+    assert_eq!(std::fs::read(e.root.join("b2/own.txt")).unwrap(), b"b2");
+    assert!(!e.ws.join("own.txt").exists());
+    // A rewind on the branch writes its upper layer: the shared lower is untouched.
+    let b1 = r1["branch"].as_str().unwrap();
+    ok(&e, &["write", b1, "a.txt", "--content", "branch"]);
+    ok(&e, &["step-back", b1, "--to", "0"]);
+    assert_eq!(std::fs::read(e.root.join("b1/a.txt")).unwrap(), b"a1");
+    assert_snap_eq(
+        &at_k,
+        &snapshot(&e.root.join("b2"))
+            .into_iter()
+            .filter(|(p, _)| p != "own.txt")
+            .collect(),
+        "b2 after b1's rewind",
+    );
+}
+
+#[test]
+#[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
+fn a_layered_branch_never_sees_the_parents_later_writes() {
+    require_layers();
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, at_k) = parent(&e, &sink);
+    let r1 = fork_into(&e, &s, "3", &e.root.join("b1"));
+    assert_eq!(r1["clone"], "layers", "{r1}");
+    // The parent goes on: a revl write, an exec, and a file changed by hand.
+    ok(&e, &["write", &s, "a.txt", "--content", "a3"]);
+    exec_sh(&e, &s, "echo later > late.txt; echo x > dir2");
+    std::fs::write(e.ws.join("out.txt"), "by hand").unwrap();
+    assert_snap_eq(
+        &at_k,
+        &snapshot(&e.root.join("b1")),
+        "b1 after the parent wrote",
+    );
+    // A fork after the parent changed is a new point: its own lower layer, at step k too.
+    let r2 = fork_into(&e, &s, "3", &e.root.join("b2"));
+    assert_eq!(r2["layers"]["sharedLower"], false, "{r2}");
+    assert_ne!(r2["layers"]["lower"], r1["layers"]["lower"]);
+    assert_snap_eq(&at_k, &snapshot(&e.root.join("b2")), "b2");
+    assert_snap_eq(&at_k, &snapshot(&e.root.join("b1")), "b1 after b2");
+}
+
+#[test]
+#[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
+fn a_layered_workspace_is_mounted_again_on_attach_after_an_unmount() {
+    require_layers();
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, _) = parent(&e, &sink);
+    let dir = e.root.join("b1");
+    let r = fork_into(&e, &s, "3", &dir);
+    let b = r["branch"].as_str().unwrap();
+    ok(&e, &["write", b, "mine.txt", "--content", "kept"]);
+    let before = snapshot(&dir);
+    // A reboot, or someone's umount: DIR is an empty directory.
+    let o = std::process::Command::new("umount")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!mounted(&dir));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // The next command on the branch mounts it again: everything is there.
+    ok(&e, &["write", b, "more.txt", "--content", "after"]);
+    assert!(mounted(&dir));
+    let mut want = before;
+    want.extend(snapshot(&dir).into_iter().filter(|(p, _)| p == "more.txt"));
+    assert_snap_eq(&want, &snapshot(&dir), "the branch after the remount");
+    ok(&e, &["verify", b]);
+    ok(&e, &["step-back", b, "--to", "0"]);
+    assert!(!dir.join("mine.txt").exists() && !dir.join("more.txt").exists());
+}
+
+#[test]
+#[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
+fn abort_remove_and_gc_take_layered_workspaces_down_and_collect_the_lower_layer() {
+    require_layers();
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, _) = big_parent(&e, &sink);
+    let ids: Vec<String> = (1..=3)
+        .map(|n| {
+            let r = fork_into(&e, &s, "3", &e.root.join(format!("b{n}")));
+            assert_eq!(r["clone"], "layers", "{r}");
+            r["branch"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let layers = e.store.join("layers");
+    let count = |d: &str| std::fs::read_dir(layers.join(d)).map_or(0, |r| r.count());
+    assert_eq!((count("lower"), count("branch")), (1, 3));
+    // The parent's workspace is the user's: --remove is refused, nothing is aborted.
+    let o = revl(&e, &["abort", &s, "--remove"], None);
+    assert_eq!(
+        (o.code, o.json["error"]["code"].as_str()),
+        (2, Some("bad-args")),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(ok(&e, &["status", &s])["state"], "live");
+    // abort --remove: unmounted, DIR and the upper layer gone, the lower kept (in use).
+    let r = ok(&e, &["abort", &ids[0], "--remove"]);
+    assert_eq!(
+        r["removed"]["dir"],
+        e.root.join("b1").to_str().unwrap(),
+        "{r}"
+    );
+    assert_eq!(r["removed"]["lowersCollected"], serde_json::json!([]));
+    assert!(!e.root.join("b1").exists() && !mounted(&e.root.join("b1")));
+    assert_eq!((count("lower"), count("branch")), (1, 2));
+    // An aborted branch's layers: gc takes them down (a dry run first changes nothing).
+    ok(&e, &["abort", &ids[1]]);
+    let dry = ok(&e, &["gc"]);
+    assert_eq!(
+        dry["layers"]["workspaces"],
+        serde_json::json!([e.root.join("b2").to_str().unwrap()]),
+        "{dry}"
+    );
+    assert!(mounted(&e.root.join("b2")));
+    let g = ok(&e, &["gc", "--apply"]);
+    assert_eq!(g["layers"]["applied"], true, "{g}");
+    assert!(!e.root.join("b2").exists() && !mounted(&e.root.join("b2")));
+    assert_eq!((count("lower"), count("branch")), (1, 1));
+    // The last branch of the point goes: its lower layer is collected.
+    let before = disk(&e.store);
+    let r = ok(&e, &["abort", &ids[2], "--remove"]);
+    assert_eq!(
+        r["removed"]["lowersCollected"].as_array().unwrap().len(),
+        1,
+        "{r}"
+    );
+    assert_eq!((count("lower"), count("branch")), (0, 0));
+    assert!(
+        before - disk(&e.store) >= 5_000_000,
+        "the lower layer's bytes were freed"
+    );
+    assert!(!e.root.join("b3").exists());
+    // A crash right after the mount: repair takes the layers down, nothing is left.
+    let o = confirm_into(
+        &e,
+        &s,
+        e.root.join("b4").to_str().unwrap(),
+        Some("fork.mid-clone"),
+    );
+    assert_eq!(o.code, -1);
+    ok(&e, &["status", &s]);
+    assert!(!e.root.join("b4").exists() && !mounted(&e.root.join("b4")));
+    assert_eq!((count("lower"), count("branch")), (0, 0));
+}
+
+/// `revl --store STORE --json ARGS` as the unprivileged user nobody, with `path` as PATH.
+fn as_nobody(e: &Env, path: &str, args: &[&str]) -> Value {
+    // setpriv found on this PATH (the child's PATH may not have it).
+    let setpriv = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("setpriv"))
+        .find(|p| p.exists())
+        .expect("setpriv (util-linux)");
+    let o = std::process::Command::new(setpriv)
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(crate::common::bin())
+        .args(["--store", e.store.to_str().unwrap(), "--json"])
+        .args(args)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &e.root)
+        .current_dir(&e.root)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    assert!(
+        o.status.success(),
+        "{args:?}: {v} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    v
+}
+
+#[test]
+#[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
+fn an_unprivileged_user_gets_fuse_overlayfs_layers_or_a_copy_that_says_why() {
+    require_layers();
+    let e = env();
+    std::fs::create_dir_all(&e.ws).unwrap();
+    std::fs::write(e.ws.join("a.txt"), "a0").unwrap();
+    std::fs::write(e.ws.join("big.bin"), vec![b'z'; 2_000_000]).unwrap();
+    let o = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&e.root)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let path = std::env::var("PATH").unwrap();
+    let nobody = |args: &[&str]| as_nobody(&e, &path, args);
+    let s = nobody(&["new", "--workspace", e.ws.to_str().unwrap()])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    nobody(&["write", &s, "a.txt", "--content", "a1"]);
+    nobody(&["boundary", &s, "--label", "k"]);
+    nobody(&["write", &s, "a.txt", "--content", "a2"]);
+    let fork = |dir: &str, path: &str| {
+        let h = as_nobody(&e, path, &["fork", &s, "--at", "2"])["hash"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let d = e.root.join(dir);
+        as_nobody(
+            &e,
+            path,
+            &[
+                "fork-confirm",
+                &s,
+                "--hash",
+                &h,
+                "--into",
+                d.to_str().unwrap(),
+            ],
+        )
+    };
+    let r1 = fork("b1", &path);
+    assert_eq!(
+        (r1["clone"].as_str(), r1["layers"]["driver"].as_str()),
+        (Some("layers"), Some("fuse-overlayfs")),
+        "{r1}"
+    );
+    let r2 = fork("b2", &path);
+    assert_eq!(
+        (
+            r2["layers"]["sharedLower"].as_bool(),
+            r2["bytesCopied"].as_u64()
+        ),
+        (Some(true), Some(0)),
+        "{r2}"
+    );
+    // Any process of the user reads DIR; the branch is at step k.
+    let cat = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(e.root.join("b2/a.txt"))
+        .output()
+        .unwrap();
+    assert_eq!(cat.stdout, b"a1");
+    let b2 = r2["branch"].as_str().unwrap();
+    nobody(&["write", b2, "x.txt", "--content", "x"]);
+    let r = nobody(&["abort", b2, "--remove"]);
+    assert_eq!(r["removed"]["clone"], "layers", "{r}");
+    assert!(!e.root.join("b2").exists() && !mounted(&e.root.join("b2")));
+    // Where neither overlay can be mounted (no right to mount, no fuse-overlayfs): a copy,
+    // and the report says why.
+    let r3 = fork("b3", "/nonexistent");
+    assert_eq!(r3["clone"], "copy", "{r3}");
+    assert!(
+        r3["fallback"].as_str().unwrap().contains("fuse-overlayfs"),
+        "{r3}"
+    );
+    assert_eq!(std::fs::read(e.root.join("b3/a.txt")).unwrap(), b"a1");
+    nobody(&["abort", r1["branch"].as_str().unwrap(), "--remove"]);
+    assert!(!mounted(&e.root.join("b1")));
 }

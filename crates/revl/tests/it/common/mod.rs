@@ -178,6 +178,51 @@ pub struct World {
     pub home: PathBuf,
 }
 
+/// A test's layered branch workspaces (docs/architecture.md, "Layered workspaces") are
+/// mounts under its temp root: they are unmounted (lazily, deepest first) before the root is
+/// deleted, so no test leaves a mount behind.
+impl Drop for World {
+    fn drop(&mut self) {
+        unmount_under(self.dir.path());
+    }
+}
+
+/// Unmount every mount under `root` (`/proc/self/mountinfo`'s mount points, octal escapes
+/// decoded), deepest first.
+pub fn unmount_under(root: &Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let unescape = |s: &str| {
+        let b = s.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i] == b'\\' && i + 3 < b.len() {
+                if let Ok(n) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                    out.push(n);
+                    i += 4;
+                    continue;
+                }
+            }
+            out.push(b[i]);
+            i += 1;
+        }
+        PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+    };
+    let mut points: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape)
+        .filter(|p| p.starts_with(root) && p != root)
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in points {
+        let _ = Command::new("umount").arg("-l").arg(&p).output();
+        let _ = Command::new("fusermount3").arg("-uz").arg(&p).output();
+    }
+}
+
 impl Default for World {
     fn default() -> Self {
         Self::new()
