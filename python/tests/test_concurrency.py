@@ -281,6 +281,11 @@ def test_aio_fork_confirm_gives_an_aio_branch(store_dir: Path, base: Path, paral
     assert twin_report.branch is not None
     names_sync = {twin.id: "<parent>", twin_report.branch.id: "<branch>", str(base / "sync"): "<base>"}
     names_aio = {s.id: "<parent>", sync_branch.id: "<branch>", str(base / "aio"): "<base>"}
+    # A layered branch names its own lower layer (each fork here froze its own point).
+    for doc, names in ((twin_report.to_dict(), names_sync), (report.to_dict(), names_aio)):
+        lower = (doc.get("layers") or {}).get("lower")
+        if lower:
+            names[lower] = "<lower>"
     assert _twin_normal(report.to_dict(), names_aio) == _twin_normal(twin_report.to_dict(), names_sync)
 
 

@@ -365,12 +365,31 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
     check(sink.count() == 3, "three requests reached the sink in all: one emission, two branch sends", sink.requests)
 
 
+def unmount_under(base: Path) -> None:
+    """The parallel branch's directory is a layered mount where the machine has no snapshot
+    or reflink (docs/reference.md, "Serial and parallel branches"): unmounted before the
+    temp tree is removed (the kernel's overlay as root, else fuse-overlayfs's)."""
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            p = line.split(" ")[4].encode().decode("unicode_escape")
+            if p.startswith(str(base.resolve()) + "/"):
+                points.append(p)
+    for p in sorted(points, key=len, reverse=True):
+        for cmd in (["umount", "-l", p], ["fusermount3", "-uz", p]):
+            if subprocess.run(cmd, capture_output=True).returncode == 0:
+                break
+
+
 def main():
     started = time.monotonic()
     sink = Sink()
     try:
         with tempfile.TemporaryDirectory(prefix="revl-mcp-py-") as tmp:
-            asyncio.run(scenario(Path(tmp), sink))
+            try:
+                asyncio.run(scenario(Path(tmp), sink))
+            finally:
+                unmount_under(Path(tmp))
     except BaseException as e:  # report, then fail
         print(f"client_py: FAILED after {checks} checks: {e!r}", file=sys.stderr)
         print(f"0 passed, 1 failed")

@@ -297,7 +297,31 @@ fn claude_scenario(nobody: bool) {
         result_of(&fake, "toolu_0").0,
         format!("{}\na.txt\nb.txt\nnotes.md", bdir.display())
     );
-    assert!(bdir.join("src/branch.txt").exists() && !bdir.join("dist").exists());
+    // Looked at as the run's user: an unprivileged user's layered DIR is its FUSE mount,
+    // which no other user (root included) may look into.
+    let exists = |p: &Path| {
+        r.command("test", &r.root)
+            .arg("-e")
+            .arg(p)
+            .status()
+            .unwrap()
+            .success()
+    };
+    let listing = r
+        .command("ls", &r.root)
+        .arg("-la")
+        .arg(bdir.join("src"))
+        .arg(&bdir)
+        .output()
+        .unwrap();
+    let seen = format!(
+        "{}{}\nthe branch: {}",
+        String::from_utf8_lossy(&listing.stdout),
+        String::from_utf8_lossy(&listing.stderr),
+        r.revl(&["timeline", &b])
+    );
+    assert!(exists(&bdir.join("src/branch.txt")), "{seen}");
+    assert!(!exists(&bdir.join("dist")), "{seen}");
     assert!(
         !r.ws.join("src/branch.txt").exists(),
         "the branch's command stayed in the branch"

@@ -924,7 +924,7 @@ fn as_nobody(e: &Env, path: &str, args: &[&str]) -> Value {
 
 #[test]
 #[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
-fn an_unprivileged_user_gets_fuse_overlayfs_layers_or_a_copy_that_says_why() {
+fn an_unprivileged_users_branch_is_a_copy_that_says_why() {
     require_layers();
     let e = env();
     std::fs::create_dir_all(&e.ws).unwrap();
@@ -964,33 +964,30 @@ fn an_unprivileged_user_gets_fuse_overlayfs_layers_or_a_copy_that_says_why() {
             ],
         )
     };
+    // A new branch of an unprivileged user is copied for now, even with fuse-overlayfs
+    // installed (docs/reference.md, "Serial and parallel branches": a directory a rewind
+    // removed stayed in a fuse-overlayfs DIR), and the report says why.
     let r1 = fork("b1", &path);
-    assert_eq!(
-        (r1["clone"].as_str(), r1["layers"]["driver"].as_str()),
-        (Some("layers"), Some("fuse-overlayfs")),
+    assert_eq!(r1["clone"], "copy", "{r1}");
+    assert!(
+        r1["fallback"]
+            .as_str()
+            .unwrap()
+            .contains("fuse-overlayfs is not used for a new branch"),
         "{r1}"
-    );
-    let r2 = fork("b2", &path);
-    assert_eq!(
-        (
-            r2["layers"]["sharedLower"].as_bool(),
-            r2["bytesCopied"].as_u64()
-        ),
-        (Some(true), Some(0)),
-        "{r2}"
     );
     // Any process of the user reads DIR; the branch is at step k.
     let cat = std::process::Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
-        .arg(e.root.join("b2/a.txt"))
+        .arg(e.root.join("b1/a.txt"))
         .output()
         .unwrap();
     assert_eq!(cat.stdout, b"a1");
-    let b2 = r2["branch"].as_str().unwrap();
-    nobody(&["write", b2, "x.txt", "--content", "x"]);
-    let r = nobody(&["abort", b2, "--remove"]);
-    assert_eq!(r["removed"]["clone"], "layers", "{r}");
-    assert!(!e.root.join("b2").exists() && !mounted(&e.root.join("b2")));
+    let b1 = r1["branch"].as_str().unwrap();
+    nobody(&["write", b1, "x.txt", "--content", "x"]);
+    let r = nobody(&["abort", b1, "--remove"]);
+    assert_eq!(r["removed"]["clone"], "copy", "{r}");
+    assert!(!e.root.join("b1").exists() && !mounted(&e.root.join("b1")));
     // Where neither overlay can be mounted (no right to mount, no fuse-overlayfs): a copy,
     // and the report says why.
     let r3 = fork("b3", "/nonexistent");
@@ -1000,6 +997,4 @@ fn an_unprivileged_user_gets_fuse_overlayfs_layers_or_a_copy_that_says_why() {
         "{r3}"
     );
     assert_eq!(std::fs::read(e.root.join("b3/a.txt")).unwrap(), b"a1");
-    nobody(&["abort", r1["branch"].as_str().unwrap(), "--remove"]);
-    assert!(!mounted(&e.root.join("b1")));
 }
