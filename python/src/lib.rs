@@ -695,15 +695,9 @@ impl NativeSession {
     /// before anything is aborted for a session whose workspace a parallel fork did not make.
     #[pyo3(signature = (remove=false))]
     fn abort(&self, py: Python<'_>, remove: bool) -> PyResult<Doc> {
-        self.verb(py, How::Write, move |s| {
-            if remove {
-                s.store().branch_workspace(s.id())?;
-            }
-            let mut r = s.abort()?;
-            if remove {
-                r.removed = Some(s.store().remove_branch_workspace(s.id())?);
-            }
-            Ok(r)
+        self.verb(py, How::Write, move |s| match remove {
+            true => s.abort_and_remove(),
+            false => s.abort(),
         })
     }
 

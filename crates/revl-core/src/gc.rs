@@ -170,10 +170,29 @@ impl Store {
             }
         }
         drop(locks);
-        // An aborted branch's layered workspace, or one whose session is gone, goes.
-        let layers = self.layers().gc(apply, |b| {
-            aborted.contains(b) || !ids.iter().any(|i| i == b)
+        // An aborted branch's layered workspace, or one whose session is gone, goes; but
+        // never one written since its fork (by hand, or by its own steps): its upper layer
+        // holds those bytes, and only what the fork wrote can be made again.
+        let layers = self.layers();
+        let written: Vec<(String, std::path::PathBuf)> = aborted
+            .iter()
+            .filter(|b| layers.written_since_fork(b))
+            .filter_map(|b| Some((b.clone(), layers.entry(b).ok()??.dir)))
+            .collect();
+        let mut report = layers.gc(apply, |b| {
+            (aborted.contains(b) && !written.iter().any(|(w, _)| w == b))
+                || !ids.iter().any(|i| i == b)
         })?;
+        report.kept = written
+            .iter()
+            .map(|(b, dir)| {
+                format!(
+                    "{}: written since its fork; `revl abort {b} --remove` removes it",
+                    dir.display()
+                )
+            })
+            .collect();
+        let layers = report;
         Ok(GcReport {
             sessions_kept: kept,
             sessions_closed: closed,

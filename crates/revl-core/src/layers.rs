@@ -255,6 +255,47 @@ impl Layers {
         }
     }
 
+    /// Stamp that the fork finished writing `branch`'s DIR (its rewind to step k included):
+    /// what the upper layer holds up to this stamp, a fork can make again.
+    pub fn mark_forked(&self, branch: &str) -> Result<()> {
+        let p = self.branch(branch).join("forked");
+        crate::util::write_durable(&p, b"").map_err(|e| io(&p, e))
+    }
+
+    /// Whether anything in `branch`'s upper layer changed after its fork finished (an entry
+    /// whose change time is later than the stamp's, on the same filesystem's clock): bytes
+    /// the branch's own steps or a hand wrote, which taking the layers down would destroy.
+    /// `true` where there is no stamp or the upper layer cannot be read (nothing is proven).
+    pub fn written_since_fork(&self, branch: &str) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let b = self.branch(branch);
+        let Ok(stamp) = std::fs::symlink_metadata(b.join("forked")) else {
+            return true;
+        };
+        let at = (stamp.ctime(), stamp.ctime_nsec());
+        let mut stack = vec![b.join("upper")];
+        while let Some(d) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&d) else {
+                return true;
+            };
+            for e in rd {
+                let Ok(m) = e.and_then(|e| {
+                    let p = e.path();
+                    std::fs::symlink_metadata(&p).map(|m| (p, m))
+                }) else {
+                    return true;
+                };
+                if (m.1.ctime(), m.1.ctime_nsec()) > at {
+                    return true;
+                }
+                if m.1.is_dir() {
+                    stack.push(m.0);
+                }
+            }
+        }
+        false
+    }
+
     fn write_entry(&self, branch: &str, m: &Mounted) -> Result<()> {
         let p = self.branch(branch).join("mount.json");
         let json = serde_json::to_vec(m).expect("an entry serializes");
@@ -509,6 +550,12 @@ pub struct LayersGc {
     pub workspaces: Vec<String>,
     /// Lower layers no branch names.
     pub lowers: Vec<String>,
+    /// Aborted branches' layered workspaces left as they are, each with why: their upper
+    /// layer was written after the fork (by hand, or by the branch's own steps), and taking
+    /// it down would destroy those bytes; `abort --remove` removes one when that is what the
+    /// user wants.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept: Vec<String>,
     pub applied: bool,
 }
 

@@ -1618,17 +1618,12 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             Ok(answered(&r, render::commit_done(&r)))
         }
         Cmd::Abort { session, remove } => {
-            let id = store.resolve(session)?;
-            if *remove {
-                // Refused before anything is aborted: only a branch's own directory goes.
-                store.branch_workspace(&id)?;
-            }
-            let mut s = attach(&store, &id)?;
-            let mut r = s.abort()?;
-            drop(s);
-            if *remove {
-                r.removed = Some(store.remove_branch_workspace(&id)?);
-            }
+            let mut s = attach(&store, session)?;
+            let r = if *remove {
+                s.abort_and_remove()?
+            } else {
+                s.abort()?
+            };
             Ok(Outcome::ok(to_json(&r), render::abort(&r)))
         }
         Cmd::Resend { session, seq } => {

@@ -1356,8 +1356,16 @@ pub fn gc_preserved(kept: &[revl_core::gc::PreservedBlob]) -> String {
 }
 
 pub fn gc_layers(l: &revl_core::layers::LayersGc) -> String {
+    let mut kept = String::new();
+    for k in &l.kept {
+        let _ = write!(
+            kept,
+            "\nlayered workspace of an aborted branch kept: {}",
+            revl_core::util::visible(k, false)
+        );
+    }
     if l.workspaces.is_empty() && l.lowers.is_empty() {
-        return String::new();
+        return kept;
     }
     let verb = if l.applied {
         ""
@@ -1372,7 +1380,7 @@ pub fn gc_layers(l: &revl_core::layers::LayersGc) -> String {
     for w in &l.workspaces {
         let _ = write!(out, "\n  {}", path_text(w));
     }
-    out
+    out + &kept
 }
 
 /// How a parallel branch's workspace was made, in words.

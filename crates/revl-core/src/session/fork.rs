@@ -602,6 +602,9 @@ impl Session {
             done.failed.clone(),
             &m.provisions,
         )?;
+        if let Made::Layers { .. } = made {
+            self.store.layers().mark_forked(&m.branch)?;
+        }
         Ok((made, into_str, preserved, done))
     }
 

@@ -912,6 +912,32 @@ impl Session {
         })
     }
 
+    /// `abort --remove` of a parallel branch: refused before anything is aborted where the
+    /// workspace is not the branch's own (a parallel fork did not make it); the branch is
+    /// aborted (a branch aborted already is left as it is, nothing replayed), then its
+    /// workspace is taken down and removed (`removed`). The one place the CLI and the
+    /// Python package ask for it.
+    pub fn abort_and_remove(&mut self) -> Result<AbortReport> {
+        self.store.branch_workspace(&self.id)?;
+        let settled = self.journal.state.life() == Life::Aborted
+            && self.journal.state.owed_steps().is_empty();
+        let mut r = if settled {
+            AbortReport {
+                aborted: true,
+                replayed: Vec::new(),
+                compensations_ran: Vec::new(),
+                dropped_deferred: Vec::new(),
+                failed: Vec::new(),
+                preserved: Vec::new(),
+                removed: None,
+            }
+        } else {
+            self.abort()?
+        };
+        r.removed = Some(self.store.remove_branch_workspace(&self.id)?);
+        Ok(r)
+    }
+
     /// Finish an abort a crash interrupted (docs/architecture.md, "Attach and repair"): the
     /// queue is dropped, host-confined inverses finished, crossing ones listed `owed`;
     /// `aborted` is written. Never crosses.

@@ -28,6 +28,15 @@ struct Run {
     nobody: bool,
 }
 
+/// A run's parallel branch is a layered mount where the machine has no snapshot or reflink
+/// (docs/reference.md, "Serial and parallel branches"): unmounted before the run's directory
+/// is removed, so no run leaves a mount behind.
+impl Drop for Run {
+    fn drop(&mut self) {
+        crate::common::unmount_under(&self.root);
+    }
+}
+
 impl Run {
     fn new(nobody: bool) -> Run {
         // Not under /tmp: the sandbox gives commands a private /tmp, and Codex wants its home

@@ -822,6 +822,30 @@ fn a_layered_workspace_is_mounted_again_on_attach_after_an_unmount() {
 
 #[test]
 #[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
+fn gc_keeps_an_aborted_branchs_layered_workspace_that_holds_hand_edits() {
+    require_layers();
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, _) = big_parent(&e, &sink);
+    let dir = e.root.join("b1");
+    let r = fork_into(&e, &s, "3", &dir);
+    assert_eq!(r["clone"], "layers", "{r}");
+    let b = r["branch"].as_str().unwrap();
+    ok(&e, &["abort", b]);
+    // Bytes revl did not write, in the aborted branch's DIR (its upper layer).
+    std::fs::write(dir.join("a.txt"), "by hand").unwrap();
+    let g = ok(&e, &["gc", "--apply"]);
+    assert_eq!(g["layers"]["workspaces"], serde_json::json!([]), "{g}");
+    let kept = g["layers"]["kept"].to_string();
+    assert!(kept.contains(dir.to_str().unwrap()), "{g}");
+    assert!(mounted(&dir), "{g}");
+    assert_eq!(std::fs::read(dir.join("a.txt")).unwrap(), b"by hand");
+    // What the user asks for by name still goes.
+    ok(&e, &["abort", b, "--remove"]);
+    assert!(!dir.exists() && !mounted(&dir));
+}
+
+#[test]
+#[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
 fn abort_remove_and_gc_take_layered_workspaces_down_and_collect_the_lower_layer() {
     require_layers();
     let (e, sink) = (env(), Sink::start().unwrap());
