@@ -286,7 +286,7 @@ impl Workspace {
 
     /// The topmost ancestor of `rel` (or `rel` itself) that does not exist, if any parent is
     /// missing; errors if an ancestor exists but is not a directory.
-    fn topmost_absent_parent(&self, rel: &str) -> Result<Option<String>> {
+    pub(crate) fn topmost_absent_parent(&self, rel: &str) -> Result<Option<String>> {
         let parts: Vec<&str> = rel.split('/').collect();
         let mut cur = self.root.clone();
         for (i, part) in parts[..parts.len() - 1].iter().enumerate() {

@@ -1009,7 +1009,7 @@ fn edit_after(
                 agent.name(),
                 revl_core::util::visible(&rel, false)
             );
-            s.record_edit(entry, Some(origin.clone()), &label)?;
+            s.record_edit(&rel, entry, Some(origin.clone()), &label)?;
         }
     }
     let _ = std::fs::remove_file(&path);

@@ -102,46 +102,54 @@ impl Session {
 
     /// What `path` (relative to the workspace) holds now, kept so that it can be put back:
     /// taken before another program (an agent's edit tool) changes it, then given to
-    /// [`Session::record_edit`]. Large contents go to the blob store (durable).
-    /// Where `path`'s directory does not exist yet, the preimage is the absence of its
-    /// first missing ancestor (the tool makes the directories too, and a rewind removes
-    /// them).
+    /// [`Session::record_edit`] with the same path. Large contents go to the blob store
+    /// (durable). Where `path`'s directory does not exist yet, the preimage is the absence
+    /// of its first missing ancestor (the tool makes the directories too, and a rewind
+    /// removes them), as for a write into a new directory.
     pub fn capture_preimage(&self, path: &str) -> Result<RestoreEntry> {
-        let mut rel = self.ws.confine(path, false)?;
-        while let Some((dir, _)) = rel.rsplit_once('/') {
-            if self.ws.lstat_rel(dir)?.is_some() {
-                break;
-            }
-            rel = dir.to_string();
+        let rel = self.ws.confine(path, false)?;
+        match self.ws.topmost_absent_parent(&rel)? {
+            Some(top) => Ok(RestoreEntry::Absent { path: top }),
+            None => self.ws.capture(&rel, &self.blobs),
         }
-        self.ws.capture(&rel, &self.blobs)
     }
 
-    /// Record an edit another program made (an agent's edit tool), with the preimage
-    /// [`Session::capture_preimage`] took before it: one file step whose undo restores
-    /// that preimage and whose post-image is what the path holds now, so a rewind puts it
-    /// back like any write and never takes it for a hand edit. The intent (preimage and
+    /// Record an edit another program made (an agent's edit tool) to `path`, with the
+    /// preimage [`Session::capture_preimage`] took of it before: one file step on `path`
+    /// whose undo restores that preimage and whose post-image is what `path` holds now, so
+    /// a rewind puts it back like any write and never takes it for a hand edit. Where the
+    /// preimage is the absence of a new directory above `path`, the step is still the file
+    /// (as a write into a new directory is): whatever else appears in that directory is
+    /// not the edit's, and a rewind preserves it as drift. The intent (preimage and
     /// post-image) is durable before the step; a crash between them is repaired forward.
     pub fn record_edit(
         &mut self,
+        path: &str,
         pre: RestoreEntry,
         origin: Option<Origin>,
         label: &str,
     ) -> Result<Option<Stepped>> {
         self.require_live()?;
         self.settle(false)?;
-        let path = self.ws.confine(pre.path(), false)?;
-        if pre.path() != path {
+        let path = self.ws.confine(path, false)?;
+        let above = matches!(&pre, RestoreEntry::Absent { path: top }
+            if path.starts_with(&format!("{top}/")));
+        if pre.path() != path && !above {
             return Err(Error::bad_args(
                 format!(
-                    "the preimage's path {} is not in its plain form",
-                    pre.path()
+                    "the preimage of {} is not {path}'s (nor the absence of a directory above it)",
+                    crate::util::visible(pre.path(), false)
                 ),
-                "take the preimage with capture_preimage",
+                "take the preimage with capture_preimage of the same path",
             ));
         }
         let after = self.ws.observe(&path)?;
-        if pre.image().shown_by(&after) {
+        let unchanged = match above {
+            // The file was absent (its directory was): absent still, the edit made nothing.
+            true => after.kind == Some(crate::undo::FileKind::Absent),
+            false => pre.image().shown_by(&after),
+        };
+        if unchanged {
             return Ok(None);
         }
         // Its bytes are kept so that `read --at` returns them after a later change.

@@ -627,3 +627,55 @@ fn a_crash_while_recording_an_edit_repairs_forward() {
     w.json(&["step-back", &s, "--to", "0"]).ok();
     assert!(!ws.join("f.txt").exists());
 }
+
+/// An edit tool's call that creates a file in a directory that did not exist: the step is
+/// the file (its bytes kept), its undo the absence of the new directory. A file that
+/// appeared in that directory while the tool ran (by hand, another command) is not the
+/// tool's: a rewind preserves and lists it, never deletes it silently.
+#[test]
+fn an_edit_into_a_new_directory_is_the_file_not_the_directory() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let file = ws.join("dir/new.txt");
+    let extra = json!({
+        "tool_name": "Write",
+        "tool_use_id": "toolu_nd",
+        "tool_input": {"file_path": file, "content": "new\n"},
+    });
+    let o = hook(
+        &w,
+        "claude",
+        None,
+        &s,
+        &payload("PreToolUse", &ws, extra.clone()),
+    );
+    assert_eq!((o.code, o.stdout.len()), (Some(0), 0));
+    std::fs::create_dir_all(ws.join("dir")).unwrap();
+    std::fs::write(&file, "new\n").unwrap();
+    // Made by hand while the tool ran.
+    std::fs::write(ws.join("dir/other.txt"), "mine\n").unwrap();
+    let o = hook(&w, "claude", None, &s, &payload("PostToolUse", &ws, extra));
+    assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = w.timeline(&s);
+    let last = t["steps"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["label"], "claude: Write dir/new.txt");
+    assert!(
+        last.to_string().contains("\"dir/new.txt\""),
+        "the step is the file: {last}"
+    );
+    let back = w.json(&["step-back", &s, "--to", "0"]);
+    let text = back.ok().to_string();
+    assert!(!file.exists(), "the tool's file is undone");
+    assert!(
+        text.contains("dir/other.txt"),
+        "the hand-made file is listed: {text}"
+    );
+    let kept: Vec<Value> = records(&w.wal(&s))
+        .into_iter()
+        .filter(|r| r["record"] == "preserved")
+        .collect();
+    assert!(
+        kept.iter().any(|r| r.to_string().contains("dir/other.txt")),
+        "the hand-made file was preserved: {kept:?}"
+    );
+}
