@@ -378,42 +378,79 @@ pub fn edit_paths(p: &Map<String, Value>) -> Result<Vec<PathBuf>, Error> {
     ))
 }
 
-/// The files an `apply_patch` patch touches, relative to the payload's `cwd`.
+/// The files an `apply_patch` patch touches, relative to the payload's `cwd`. A header
+/// line is read trimmed, as Codex reads it; a patch whose files revl cannot tell (no
+/// file header, a `***` line it does not know, a path from `~`) is refused: it would run
+/// unconfined and unrecorded.
 fn patch_paths(patch: &str, p: &Map<String, Value>) -> Result<Vec<PathBuf>, Error> {
     let cwd = PathBuf::from(string(p, "cwd")?);
+    let refuse = |why: String| {
+        Error::new(
+            Code::PathOutside,
+            format!("the apply_patch {why}: revl cannot tell which files it changes, so nothing was changed"),
+            "give a patch with `*** Add File: PATH`, `*** Update File: PATH` or `*** Delete File: PATH` headers, paths inside the workspace",
+        )
+    };
     let mut out = Vec::new();
-    for line in patch.lines() {
-        for head in [
+    for raw in patch.lines() {
+        let line = raw.trim();
+        if !line.starts_with("***") {
+            continue;
+        }
+        let head = [
             "*** Add File: ",
             "*** Update File: ",
             "*** Delete File: ",
             "*** Move to: ",
-        ] {
-            if let Some(f) = line.strip_prefix(head) {
-                let f = Path::new(f.trim());
-                let abs = if f.is_absolute() {
-                    f.to_path_buf()
-                } else {
-                    cwd.join(f)
-                };
-                if !out.contains(&abs) {
-                    out.push(abs);
-                }
+        ]
+        .into_iter()
+        .find_map(|h| line.strip_prefix(h));
+        let Some(f) = head else {
+            if matches!(line, "*** Begin Patch" | "*** End Patch" | "*** End of File")
+                // An indented `***` that is no header is a hunk's context line.
+                || raw.starts_with(char::is_whitespace)
+            {
+                continue;
             }
+            return Err(refuse(format!(
+                "has the line {}, which revl does not know",
+                revl_core::util::visible(line, false)
+            )));
+        };
+        let f = f.trim();
+        if f.is_empty() {
+            return Err(refuse("names a file with an empty path".into()));
         }
+        if f.starts_with('~') {
+            return Err(refuse(format!(
+                "names {}, a path from `~`",
+                revl_core::util::visible(f, false)
+            )));
+        }
+        let f = Path::new(f);
+        let abs = if f.is_absolute() {
+            f.to_path_buf()
+        } else {
+            cwd.join(f)
+        };
+        if !out.contains(&abs) {
+            out.push(abs);
+        }
+    }
+    if out.is_empty() {
+        return Err(refuse("names no file".into()));
     }
     Ok(out)
 }
 
-/// `abs` (a path an agent's tool names) relative to the workspace: lexically, `.` and
-/// `..` resolved, its parent's symlinks followed where it exists.
+/// `abs` (a path an agent's tool names) relative to the workspace, its parent's symlinks
+/// followed where it exists (the rest is confined by the session). A path with `..` is
+/// none: the system resolves `..` after symlinks, so its place cannot be told lexically.
 pub fn rel_path(workspace: &Path, abs: &Path) -> Option<String> {
     let mut clean = PathBuf::new();
     for c in abs.components() {
         match c {
-            std::path::Component::ParentDir => {
-                clean.pop();
-            }
+            std::path::Component::ParentDir => return None,
             std::path::Component::CurDir => {}
             c => clean.push(c),
         }

@@ -940,7 +940,26 @@ fn edit_before(
     let cwd = payload_cwd(p)?;
     let (id, ws) = agent_session(store, session, &cwd, false)?;
     let mut rels = Vec::new();
-    for abs in agents::edit_paths(p)? {
+    // A call whose files revl cannot tell is denied: it would run unconfined and unrecorded.
+    let paths = match agents::edit_paths(p) {
+        Ok(paths) => paths,
+        Err(e) => return Ok(Some(agents::deny(&e))),
+    };
+    for abs in paths {
+        if abs
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            let e = Error::new(
+                Code::PathOutside,
+                format!(
+                    "{tool} names {}, with `..`: the system resolves it through symlinks, so revl cannot confine it; nothing was changed",
+                    revl_core::util::visible(&abs.to_string_lossy(), false)
+                ),
+                "name the file without `..`",
+            );
+            return Ok(Some(agents::deny(&e)));
+        }
         match agents::rel_path(&ws, &abs) {
             Some(r) => rels.push(r),
             None => {

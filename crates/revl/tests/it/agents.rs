@@ -679,3 +679,102 @@ fn an_edit_into_a_new_directory_is_the_file_not_the_directory() {
         "the hand-made file was preserved: {kept:?}"
     );
 }
+
+/// The answer of a `PreToolUse` hook that must block the call: a deny, or exit 2; one line
+/// saying why either way. Returns the why.
+fn blocked(o: &Raw) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    if o.code == Some(2) {
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        return err;
+    }
+    assert_eq!(o.code, Some(0), "{err}");
+    let a: Value = serde_json::from_slice(&o.stdout).expect("a deny answer");
+    assert_eq!(a["hookSpecificOutput"]["permissionDecision"], "deny", "{a}");
+    let why = a["hookSpecificOutput"]["permissionDecisionReason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(why.lines().count(), 1, "one line: {why}");
+    why
+}
+
+fn codex_patch(w: &World, s: &str, ws: &Path, id: &str, patch: &str) -> Raw {
+    let extra = json!({
+        "tool_name": "apply_patch",
+        "tool_use_id": id,
+        "tool_input": {"command": patch},
+    });
+    hook(w, "codex", None, s, &payload("PreToolUse", ws, extra))
+}
+
+/// An `apply_patch` is confined the way Codex reads it: a header line is trimmed (an
+/// indented header still names its file), and a patch revl cannot read the files of
+/// (no header, a `***` line it does not know, a `~` path, a `..` path) is denied, one line.
+#[test]
+fn an_apply_patch_revl_cannot_confine_is_denied() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let outside = w.ws("elsewhere");
+    // An indented header: Codex trims it and adds the file; revl keeps its preimage.
+    let o = codex_patch(
+        &w,
+        &s,
+        &ws,
+        "call_ok",
+        "*** Begin Patch\n  *** Add File: ind.txt  \n+x\n*** End Patch\n",
+    );
+    assert_eq!(
+        (o.code, o.stdout.len()),
+        (Some(0), 0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::write(ws.join("ind.txt"), "x\n").unwrap();
+    let extra = json!({"tool_name": "apply_patch", "tool_use_id": "call_ok", "tool_input": {"command": "-"}});
+    let o = hook(&w, "codex", None, &s, &payload("PostToolUse", &ws, extra));
+    assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(w.head(&s), 1, "the indented header's file is recorded");
+    std::fs::create_dir_all(outside.join("sub")).unwrap();
+    std::os::unix::fs::symlink(outside.join("sub"), ws.join("link")).unwrap();
+    for (what, patch, says) in [
+        (
+            "no header",
+            "*** Begin Patch\n+x\n*** End Patch\n",
+            "no file",
+        ),
+        (
+            "an unknown *** line",
+            "*** Begin Patch\n*** Frob File: a.txt\n+x\n*** End Patch\n",
+            "Frob",
+        ),
+        (
+            "a ~ path",
+            "*** Begin Patch\n*** Add File: ~/x.txt\n+x\n*** End Patch\n",
+            "~",
+        ),
+        (
+            "a .. through a symlink",
+            "*** Begin Patch\n*** Add File: link/../escaped.txt\n+x\n*** End Patch\n",
+            "..",
+        ),
+    ] {
+        let why = blocked(&codex_patch(&w, &s, &ws, "call_bad", patch));
+        assert!(why.contains(says), "{what}: {why}");
+    }
+    // A `..` in an edit tool's own path: refused, never resolved lexically.
+    let extra = json!({
+        "tool_name": "Write",
+        "tool_use_id": "toolu_dd",
+        "tool_input": {"file_path": ws.join("link/../escaped.txt"), "content": "x"},
+    });
+    let why = blocked(&hook(
+        &w,
+        "claude",
+        None,
+        &s,
+        &payload("PreToolUse", &ws, extra),
+    ));
+    assert!(why.contains(".."), "{why}");
+    assert_eq!(w.head(&s), 1, "nothing else recorded");
+}
