@@ -5,6 +5,7 @@ use super::Session;
 use crate::agent::Origin;
 use crate::error::{Error, Result};
 use crate::report::Stepped;
+use crate::step::Pos;
 use crate::undo::{EffectDetail, FileDetail, IntentAfter, RestoreEntry, Undo};
 use crate::wal::Record;
 use serde_json::json;
@@ -62,8 +63,9 @@ impl Session {
     }
 
     /// A point given as a step index (`K`, `-1`), a turn (`turn:N`, the Nth live turn) or a
-    /// turn id (an agent's prompt or turn id): the step just before that turn's boundary.
-    /// Back there, nothing that turn did remains, and the next prompt opens turn N again.
+    /// turn id (an agent's prompt or turn id): the last live step before that turn's
+    /// boundary (`-1` when none), what the workspace held when the turn began. Back there,
+    /// nothing that turn did remains, and the next prompt opens turn N again.
     pub fn point(&self, given: &str, what: &str) -> Result<i64> {
         let g = given.trim();
         if let Ok(k) = g.parse::<i64>() {
@@ -86,9 +88,19 @@ impl Session {
                 .find(|(_, id)| id.as_deref() == Some(g))
                 .map(|t| t.0),
         };
-        // Just before the turn's boundary: the turn itself is unwound too, and the next
-        // prompt opens turn N again.
-        found.map(|s| s as i64 - 1).ok_or_else(|| {
+        // The last live step before the turn's boundary: the turn itself is unwound too,
+        // and the next prompt opens turn N again. The steps just before it may be ones an
+        // earlier rewind undid (the turn began after that rewind): they are passed over.
+        let state = &self.journal.state;
+        let live_before = |b: u64| {
+            (0..b)
+                .rev()
+                .find(|&k| {
+                    crate::classify::k_not_live(&state.steps, &state.spans, Pos::After(k)).is_none()
+                })
+                .map_or(-1, |k| k as i64)
+        };
+        found.map(live_before).ok_or_else(|| {
             Error::bad_args(
                 format!(
                     "{what} {}: no such step or turn (the session has {} turn(s))",

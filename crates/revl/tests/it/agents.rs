@@ -778,3 +778,29 @@ fn an_apply_patch_revl_cannot_confine_is_denied() {
     assert!(why.contains(".."), "{why}");
     assert_eq!(w.head(&s), 1, "nothing else recorded");
 }
+
+/// After a rewind, `turn:N` names the last live step before that turn: `step-back --to
+/// turn:N` works and `read --at turn:N` gives what the workspace held when it began.
+#[test]
+fn a_turn_after_a_rewind_is_named_by_its_live_start() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    prompt(&w, &s, &ws, "p-1", "one");
+    let o = edit(&w, &s, &ws, ("p-1", "toolu_1"), "a.txt", "v1\n", &[]);
+    assert_eq!(o.code, Some(0));
+    prompt(&w, &s, &ws, "p-2", "two");
+    let o = edit(&w, &s, &ws, ("p-2", "toolu_2"), "a.txt", "v2\n", &[]);
+    assert_eq!(o.code, Some(0));
+    w.json(&["step-back", &s, "--to", "turn:2"]).ok();
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "v1\n");
+    prompt(&w, &s, &ws, "p-3", "two again");
+    let o = edit(&w, &s, &ws, ("p-3", "toolu_3"), "a.txt", "v3\n", &[]);
+    assert_eq!(o.code, Some(0));
+    let r = w.json(&["read", &s, "a.txt", "--at", "turn:2"]);
+    assert_eq!(r.ok()["content"], "v1\n", "{}", r.dump());
+    let r = w.json(&["read", &s, "a.txt", "--at", "p-3"]);
+    assert_eq!(r.ok()["content"], "v1\n", "{}", r.dump());
+    let back = w.json(&["step-back", &s, "--to", "turn:2"]);
+    back.ok();
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "v1\n");
+}
