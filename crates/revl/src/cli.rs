@@ -840,7 +840,7 @@ fn hook_cmd(
                 edit_before(store, session, &p, t)
             }
             ("PostToolUse" | "PostToolUseFailure", Some(t)) if agents::is_edit_tool(agent, t) => {
-                edit_after(store, agent, session, &p, t, event == "PostToolUse")?;
+                edit_after(store, agent, session, &p, t)?;
                 Ok(None)
             }
             ("UserPromptSubmit", _) => {
@@ -992,16 +992,14 @@ fn edit_before(
     Ok(None)
 }
 
-/// PostToolUse on an edit tool: each path it changed recorded as a file step with the
-/// preimage taken before (a path left as it was records nothing); PostToolUseFailure:
-/// the preimages are dropped.
+/// PostToolUse or PostToolUseFailure on an edit tool: each path it changed recorded as a
+/// file step with the preimage taken before (a path left as it was records nothing).
 fn edit_after(
     store: &Store,
     agent: agents::Agent,
     session: Option<&str>,
     p: &serde_json::Map<String, Value>,
     tool: &str,
-    ran: bool,
 ) -> Result<(), Error> {
     let cwd = payload_cwd(p)?;
     let (id, _) = agent_session(store, session, &cwd, false)?;
@@ -1019,17 +1017,17 @@ fn edit_after(
             "run the edit again through the agent",
         )
     })?;
-    if ran {
-        let origin = agents::origin_of(agent, p)?;
-        let mut s = attach(store, &id)?;
-        for (rel, entry) in pre {
-            let label = format!(
-                "{}: {tool} {}",
-                agent.name(),
-                revl_core::util::visible(&rel, false)
-            );
-            s.record_edit(&rel, entry, Some(origin.clone()), &label)?;
-        }
+    // A call that failed may still have changed files (a patch applied in part): what
+    // changed is recorded either way; a path left as it was records nothing.
+    let origin = agents::origin_of(agent, p)?;
+    let mut s = attach(store, &id)?;
+    for (rel, entry) in pre {
+        let label = format!(
+            "{}: {tool} {}",
+            agent.name(),
+            revl_core::util::visible(&rel, false)
+        );
+        s.record_edit(&rel, entry, Some(origin.clone()), &label)?;
     }
     let _ = std::fs::remove_file(&path);
     Ok(())

@@ -804,3 +804,37 @@ fn a_turn_after_a_rewind_is_named_by_its_live_start() {
     back.ok();
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "v1\n");
 }
+
+/// A tool call that failed may still have changed files (a patch applied in part): its
+/// `PostToolUseFailure` records what changed, as `PostToolUse` does.
+#[test]
+fn a_failed_edit_tool_call_records_what_it_changed() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let file = ws.join("half.txt");
+    let extra = json!({
+        "tool_name": "Write",
+        "tool_use_id": "toolu_f",
+        "tool_input": {"file_path": file, "content": "half\n"},
+    });
+    let o = hook(
+        &w,
+        "claude",
+        None,
+        &s,
+        &payload("PreToolUse", &ws, extra.clone()),
+    );
+    assert_eq!((o.code, o.stdout.len()), (Some(0), 0));
+    std::fs::write(&file, "half\n").unwrap();
+    let o = hook(
+        &w,
+        "claude",
+        None,
+        &s,
+        &payload("PostToolUseFailure", &ws, extra),
+    );
+    assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(w.head(&s), 1, "the failed call's change is a step");
+    w.json(&["step-back", &s, "--to", "0"]).ok();
+    assert!(!file.exists());
+}
