@@ -310,8 +310,9 @@ pub fn copy_sparse(from: &mut std::fs::File, to: &mut std::fs::File) -> std::io:
     to.set_len(len)
 }
 
-/// Replace `path` with `bytes` durably: a temp file beside it, fsynced, renamed into place,
-/// the directory fsynced.
+/// Replace `path` with `bytes` durably: a temp file beside it (an unguessable name, created
+/// new, so a symlink planted there redirects nothing), fsynced, renamed into place, the
+/// directory fsynced.
 pub fn write_durable(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let dir = path.parent().unwrap_or(std::path::Path::new("."));
@@ -319,7 +320,10 @@ pub fn write_durable(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), new_id()));
     let r = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;

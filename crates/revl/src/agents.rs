@@ -556,21 +556,10 @@ fn is_revl_entry(e: &Value) -> bool {
     })
 }
 
-/// Write `bytes` to `path` whole or not at all (a temp file renamed over it), making its
-/// directory first.
+/// Write `bytes` to `path` whole or not at all: a temp file of an unguessable name,
+/// created new (never through a link planted there), fsynced and renamed over it.
 fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-    let tmp = dir.join(format!(
-        ".{}.revl-tmp",
-        path.file_name().unwrap_or_default().to_string_lossy()
-    ));
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::io(path.display(), e)
-        })
+    revl_core::util::write_durable(path, bytes).map_err(|e| Error::io(path.display(), e))
 }
 
 /// `revl agent install claude`: revl's hooks merged into the project's

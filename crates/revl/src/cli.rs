@@ -983,11 +983,7 @@ fn edit_before(
         .map(|r| Ok((r.clone(), s.capture_preimage(r)?)))
         .collect::<Result<Vec<_>, Error>>()?;
     let path = pending_edit(store, &id, p)?;
-    let dir = path.parent().expect("a pending file has a directory");
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec(&pre).unwrap_or_default())
-        .and_then(|()| std::fs::rename(&tmp, &path))
+    revl_core::util::write_durable(&path, &serde_json::to_vec(&pre).unwrap_or_default())
         .map_err(|e| Error::io(path.display(), e))?;
     Ok(None)
 }

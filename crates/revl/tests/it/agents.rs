@@ -628,6 +628,25 @@ fn a_crash_while_recording_an_edit_repairs_forward() {
     assert!(!ws.join("f.txt").exists());
 }
 
+/// The answer of a `PreToolUse` hook that must block the call: a deny, or exit 2; one line
+/// saying why either way. Returns the why.
+fn blocked(o: &Raw) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    if o.code == Some(2) {
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        return err;
+    }
+    assert_eq!(o.code, Some(0), "{err}");
+    let a: Value = serde_json::from_slice(&o.stdout).expect("a deny answer");
+    assert_eq!(a["hookSpecificOutput"]["permissionDecision"], "deny", "{a}");
+    let why = a["hookSpecificOutput"]["permissionDecisionReason"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(why.lines().count(), 1, "one line: {why}");
+    why
+}
+
 /// An edit tool's call that creates a file in a directory that did not exist: the step is
 /// the file (its bytes kept), its undo the absence of the new directory. A file that
 /// appeared in that directory while the tool ran (by hand, another command) is not the
@@ -678,25 +697,6 @@ fn an_edit_into_a_new_directory_is_the_file_not_the_directory() {
         kept.iter().any(|r| r.to_string().contains("dir/other.txt")),
         "the hand-made file was preserved: {kept:?}"
     );
-}
-
-/// The answer of a `PreToolUse` hook that must block the call: a deny, or exit 2; one line
-/// saying why either way. Returns the why.
-fn blocked(o: &Raw) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    if o.code == Some(2) {
-        assert_eq!(err.lines().count(), 1, "one line: {err}");
-        return err;
-    }
-    assert_eq!(o.code, Some(0), "{err}");
-    let a: Value = serde_json::from_slice(&o.stdout).expect("a deny answer");
-    assert_eq!(a["hookSpecificOutput"]["permissionDecision"], "deny", "{a}");
-    let why = a["hookSpecificOutput"]["permissionDecisionReason"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    assert_eq!(why.lines().count(), 1, "one line: {why}");
-    why
 }
 
 fn codex_patch(w: &World, s: &str, ws: &Path, id: &str, patch: &str) -> Raw {
@@ -837,4 +837,26 @@ fn a_failed_edit_tool_call_records_what_it_changed() {
     assert_eq!(w.head(&s), 1, "the failed call's change is a step");
     w.json(&["step-back", &s, "--to", "0"]).ok();
     assert!(!file.exists());
+}
+
+/// `revl agent install claude` replaces the settings file whole through a temp file no one
+/// can plant a symlink at: a planted link at the old fixed temp name redirects nothing.
+#[test]
+fn install_writes_through_no_planted_symlink() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let outside = w.ws("elsewhere").join("victim");
+    std::fs::write(&outside, "victim\n").unwrap();
+    std::fs::create_dir_all(ws.join(".claude")).unwrap();
+    std::os::unix::fs::symlink(&outside, ws.join(".claude/.settings.local.json.revl-tmp")).unwrap();
+    let mut c = revl_cmd(&w, &["agent", "install", "claude", "--session", &s]);
+    c.current_dir(&ws);
+    let o = raw(c, b"");
+    assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "victim\n");
+    let settings = ws.join(".claude/settings.local.json");
+    assert!(std::fs::symlink_metadata(&settings).unwrap().is_file());
+    assert!(std::fs::read_to_string(&settings)
+        .unwrap()
+        .contains("hook claude"));
 }
