@@ -39,6 +39,19 @@ impl Origin {
             )
         };
         let o: Origin = serde_json::from_str(s).map_err(|e| bad(format!("is not valid ({e})")))?;
+        o.checked()
+    }
+
+    /// This origin, if it may be recorded: an agent named, each id a short string without
+    /// control characters, a command up to 1 MiB.
+    pub fn checked(self) -> Result<Origin> {
+        let o = self;
+        let bad = |why: String| {
+            Error::bad_args(
+                format!("the step origin {why}"),
+                r#"give --origin '{"agent": "claude", "agentSession": ID, "turn": ID, "toolUse": ID}' (docs/agents.md)"#,
+            )
+        };
         let ids = [
             Some(&o.agent),
             o.agent_session.as_ref(),

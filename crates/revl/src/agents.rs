@@ -35,17 +35,6 @@ pub const PAYLOAD_MAX: usize = 8 << 20;
 /// Claude Code's own Bash timeout when the call names none (2 minutes).
 const CLAUDE_DEFAULT_TIMEOUT_MS: f64 = 120_000.0;
 
-/// The hook events revl answers; any other is acknowledged with no answer.
-const EVENTS: &[&str] = &[
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "UserPromptSubmit",
-    "Stop",
-    "SessionStart",
-    "SessionEnd",
-];
-
 /// Where the rewritten command finds revl and the session.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -133,11 +122,6 @@ pub fn event_of<'a>(p: &'a Map<String, Value>, named: Option<&'a str>) -> Result
             "has no `hook_event_name` and the command line names no event".into(),
         )),
     }
-}
-
-/// Whether revl has anything to say at `event`.
-pub fn known_event(event: &str) -> bool {
-    EVENTS.contains(&event)
 }
 
 /// The shell tools whose command revl routes through `revl exec`.
@@ -467,7 +451,17 @@ pub fn rel_path(workspace: &Path, abs: &Path) -> Option<String> {
 
 /// The origin of an edit or a turn (no command).
 pub fn origin_of(agent: Agent, p: &Map<String, Value>) -> Result<revl_core::agent::Origin, Error> {
-    revl_core::agent::Origin::parse(&origin(agent, p, None)?)
+    revl_core::agent::Origin {
+        agent: agent.name().into(),
+        agent_session: opt_string(p, "session_id")?.map(str::to_string),
+        // Codex's turn id, else Claude Code's prompt id.
+        turn: opt_string(p, "turn_id")?
+            .or(opt_string(p, "prompt_id")?)
+            .map(str::to_string),
+        tool_use: opt_string(p, "tool_use_id")?.map(str::to_string),
+        command: None,
+    }
+    .checked()
 }
 
 /// The first line of a prompt, cut to 80 characters: a turn boundary's label.
@@ -515,9 +509,9 @@ pub fn hook_command(revl: &Path, store: &Path, agent: Agent, session: &str) -> S
     )
 }
 
-/// Merge revl's hooks into a settings document (Claude Code's `.claude/settings.json` or
-/// Codex's `hooks.json`): each event's entries that run `revl … hook` are replaced, every
-/// other key and hook is kept.
+/// Merge revl's hooks into a settings document (Claude Code's `.claude/settings.local.json`
+/// or Codex's `$CODEX_HOME/hooks.json`): each event's entries that run `revl … hook` are
+/// replaced, every other key and hook is kept.
 pub fn merge_hooks(mut settings: Value, hooks: &Value) -> Result<Value, Error> {
     let Value::Object(root) = &mut settings else {
         return Err(Error::bad_args(

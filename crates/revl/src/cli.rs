@@ -31,8 +31,9 @@ enum AgentCmd {
         #[arg(last = true, value_name = "ARGS")]
         args: Vec<String>,
     },
-    /// Write revl's hooks into this project's settings (`.claude/settings.json`, or
-    /// `.codex/hooks.json`), for those who start the agent themselves.
+    /// Write revl's hooks for those who start the agent themselves: into this project's
+    /// `.claude/settings.local.json` for Claude Code, into `$CODEX_HOME/hooks.json`
+    /// (default `~/.codex`) for Codex.
     Install {
         #[arg(value_enum)]
         agent: agents::Agent,
@@ -811,20 +812,13 @@ fn hook_cmd(
     let answer = (|| -> Result<Option<Value>, Error> {
         let p = agents::parse_payload(&bytes)?;
         let event = agents::event_of(&p, named)?;
-        if !agents::known_event(event) {
-            return Ok(None);
-        }
         let tool = match p.get("tool_name") {
             Some(Value::String(t)) => Some(t.as_str()),
             _ => None,
         };
         match (event, tool) {
             ("PreToolUse", Some(t)) if agents::is_shell_tool(agent, t) => {
-                let cwd = match p.get("cwd") {
-                    Some(Value::String(c)) => PathBuf::from(c),
-                    _ => std::env::current_dir()
-                        .map_err(|e| Error::io("the current directory", e))?,
-                };
+                let cwd = payload_cwd(&p)?;
                 let (id, workspace) = agent_session(store, session, &cwd, false)?;
                 let revl = std::env::current_exe()
                     .map_err(|e| Error::io("cannot find revl's own binary", e))?;
