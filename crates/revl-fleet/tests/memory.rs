@@ -200,6 +200,44 @@ fn a_manifest_that_is_not_one_is_replaced_by_repair() {
     assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
 }
 
+#[test]
+fn a_manifest_stating_more_than_the_index_holds_is_refused_and_repair_stays_in_bounds() {
+    let w = world();
+    let key = format!("sessions/{}/manifest.json", w.id);
+    let honest: serde_json::Value = serde_json::from_slice(&w.get(&key)).unwrap();
+    for (field, v) in [
+        ("epoch", u64::MAX),
+        ("head", i64::MAX as u64 + 1),
+        ("walLength", i64::MAX as u64 + 1),
+        ("walLength", (1u64 << 40) + 1),
+    ] {
+        let mut m = honest.clone();
+        m[field] = v.into();
+        w.plant(&key, &serde_json::to_vec(&m).unwrap());
+        let (ok, bad) = bucket_manifests(&w.reader()).unwrap();
+        assert!(ok.is_empty(), "{field} = {v} believed");
+        assert!(bad[0].message.contains(field), "{}", bad[0].message);
+    }
+    // --repair of a refused manifest claiming the largest epoch: the new one still fits
+    // an index row (i64) and reads.
+    let mut m = honest.clone();
+    m["epoch"] = u64::MAX.into();
+    w.plant(&key, &serde_json::to_vec(&m).unwrap());
+    let ids = [w.id.clone()];
+    let fixed = push_with(&w.a, &w.remote, &bucket(&w.objects), &ids, Mode::Repair).unwrap();
+    let epoch = fixed.pushed[0].remote_head["epoch"].as_u64().unwrap();
+    assert!(epoch <= i64::MAX as u64, "{epoch}");
+    assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
+    // A head at the largest epoch is not pushed past.
+    w.a.attach(&w.id)
+        .unwrap()
+        .file_effect(write("c.txt", b"more"))
+        .unwrap();
+    let e = push_with(&w.a, &w.remote, &bucket(&w.objects), &[], Mode::Extend).unwrap_err();
+    assert_eq!(e.code, Code::CorruptRemote, "{e:?}");
+    assert!(e.message.contains("epoch"), "{}", e.message);
+}
+
 /// A server answering every request with `status` and `body` (an S3 error document).
 fn answering(status: &str, body: &'static str) -> String {
     use std::io::{Read, Write};
