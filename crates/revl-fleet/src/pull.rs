@@ -931,11 +931,7 @@ fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
 /// through their journals (the one copy of a WAL between stores: the mirror's into a
 /// remote fork's scratch store, a branch's from there into this store).
 fn copy_journal(from: &Store, to: &Store, id: &str, len: u64) -> Result<()> {
-    let bytes = from
-        .storage()
-        .journals
-        .read_range(id, 0, len)
-        .map_err(|e| Error::io(format!("cannot read the WAL of session {id}"), e))?;
+    let bytes = revl_core::storage::read_range(from, id, 0, len)?;
     create_journal(to, id, &bytes)
 }
 
