@@ -201,6 +201,32 @@ fn a_manifest_that_is_not_one_is_replaced_by_repair() {
 }
 
 #[test]
+fn a_forged_lineage_with_the_wal_of_an_honest_read_is_not_believed() {
+    let w = world();
+    // One honest read: the verification is cached.
+    let r = w.reader();
+    let (ok, bad) = bucket_manifests(&r).unwrap();
+    assert_eq!((ok.len(), bad.len()), (1, 0));
+    assert_eq!(w.read_big(&r).unwrap(), w.big);
+    // The same WAL fields, another lineage.
+    let key = format!("sessions/{}/manifest.json", w.id);
+    let mut m: serde_json::Value = serde_json::from_slice(&w.get(&key)).unwrap();
+    m["parent"] = "0123456789abcdef0123456789abcdef".into();
+    m["at"] = 1.into();
+    m["state"] = "committed".into();
+    m["head"] = 99.into();
+    w.plant(&key, &serde_json::to_vec(&m).unwrap());
+    let (ok, bad) = bucket_manifests(&w.reader()).unwrap();
+    assert!(
+        ok.is_empty(),
+        "a forged lineage is believed from the cache: {ok:?}"
+    );
+    assert!(bad[0].message.contains("lineage"), "{}", bad[0].message);
+    let e = w.reader().sync(&w.id).unwrap_err();
+    assert_eq!(e.code, Code::CorruptRemote, "{e:?}");
+}
+
+#[test]
 fn a_manifest_stating_more_than_the_index_holds_is_refused_and_repair_stays_in_bounds() {
     let w = world();
     let key = format!("sessions/{}/manifest.json", w.id);
