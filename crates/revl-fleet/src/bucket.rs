@@ -6,6 +6,7 @@
 use crate::untrusted::{check_key, refused, MAX_OBJECT};
 use object_store::{aws::AmazonS3Builder, ObjectStore, PutMode, PutOptions, UpdateVersion};
 use revl_core::{Code, Error, Result};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -41,36 +42,54 @@ pub enum Bucket {
 /// An error of the object store, as a user can act on it: a bucket that does not exist and
 /// missing credentials are said as such (never as "object not found" or the cloud's
 /// instance-metadata address); anything else names what failed and the server's answer.
-fn remote_err(what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
+/// `url` is the remote's configured URL: a missing bucket is named from it, never from the
+/// server's answer.
+fn remote_err(url: &str, what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
     let e = e.to_string();
-    if let Some(b) = no_such_bucket(&e) {
+    if is_no_such_bucket(&e) {
         return Error::new(
             Code::Io,
-            format!("{what}: the bucket {b} does not exist on the server"),
+            format!(
+                "{what}: the bucket {} does not exist on the server",
+                bucket_of(url)
+            ),
             "create the bucket, or fix the remote's URL (`revl remote list` shows it; `revl remote add NAME s3://BUCKET/PREFIX`)",
         );
     }
-    if e.contains("169.254.169.254") || e.contains("credential") {
+    if !credentials_in_env() && (e.contains("169.254.169.254") || e.contains("credential")) {
         return no_credentials(&what.to_string());
     }
     Error::new(
         Code::Io,
-        format!("{what}: {e}"),
+        format!("{what}: {}", one_line(&e)),
         "check the remote's URL, that its server is reachable, and the AWS_* credentials (`revl remote list` shows the URL)",
     )
 }
 
-/// The bucket named by an S3 `NoSuchBucket` answer in `e`, if it is one.
-fn no_such_bucket(e: &str) -> Option<String> {
-    if !e.contains("NoSuchBucket") {
-        return None;
-    }
-    let name = e
-        .split_once("<BucketName>")
-        .and_then(|(_, r)| r.split_once("</BucketName>"))
-        .map(|(b, _)| b.to_string())
-        .unwrap_or_else(|| "named by the URL".to_string());
-    Some(name)
+/// Whether `e` is an S3 `NoSuchBucket` answer.
+fn is_no_such_bucket(e: &str) -> bool {
+    e.contains("NoSuchBucket")
+}
+
+/// The bucket a remote URL names (`s3://BUCKET/PREFIX`), or the URL itself.
+fn bucket_of(url: &str) -> &str {
+    url.strip_prefix("s3://")
+        .and_then(|r| r.split('/').next())
+        .filter(|b| !b.is_empty())
+        .unwrap_or(url)
+}
+
+/// A server's answer on one line (its control characters escaped).
+fn one_line(e: &str) -> String {
+    e.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 fn no_credentials(what: &str) -> Error {
@@ -148,7 +167,7 @@ impl Bucket {
             }
             let store = b
                 .build()
-                .map_err(|e| remote_err(format!("cannot open {url}"), e))?;
+                .map_err(|e| remote_err(url, format!("cannot open {url}"), e))?;
             return Ok(Bucket::S3 {
                 store: Arc::new(store),
                 prefix: prefix.trim_matches('/').to_string(),
@@ -202,25 +221,34 @@ impl Bucket {
         self.check(key)?;
         match self {
             Bucket::S3 {
-                store, prefix, rt, ..
-            } => rt.block_on(s3_exists(store.clone(), Self::key(prefix, key))),
-            Bucket::Dir { root } => Ok(std::fs::symlink_metadata(root.join(key)).is_ok()),
+                store,
+                prefix,
+                rt,
+                url,
+            } => rt.block_on(s3_exists(store.clone(), Self::key(prefix, key), url)),
+            Bucket::Dir { root } => Ok(dir_walk(root, key, false, &self.describe())?
+                .is_some_and(|p| std::fs::symlink_metadata(p).is_ok())),
         }
     }
 
     /// Write an object. `expect`: `None` = create only if absent; `Some(v)` = replace only
     /// if its version is still `v`.
     pub fn put(&self, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put> {
+        self.check(key)?;
         match self {
             Bucket::S3 {
-                store, prefix, rt, ..
+                store,
+                prefix,
+                rt,
+                url,
             } => rt.block_on(s3_put(
                 store.clone(),
                 Self::key(prefix, key),
                 bytes.to_vec(),
                 expect.cloned(),
+                url,
             )),
-            Bucket::Dir { root } => dir_put(root, key, bytes, expect),
+            Bucket::Dir { root } => dir_put(root, key, bytes, expect, &self.describe()),
         }
     }
 
@@ -231,19 +259,21 @@ impl Bucket {
         self.check(key)?;
         match self {
             Bucket::S3 {
-                store, prefix, rt, ..
+                store,
+                prefix,
+                rt,
+                url,
             } => {
                 let p = Self::key(prefix, key);
                 rt.block_on(store.put(&p, bytes.to_vec().into()))
-                    .map_err(|e| remote_err(format!("cannot write {p}"), e))?;
+                    .map_err(|e| remote_err(url, format!("cannot write {p}"), e))?;
                 Ok(())
             }
             Bucket::Dir { root } => {
-                let path = root.join(key);
+                let url = self.describe();
+                let _lock = dir_lock(root)?;
+                let path = dir_walk(root, key, true, &url)?.expect("created");
                 let io = |e: std::io::Error| Error::io(path.display(), e);
-                if let Some(d) = path.parent() {
-                    std::fs::create_dir_all(d).map_err(io)?;
-                }
                 // A symlink planted at the key is replaced, never written through.
                 if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
                     std::fs::remove_file(&path).map_err(io)?;
@@ -256,26 +286,34 @@ impl Bucket {
     /// Run `op` on each key's object path (up to 32 requests in flight), results in order;
     /// the first error wins. `None` for a shared directory (the caller goes one by one).
     fn fan_out<'a, K, T, F, Fut>(
-        &self,
+        &'a self,
         items: &'a [K],
         key: impl Fn(&'a K) -> &'a str,
         op: F,
     ) -> Option<Result<Vec<T>>>
     where
-        F: Fn(Arc<dyn ObjectStore>, object_store::path::Path, &'a K) -> Fut,
+        F: Fn(Arc<dyn ObjectStore>, object_store::path::Path, &'a K, &'a str) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
         use futures::StreamExt;
         let Bucket::S3 {
-            store, prefix, rt, ..
+            store,
+            prefix,
+            rt,
+            url,
         } = self
         else {
             return None;
         };
         Some(rt.block_on(async {
-            let futs = items
-                .iter()
-                .map(|item| op(store.clone(), Self::key(prefix, key(item)), item));
+            let futs = items.iter().map(|item| {
+                op(
+                    store.clone(),
+                    Self::key(prefix, key(item)),
+                    item,
+                    url.as_str(),
+                )
+            });
             futures::stream::iter(futs)
                 .buffered(32)
                 .collect::<Vec<_>>()
@@ -306,7 +344,7 @@ impl Bucket {
         let s3 = self.fan_out(
             keys,
             |(k, _)| k.as_str(),
-            |store, p, (k, max)| async move {
+            |store, p, (k, max), _| async move {
                 if let Err(rule) = check_key(k) {
                     return Ok(Err(refused(url, k, &rule)));
                 }
@@ -325,7 +363,11 @@ impl Bucket {
 
     /// Whether each of many objects exists (up to 32 requests in flight).
     pub fn exists_many(&self, keys: &[String]) -> Result<Vec<bool>> {
-        let s3 = self.fan_out(keys, |k| k.as_str(), |store, p, _| s3_exists(store, p));
+        let s3 = self.fan_out(
+            keys,
+            |k| k.as_str(),
+            |store, p, _, url| s3_exists(store, p, url),
+        );
         s3.unwrap_or_else(|| keys.iter().map(|k| self.exists(k)).collect())
     }
 
@@ -334,7 +376,7 @@ impl Bucket {
         let s3 = self.fan_out(
             items,
             |(k, _)| k.as_str(),
-            |store, p, (_, b)| s3_put(store, p, b.clone(), None),
+            |store, p, (_, b), url| s3_put(store, p, b.clone(), None, url),
         );
         s3.unwrap_or_else(|| items.iter().map(|(k, b)| self.put(k, b, None)).collect())
     }
@@ -343,7 +385,10 @@ impl Bucket {
     pub fn list(&self, under: &str) -> Result<Vec<String>> {
         match self {
             Bucket::S3 {
-                store, prefix, rt, ..
+                store,
+                prefix,
+                rt,
+                url,
             } => {
                 use futures::StreamExt;
                 let p = Self::key(prefix, under.trim_end_matches('/'));
@@ -356,7 +401,7 @@ impl Bucket {
                     let mut s = store.list(Some(&p));
                     let mut keys = Vec::new();
                     while let Some(m) = s.next().await {
-                        let m = m.map_err(|e| remote_err(format!("cannot list {p}"), e))?;
+                        let m = m.map_err(|e| remote_err(url, format!("cannot list {p}"), e))?;
                         let k = m.location.to_string();
                         keys.push(k.strip_prefix(&strip).unwrap_or(&k).to_string());
                     }
@@ -378,12 +423,15 @@ impl Bucket {
     pub fn children(&self, under: &str) -> Result<Vec<String>> {
         match self {
             Bucket::S3 {
-                store, prefix, rt, ..
+                store,
+                prefix,
+                rt,
+                url,
             } => {
                 let p = Self::key(prefix, under.trim_end_matches('/'));
                 let r = rt
                     .block_on(store.list_with_delimiter(Some(&p)))
-                    .map_err(|e| remote_err(format!("cannot list {p}"), e))?;
+                    .map_err(|e| remote_err(url, format!("cannot list {p}"), e))?;
                 let mut out: Vec<String> = r
                     .common_prefixes
                     .iter()
@@ -435,18 +483,18 @@ async fn s3_get(
             if size > max {
                 return Err(refused(url, p.as_ref(), &too_big(size, max)));
             }
-            let b = r.bytes().await.map_err(|e| remote_err(&p, e))?;
+            let b = r.bytes().await.map_err(|e| remote_err(url, &p, e))?;
             if b.len() as u64 > max {
                 return Err(refused(url, p.as_ref(), &too_big(b.len() as u64, max)));
             }
             Ok(Some((b.to_vec(), v)))
         }
-        Err(e @ object_store::Error::NotFound { .. }) => match no_such_bucket(&e.to_string()) {
-            // A missing bucket is not a missing object.
-            Some(_) => Err(remote_err(format!("cannot read {p}"), e)),
-            None => Ok(None),
-        },
-        Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+        // A missing bucket is not a missing object.
+        Err(e @ object_store::Error::NotFound { .. }) if is_no_such_bucket(&e.to_string()) => {
+            Err(remote_err(url, format!("cannot read {p}"), e))
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(remote_err(url, format!("cannot read {p}"), e)),
     }
 }
 
@@ -457,6 +505,7 @@ async fn s3_put(
     p: object_store::path::Path,
     bytes: Vec<u8>,
     expect: Option<Version>,
+    url: &str,
 ) -> Result<Put> {
     let mode = match &expect {
         None => PutMode::Create,
@@ -474,24 +523,26 @@ async fn s3_put(
         Err(object_store::Error::AlreadyExists { .. })
         | Err(object_store::Error::Precondition { .. }) => Ok(Put::Conflict),
         Err(e @ object_store::Error::NotFound { .. })
-            if expect.is_some() && no_such_bucket(&e.to_string()).is_none() =>
+            if expect.is_some() && !is_no_such_bucket(&e.to_string()) =>
         {
             Ok(Put::Conflict)
         }
-        Err(e) => Err(remote_err(format!("cannot write {p}"), e)),
+        Err(e) => Err(remote_err(url, format!("cannot write {p}"), e)),
     }
 }
 
 /// Whether an object exists (one HEAD).
-async fn s3_exists(store: Arc<dyn ObjectStore>, p: object_store::path::Path) -> Result<bool> {
+async fn s3_exists(
+    store: Arc<dyn ObjectStore>,
+    p: object_store::path::Path,
+    url: &str,
+) -> Result<bool> {
     match store.head(&p).await {
         Ok(_) => Ok(true),
-        Err(e @ object_store::Error::NotFound { .. })
-            if no_such_bucket(&e.to_string()).is_none() =>
-        {
+        Err(e @ object_store::Error::NotFound { .. }) if !is_no_such_bucket(&e.to_string()) => {
             Ok(false)
         }
-        Err(e) => Err(remote_err(format!("cannot read {p}"), e)),
+        Err(e) => Err(remote_err(url, format!("cannot read {p}"), e)),
     }
 }
 
@@ -518,37 +569,75 @@ fn too_big(n: u64, max: u64) -> String {
     format!("it is {n} bytes, more than the {max} bytes its manifest or kind allows")
 }
 
+/// The path of `key` in the shared directory `root`, every component before the last
+/// reached without following a symlink (one that is a symlink is refused): `None` when one
+/// is missing or not a directory. `create`: a missing directory is made (one component at
+/// a time, so none is made through a symlink), for a write.
+fn dir_walk(root: &Path, key: &str, create: bool, url: &str) -> Result<Option<PathBuf>> {
+    check_key(key).map_err(|rule| refused(url, key, &rule))?;
+    let parts: Vec<&str> = key.split('/').collect();
+    let mut cur = root.to_path_buf();
+    for part in &parts[..parts.len() - 1] {
+        cur.push(part);
+        let md = match std::fs::symlink_metadata(&cur) {
+            Ok(m) => m,
+            Err(e) if create && e.kind() == std::io::ErrorKind::NotFound => {
+                match std::fs::create_dir(&cur) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(Error::io(cur.display(), e)),
+                }
+                std::fs::symlink_metadata(&cur).map_err(|e| Error::io(cur.display(), e))?
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(cur.display(), e)),
+        };
+        if md.file_type().is_symlink() {
+            return Err(through_symlink(url, key));
+        }
+        if !md.is_dir() {
+            if create {
+                return Err(refused(
+                    url,
+                    key,
+                    "a component of its key is not a directory",
+                ));
+            }
+            return Ok(None);
+        }
+    }
+    cur.push(parts[parts.len() - 1]);
+    Ok(Some(cur))
+}
+
+fn through_symlink(url: &str, key: &str) -> Error {
+    refused(
+        url,
+        key,
+        "it is reached through a symlink; a remote's objects are read and written without following one",
+    )
+}
+
 /// A shared directory's object: every component reached without following a symlink, the
 /// object a regular file of at most `max` bytes, read with that limit.
 fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8>, Version)>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let parts: Vec<&str> = key.split('/').collect();
-    let mut cur = root.to_path_buf();
-    for (i, part) in parts.iter().enumerate() {
-        cur.push(part);
-        let md = match std::fs::symlink_metadata(&cur) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(cur.display(), e)),
-        };
-        let last = i + 1 == parts.len();
-        if md.file_type().is_symlink() {
-            return Err(refused(
-                url,
-                key,
-                "it is reached through a symlink; a remote's objects are read without following one",
-            ));
-        }
-        if !last && !md.is_dir() {
-            return Ok(None);
-        }
-        if last && !md.is_file() {
-            return Err(refused(url, key, "it is not a regular file"));
-        }
-        if last && md.len() > max {
-            return Err(refused(url, key, &too_big(md.len(), max)));
-        }
+    let Some(cur) = dir_walk(root, key, false, url)? else {
+        return Ok(None);
+    };
+    let md = match std::fs::symlink_metadata(&cur) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(cur.display(), e)),
+    };
+    if md.file_type().is_symlink() {
+        return Err(through_symlink(url, key));
+    }
+    if !md.is_file() {
+        return Err(refused(url, key, "it is not a regular file"));
+    }
+    if md.len() > max {
+        return Err(refused(url, key, &too_big(md.len(), max)));
     }
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -588,28 +677,52 @@ fn list_dir(root: &Path, rel: &Path, out: &mut Vec<String>) -> Result<()> {
     Ok(())
 }
 
-/// A shared directory's conditional write: under an exclusive lock on `.lock` in the root
-/// (flock, which NFS v4 and local filesystems honour), the current content's digest is
-/// compared, then the object is replaced by rename.
-fn dir_put(root: &Path, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put> {
-    let path = root.join(key);
+/// The exclusive lock every write to a shared directory takes: `.lock` in its root (flock,
+/// which NFS v4 and local filesystems honour), held until the returned file is dropped.
+fn dir_lock(root: &Path) -> Result<std::fs::File> {
+    let path = root.join(".lock");
     let io = |e: std::io::Error| Error::io(path.display(), e);
     std::fs::create_dir_all(root).map_err(io)?;
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(root.join(".lock"))
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&path)
         .map_err(io)?;
     rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| io(e.into()))?;
-    let current = match std::fs::read(&path) {
-        Ok(b) => Some(Version(revl_core::util::blake3_hex(&b))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io(e)),
-    };
-    if current.as_ref() != expect {
-        return Ok(Put::Conflict);
+    Ok(lock)
+}
+
+/// A shared directory's conditional write, under the directory's lock ([`dir_lock`]):
+/// create-only (`expect` None) checks only that nothing is at the key (a symlink there is
+/// refused, and nothing is read); replace-if-unchanged reads the current object through
+/// the bounded, symlink-refusing read and compares its digest; then the object is written
+/// by rename, every component reached without following a symlink.
+fn dir_put(
+    root: &Path,
+    key: &str,
+    bytes: &[u8],
+    expect: Option<&Version>,
+    url: &str,
+) -> Result<Put> {
+    let _lock = dir_lock(root)?;
+    let path = dir_walk(root, key, true, url)?.expect("created");
+    let io = |e: std::io::Error| Error::io(path.display(), e);
+    match expect {
+        None => match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => return Err(through_symlink(url, key)),
+            Ok(_) => return Ok(Put::Conflict),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(e)),
+        },
+        Some(v) => {
+            let current = dir_get(root, key, MAX_OBJECT, url)?.map(|(_, v)| v);
+            if current.as_ref() != Some(v) {
+                return Ok(Put::Conflict);
+            }
+        }
     }
     revl_core::util::write_durable(&path, bytes).map_err(io)?;
     Ok(Put::Done)

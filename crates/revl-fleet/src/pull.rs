@@ -31,6 +31,48 @@ pub struct Reader {
 /// segments past it to fetch.
 type Plan<'a> = (Vec<u8>, Vec<&'a crate::Segment>);
 
+/// What a read verified of a manifest, as its cache records it (`verified/<id>.json`, and
+/// `verified/<id>.pulled` for what the mirror holds): the WAL (its length and SHA-256) and
+/// every field checked against it or taken from the manifest (the lineage: parent, fork
+/// step, state, head; the base tree). A cached verification is reused only for a manifest
+/// stating all of them: one with the same WAL but another lineage is judged again.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Checked {
+    wal_length: u64,
+    wal_sha256: String,
+    parent: Option<String>,
+    at: Option<i64>,
+    state: String,
+    head: u64,
+    base: Option<String>,
+}
+
+impl Checked {
+    fn of(m: &Manifest) -> Checked {
+        Checked {
+            wal_length: m.wal_length,
+            wal_sha256: m.wal_sha256.clone(),
+            parent: m.parent.clone(),
+            at: m.at,
+            state: m.state.clone(),
+            head: m.head,
+            base: m.base.as_ref().map(|b| b.tree.clone()),
+        }
+    }
+
+    fn read(path: &Path) -> Option<Checked> {
+        std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    fn write(&self, path: &Path) -> Result<()> {
+        let b = serde_json::to_vec(self).expect("serialises");
+        revl_core::util::write_durable(path, &b).map_err(|e| Error::io(path.display(), e))
+    }
+}
+
 /// A session's unreadable mark: the manifest (its SHA-256) it was refused at, and why.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Mark {
@@ -205,10 +247,7 @@ impl Reader {
             self.verify_wals(std::slice::from_ref(m)).remove(0)
         })?;
         let pulled = self.verified_path(id, "pulled");
-        let have: Option<(u64, String)> = std::fs::read(&pulled)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        if have.as_ref() != Some(&(m.wal_length, m.wal_sha256.clone())) {
+        if Checked::read(&pulled).as_ref() != Some(&Checked::of(&m)) {
             let wal_obj = format!("sessions/{id}/wal");
             let verified = self.verified_path(id, "wal");
             let wal = std::fs::read(&verified).map_err(|e| Error::io(verified.display(), e))?;
@@ -230,9 +269,7 @@ impl Reader {
                     .and_then(|s| s.check_paths())
                     .map_err(|e| hostile(name, &wal_obj, e))
             })?;
-            let b = serde_json::to_vec(&(m.wal_length, &m.wal_sha256)).expect("serialises");
-            revl_core::util::write_durable(&pulled, &b)
-                .map_err(|e| Error::io(pulled.display(), e))?;
+            Checked::of(&m).write(&pulled)?;
         }
         self.ensure_base_dir(id)?;
         Ok(m)
@@ -309,19 +346,18 @@ impl Reader {
             .iter()
             .map(|m| {
                 let id = &m.session;
-                let have: Option<(u64, String)> = std::fs::read(self.verified_path(id, "json"))
-                    .ok()
-                    .and_then(|b| serde_json::from_slice(&b).ok());
-                if have.as_ref() == Some(&(m.wal_length, m.wal_sha256.clone()))
-                    && self.verified_path(id, "wal").is_file()
+                let have = Checked::read(&self.verified_path(id, "json"));
+                if have.as_ref() == Some(&Checked::of(m)) && self.verified_path(id, "wal").is_file()
                 {
                     return Ok(None);
                 }
-                let mut wal = match &have {
-                    Some((len, _)) if *len <= m.wal_length => {
+                // A verified prefix is reused whatever lineage it was checked with: the
+                // lineage is checked again against the whole WAL below.
+                let mut wal = match have.map(|h| h.wal_length) {
+                    Some(len) if len <= m.wal_length => {
                         std::fs::read(self.verified_path(id, "wal"))
                             .ok()
-                            .filter(|b| b.len() as u64 == *len)
+                            .filter(|b| b.len() as u64 == len)
                             .unwrap_or_default()
                     }
                     _ => Vec::new(),
@@ -440,8 +476,7 @@ impl Reader {
                 "its lineage (parent, fork step, state, head) is not its WAL's",
             ));
         }
-        let b = serde_json::to_vec(&(m.wal_length, &m.wal_sha256)).expect("serialises");
-        revl_core::util::write_durable(&mark, &b).map_err(|e| Error::io(mark.display(), e))
+        Checked::of(m).write(&mark)
     }
 
     /// Fetch every blob the mirrored session names that the mirror does not hold yet (again
@@ -931,11 +966,7 @@ fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
 /// through their journals (the one copy of a WAL between stores: the mirror's into a
 /// remote fork's scratch store, a branch's from there into this store).
 fn copy_journal(from: &Store, to: &Store, id: &str, len: u64) -> Result<()> {
-    let bytes = from
-        .storage()
-        .journals
-        .read_range(id, 0, len)
-        .map_err(|e| Error::io(format!("cannot read the WAL of session {id}"), e))?;
+    let bytes = revl_core::storage::read_range(from, id, 0, len)?;
     create_journal(to, id, &bytes)
 }
 

@@ -41,6 +41,9 @@ pub struct PushReport {
     pub pushed: Vec<Pushed>,
 }
 
+/// The largest epoch a manifest may state (what the lineage index's bigint holds).
+const MAX_EPOCH: u64 = crate::untrusted::MAX_FIELD;
+
 /// Blobs up to this size are pushed by a create-only PUT without a HEAD first.
 const ASK_FIRST: u64 = 64 << 10;
 
@@ -174,12 +177,13 @@ fn found(bucket: &Bucket, remote: &str, id: &str, mode: Mode) -> Result<Found> {
             Err(e) => {
                 refused(e)?;
                 // The epoch it claims, if any: the repaired manifest's is higher, so that an
-                // index row of it is replaced.
+                // index row of it is replaced (capped: the next epoch still fits the index's
+                // bigint and passes the manifest checks).
                 let epoch = serde_json::from_slice::<serde_json::Value>(&b)
                     .ok()
                     .and_then(|j| j["epoch"].as_u64())
                     .unwrap_or(0);
-                Ok(Found::Refused(Some(v), epoch.min(u64::MAX / 2)))
+                Ok(Found::Refused(Some(v), epoch.min(MAX_EPOCH - 1)))
             }
         },
         Err(e) => {
@@ -344,6 +348,13 @@ fn push_one(
             schema_version: "1.0".into(),
             session: id.to_string(),
             epoch: match (&prev, &refused) {
+                (Some(m), _) if m.epoch >= MAX_EPOCH => {
+                    return Err(Error::new(
+                        Code::CorruptRemote,
+                        format!("session {id} in remote {remote} has remote head epoch {}, the largest there is: no push can follow it", m.epoch),
+                        "push the session to a new remote (`revl remote add`), or remove its manifest from the bucket and `revl push --repair` it",
+                    ))
+                }
                 (Some(m), _) => m.epoch + 1,
                 (None, Some((_, e))) => e + 1,
                 (None, None) => 1,

@@ -12,6 +12,11 @@ use revl_core::{Code, Error};
 pub const MAX_MANIFEST: u64 = 64 << 20;
 /// The largest segment or blob read: what one PUT may hold (5 GiB).
 pub const MAX_OBJECT: u64 = 5 << 30;
+/// The largest WAL a manifest may state (its segments are fetched and verified whole).
+pub const MAX_WAL: u64 = 1 << 40;
+/// The largest epoch, head, WAL length or fork step a manifest may state: what the lineage
+/// index's `bigint` columns hold.
+pub const MAX_FIELD: u64 = i64::MAX as u64;
 /// The largest pack read: its bytes and each entry's two header lines.
 pub const MAX_PACK: u64 = crate::PACK_MAX_BYTES as u64 + (64 << 20);
 
@@ -81,6 +86,23 @@ pub fn check_manifest(m: &Manifest, id: &str) -> Result<(), String> {
     }
     if !is_digest(&m.wal_sha256) {
         return Err("its walSha256 is not a SHA-256 (64 lowercase hex digits)".into());
+    }
+    for (name, v) in [
+        ("epoch", m.epoch),
+        ("head", m.head),
+        ("walLength", m.wal_length),
+    ] {
+        if v > MAX_FIELD {
+            return Err(format!(
+                "its {name} is {v}, more than the lineage index holds ({MAX_FIELD})"
+            ));
+        }
+    }
+    if m.wal_length > MAX_WAL {
+        return Err(format!(
+            "its walLength is {}, more than a WAL read from a remote may be ({MAX_WAL} bytes)",
+            m.wal_length
+        ));
     }
     if let Some(p) = &m.parent {
         if !revl_core::store::is_session_id(p) {

@@ -199,3 +199,139 @@ fn a_manifest_that_is_not_one_is_replaced_by_repair() {
     assert_eq!(fixed.pushed[0].remote_head["epoch"], 8);
     assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
 }
+
+#[test]
+fn a_forged_lineage_with_the_wal_of_an_honest_read_is_not_believed() {
+    let w = world();
+    // One honest read: the verification is cached.
+    let r = w.reader();
+    let (ok, bad) = bucket_manifests(&r).unwrap();
+    assert_eq!((ok.len(), bad.len()), (1, 0));
+    assert_eq!(w.read_big(&r).unwrap(), w.big);
+    // The same WAL fields, another lineage.
+    let key = format!("sessions/{}/manifest.json", w.id);
+    let mut m: serde_json::Value = serde_json::from_slice(&w.get(&key)).unwrap();
+    m["parent"] = "0123456789abcdef0123456789abcdef".into();
+    m["at"] = 1.into();
+    m["state"] = "committed".into();
+    m["head"] = 99.into();
+    w.plant(&key, &serde_json::to_vec(&m).unwrap());
+    let (ok, bad) = bucket_manifests(&w.reader()).unwrap();
+    assert!(
+        ok.is_empty(),
+        "a forged lineage is believed from the cache: {ok:?}"
+    );
+    assert!(bad[0].message.contains("lineage"), "{}", bad[0].message);
+    let e = w.reader().sync(&w.id).unwrap_err();
+    assert_eq!(e.code, Code::CorruptRemote, "{e:?}");
+}
+
+#[test]
+fn a_manifest_stating_more_than_the_index_holds_is_refused_and_repair_stays_in_bounds() {
+    let w = world();
+    let key = format!("sessions/{}/manifest.json", w.id);
+    let honest: serde_json::Value = serde_json::from_slice(&w.get(&key)).unwrap();
+    for (field, v) in [
+        ("epoch", u64::MAX),
+        ("head", i64::MAX as u64 + 1),
+        ("walLength", i64::MAX as u64 + 1),
+        ("walLength", (1u64 << 40) + 1),
+    ] {
+        let mut m = honest.clone();
+        m[field] = v.into();
+        w.plant(&key, &serde_json::to_vec(&m).unwrap());
+        let (ok, bad) = bucket_manifests(&w.reader()).unwrap();
+        assert!(ok.is_empty(), "{field} = {v} believed");
+        assert!(bad[0].message.contains(field), "{}", bad[0].message);
+    }
+    // --repair of a refused manifest claiming the largest epoch: the new one still fits
+    // an index row (i64) and reads.
+    let mut m = honest.clone();
+    m["epoch"] = u64::MAX.into();
+    w.plant(&key, &serde_json::to_vec(&m).unwrap());
+    let ids = [w.id.clone()];
+    let fixed = push_with(&w.a, &w.remote, &bucket(&w.objects), &ids, Mode::Repair).unwrap();
+    let epoch = fixed.pushed[0].remote_head["epoch"].as_u64().unwrap();
+    assert!(epoch <= i64::MAX as u64, "{epoch}");
+    assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
+    // A head at the largest epoch is not pushed past.
+    w.a.attach(&w.id)
+        .unwrap()
+        .file_effect(write("c.txt", b"more"))
+        .unwrap();
+    let e = push_with(&w.a, &w.remote, &bucket(&w.objects), &[], Mode::Extend).unwrap_err();
+    assert_eq!(e.code, Code::CorruptRemote, "{e:?}");
+    assert!(e.message.contains("epoch"), "{}", e.message);
+}
+
+/// A server answering every request with `status` and `body` (an S3 error document).
+fn answering(status: &str, body: &'static str) -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let status = status.to_string();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let mut buf = [0u8; 65536];
+            let _ = c.read(&mut buf);
+            let _ = write!(
+                c,
+                "HTTP/1.1 {status}\r\ncontent-type: application/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+fn s3_at(endpoint: &str) -> Arc<dyn ObjectStore> {
+    Arc::new(
+        object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name("configured-bucket")
+            .with_endpoint(endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_access_key_id("revl-test")
+            .with_secret_access_key("revl-test")
+            .with_retry(object_store::RetryConfig {
+                max_retries: 0,
+                ..Default::default()
+            })
+            .build()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_missing_bucket_is_named_from_the_url_and_refused_credentials_are_not_called_absent() {
+    // The credentials are in the environment (as a user's would be).
+    std::env::set_var("AWS_ACCESS_KEY_ID", "revl-test");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "revl-test");
+    let missing = answering(
+        "404 Not Found",
+        "<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message><BucketName>planted-name</BucketName></Error>",
+    );
+    let b = Bucket::over(s3_at(&missing), "s3://configured-bucket/p").unwrap();
+    let e = b.get("sessions/x/manifest.json").unwrap_err();
+    assert!(
+        e.message
+            .contains("the bucket configured-bucket does not exist"),
+        "{}",
+        e.message
+    );
+    assert!(!e.message.contains("planted-name"), "{}", e.message);
+    let denied = answering(
+        "403 Forbidden",
+        "<Error><Code>InvalidAccessKeyId</Code><Message>The AWS Access Key Id you provided does not exist in our records (credential refused)</Message></Error>",
+    );
+    let b = Bucket::over(s3_at(&denied), "s3://configured-bucket/p").unwrap();
+    let e = b.get("sessions/x/manifest.json").unwrap_err();
+    assert!(
+        !e.message.contains("no AWS credentials are set"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.contains("InvalidAccessKeyId"), "{}", e.message);
+    assert!(!e.message.contains('\n'), "{}", e.message);
+}

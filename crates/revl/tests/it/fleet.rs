@@ -1671,3 +1671,49 @@ fn forged_manifests(f: Fleet) {
     assert!(listed(&log, &id) && listed(&log, &other), "{log}");
     assert!(unreadable(&log, &id).is_none(), "{log}");
 }
+
+#[test]
+fn push_repair_never_writes_through_a_symlinked_directory_of_a_shared_directory() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, _head) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    // An attacker moves the session's directory out and leaves a symlink to a user's
+    // directory in its place.
+    let bucket = f.w.path("bucket");
+    let victim = f.w.path("victim");
+    std::fs::rename(bucket.join("sessions").join(&id), &victim).unwrap();
+    std::fs::write(victim.join("manifest.json"), "the user's own file\n").unwrap();
+    std::os::unix::fs::symlink(&victim, bucket.join("sessions").join(&id)).unwrap();
+    let msg = f.a(&["push", "--repair", &id]).err(1, "corrupt-remote");
+    assert!(msg.contains("symlink"), "{msg}");
+    assert!(!msg.contains('\n'), "{msg}");
+    assert_eq!(
+        std::fs::read_to_string(victim.join("manifest.json")).unwrap(),
+        "the user's own file\n",
+        "push --repair wrote through the symlink"
+    );
+}
+
+#[test]
+fn a_push_refuses_a_blob_symlink_in_a_shared_directory_without_reading_it() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, _head) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    // A small blob of the session replaced by a symlink to a file outside the remote.
+    let blobs = f.w.path("bucket").join("blobs");
+    let small = std::fs::read_dir(&blobs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| std::fs::metadata(p).unwrap().len() <= 64 << 10)
+        .expect("a small blob");
+    let outside = f.w.path("outside");
+    std::fs::write(&outside, std::fs::read(&small).unwrap()).unwrap();
+    std::fs::remove_file(&small).unwrap();
+    std::os::unix::fs::symlink(&outside, &small).unwrap();
+    f.a(&["write", &id, "more.txt", "--content", "more"]).ok();
+    let msg = f.a(&["push"]).err(1, "corrupt-remote");
+    assert!(msg.contains("symlink"), "{msg}");
+}
