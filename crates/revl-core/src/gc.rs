@@ -5,7 +5,8 @@
 //! the files a tree names) of its restore descriptors, the pending intent's included; the
 //! post-image digests of its file effects (what a rewind kept so `read --at` finds it); the
 //! digests it `preserved`; the blobs of its front end's checkpoints and writes that no
-//! `checkpoint-forget` dropped. Committed and aborted sessions hold nothing but those
+//! `checkpoint-forget` dropped; the preimages an agent's edit keeps between its two hooks
+//! (`STORE/agents/pending/`, outside the WAL until the edit is recorded). Committed and aborted sessions hold nothing but those
 //! checkpoints and what they preserved (content made outside revl is never garbage: any session's `preserved` record
 //! keeps its blob, listed apart): their other blobs can be collected (`read --at` on them then finds only what the workspace or an inline preimage
 //! still holds). A WAL that cannot be read makes `--apply` refuse: nothing is guessed.
@@ -115,6 +116,23 @@ impl Store {
                 _ => {}
             }
             kept += 1;
+            // An agent's edit between its PreToolUse and PostToolUse: its preimages wait
+            // outside the WAL, and the edit is recorded with them.
+            let pending = match self.pending_edits(&id).all() {
+                Ok(p) => p,
+                Err(e) if apply => {
+                    return Err(Error::new(
+                        e.code,
+                        format!("session {id}'s pending agent edits cannot be read ({}): gc cannot tell what they reach", e.message),
+                        "remove the unreadable file under STORE/agents/pending/SESSION first (its edit is not recorded); nothing was removed",
+                    ))
+                }
+                // A dry run counts what it can.
+                Err(_) => Vec::new(),
+            };
+            for e in &pending {
+                entry_blobs(e, &blobs, &mut reachable);
+            }
             // The WAL's blobs and the base tree a remote branch is made from.
             reachable.extend(self.blobs_of(&id, &st).map_err(|e| {
                 Error::new(
@@ -231,22 +249,7 @@ fn reachable_from(st: &State, blobs: &crate::blobs::BlobStore, out: &mut BTreeSe
     let undos = st.steps.iter().filter_map(|s| s.undo()).chain(pending);
     for u in undos {
         for e in u.entries() {
-            match e {
-                RestoreEntry::File { digest, blob, .. } => {
-                    out.insert(digest.clone());
-                    out.extend(blob.clone());
-                }
-                RestoreEntry::Dir { tree, .. } => {
-                    out.insert(tree.clone());
-                    let items: Vec<TreeItem> = blobs
-                        .get(tree, None)
-                        .ok()
-                        .and_then(|b| serde_json::from_slice(&b).ok())
-                        .unwrap_or_default();
-                    out.extend(items.into_iter().filter_map(|i| i.digest));
-                }
-                _ => {}
-            }
+            entry_blobs(e, blobs, out);
         }
     }
     // Post-images: what a rewind kept of a file revl wrote.
@@ -290,4 +293,24 @@ fn moved_aside_preserved(dir: &std::path::Path) -> Vec<(u64, String, String)> {
         }
     }
     out
+}
+
+/// The blobs a restore entry needs: a large file's bytes, a directory's tree and its files.
+fn entry_blobs(e: &RestoreEntry, blobs: &crate::blobs::BlobStore, out: &mut BTreeSet<String>) {
+    match e {
+        RestoreEntry::File { digest, blob, .. } => {
+            out.insert(digest.clone());
+            out.extend(blob.clone());
+        }
+        RestoreEntry::Dir { tree, .. } => {
+            out.insert(tree.clone());
+            let items: Vec<TreeItem> = blobs
+                .get(tree, None)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+            out.extend(items.into_iter().filter_map(|i| i.digest));
+        }
+        _ => {}
+    }
 }

@@ -33,6 +33,7 @@ pub mod layers;
 pub mod lineage;
 pub mod log;
 pub mod name;
+pub mod pending;
 pub mod proc;
 pub mod recover;
 #[cfg(target_os = "linux")]

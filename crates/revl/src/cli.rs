@@ -885,42 +885,16 @@ fn payload_cwd(p: &serde_json::Map<String, Value>) -> Result<PathBuf, Error> {
     }
 }
 
-/// Where an edit tool call's preimages wait for its PostToolUse: one file per tool-use id
-/// under the store (never in the workspace).
-fn pending_edit(
-    store: &Store,
-    session: &str,
-    p: &serde_json::Map<String, Value>,
-) -> Result<PathBuf, Error> {
-    let key = match p.get("tool_use_id").or_else(|| p.get("call_id")) {
-        Some(Value::String(s)) => s.clone(),
-        _ => {
-            return Err(Error::bad_args(
-                "the hook payload has no `tool_use_id`: revl cannot pair the edit's preimage with its result",
-                "`revl hook` is run by the agent's hooks (docs/agents.md)",
-            ))
-        }
-    };
-    if key.is_empty()
-        || key.len() > 128
-        || !key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return Err(Error::bad_args(
-            format!(
-                "the hook payload's tool-use id {} is not a plain id (letters, digits, _ and -, up to 128)",
-                revl_core::util::visible(&key, false)
-            ),
+/// The tool call an edit's preimages wait under for its PostToolUse (the store's pending
+/// edits, never in the workspace): its `tool_use_id` (Codex: `call_id`).
+fn tool_use_key(p: &serde_json::Map<String, Value>) -> Result<&str, Error> {
+    match p.get("tool_use_id").or_else(|| p.get("call_id")) {
+        Some(Value::String(s)) => Ok(s),
+        _ => Err(Error::bad_args(
+            "the hook payload has no `tool_use_id`: revl cannot pair the edit's preimage with its result",
             "`revl hook` is run by the agent's hooks (docs/agents.md)",
-        ));
+        )),
     }
-    Ok(store
-        .root()
-        .join("agents")
-        .join("pending")
-        .join(session)
-        .join(format!("{key}.json")))
 }
 
 /// PreToolUse on an edit tool: the preimage of every path it will change, kept until its
@@ -976,9 +950,7 @@ fn edit_before(
         .iter()
         .map(|r| Ok((r.clone(), s.capture_preimage(r)?)))
         .collect::<Result<Vec<_>, Error>>()?;
-    let path = pending_edit(store, &id, p)?;
-    revl_core::util::write_durable(&path, &serde_json::to_vec(&pre).unwrap_or_default())
-        .map_err(|e| Error::io(path.display(), e))?;
+    store.pending_edits(&id).put(tool_use_key(p)?, &pre)?;
     Ok(None)
 }
 
@@ -993,20 +965,12 @@ fn edit_after(
 ) -> Result<(), Error> {
     let cwd = payload_cwd(p)?;
     let (id, _) = agent_session(store, session, &cwd, false)?;
-    let path = pending_edit(store, &id, p)?;
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        // Its PreToolUse kept nothing (denied, or another hook ran it): nothing to record.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(path.display(), e)),
+    let key = tool_use_key(p)?;
+    let pending = store.pending_edits(&id);
+    // Its PreToolUse kept nothing (denied, or another hook ran it): nothing to record.
+    let Some(pre) = pending.get(key)? else {
+        return Ok(());
     };
-    let pre: Vec<(String, revl_core::undo::RestoreEntry)> = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::new(
-            Code::Io,
-            format!("the kept preimages {} are unreadable ({e}): the edit is not recorded (`revl verify` lists it)", path.display()),
-            "run the edit again through the agent",
-        )
-    })?;
     // A call that failed may still have changed files (a patch applied in part): what
     // changed is recorded either way; a path left as it was records nothing.
     let origin = agents::origin_of(agent, p)?;
@@ -1019,7 +983,7 @@ fn edit_after(
         );
         s.record_edit(&rel, entry, Some(origin.clone()), &label)?;
     }
-    let _ = std::fs::remove_file(&path);
+    let _ = pending.remove(key);
     Ok(())
 }
 

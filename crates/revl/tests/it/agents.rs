@@ -860,3 +860,36 @@ fn install_writes_through_no_planted_symlink() {
         .unwrap()
         .contains("hook claude"));
 }
+
+/// `gc --apply` between an edit's PreToolUse and its PostToolUse keeps the blob its large
+/// preimage waits in (outside the WAL until the edit is recorded): the edit is recorded and
+/// a rewind puts the large file back byte for byte.
+#[test]
+fn gc_between_an_edits_hooks_keeps_its_preimage() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let big: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    std::fs::write(ws.join("big.bin"), &big).unwrap();
+    let file = ws.join("big.bin");
+    let extra = json!({
+        "tool_name": "Write",
+        "tool_use_id": "toolu_gc",
+        "tool_input": {"file_path": file, "content": "small\n"},
+    });
+    let o = hook(
+        &w,
+        "claude",
+        None,
+        &s,
+        &payload("PreToolUse", &ws, extra.clone()),
+    );
+    assert_eq!((o.code, o.stdout.len()), (Some(0), 0));
+    w.json(&["gc", "--apply"]).ok();
+    std::fs::write(&file, "small\n").unwrap();
+    let o = hook(&w, "claude", None, &s, &payload("PostToolUse", &ws, extra));
+    assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(w.head(&s), 1);
+    let back = w.json(&["step-back", &s, "--to", "0"]);
+    back.ok();
+    assert_eq!(std::fs::read(&file).unwrap(), big);
+}
