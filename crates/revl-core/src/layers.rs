@@ -240,7 +240,7 @@ impl Layers {
                     .map_err(|e| io(parent, e))?;
             }
         }
-        match self.mount(branch, &entry, false) {
+        match self.mount(branch, &entry) {
             Ok(driver) => {
                 if driver != entry.driver {
                     entry.driver = driver;
@@ -323,12 +323,9 @@ impl Layers {
     /// Mount the two layers at `m.dir`: the kernel's overlay, else fuse-overlayfs. `Err`
     /// says why neither mounted.
     ///
-    /// A new branch is not given a fuse-overlayfs mount (`fuse` false): the real-agent test
-    /// run as an unprivileged user found a directory the fork's rewind removed still in
-    /// the branch's fuse-overlayfs DIR (its workspace not at step k), so until that is
-    /// understood an unprivileged fork copies and says why. An existing fuse-overlayfs
-    /// branch is still mounted again.
-    fn mount(&self, branch: &str, m: &Mounted, fuse: bool) -> std::result::Result<Driver, String> {
+    /// fuse-overlayfs cannot rename a directory of its lower layer (`EXDEV`): the
+    /// workspace's removal of a tree then removes it where it stands (workspace.rs).
+    fn mount(&self, branch: &str, m: &Mounted) -> std::result::Result<Driver, String> {
         let b = self.branch(branch);
         let (lower, upper, work) = (
             self.lower(&m.lower).join("tree"),
@@ -354,11 +351,6 @@ impl Layers {
             Ok(()) => return Ok(Driver::Kernel),
             Err(e) => e,
         };
-        if !fuse {
-            return Err(format!(
-                "{kernel_why}; fuse-overlayfs is not used for a new branch (a directory a rewind removed stayed in its mount in testing)"
-            ));
-        }
         let fuse = std::process::Command::new("fuse-overlayfs")
             .arg("-o")
             .arg(&opts)
@@ -408,7 +400,7 @@ impl Layers {
             ));
         }
         std::fs::create_dir_all(&m.dir).map_err(|e| io(&m.dir, e))?;
-        let driver = self.mount(branch, &m, true).map_err(|why| {
+        let driver = self.mount(branch, &m).map_err(|why| {
             Error::new(
                 Code::Io,
                 format!(

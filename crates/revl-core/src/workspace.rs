@@ -1019,8 +1019,17 @@ impl Workspace {
         let root = self.dir_beneath("", false)?;
         let trash = format!(".revl-trash-{step}");
         remove_any(&self.root.join(&trash))?;
-        renameat(dir, name, &root, trash.as_str())
-            .map_err(|e| io(&self.root.join(name), e.into()))?;
+        match renameat(dir, name, &root, trash.as_str()) {
+            Ok(()) => {}
+            // A directory of an overlay's lower layer that the overlay cannot move
+            // (fuse-overlayfs, in a layered branch's DIR): removed where it stands, through
+            // the handle. A crash part-way leaves part of the tree; the repair runs the
+            // removal again.
+            Err(rustix::io::Errno::XDEV) => {
+                return remove_tree_at(dir, name).map_err(|e| io(&self.root.join(name), e));
+            }
+            Err(e) => return Err(io(&self.root.join(name), e.into())),
+        }
         self.fp.point("effect.mid-remove");
         remove_any(&self.root.join(&trash))
     }
@@ -1744,6 +1753,53 @@ fn copy_any(src: &Path, dst: &Path) -> Result<()> {
         })()
         .map_err(|e| io(dst, e))
     }
+}
+
+/// Remove the tree `name` in `dir` where it stands, through directory handles, never
+/// following a symlink; a directory without write or search permission for its owner is
+/// opened up first (as `remove_any` does).
+fn remove_tree_at(dir: &rustix::fd::OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    use rustix::fs::{fchmod, fstat, openat, unlinkat, AtFlags, Dir, FileType, Mode, OFlags};
+    use std::os::unix::ffi::OsStrExt;
+    let sub = openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mode = fstat(&sub)?.st_mode;
+    if mode & 0o700 != 0o700 {
+        fchmod(&sub, Mode::from_raw_mode((mode | 0o700) & 0o7777))?;
+    }
+    // Names first, removal after: a directory is not changed while it is being read.
+    let mut entries = Vec::new();
+    for e in Dir::read_from(&sub)? {
+        let e = e?;
+        let n = e.file_name().to_bytes();
+        if n == b"." || n == b".." {
+            continue;
+        }
+        entries.push((
+            std::ffi::OsStr::from_bytes(n).to_owned(),
+            e.file_type() == FileType::Directory,
+        ));
+    }
+    for (n, is_dir) in entries {
+        if is_dir {
+            remove_tree_at(&sub, &n)?;
+        } else {
+            match unlinkat(&sub, n.as_os_str(), AtFlags::empty()) {
+                // d_type unknown on some filesystems: a directory is then removed as one.
+                Err(rustix::io::Errno::ISDIR) | Err(rustix::io::Errno::PERM) => {
+                    remove_tree_at(&sub, &n)?
+                }
+                r => r?,
+            }
+        }
+    }
+    drop(sub);
+    unlinkat(dir, name, AtFlags::REMOVEDIR)?;
+    Ok(())
 }
 
 pub(crate) fn remove_any(p: &Path) -> Result<()> {

@@ -948,7 +948,7 @@ fn as_nobody(e: &Env, path: &str, args: &[&str]) -> Value {
 
 #[test]
 #[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
-fn an_unprivileged_users_branch_is_a_copy_that_says_why() {
+fn an_unprivileged_user_gets_fuse_overlayfs_layers_or_a_copy_that_says_why() {
     require_layers();
     let e = env();
     std::fs::create_dir_all(&e.ws).unwrap();
@@ -969,6 +969,9 @@ fn an_unprivileged_users_branch_is_a_copy_that_says_why() {
     nobody(&["write", &s, "a.txt", "--content", "a1"]);
     nobody(&["boundary", &s, "--label", "k"]);
     nobody(&["write", &s, "a.txt", "--content", "a2"]);
+    // A tree made after step k, in the frozen lower layer of every branch: the branch's
+    // rewind must remove it, which fuse-overlayfs cannot do by renaming it aside (EXDEV).
+    nobody(&["write", &s, "dist/sub/f", "--content", "x"]);
     let fork = |dir: &str, path: &str| {
         let h = as_nobody(&e, path, &["fork", &s, "--at", "2"])["hash"]
             .as_str()
@@ -988,30 +991,47 @@ fn an_unprivileged_users_branch_is_a_copy_that_says_why() {
             ],
         )
     };
-    // A new branch of an unprivileged user is copied for now, even with fuse-overlayfs
-    // installed (docs/reference.md, "Serial and parallel branches": a directory a rewind
-    // removed stayed in a fuse-overlayfs DIR), and the report says why.
     let r1 = fork("b1", &path);
-    assert_eq!(r1["clone"], "copy", "{r1}");
-    assert!(
-        r1["fallback"]
-            .as_str()
-            .unwrap()
-            .contains("fuse-overlayfs is not used for a new branch"),
+    assert_eq!(
+        (r1["clone"].as_str(), r1["layers"]["driver"].as_str()),
+        (Some("layers"), Some("fuse-overlayfs")),
         "{r1}"
     );
-    // Any process of the user reads DIR; the branch is at step k.
-    let cat = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
-        .arg(e.root.join("b1/a.txt"))
-        .output()
-        .unwrap();
+    assert_eq!(r1["failed"], serde_json::json!([]), "{r1}");
+    let r2 = fork("b2", &path);
+    assert_eq!(
+        (
+            r2["layers"]["sharedLower"].as_bool(),
+            r2["bytesCopied"].as_u64()
+        ),
+        (Some(true), Some(0)),
+        "{r2}"
+    );
+    // Any process of the user reads DIR; the branch is at step k: the tree made after k
+    // is gone from both branches.
+    let as_user = |cmd: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(cmd)
+            .output()
+            .unwrap()
+    };
+    let cat = as_user(&["cat", e.root.join("b2/a.txt").to_str().unwrap()]);
     assert_eq!(cat.stdout, b"a1");
-    let b1 = r1["branch"].as_str().unwrap();
-    nobody(&["write", b1, "x.txt", "--content", "x"]);
-    let r = nobody(&["abort", b1, "--remove"]);
-    assert_eq!(r["removed"]["clone"], "copy", "{r}");
-    assert!(!e.root.join("b1").exists() && !mounted(&e.root.join("b1")));
+    for b in ["b1", "b2"] {
+        let ls = as_user(&["ls", "-A", e.root.join(b).to_str().unwrap()]);
+        assert_eq!(
+            String::from_utf8_lossy(&ls.stdout),
+            "a.txt\nbig.bin\n",
+            "{b}: {}",
+            String::from_utf8_lossy(&ls.stderr)
+        );
+    }
+    let b2 = r2["branch"].as_str().unwrap();
+    nobody(&["write", b2, "x.txt", "--content", "x"]);
+    let r = nobody(&["abort", b2, "--remove"]);
+    assert_eq!(r["removed"]["clone"], "layers", "{r}");
+    assert!(!e.root.join("b2").exists() && !mounted(&e.root.join("b2")));
     // Where neither overlay can be mounted (no right to mount, no fuse-overlayfs): a copy,
     // and the report says why.
     let r3 = fork("b3", "/nonexistent");
@@ -1021,4 +1041,6 @@ fn an_unprivileged_users_branch_is_a_copy_that_says_why() {
         "{r3}"
     );
     assert_eq!(std::fs::read(e.root.join("b3/a.txt")).unwrap(), b"a1");
+    nobody(&["abort", r1["branch"].as_str().unwrap(), "--remove"]);
+    assert!(!mounted(&e.root.join("b1")));
 }
