@@ -926,7 +926,18 @@ impl Workspace {
                 let from_dir = self.dir_beneath(fparent, false)?;
                 let to_dir = self.dir_beneath(tparent, true)?;
                 self.fp.enospc().map_err(|e| io(&self.abs(to), e))?;
-                renameat(&from_dir, fname, &to_dir, tname).map_err(|e| sys(from, e))?;
+                renameat(&from_dir, fname, &to_dir, tname).map_err(|e| match e {
+                    // fuse-overlayfs (an unprivileged user's layered branch) cannot rename a
+                    // directory of its lower layer.
+                    rustix::io::Errno::XDEV => Error::new(
+                        Code::Io,
+                        format!(
+                            "{from} cannot be renamed here: it is a directory this workspace's filesystem cannot move (a directory of a fuse-overlayfs branch's lower layer): nothing changed"
+                        ),
+                        "move it with a command instead (revl exec SESSION -- mv FROM TO), which copies it",
+                    ),
+                    e => sys(from, e),
+                })?;
                 fsync(&to_dir).map_err(|e| sys(to, e))?;
                 fsync(&from_dir).map_err(|e| sys(from, e))
             }

@@ -954,6 +954,8 @@ fn an_unprivileged_user_gets_fuse_overlayfs_layers_or_a_copy_that_says_why() {
     std::fs::create_dir_all(&e.ws).unwrap();
     std::fs::write(e.ws.join("a.txt"), "a0").unwrap();
     std::fs::write(e.ws.join("big.bin"), vec![b'z'; 2_000_000]).unwrap();
+    std::fs::create_dir_all(e.ws.join("lib")).unwrap();
+    std::fs::write(e.ws.join("lib/x"), "x").unwrap();
     let o = std::process::Command::new("chown")
         .args(["-R", "65534:65534"])
         .arg(&e.root)
@@ -1022,13 +1024,44 @@ fn an_unprivileged_user_gets_fuse_overlayfs_layers_or_a_copy_that_says_why() {
         let ls = as_user(&["ls", "-A", e.root.join(b).to_str().unwrap()]);
         assert_eq!(
             String::from_utf8_lossy(&ls.stdout),
-            "a.txt\nbig.bin\n",
+            "a.txt\nbig.bin\nlib\n",
             "{b}: {}",
             String::from_utf8_lossy(&ls.stderr)
         );
     }
     let b2 = r2["branch"].as_str().unwrap();
     nobody(&["write", b2, "x.txt", "--content", "x"]);
+    // fuse-overlayfs cannot rename a directory of its lower layer: refused in one line,
+    // nothing changed.
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(crate::common::bin())
+        .args([
+            "--store",
+            e.store.to_str().unwrap(),
+            "rename",
+            b2,
+            "lib",
+            "lib2",
+        ])
+        .env_clear()
+        .env("PATH", &path)
+        .env("HOME", &e.root)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("lib cannot be renamed here")
+            && err.lines().count() <= 3,
+        "{err}"
+    );
+    let ls = as_user(&["ls", "-A", e.root.join("b2").to_str().unwrap()]);
+    assert_eq!(
+        String::from_utf8_lossy(&ls.stdout),
+        "a.txt\nbig.bin\nlib\nx.txt\n"
+    );
+    assert_eq!(nobody(&["verify", b2])["drift"], serde_json::json!([]));
     let r = nobody(&["abort", b2, "--remove"]);
     assert_eq!(r["removed"]["clone"], "layers", "{r}");
     assert!(!e.root.join("b2").exists() && !mounted(&e.root.join("b2")));
