@@ -16,7 +16,9 @@ use serde_json::Value;
 /// Serialise through a `Value`, so object keys come out sorted (serde_json's map is a
 /// `BTreeMap`): the bytes revl has always written for these descriptors.
 pub fn sorted<T: Serialize, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
-    serde_json::to_value(v)
+    let v = serde_json::to_value(v).map_err(serde::ser::Error::custom)?;
+    // Written as text made once (its long base64 strings copied, not escaped byte by byte).
+    serde_json::value::RawValue::from_string(crate::util::json_text(&v))
         .map_err(serde::ser::Error::custom)?
         .serialize(s)
 }

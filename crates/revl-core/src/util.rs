@@ -106,7 +106,88 @@ pub fn visible(s: &str, keep_lines: bool) -> String {
 }
 
 pub fn jcs(v: &Value) -> String {
-    serde_json::to_string(v).expect("a serde_json::Value always serialises")
+    json_text(v)
+}
+
+/// `v` as compact JSON text, byte for byte what `serde_json::to_string` writes (object keys
+/// in the map's order, which is sorted), except that a string with nothing to escape is
+/// copied whole instead of escaped byte by byte: a file's inline bytes are kilobytes of
+/// base64, and escaping them was most of a witnessed write's CPU (docs/performance.md).
+pub fn json_text(v: &Value) -> String {
+    let mut out = String::with_capacity(64);
+    write_json(v, &mut out);
+    out
+}
+
+fn write_json(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => {
+            use std::fmt::Write;
+            let _ = write!(out, "{n}");
+        }
+        Value::String(s) => write_json_str(s, out),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json(x, out);
+            }
+            out.push(']');
+        }
+        Value::Object(m) => {
+            out.push('{');
+            for (i, (k, x)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json_str(k, out);
+                out.push(':');
+                write_json(x, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// True when JSON must escape some byte of `s` (a control character, `"` or `\`). Checked
+/// a block at a time without branches inside a block, so the compiler can vectorise it.
+pub fn json_needs_escape(s: &str) -> bool {
+    s.as_bytes().chunks(64).any(|c| {
+        c.iter().fold(false, |acc, &b| {
+            acc | (b < 0x20) | (b == b'"') | (b == b'\\')
+        })
+    })
+}
+
+fn write_json_str(s: &str, out: &mut String) {
+    if json_needs_escape(s) {
+        out.push_str(&serde_json::to_string(s).expect("a string serialises"));
+    } else {
+        out.reserve(s.len() + 2);
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    }
+}
+
+/// Serialise a string member that is almost always plain (base64, hex) without escaping it
+/// byte by byte: written verbatim when nothing in it needs escaping (the same bytes).
+pub fn ser_plain_str<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+    use serde::Serialize;
+    if json_needs_escape(v) {
+        return s.serialize_str(v);
+    }
+    let mut text = String::with_capacity(v.len() + 2);
+    text.push('"');
+    text.push_str(v);
+    text.push('"');
+    serde_json::value::RawValue::from_string(text)
+        .map_err(serde::ser::Error::custom)?
+        .serialize(s)
 }
 
 /// SHA-256 hex of the canonical JSON of `v` (argsDigest, commit hash, fork hash).
@@ -346,6 +427,45 @@ pub fn program_name(argv0: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// json_text is serde_json's compact text, byte for byte, whatever the strings hold.
+    #[test]
+    fn json_text_is_serde_jsons_text() {
+        let long_plain = "QUJD".repeat(2000);
+        let mut long_escaped = "x".repeat(100);
+        long_escaped.push('"');
+        long_escaped.push_str(&"y".repeat(100));
+        let v = serde_json::json!({
+            "z": [1, -2, 3.5, 1e300, 0.1, u64::MAX, i64::MIN, null, true, false],
+            "a": {"nested": {"k\u{1}": "tab\there", "q": "a\"b\\c", "ctl": "\u{7f}\u{1f}\n\r\u{8}\u{c}"}},
+            "unicode": "é ✓ 𝄞 /slash",
+            "plain": long_plain,
+            "escaped": long_escaped,
+            "": "",
+            "empty": {}, "none": [],
+        });
+        assert_eq!(json_text(&v), serde_json::to_string(&v).unwrap());
+        for s in [
+            "",
+            "\"",
+            "abc\\",
+            &"a".repeat(63),
+            &format!("{}\n", "a".repeat(64)),
+            &format!("{}\u{0}", "b".repeat(200)),
+        ] {
+            assert_eq!(
+                json_text(&Value::from(s)),
+                serde_json::to_string(s).unwrap(),
+                "{s:?}"
+            );
+            #[derive(serde::Serialize)]
+            struct W<'a>(#[serde(serialize_with = "ser_plain_str")] &'a str);
+            assert_eq!(
+                serde_json::to_string(&W(s)).unwrap(),
+                serde_json::to_string(s).unwrap()
+            );
+        }
+    }
 
     #[test]
     fn civil_dates() {

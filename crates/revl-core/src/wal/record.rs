@@ -315,6 +315,7 @@ pub enum Record {
 #[serde(deny_unknown_fields)]
 pub struct Redo {
     /// The new content, base64 (at most 4 KiB).
+    #[serde(serialize_with = "crate::util::ser_plain_str")]
     pub content: String,
     /// `/proc/sys/kernel/random/boot_id` when the write was made.
     pub boot: String,
@@ -376,7 +377,7 @@ impl StepRecord {
     }
 
     fn set_json(&mut self, p: Part, v: Option<&Value>) -> Result<()> {
-        self.set(p, v.map(Value::to_string).as_deref())
+        self.set(p, v.map(crate::util::json_text).as_deref())
     }
 
     pub fn set_scope(&mut self, v: Option<&Value>) -> Result<()> {
