@@ -1159,20 +1159,17 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
     if let Some(out) = offline(cli, &|w| wal_of(cli, w)) {
         return out;
     }
-    match &cli.cmd {
-        Cmd::Doctor => {
-            // A check creates nothing: without a store it probes in a temporary directory.
-            let root = match &cli.store {
-                Some(s) => s.clone(),
-                None => default_store()?,
-            };
-            let r = revl_core::doctor::check(&root);
-            let mut out = Outcome::ok(to_json(&r), render::doctor(&r));
-            // A script can rely on `revl doctor && …`: exit 1 when exec cannot be sandboxed.
-            out.exit = u8::from(!r.sandbox.available);
-            return Ok(out);
-        }
-        _ => {}
+    if let Cmd::Doctor = &cli.cmd {
+        // A check creates nothing: without a store it probes in a temporary directory.
+        let root = match &cli.store {
+            Some(s) => s.clone(),
+            None => default_store()?,
+        };
+        let r = revl_core::doctor::check(&root);
+        let mut out = Outcome::ok(to_json(&r), render::doctor(&r));
+        // A script can rely on `revl doctor && …`: exit 1 when exec cannot be sandboxed.
+        out.exit = u8::from(!r.sandbox.available);
+        return Ok(out);
     }
     let store = open_store(cli)?;
     if reads_only(&cli.cmd) {
@@ -1194,7 +1191,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         | Cmd::Log { .. }
         | Cmd::View { .. }
         | Cmd::Diff { .. }
-        | Cmd::Read { at: Some(_), .. } => {
+        | Cmd::Read { .. } => {
             unreachable!("handled above")
         }
         Cmd::Remote { cmd } => remote_cmd(&store, cmd),
@@ -1399,23 +1396,6 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                     path: path_arg(path),
                     mode,
                 },
-            )
-        }
-        Cmd::Read {
-            session,
-            path,
-            at: None,
-            out,
-        } => {
-            let s = attach_read(&store, session)?;
-            let r = s.workspace().read(&path_arg(path))?;
-            read_out(
-                cli,
-                to_json(&r),
-                &r.path,
-                &r.content,
-                &r.content_base64,
-                out,
             )
         }
         Cmd::List { session, path } => {
@@ -1866,7 +1846,7 @@ fn reads_only(cmd: &Cmd) -> bool {
         Cmd::Status { .. }
             | Cmd::Timeline { .. }
             | Cmd::Inspect { .. }
-            | Cmd::Read { at: Some(_), .. }
+            | Cmd::Read { .. }
             | Cmd::Diff { .. }
             | Cmd::Log { .. }
             | Cmd::View { .. }
@@ -1902,20 +1882,23 @@ fn reads(cli: &Cli, catalog: &dyn Catalog) -> Result<Outcome, Error> {
         Cmd::Read {
             session: given,
             path,
-            at: Some(at),
+            at,
             out,
         } => {
             let s = attach_read(store, &session(given)?)?;
-            let k = s.point(at, "--at")?;
-            let r = s.read_at(&path_arg(path), k)?;
-            read_out(
-                cli,
-                to_json(&r),
-                &r.path,
-                &r.content,
-                &r.content_base64,
-                out,
-            )
+            let p = path_arg(path);
+            // After a step, or the workspace now (never a remote's: refused before).
+            let (doc, path, content, base64) = match at {
+                Some(at) => {
+                    let r = s.read_at(&p, s.point(at, "--at")?)?;
+                    (to_json(&r), r.path, r.content, r.content_base64)
+                }
+                None => {
+                    let r = s.workspace().read(&p)?;
+                    (to_json(&r), r.path, r.content, r.content_base64)
+                }
+            };
+            read_out(cli, doc, &path, &content, &base64, out)
         }
         Cmd::Diff { left, right, path } => {
             let (l, r) = (catalog.point(left)?, catalog.point(right)?);
