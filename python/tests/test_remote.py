@@ -4,6 +4,7 @@ verified cache of that remote, with the documents the store that ran it gives.""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 from typing import Callable
@@ -11,6 +12,7 @@ from typing import Callable
 import pytest
 
 import revl
+import revl.aio
 
 from conftest import REVL_CLI, CliRun
 
@@ -62,13 +64,13 @@ def test_the_read_methods_read_a_remote_session_through_the_verified_cache(
     assert log.unreadable is None
     d = revl.diff(sid, sid, at=(1, 2), store=b, remote="origin")
     assert d.to_dict()["paths"] == revl.diff(session, sid, at=(1, 2)).to_dict()["paths"]
-    there, here = (
+    far, near = (
         revl.compare(sid, sid, store=b, remote="origin").to_dict(),
         revl.compare(session, sid).to_dict(),
     )
     for side in ("left", "right"):  # local file paths aside
-        assert there[side].pop("wal") != here[side].pop("wal")
-    assert there == here
+        assert far[side].pop("wal") != near[side].pop("wal")
+    assert far == near
     # Store B ran nothing: the remote's session is read in its cache, not made one of its own.
     assert b.sessions().sessions == []
 
@@ -83,3 +85,17 @@ def test_an_unknown_remote_or_session_is_one_clear_error(
     with pytest.raises(revl.RevlError) as e:
         b.timeline("0123456789abcdef0123456789abcdef", remote="origin")
     assert e.value.code == "unknown-session"
+
+
+def test_revl_aio_reads_a_remote_the_same_way(
+    session: revl.Session, cli: Callable[..., CliRun], base: Path
+) -> None:
+    _, b = _pushed(session, cli, base)
+    ab = revl.aio.Store(b)
+
+    async def read() -> tuple[bytes, int]:
+        got = await ab.read_at(session.id, "a.txt", 1, remote="origin")
+        log = await ab.log(session.id[:8], remote="origin")
+        return got.data, len(log.sessions)
+
+    assert asyncio.run(read()) == (b"one", 1)
