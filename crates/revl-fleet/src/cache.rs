@@ -62,6 +62,11 @@ impl Catalog for Store {
             unreadable: Vec::new(),
         })
     }
+
+    /// As given: the verb reads it (`ID@K`) and resolves it in this store itself.
+    fn point(&self, given: &str) -> Result<String> {
+        Ok(given.to_string())
+    }
 }
 
 /// A remote's sessions, read through the store's verified cache of it.
@@ -86,19 +91,9 @@ impl RemoteCache {
         }
     }
 
-    /// The remote's name.
-    pub fn name(&self) -> &str {
-        &self.reader.remote.name
-    }
-
     /// The reader that fills the cache (listings of the bucket, a remote fork).
     pub fn reader(&self) -> &Reader {
         &self.reader
-    }
-
-    /// The store whose remote this is (not the cache's).
-    pub fn home(&self) -> &Store {
-        &self.store
     }
 }
 

@@ -52,8 +52,8 @@ struct Cli {
     /// Print exactly one JSON document on stdout.
     #[arg(long, global = true)]
     json: bool,
-    /// Read (log, view, branch, compare, diff, read --at) or fork a session of this remote
-    /// (`revl remote add NAME URL`) instead of this store's.
+    /// Read (log, view, branch, compare, diff, read --at, status, timeline, inspect) or fork
+    /// a session of this remote (`revl remote add NAME URL`) instead of this store's.
     #[arg(long, global = true, value_name = "NAME")]
     remote: Option<String>,
     #[command(subcommand)]

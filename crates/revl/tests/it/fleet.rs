@@ -1027,7 +1027,11 @@ fn bad_remote_input_gets_a_one_line_error() {
         "0",
     ])
     .err(2, "unknown-session");
+    // Every read verb takes --remote (a session the remote lacks is named); a verb that
+    // writes does not.
     f.b(&["--remote", "origin", "timeline", "0123456789"])
+        .err(2, "unknown-session");
+    f.b(&["--remote", "origin", "step-back", "0123456789", "--to", "0"])
         .err(2, "usage");
     let l = f.a(&["remote", "list"]).ok().clone();
     assert_eq!(l["remotes"][0]["name"], "origin");
