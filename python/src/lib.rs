@@ -21,6 +21,7 @@ use revl_core::tools::{DeclaredTool, HostCall, ToolHost, ToolRun};
 use revl_core::{
     Code, Error, ExecLimits, ExecOptions, FileOp, Remedy, Session, StepBackMode, Store,
 };
+use revl_fleet::{Catalog, RemoteCache};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -107,6 +108,16 @@ fn open(root: &std::path::Path, host: &Option<Arc<Host>>) -> Result<Store, Error
     Ok(match host {
         Some(h) => store.with_tool_host(h.clone()),
         None => store,
+    })
+}
+
+/// Where a read finds its sessions: the store at `root`, or the verified cache of its
+/// remote `remote` (docs/fleet.md, "Reading a remote"), as the CLI's `--remote NAME`.
+fn catalog(root: &std::path::Path, remote: Option<String>) -> Result<Box<dyn Catalog>, Error> {
+    let store = open(root, &None)?;
+    Ok(match remote {
+        Some(name) => Box::new(RemoteCache::open(&store, &name)?),
+        None => Box::new(store),
     })
 }
 
@@ -324,26 +335,77 @@ impl NativeStore {
         })
     }
 
-    #[pyo3(signature = (session=None))]
-    fn log(&self, py: Python<'_>, session: Option<String>) -> PyResult<Doc> {
+    /// `log [SESSION]` of this store, or (`remote`) of that remote's verified cache, whose
+    /// refused sessions are listed under `unreadable`.
+    #[pyo3(signature = (session=None, remote=None))]
+    fn log(
+        &self,
+        py: Python<'_>,
+        session: Option<String>,
+        remote: Option<String>,
+    ) -> PyResult<Doc> {
         let root = self.root.clone();
         blocking(py, move || {
-            let store = open(&root, &None)?;
-            Ok(answer(
-                &revl_core::log::log(&store, session.as_deref())?,
-                &[],
-            ))
+            let c = catalog(&root, remote)?;
+            let listing = c.listing(session.as_deref())?;
+            let report = revl_core::log::log(c.store(), listing.session.as_deref())?;
+            let (doc, refusal) = answer(&report, &[]);
+            if listing.unreadable.is_empty() {
+                return Ok((doc, refusal));
+            }
+            let mut v: Value = serde_json::from_str(&doc).map_err(|e| internal(e.to_string()))?;
+            v["unreadable"] = revl_core::report::to_json(&listing.unreadable);
+            Ok((v.to_string(), refusal))
         })
     }
 
-    /// `compare LEFT RIGHT` of two sessions of this store (read from their WALs).
-    fn compare(&self, py: Python<'_>, left: String, right: String) -> PyResult<Doc> {
+    /// `compare LEFT RIGHT` of two sessions of this store (read from their WALs), or of a
+    /// remote's verified cache.
+    #[pyo3(signature = (left, right, remote=None))]
+    fn compare(
+        &self,
+        py: Python<'_>,
+        left: String,
+        right: String,
+        remote: Option<String>,
+    ) -> PyResult<Doc> {
         let root = self.root.clone();
         blocking(py, move || {
-            let store = open(&root, &None)?;
-            let (l, r) = (store.resolve(&left)?, store.resolve(&right)?);
+            let c = catalog(&root, remote)?;
+            let (l, r) = (c.session(&left)?, c.session(&right)?);
+            let store = c.store();
             let report = revl_core::lineage::compare(&store.wal_path(&l), &store.wal_path(&r))?;
             Ok(answer(&report, &[]))
+        })
+    }
+
+    /// `read SESSION PATH --at K` of a session of this store or of a remote's verified cache
+    /// (`remote`): the document (`{path, at, mode, digest, content | contentBase64}`).
+    #[pyo3(signature = (session, path, at, remote=None))]
+    fn read_at(
+        &self,
+        py: Python<'_>,
+        session: String,
+        path: String,
+        at: i64,
+        remote: Option<String>,
+    ) -> PyResult<Doc> {
+        let root = self.root.clone();
+        blocking(py, move || {
+            let c = catalog(&root, remote)?;
+            let s = c.store().attach_read(&c.session(&session)?)?;
+            Ok(answer(&s.read_at(&path, at)?, s.repairs()))
+        })
+    }
+
+    /// `timeline SESSION` of a session of this store or of a remote's verified cache.
+    #[pyo3(signature = (session, remote=None))]
+    fn timeline(&self, py: Python<'_>, session: String, remote: Option<String>) -> PyResult<Doc> {
+        let root = self.root.clone();
+        blocking(py, move || {
+            let c = catalog(&root, remote)?;
+            let s = c.store().attach_prefix(&c.session(&session)?)?;
+            Ok(answer(&s.timeline(), s.repairs()))
         })
     }
 
@@ -371,19 +433,22 @@ impl NativeStore {
             .collect())
     }
 
-    /// `diff LEFT RIGHT [PATH]`: each side a session id, optionally `ID@K`.
-    #[pyo3(signature = (left, right, path=None))]
+    /// `diff LEFT RIGHT [PATH]`: each side a session id, optionally `ID@K`; of this store
+    /// or of a remote's verified cache (`remote`).
+    #[pyo3(signature = (left, right, path=None, remote=None))]
     fn diff(
         &self,
         py: Python<'_>,
         left: String,
         right: String,
         path: Option<String>,
+        remote: Option<String>,
     ) -> PyResult<Doc> {
         let root = self.root.clone();
         blocking(py, move || {
-            let store = open(&root, &None)?;
-            let report = revl_core::session::diff::diff_in(&store, &left, &right, path.as_deref())?;
+            let c = catalog(&root, remote)?;
+            let (l, r) = (c.point(&left)?, c.point(&right)?);
+            let report = revl_core::session::diff::diff_in(c.store(), &l, &r, path.as_deref())?;
             Ok(answer(&report, &[]))
         })
     }

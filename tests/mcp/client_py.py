@@ -364,6 +364,33 @@ http = {{ method = "POST", url = "{sink.url('/emit')}" }}
     check(on_disk(ws, "p.txt") is None, "the frozen parent wrote nothing")
     check(sink.count() == 3, "three requests reached the sink in all: one emission, two branch sends", sink.requests)
 
+    # Another machine reads both from a shared-directory remote, through its own server's
+    # read tools and its store's verified cache of the remote (docs/fleet.md).
+    bucket, other, ws_b = tmp / "bucket", tmp / "store-b", tmp / "ws-b"
+    bucket.mkdir()
+    ws_b.mkdir()
+    for st in (store, other):
+        add = subprocess.run([REVL, "--store", str(st), "--json", "remote", "add", "origin", f"file://{bucket}"],
+                             capture_output=True, text=True)
+        check(add.returncode == 0, "remote add", add.stderr)
+    pushed = subprocess.run([REVL, "--store", str(store), "--json", "push"], capture_output=True, text=True)
+    check(pushed.returncode == 0, "push", pushed.stderr)
+    async with stdio_client(server(other, "--workspace", str(ws_b))) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            log = await ok(s, "revl_log", {"remote": "origin"})
+            check({parent, branch} <= {x["session"] for x in log["sessions"]},
+                  "revl_log with remote lists the remote's sessions", log)
+            tl = await ok(s, "revl_timeline", {"remote": "origin", "session": branch})
+            rd = await ok(s, "revl_read", {"remote": "origin", "session": branch, "path": "a.txt", "at": tl["head"]})
+            check(rd["content"] == "alpha branch\n", "a remote session's file read at its head", rd)
+            st = await ok(s, "revl_status", {"remote": "origin", "session": parent[:8]})
+            check(st["state"] == "frozen" and st.get("branch") == branch, "a remote parent's status", st)
+            now = await refused(s, "revl_read", {"remote": "origin", "session": parent, "path": "a.txt"})
+            check(now["error"]["code"] == "bad-args", "a remote session is read at a step, not now", now)
+            own = await ok(s, "revl_status")
+            check(own["head"] == 0 and own["session"] not in (parent, branch), "the server's own session is untouched", own)
+
 
 def unmount_under(base: Path) -> None:
     """The parallel branch's directory is a layered mount where the machine has no snapshot

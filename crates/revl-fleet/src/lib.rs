@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bucket;
+pub mod cache;
 pub mod config;
 pub mod index;
 pub mod pull;
@@ -19,6 +20,7 @@ pub mod push;
 pub mod untrusted;
 
 pub use bucket::Bucket;
+pub use cache::{Catalog, Listing, RemoteCache};
 pub use config::{Remote, Remotes};
 
 /// The manifest of one session in a remote.

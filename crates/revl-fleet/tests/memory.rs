@@ -335,3 +335,54 @@ fn a_missing_bucket_is_named_from_the_url_and_refused_credentials_are_not_called
     assert!(e.message.contains("InvalidAccessKeyId"), "{}", e.message);
     assert!(!e.message.contains('\n'), "{}", e.message);
 }
+
+#[test]
+fn a_remote_cache_is_a_read_only_store_the_local_verbs_read() {
+    use revl_fleet::{Catalog, RemoteCache};
+    let w = world();
+    let cache = RemoteCache::of(&w.b, w.reader());
+    // A prefix is resolved among the remote's sessions; the session is pulled, verified.
+    let id = cache.session(&w.id[..8]).unwrap();
+    assert_eq!(id, w.id);
+    // The same verbs give the same documents as on the store that ran it.
+    let here = w.a.attach_read(&w.id).unwrap();
+    let there = cache.store().attach_read(&id).unwrap();
+    use revl_core::report::to_json as doc;
+    assert_eq!(
+        doc(&there.timeline())["steps"],
+        doc(&here.timeline())["steps"]
+    );
+    for k in [-1, 1, 2] {
+        assert_eq!(
+            doc(&there.read_at("big.bin", k).map_err(|e| e.code.as_str())),
+            doc(&here.read_at("big.bin", k).map_err(|e| e.code.as_str())),
+            "big.bin at {k}"
+        );
+    }
+    let listing = cache.listing(None).unwrap();
+    assert!(listing.unreadable.is_empty(), "{:?}", listing.unreadable);
+    let log = revl_core::log::log(cache.store(), listing.session.as_deref()).unwrap();
+    assert_eq!(doc(&log)["sessions"][0]["session"], w.id.as_str());
+    drop((here, there));
+    // The cache is read-only: a verb that writes is refused, nothing is recorded.
+    let e = cache
+        .store()
+        .attach(&id)
+        .unwrap()
+        .file_effect(write("x", b"1"))
+        .unwrap_err();
+    assert_eq!(e.code, Code::Usage, "{e:?}");
+    assert_eq!(cache.store().attach_read(&id).unwrap().state().head(), 2);
+    // A hostile object refuses its session through the cache of a third store, which the
+    // listing names as unreadable instead of failing.
+    let c = Store::open(&w._tmp.path().join("c"), Failpoints::none()).unwrap();
+    let key = format!("blobs/{}", blake3::hash(&w.big).to_hex());
+    w.plant(&key, b"not what its name says");
+    let cache = RemoteCache::of(&c, Reader::over(&c, &w.remote, bucket(&w.objects)).unwrap());
+    let listing = cache.listing(None).unwrap();
+    assert_eq!(listing.unreadable.len(), 1);
+    assert_eq!(listing.unreadable[0].session, w.id);
+    let e = cache.session(&w.id).unwrap_err();
+    assert_eq!(e.code, Code::CorruptRemote, "{e:?}");
+    assert!(e.message.contains(&key), "{}", e.message);
+}

@@ -50,6 +50,29 @@ pub struct ReadArgs {
     /// a later rewind undid that step. Absent: the file as it is now.
     #[serde(default)]
     pub at: Option<i64>,
+    /// Read a session of this remote (a name from `revl remote list`) instead of this
+    /// store's, fetched and verified into the store's cache of it; needs `at`.
+    #[serde(default)]
+    pub remote: Option<String>,
+    /// The session to read (an id or unique prefix). Default: the session this server
+    /// serves.
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+/// Which session a read tool reads, and where.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionArgs {
+    /// Read a session of this remote (a name from `revl remote list`) instead of this
+    /// store's, fetched and verified into the store's cache of it (nothing outside that
+    /// cache is written).
+    #[serde(default)]
+    pub remote: Option<String>,
+    /// The session to read (an id or unique prefix). Default: the session this server
+    /// serves.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -244,6 +267,10 @@ pub struct DiffArgs {
     /// Only this path and what is below it.
     #[serde(default)]
     pub path: Option<String>,
+    /// Both sides are sessions of this remote (a name from `revl remote list`), fetched
+    /// and verified into the store's cache of it.
+    #[serde(default)]
+    pub remote: Option<String>,
 }
 
 /// Whether the model's answer was accepted.

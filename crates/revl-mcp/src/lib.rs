@@ -27,6 +27,7 @@ pub use authority::{Bounds, Config, Target};
 use revl_core::api::Answer;
 use revl_core::session::{Kept, ManifestSource};
 use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
+use revl_fleet::{Catalog, RemoteCache};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::handler::server::wrapper::Parameters;
@@ -145,6 +146,15 @@ impl Reply {
             refused: r.refusal().is_some(),
         }
     }
+}
+
+/// Where a read tool finds its sessions: this store, or (with `remote`) the verified cache of
+/// that remote of this store (docs/fleet.md, "Reading a remote").
+fn catalog(store: &Store, remote: Option<&str>) -> Result<Box<dyn Catalog>, Error> {
+    Ok(match remote {
+        Some(name) => Box::new(RemoteCache::open(store, name)?),
+        None => Box::new(store.clone()),
+    })
 }
 
 /// The document as structured content and the same JSON as text.
@@ -276,6 +286,22 @@ impl RevlServer {
             let after = if doc.is_ok() { s.keep() } else { None };
             *kept.lock().unwrap_or_else(PoisonError::into_inner) = after;
             doc.map(|d| Reply::of(&d, &repaired))
+        })
+        .await
+    }
+
+    /// Run a read verb on the session `a` names (this one by default), of this store or
+    /// of a remote's verified cache, attached read-only.
+    async fn on_read<F, T>(&self, a: SessionArgs, f: F) -> CallToolResult
+    where
+        F: FnOnce(&Session) -> Result<T, Error> + Send + 'static,
+        T: Answer,
+    {
+        self.blocking(move |store, cur| {
+            let c = catalog(store, a.remote.as_deref())?;
+            let id = c.session(a.session.as_deref().unwrap_or(cur))?;
+            let s = c.store().attach_prefix(&id)?;
+            f(&s).map(|d| Reply::of(&d, s.repairs()))
         })
         .await
     }
@@ -443,14 +469,21 @@ impl RevlServer {
     )]
     async fn revl_read(&self, Parameters(a): Parameters<ReadArgs>) -> CallToolResult {
         self.blocking(move |store, cur| {
-            let s = store.attach(cur)?;
+            let c = catalog(store, a.remote.as_deref())?;
+            let id = c.session(a.session.as_deref().unwrap_or(cur))?;
+            let s = c.store().attach(&id)?;
             let repaired = s.repairs().to_vec();
-            match a.at {
-                Some(k) => s.read_at(&a.path, k).map(|r| Reply::of(&r, &repaired)),
-                None => s
+            match (a.at, &a.remote) {
+                (Some(k), _) => s.read_at(&a.path, k).map(|r| Reply::of(&r, &repaired)),
+                (None, None) => s
                     .workspace()
                     .read(&a.path)
                     .map(|r| Reply::of(&r, &repaired)),
+                (None, Some(_)) => Err(Error::new(
+                    Code::BadArgs,
+                    "a remote session is read as it was after a step: give `at`",
+                    "call revl_read again with `at` (a step index from revl_timeline with the same `remote`)",
+                )),
             }
         })
         .await
@@ -584,8 +617,11 @@ impl RevlServer {
             open_world_hint = false
         )
     )]
-    async fn revl_timeline(&self) -> CallToolResult {
-        self.on_session(|s| Ok(s.timeline())).await
+    async fn revl_timeline(&self, Parameters(a): Parameters<SessionArgs>) -> CallToolResult {
+        if a.remote.is_none() && a.session.is_none() {
+            return self.on_session(|s| Ok(s.timeline())).await;
+        }
+        self.on_read(a, |s| Ok(s.timeline())).await
     }
 
     /// What holds at step `at`: its label, the active provisions, the accumulated effects,
@@ -615,8 +651,11 @@ impl RevlServer {
             open_world_hint = false
         )
     )]
-    async fn revl_status(&self) -> CallToolResult {
-        self.on_session(|s| Ok(s.status())).await
+    async fn revl_status(&self, Parameters(a): Parameters<SessionArgs>) -> CallToolResult {
+        if a.remote.is_none() && a.session.is_none() {
+            return self.on_session(|s| Ok(s.status())).await;
+        }
+        self.on_read(a, |s| Ok(s.status())).await
     }
 
     /// Report witnessed paths whose bytes, mode or kind no longer match what revl recorded
@@ -707,9 +746,11 @@ impl RevlServer {
     )]
     async fn revl_diff(&self, Parameters(a): Parameters<DiffArgs>) -> CallToolResult {
         self.blocking(move |store, cur| {
-            let left = a.left.clone().unwrap_or_else(|| cur.clone());
+            let c = catalog(store, a.remote.as_deref())?;
+            let left = c.point(a.left.as_deref().unwrap_or(cur))?;
+            let right = c.point(&a.right)?;
             let report =
-                revl_core::session::diff::diff_in(store, &left, &a.right, a.path.as_deref())?;
+                revl_core::session::diff::diff_in(c.store(), &left, &right, a.path.as_deref())?;
             Ok(Reply::of(&report, &[]))
         })
         .await
@@ -729,10 +770,21 @@ impl RevlServer {
             open_world_hint = false
         )
     )]
-    async fn revl_log(&self) -> CallToolResult {
+    async fn revl_log(&self, Parameters(a): Parameters<SessionArgs>) -> CallToolResult {
         self.blocking(move |store, cur| {
-            let report = revl_core::log::log(store, Some(cur.as_str()))?;
-            Ok(Reply::of(&report, &[]))
+            let c = catalog(store, a.remote.as_deref())?;
+            // This store: this session's family by default; a remote: all its sessions.
+            let given = a
+                .session
+                .as_deref()
+                .or(a.remote.is_none().then_some(cur.as_str()));
+            let listing = c.listing(given)?;
+            let report = revl_core::log::log(c.store(), listing.session.as_deref())?;
+            let mut reply = Reply::of(&report, &[]);
+            if !listing.unreadable.is_empty() {
+                reply.doc["unreadable"] = revl_core::report::to_json(&listing.unreadable);
+            }
+            Ok(reply)
         })
         .await
     }

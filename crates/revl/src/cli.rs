@@ -5,6 +5,7 @@ use crate::{agents, demo, render, view};
 use clap::{Parser, Subcommand};
 use revl_core::report::to_json;
 use revl_core::{Code, Error, FileOp, Remedy, Session, StepBackMode, Store};
+use revl_fleet::{Catalog, RemoteCache};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -52,8 +53,8 @@ struct Cli {
     /// Print exactly one JSON document on stdout.
     #[arg(long, global = true)]
     json: bool,
-    /// Read (log, view, branch, compare, diff, read --at) or fork a session of this remote
-    /// (`revl remote add NAME URL`) instead of this store's.
+    /// Read (log, view, branch, compare, diff, read --at, status, timeline, inspect) or fork
+    /// a session of this remote (`revl remote add NAME URL`) instead of this store's.
     #[arg(long, global = true, value_name = "NAME")]
     remote: Option<String>,
     #[command(subcommand)]
@@ -1125,47 +1126,43 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             return run_remote(cli, name);
         }
     }
-    match &cli.cmd {
-        Cmd::Branch { wals, sessions, at } => {
-            let wals = wals
-                .iter()
-                .chain(sessions)
-                .map(|w| wal_of(cli, w))
-                .collect::<Result<Vec<_>, _>>()?;
-            return offline_branch(&wals, at.as_deref(), cli.json);
-        }
-        Cmd::Compare { left, right } => {
-            let report = revl_core::lineage::compare(&wal_of(cli, left)?, &wal_of(cli, right)?)?;
-            let doc = to_json(&report);
-            return Ok(Outcome {
-                text: render::compare(&report),
-                exit: u8::from(report.unclean()),
-                doc,
-                printed: false,
-            });
-        }
-        Cmd::Doctor => {
-            // A check creates nothing: without a store it probes in a temporary directory.
-            let root = match &cli.store {
-                Some(s) => s.clone(),
-                None => default_store()?,
-            };
-            let r = revl_core::doctor::check(&root);
-            let mut out = Outcome::ok(to_json(&r), render::doctor(&r));
-            // A script can rely on `revl doctor && …`: exit 1 when exec cannot be sandboxed.
-            out.exit = u8::from(!r.sandbox.available);
-            return Ok(out);
-        }
-        _ => {}
+    // The readers of WALs alone: no store is opened (a WAL file may be given).
+    if let Some(out) = offline(cli, &|w| wal_of(cli, w)) {
+        return out;
+    }
+    if let Cmd::Doctor = &cli.cmd {
+        // A check creates nothing: without a store it probes in a temporary directory.
+        let root = match &cli.store {
+            Some(s) => s.clone(),
+            None => default_store()?,
+        };
+        let r = revl_core::doctor::check(&root);
+        let mut out = Outcome::ok(to_json(&r), render::doctor(&r));
+        // A script can rely on `revl doctor && …`: exit 1 when exec cannot be sandboxed.
+        out.exit = u8::from(!r.sandbox.available);
+        return Ok(out);
     }
     let store = open_store(cli)?;
+    if reads_only(&cli.cmd) {
+        return reads(cli, &store);
+    }
     let effect = |session: &str, op: FileOp| -> Result<Outcome, Error> {
         let mut s = attach(&store, session)?;
         let r = s.file_effect(op)?;
         Ok(Outcome::ok(to_json(&r), render::stepped(&r)))
     };
     match &cli.cmd {
-        Cmd::Demo { .. } | Cmd::Branch { .. } | Cmd::Compare { .. } | Cmd::Doctor => {
+        Cmd::Demo { .. }
+        | Cmd::Branch { .. }
+        | Cmd::Compare { .. }
+        | Cmd::Doctor
+        | Cmd::Status { .. }
+        | Cmd::Timeline { .. }
+        | Cmd::Inspect { .. }
+        | Cmd::Log { .. }
+        | Cmd::View { .. }
+        | Cmd::Diff { .. }
+        | Cmd::Read { .. } => {
             unreachable!("handled above")
         }
         Cmd::Remote { cmd } => remote_cmd(&store, cmd),
@@ -1257,13 +1254,6 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
         Cmd::Sessions => {
             let r = store.sessions()?;
             Ok(Outcome::ok(to_json(&r), render::sessions(&r)))
-        }
-        Cmd::Status { session } => {
-            // A WAL corrupt past its header shows its intact records, marked.
-            let s = store.attach_prefix(&store.resolve(session)?)?;
-            note_repairs(&s);
-            let r = s.status();
-            Ok(Outcome::ok(to_json(&r), render::status(&r)))
         }
         Cmd::Verify { session } => {
             let s = attach_read(&store, session)?;
@@ -1379,41 +1369,6 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                 },
             )
         }
-        Cmd::Read {
-            session,
-            path,
-            at: Some(at),
-            out,
-        } => {
-            let s = attach_read(&store, session)?;
-            let k = s.point(at, "--at")?;
-            let r = s.read_at(&path_arg(path), k)?;
-            read_out(
-                cli,
-                to_json(&r),
-                &r.path,
-                &r.content,
-                &r.content_base64,
-                out,
-            )
-        }
-        Cmd::Read {
-            session,
-            path,
-            at: None,
-            out,
-        } => {
-            let s = attach_read(&store, session)?;
-            let r = s.workspace().read(&path_arg(path))?;
-            read_out(
-                cli,
-                to_json(&r),
-                &r.path,
-                &r.content,
-                &r.content_base64,
-                out,
-            )
-        }
         Cmd::List { session, path } => {
             let s = attach_read(&store, session)?;
             let r = s.workspace().list(path.as_ref().map(path_arg).as_deref())?;
@@ -1526,42 +1481,9 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             }
             Ok(out)
         }
-        Cmd::Diff { left, right, path } => {
-            let report = revl_core::session::diff::diff_in(&store, left, right, path.as_deref())?;
-            let mut out = Outcome::ok(to_json(&report), render::diff(&report));
-            out.exit = u8::from(!report.paths.is_empty());
-            Ok(out)
-        }
-        Cmd::Log { session } => {
-            let r = revl_core::log::log(&store, session.as_deref())?;
-            Ok(Outcome::ok(to_json(&r), render::log(&r)))
-        }
         Cmd::Approvals { session } => {
             let r = revl_core::log::approvals(&store, session.as_deref())?;
             Ok(Outcome::ok(to_json(&r), render::approvals(&r)))
-        }
-        Cmd::View { session, out } => {
-            let out = out
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("revl-view.html"));
-            let r = view::write(&store, session.as_deref(), &out)?;
-            let text = format!(
-                "wrote {} ({} session(s), {} step(s), {} bytes): open it in a browser",
-                r.out, r.sessions, r.steps, r.bytes
-            );
-            Ok(Outcome::ok(to_json(&r), text))
-        }
-        Cmd::Timeline { session } => {
-            let s = store.attach_prefix(&store.resolve(session)?)?;
-            note_repairs(&s);
-            let r = s.timeline();
-            Ok(Outcome::ok(to_json(&r), render::timeline(&r)))
-        }
-        Cmd::Inspect { session, at } => {
-            let k = parse_k(at, "--at")?;
-            let s = attach_read(&store, session)?;
-            let r = s.inspect(k)?;
-            Ok(Outcome::ok(to_json(&r), render::inspect(&r)))
         }
         Cmd::Call {
             session,
@@ -1801,22 +1723,13 @@ fn remote_fork_confirm(
     Ok(answered(&report, render::fork(&report)))
 }
 
-/// The verbs that read a remote's sessions (and `fork --remote`): the sessions are copied,
-/// verified, into the store's mirror of the remote, and read there by the same readers.
+/// `--remote NAME`: a read verb runs as it runs on this store, on the remote's verified
+/// cache (docs/fleet.md, "Reading a remote"); `fork --remote` and its confirm branch it.
 fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
     let store = open_store(cli)?;
-    let remote = revl_fleet::Remotes::load(&store)?.get(name)?;
-    let reader = revl_fleet::pull::Reader::open(&store, &remote)?;
-    let mirror = &reader.mirror;
-    // A session named on the command line: resolved among the remote's, copied with its
-    // ancestors; returns its full id.
-    let fetch = |given: &str| -> Result<String, Error> {
-        let id = reader.resolve(given)?;
-        reader.sync_family(&id)?;
-        Ok(id)
-    };
     match &cli.cmd {
         Cmd::Fork { session, at } => {
+            let remote = revl_fleet::Remotes::load(&store)?.get(name)?;
             let k = parse_k(at, "--at")?;
             let report = revl_fleet::pull::fork(&store, &remote, session, k)?;
             Ok(Outcome::ok(to_json(&report), render::fork(&report)))
@@ -1837,80 +1750,54 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
                         "enumerate it first: `revl fork --remote NAME SESSION --at K`",
                     ))
                 }
-                None => reader.resolve(given)?,
+                None => RemoteCache::open(&store, name)?.reader().resolve(given)?,
             };
             remote_fork_confirm(&store, name, &id, hash, into.as_deref())
         }
-        Cmd::Log { session } | Cmd::View { session, .. } => {
-            // A session with a hostile object is left out and listed, never blocking the
-            // others (docs/fleet.md, "A remote is untrusted input").
-            let mut unreadable = Vec::new();
-            let only = match session {
-                Some(s) => {
-                    let id = reader.resolve(s)?;
-                    // The family, from the index when there is one (else the bucket).
-                    let fam = revl_fleet::pull::lineage(&store, &remote, Some(&id))?;
-                    unreadable.extend(fam.unreadable.iter().cloned());
-                    let others = fam.sessions.iter().filter(|e| e.session != id);
-                    let (_, bad) = reader.sync_each(others.map(|e| e.session.clone()))?;
-                    unreadable.extend(bad);
-                    reader.sync_family(&id)?;
-                    Some(id)
-                }
-                None => {
-                    unreadable = reader.sync_all()?.1;
-                    None
-                }
-            };
-            let with_unreadable = |mut o: Outcome| {
-                if !unreadable.is_empty() {
-                    o.doc["unreadable"] = to_json(&unreadable);
-                    for u in &unreadable {
-                        o.text
-                            .push_str(&format!("\nunreadable: session {} ({}: {})", u.session, u.code, u.message));
-                    }
-                }
-                o
-            };
-            match &cli.cmd {
-                Cmd::Log { .. } => {
-                    let r = revl_core::log::log(mirror, only.as_deref())?;
-                    Ok(with_unreadable(Outcome::ok(to_json(&r), render::log(&r))))
-                }
-                Cmd::View { out, .. } => {
-                    let out = out
-                        .clone()
-                        .unwrap_or_else(|| PathBuf::from("revl-view.html"));
-                    let r = view::write(mirror, only.as_deref(), &out)?;
-                    let text = format!(
-                        "wrote {} ({} session(s), {} step(s), {} bytes): open it in a browser",
-                        r.out, r.sessions, r.steps, r.bytes
-                    );
-                    Ok(with_unreadable(Outcome::ok(to_json(&r), text)))
-                }
-                _ => unreachable!("log or view"),
-            }
-        }
-        Cmd::Branch { wals, sessions, at } => {
-            let wals = wals
-                .iter()
-                .chain(sessions)
-                .map(|w| match w.to_str() {
-                    Some(g) => fetch(g).map(|id| mirror.wal_path(&id)),
+        Cmd::Read { at: None, .. } => Err(Error::new(
+            Code::Usage,
+            "--remote reads a file as it was after a step: give --at K",
+            "revl read --remote NAME SESSION PATH --at K",
+        )),
+        cmd if reads_only(cmd) || matches!(cmd, Cmd::Branch { .. } | Cmd::Compare { .. }) => {
+            let cache = RemoteCache::open(&store, name)?;
+            let wal = |w: &Path| -> Result<PathBuf, Error> {
+                match w.to_str() {
+                    Some(g) => Ok(cache.store().wal_path(&cache.session(g)?)),
                     None => Err(Error::bad_args(
                         format!("{} is not a session id", w.display()),
                         "with --remote, give session ids of the remote",
                     )),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            offline_branch(&wals, at.as_deref(), cli.json)
-        }
-        Cmd::Compare { left, right } => {
-            let side = |p: &PathBuf| -> Result<PathBuf, Error> {
-                let g = p.to_str().unwrap_or_default();
-                Ok(mirror.wal_path(&fetch(g)?))
+                }
             };
-            let report = revl_core::lineage::compare(&side(left)?, &side(right)?)?;
+            match offline(cli, &wal) {
+                Some(out) => out,
+                None => reads(cli, &cache),
+            }
+        }
+        _ => Err(Error::new(
+            Code::Usage,
+            "--remote applies to log, view, branch, compare, diff, read --at, status, timeline, inspect, fork and fork-confirm (and picks the remote of push)",
+            "run this verb without --remote, on the store that holds the session",
+        )),
+    }
+}
+
+/// The verbs that read WALs (`branch`, `compare`), each WAL argument found by `wal`: a file
+/// or a session of this store, or a session of a remote's cache. `None` for other verbs.
+fn offline(
+    cli: &Cli,
+    wal: &dyn Fn(&Path) -> Result<PathBuf, Error>,
+) -> Option<Result<Outcome, Error>> {
+    Some(match &cli.cmd {
+        Cmd::Branch { wals, sessions, at } => wals
+            .iter()
+            .chain(sessions)
+            .map(|w| wal(w))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(|wals| offline_branch(&wals, at.as_deref(), cli.json)),
+        Cmd::Compare { left, right } => (|| {
+            let report = revl_core::lineage::compare(&wal(left)?, &wal(right)?)?;
             let doc = to_json(&report);
             Ok(Outcome {
                 text: render::compare(&report),
@@ -1918,43 +1805,126 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
                 doc,
                 printed: false,
             })
+        })(),
+        _ => return None,
+    })
+}
+
+/// Whether `cmd` is one of the verbs [`reads`] runs.
+fn reads_only(cmd: &Cmd) -> bool {
+    matches!(
+        cmd,
+        Cmd::Status { .. }
+            | Cmd::Timeline { .. }
+            | Cmd::Inspect { .. }
+            | Cmd::Read { .. }
+            | Cmd::Diff { .. }
+            | Cmd::Log { .. }
+            | Cmd::View { .. }
+    )
+}
+
+/// The verbs that only read sessions ([`reads_only`]), run the same on this store and on a
+/// remote's verified cache (`--remote NAME`): `catalog` resolves (for a remote: fetches and
+/// verifies) the sessions named, then the verb reads its store.
+fn reads(cli: &Cli, catalog: &dyn Catalog) -> Result<Outcome, Error> {
+    let store = catalog.store();
+    let session = |given: &str| catalog.session(given);
+    match &cli.cmd {
+        Cmd::Status { session: given } => {
+            // A WAL corrupt past its header shows its intact records, marked.
+            let s = store.attach_prefix(&session(given)?)?;
+            note_repairs(&s);
+            let r = s.status();
+            Ok(Outcome::ok(to_json(&r), render::status(&r)))
         }
-        Cmd::Diff { left, right, path } => {
-            let point = |p: &str| -> Result<String, Error> {
-                match p.rsplit_once('@') {
-                    Some((id, k)) => Ok(format!("{}@{k}", fetch(id)?)),
-                    None => fetch(p),
+        Cmd::Timeline { session: given } => {
+            let s = store.attach_prefix(&session(given)?)?;
+            note_repairs(&s);
+            let r = s.timeline();
+            Ok(Outcome::ok(to_json(&r), render::timeline(&r)))
+        }
+        Cmd::Inspect { session: given, at } => {
+            let k = parse_k(at, "--at")?;
+            let s = attach_read(store, &session(given)?)?;
+            let r = s.inspect(k)?;
+            Ok(Outcome::ok(to_json(&r), render::inspect(&r)))
+        }
+        Cmd::Read {
+            session: given,
+            path,
+            at,
+            out,
+        } => {
+            let s = attach_read(store, &session(given)?)?;
+            let p = path_arg(path);
+            // After a step, or the workspace now (never a remote's: refused before).
+            let (doc, path, content, base64) = match at {
+                Some(at) => {
+                    let r = s.read_at(&p, s.point(at, "--at")?)?;
+                    (to_json(&r), r.path, r.content, r.content_base64)
+                }
+                None => {
+                    let r = s.workspace().read(&p)?;
+                    (to_json(&r), r.path, r.content, r.content_base64)
                 }
             };
-            let (l, r) = (point(left)?, point(right)?);
-            let report = revl_core::session::diff::diff_in(mirror, &l, &r, path.as_deref())?;
+            read_out(cli, doc, &path, &content, &base64, out)
+        }
+        Cmd::Diff { left, right, path } => {
+            let (l, r) = (catalog.point(left)?, catalog.point(right)?);
+            let report = revl_core::session::diff::diff_in(store, &l, &r, path.as_deref())?;
             let mut out = Outcome::ok(to_json(&report), render::diff(&report));
             out.exit = u8::from(!report.paths.is_empty());
             Ok(out)
         }
-        Cmd::Read {
-            session,
-            path,
-            at: Some(at),
+        Cmd::Log { session: given } => {
+            let listing = catalog.listing(given.as_deref())?;
+            let r = revl_core::log::log(store, listing.session.as_deref())?;
+            Ok(with_unreadable(
+                Outcome::ok(to_json(&r), render::log(&r)),
+                &listing.unreadable,
+            ))
+        }
+        Cmd::View {
+            session: given,
             out,
         } => {
-            let k = parse_k(at, "--at")?;
-            let id = fetch(session)?;
-            let s = mirror.attach_read(&id)?;
-            let r = s.read_at(&path_arg(path), k)?;
-            read_out(cli, to_json(&r), &r.path, &r.content, &r.content_base64, out)
+            let listing = catalog.listing(given.as_deref())?;
+            let out = out
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("revl-view.html"));
+            let r = view::write(store, listing.session.as_deref(), &out)?;
+            let text = format!(
+                "wrote {} ({} session(s), {} step(s), {} bytes): open it in a browser",
+                r.out, r.sessions, r.steps, r.bytes
+            );
+            Ok(with_unreadable(
+                Outcome::ok(to_json(&r), text),
+                &listing.unreadable,
+            ))
         }
-        Cmd::Read { at: None, .. } => Err(Error::new(
-            Code::Usage,
-            "--remote reads a file as it was after a step: give --at K",
-            "revl read --remote NAME SESSION PATH --at K",
-        )),
         _ => Err(Error::new(
             Code::Usage,
-            "--remote applies to log, view, branch, compare, diff, read --at, fork and fork-confirm (and picks the remote of push)",
-            "run this verb without --remote, on the store that holds the session",
+            "this verb does not only read sessions",
+            "run it without --remote",
         )),
     }
+}
+
+/// A listing's sessions of a remote that were refused: `unreadable` in the document, a line
+/// each in the text (docs/fleet.md, "A remote is untrusted input").
+fn with_unreadable(mut o: Outcome, unreadable: &[revl_fleet::pull::Unreadable]) -> Outcome {
+    if !unreadable.is_empty() {
+        o.doc["unreadable"] = to_json(&unreadable);
+        for u in unreadable {
+            o.text.push_str(&format!(
+                "\nunreadable: session {} ({}: {})",
+                u.session, u.code, u.message
+            ));
+        }
+    }
+    o
 }
 
 /// `branch`: reads WALs only (no store, no lock, no repair).

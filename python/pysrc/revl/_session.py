@@ -195,10 +195,26 @@ class Store:
     def sessions(self) -> Sessions:
         return _result(Sessions, self._native.sessions())
 
-    def log(self, session: Session | str | None = None) -> Log:
-        """The lineage of the store's sessions (or of one session's family)."""
+    def log(self, session: Session | str | None = None, *, remote: str | None = None) -> Log:
+        """The lineage of the store's sessions (or of one session's family). With
+        ``remote`` (a name ``revl remote add`` gave), the remote's sessions, fetched and
+        verified into the store's cache of it (``revl --remote NAME log``); sessions refused
+        there are listed under ``unreadable``."""
         sid = session.id if isinstance(session, Session) else session
-        return _result(Log, self._native.log(sid))
+        return _result(Log, self._native.log(sid, remote))
+
+    def read_at(
+        self, session: Session | str, path: str, at: int, *, remote: str | None = None
+    ) -> FileRead:
+        """The document of ``revl [--remote NAME] read SESSION PATH --at K``: the file right
+        after step ``at`` of a session of this store, or of ``remote`` (fetched and verified
+        into the store's cache of it). ``FileRead.data`` gives the bytes."""
+        return _result(FileRead, self._native.read_at(_session_id(session), path, at, remote))
+
+    def timeline(self, session: Session | str, *, remote: str | None = None) -> Timeline:
+        """The steps of a session of this store, or of ``remote`` (``revl --remote NAME
+        timeline SESSION``)."""
+        return _result(Timeline, self._native.timeline(_session_id(session), remote))
 
 
 class Session:
@@ -537,10 +553,13 @@ def _store_of(*sides: Session | str, store: Store | None) -> Store:
     return Store()
 
 
-def compare(a: Session | str, b: Session | str, *, store: Store | None = None) -> Compare:
-    """Compare two sessions of one lineage (``revl compare``), read from their WALs."""
+def compare(
+    a: Session | str, b: Session | str, *, store: Store | None = None, remote: str | None = None
+) -> Compare:
+    """Compare two sessions of one lineage (``revl compare``), read from their WALs; with
+    ``remote``, two sessions of that remote of ``store`` (fetched and verified)."""
     st = _store_of(a, b, store=store)
-    return _result(Compare, st._native.compare(_session_id(a), _session_id(b)))
+    return _result(Compare, st._native.compare(_session_id(a), _session_id(b), remote))
 
 
 def diff(
@@ -550,16 +569,18 @@ def diff(
     *,
     at: tuple[int | None, int | None] = (None, None),
     store: Store | None = None,
+    remote: str | None = None,
 ) -> Diff:
     """Differences between two sessions' content (``revl diff``); ``at`` picks a step on
-    either side (default: each side's head). Differences are data."""
+    either side (default: each side's head); with ``remote``, two sessions of that remote of
+    ``store`` (fetched and verified). Differences are data."""
     st = _store_of(a, b, store=store)
 
     def side(s: Session | str, k: int | None) -> str:
         sid = _session_id(s)
         return sid if k is None else f"{sid}@{k}"
 
-    return _result(Diff, st._native.diff(side(a, at[0]), side(b, at[1]), path))
+    return _result(Diff, st._native.diff(side(a, at[0]), side(b, at[1]), path, remote))
 
 
 __all__ = ["Store", "Session", "compare", "diff"]

@@ -71,8 +71,29 @@ class Store:
     async def sessions(self) -> Sessions:
         return await asyncio.to_thread(self.sync.sessions)
 
-    async def log(self, session: Session | _session.Session | str | None = None) -> Log:
-        return await asyncio.to_thread(self.sync.log, _sync(session))
+    async def log(
+        self, session: Session | _session.Session | str | None = None, *, remote: str | None = None
+    ) -> Log:
+        return await asyncio.to_thread(self.sync.log, _sync(session), remote=remote)
+
+    async def read_at(
+        self,
+        session: Session | _session.Session | str,
+        path: str,
+        at: int,
+        *,
+        remote: str | None = None,
+    ) -> FileRead:
+        s = _sync(session)
+        assert s is not None
+        return await asyncio.to_thread(self.sync.read_at, s, path, at, remote=remote)
+
+    async def timeline(
+        self, session: Session | _session.Session | str, *, remote: str | None = None
+    ) -> Timeline:
+        s = _sync(session)
+        assert s is not None
+        return await asyncio.to_thread(self.sync.timeline, s, remote=remote)
 
 
 class Session:
@@ -289,12 +310,15 @@ async def compare(
     b: Session | _session.Session | str,
     *,
     store: Store | _session.Store | None = None,
+    remote: str | None = None,
 ) -> Compare:
     """:func:`revl.compare` as a coroutine; ``a``, ``b`` and ``store`` may be the
     asyncio objects or the synchronous ones."""
     sa, sb = _sync(a), _sync(b)
     assert sa is not None and sb is not None
-    return await asyncio.to_thread(_session.compare, sa, sb, store=_sync_store(store))
+    return await asyncio.to_thread(
+        _session.compare, sa, sb, store=_sync_store(store), remote=remote
+    )
 
 
 async def diff(
@@ -304,13 +328,14 @@ async def diff(
     *,
     at: tuple[int | None, int | None] = (None, None),
     store: Store | _session.Store | None = None,
+    remote: str | None = None,
 ) -> Diff:
     """:func:`revl.diff` as a coroutine; ``a``, ``b`` and ``store`` may be the asyncio
     objects or the synchronous ones."""
     sa, sb = _sync(a), _sync(b)
     assert sa is not None and sb is not None
     return await asyncio.to_thread(
-        _session.diff, sa, sb, path, at=at, store=_sync_store(store)
+        _session.diff, sa, sb, path, at=at, store=_sync_store(store), remote=remote
     )
 
 

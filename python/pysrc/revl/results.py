@@ -8,6 +8,7 @@ field) reads as ``None``. Nested values are plain ``dict``/``list`` values, as i
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 from typing import TYPE_CHECKING, Any, Generic
@@ -330,6 +331,14 @@ class FileRead(Result):
     content: str | None
     content_base64: str | None
 
+    @property
+    def data(self) -> bytes:
+        """The file's bytes: ``content`` as UTF-8, or ``contentBase64`` decoded."""
+        doc: dict[str, Any] = self.__dict__["_doc"]
+        if doc.get("content") is not None:
+            return str(doc["content"]).encode()
+        return base64.b64decode(doc.get("contentBase64") or "")
+
 
 class Created(Result):
     """``new``: the session made."""
@@ -348,6 +357,8 @@ class Log(Result):
 
     sessions: list[dict[str, Any]]
     edges: list[dict[str, Any]]
+    unreadable: list[dict[str, Any]] | None
+    """With ``remote``: the remote's sessions refused (``{session, code, message}``)."""
 
 
 class Bound(Result):

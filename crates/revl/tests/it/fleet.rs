@@ -842,6 +842,51 @@ fn a_shared_directory_is_a_remote_too() {
     f.on(&copy, &["push"]).err(1, "fenced");
 }
 
+/// `--remote NAME` only changes where a read verb finds its sessions (docs/fleet.md, "Reading
+/// a remote"): the remote's verified cache, read by the same verb. Every read verb (status,
+/// timeline and inspect included) answers a remote session as the store that ran it does,
+/// local file paths aside; a verb that writes is still refused.
+#[test]
+fn every_read_verb_reads_a_remote_session_as_the_store_that_ran_it() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, head) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    let remote = |a: &[&str]| {
+        let mut v = vec!["--remote", "origin"];
+        v.extend_from_slice(a);
+        f.b(&v)
+    };
+    fn strip(mut v: Value) -> Value {
+        if let Some(m) = v.as_object_mut() {
+            m.remove("workspace");
+        }
+        without_paths(v)
+    }
+    let (k, short) = ((head - 1).to_string(), &id[..8]);
+    let (one, at_k) = (format!("{id}@1"), format!("{id}@{k}"));
+    for args in [
+        vec!["status", &id],
+        vec!["timeline", short],
+        vec!["inspect", &id, "--at", &k],
+        vec!["log", short],
+        vec!["diff", &one, &at_k],
+        vec!["read", &id, "notes.txt", "--at", "1"],
+        vec!["compare", &id, &id],
+    ] {
+        let (here, there) = (f.a(&args), remote(&args));
+        assert_eq!(there.code, here.code, "{args:?}: {}", there.dump());
+        assert_eq!(
+            strip(there.doc().clone()),
+            strip(here.doc().clone()),
+            "{args:?}"
+        );
+    }
+    // Still refused: the verbs that write, and reading a remote session's workspace now.
+    remote(&["write", &id, "x", "--content", "1"]).err(2, "usage");
+    remote(&["read", &id, "notes.txt"]).err(2, "usage");
+}
+
 #[test]
 #[ignore = "needs the fleet servers (S3, PostgreSQL): run by scripts/test (README)"]
 fn the_lineage_index_in_postgresql_is_rebuilt_from_the_bucket_alone() {
@@ -982,7 +1027,11 @@ fn bad_remote_input_gets_a_one_line_error() {
         "0",
     ])
     .err(2, "unknown-session");
+    // Every read verb takes --remote (a session the remote lacks is named); a verb that
+    // writes does not.
     f.b(&["--remote", "origin", "timeline", "0123456789"])
+        .err(2, "unknown-session");
+    f.b(&["--remote", "origin", "step-back", "0123456789", "--to", "0"])
         .err(2, "usage");
     let l = f.a(&["remote", "list"]).ok().clone();
     assert_eq!(l["remotes"][0]["name"], "origin");

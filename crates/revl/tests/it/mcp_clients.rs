@@ -598,3 +598,81 @@ fn mcp_exec_net_true_and_a_list_reach_the_declared_set_only() {
     assert_eq!(srv.requests().len(), 2);
     s.finish();
 }
+
+/// The read tools take `remote` (and `session`): a session another store pushed to a
+/// `file://` remote is read through this store's verified cache of it, with the documents
+/// the store that ran it gives (docs/fleet.md, "Reading a remote"; docs/mcp.md).
+#[test]
+fn raw_read_tools_read_a_remote_session_through_the_verified_cache() {
+    let w = crate::common::World::new();
+    let (id, _) = w.session();
+    w.json(&["write", &id, "a.txt", "--content", "one"]).ok();
+    w.json(&["write", &id, "a.txt", "--content", "two"]).ok();
+    let bucket = w.path("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    let url = format!("file://{}", bucket.display());
+    w.json(&["remote", "add", "origin", &url]).ok();
+    w.json(&["push"]).ok();
+    // Store B, on another machine, knows the remote; its server serves a session of its own.
+    let b = w.path("store-b");
+    let on_b = |args: &[&str]| {
+        let s = b.to_str().unwrap();
+        let mut a = vec!["--json", "--store", s];
+        a.extend_from_slice(args);
+        w.run_raw(&a, &[])
+    };
+    on_b(&["remote", "add", "origin", &url]).ok();
+    let ws_b = w.ws("ws-b");
+    let mut s = Raw::start(&b, &["--workspace", ws_b.to_str().unwrap()]);
+    s.initialize();
+    let doc = |r: Value| r["structuredContent"].clone();
+    let local = |args: &[&str]| w.json(args).ok().clone();
+    let r = doc(s.call(
+        2,
+        "revl_read",
+        json!({"remote": "origin", "session": &id[..8], "path": "a.txt", "at": 1}),
+    ));
+    assert_eq!(r, local(&["read", &id, "a.txt", "--at", "1"]), "{r}");
+    let r = doc(s.call(
+        3,
+        "revl_timeline",
+        json!({"remote": "origin", "session": id}),
+    ));
+    assert_eq!(r["steps"], local(&["timeline", &id])["steps"], "{r}");
+    let r = doc(s.call(4, "revl_status", json!({"remote": "origin", "session": id})));
+    assert_eq!(
+        (r["session"].as_str(), &r["head"]),
+        (Some(id.as_str()), &json!(2)),
+        "{r}"
+    );
+    let r = doc(s.call(5, "revl_log", json!({"remote": "origin"})));
+    let listed: Vec<&str> = r["sessions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .map(|x| x["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, vec![id.as_str()], "{r}");
+    let (l, rt) = (format!("{id}@1"), format!("{id}@2"));
+    let r = doc(s.call(
+        6,
+        "revl_diff",
+        json!({"remote": "origin", "left": l, "right": rt}),
+    ));
+    let here = w.json(&["diff", &l, &rt]);
+    assert_eq!(r["paths"], here.doc()["paths"], "{r}");
+    assert_eq!(r["paths"][0]["path"], "a.txt", "{r}");
+    // A remote session is read at a step, never "now"; an unknown remote is named.
+    let r = s.call(
+        7,
+        "revl_read",
+        json!({"remote": "origin", "session": id, "path": "a.txt"}),
+    );
+    assert_eq!(doc(r.clone())["error"]["code"], "bad-args", "{r}");
+    let r = s.call(8, "revl_log", json!({"remote": "nowhere"}));
+    assert_eq!(doc(r.clone())["error"]["code"], "usage", "{r}");
+    // The server's own session is untouched by all of it.
+    let r = doc(s.call(9, "revl_status", json!({})));
+    assert_eq!(r["head"], 0, "{r}");
+    s.finish();
+}
