@@ -41,8 +41,11 @@ DESTRUCTIVE = {"revl_write", "revl_delete", "revl_rename", "revl_exec", "revl_ca
                "revl_fork_confirm", "revl_abort", "revl_commit_confirm"}
 # Tools that can reach outside the machine: they fire manifest tools (or run a command
 # unconfined, on the host).
+# Open world: may fire a manifest tool, run a command on the host, or (the read tools'
+# `remote`) read a bucket on another machine.
 OPEN_WORLD = {"revl_call", "revl_exec", "revl_step_back", "revl_fork_confirm", "revl_abort",
-              "revl_commit_confirm"}
+              "revl_commit_confirm", "revl_read", "revl_timeline", "revl_status", "revl_log",
+              "revl_diff"}
 
 checks = 0
 

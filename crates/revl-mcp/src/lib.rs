@@ -464,7 +464,7 @@ impl RevlServer {
             title = "Read file",
             read_only_hint = true,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_read(&self, Parameters(a): Parameters<ReadArgs>) -> CallToolResult {
@@ -614,7 +614,7 @@ impl RevlServer {
             title = "Timeline",
             read_only_hint = true,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_timeline(&self, Parameters(a): Parameters<SessionArgs>) -> CallToolResult {
@@ -648,7 +648,7 @@ impl RevlServer {
             title = "Status",
             read_only_hint = true,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_status(&self, Parameters(a): Parameters<SessionArgs>) -> CallToolResult {
@@ -741,7 +741,7 @@ impl RevlServer {
             title = "Diff two sessions",
             read_only_hint = true,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_diff(&self, Parameters(a): Parameters<DiffArgs>) -> CallToolResult {
@@ -767,7 +767,7 @@ impl RevlServer {
             title = "Lineage log",
             read_only_hint = true,
             destructive_hint = false,
-            open_world_hint = false
+            open_world_hint = true
         )
     )]
     async fn revl_log(&self, Parameters(a): Parameters<SessionArgs>) -> CallToolResult {

@@ -395,8 +395,8 @@ fn raw_workspace_target_attaches_to_its_live_session_and_releases_the_lock() {
 }
 
 /// Each tool's annotations (readOnlyHint, destructiveHint, openWorldHint), as docs/mcp.md
-/// lists them: open-world only where a manifest tool may fire or a command may run on the
-/// host; read-only only for pure reads; destructive where files may be overwritten or
+/// lists them: open-world only where a manifest tool may fire, a command may run on the
+/// host, or a read may reach a remote's bucket; read-only only for pure reads; destructive where files may be overwritten or
 /// removed.
 const ANNOTATIONS: &[(&str, bool, bool, bool)] = &[
     ("revl_new", false, false, false),
@@ -405,22 +405,22 @@ const ANNOTATIONS: &[(&str, bool, bool, bool)] = &[
     ("revl_rename", false, true, false),
     ("revl_mkdir", false, false, false),
     ("revl_chmod", false, false, false),
-    ("revl_read", true, false, false),
+    ("revl_read", true, false, true),
     ("revl_list", true, false, false),
     ("revl_provide", false, false, false),
     ("revl_boundary", false, false, false),
     ("revl_call", false, true, true),
     ("revl_exec", false, true, true),
-    ("revl_timeline", true, false, false),
+    ("revl_timeline", true, false, true),
     ("revl_inspect_step", true, false, false),
-    ("revl_status", true, false, false),
+    ("revl_status", true, false, true),
     ("revl_verify", true, false, false),
     ("revl_sessions", true, false, false),
     ("revl_step_back", false, true, true),
     ("revl_fork", false, false, false),
     ("revl_fork_confirm", false, true, true),
-    ("revl_diff", true, false, false),
-    ("revl_log", true, false, false),
+    ("revl_diff", true, false, true),
+    ("revl_log", true, false, true),
     ("revl_commit", true, false, false),
     ("revl_commit_confirm", false, true, true),
     ("revl_abort", false, true, true),
