@@ -914,19 +914,33 @@ fn fake_agent(w: &World) -> (std::path::PathBuf, std::path::PathBuf) {
 
 /// `revl agent AGENT --session S -- ARGS` with the fake agent: (its arguments, revl's stderr).
 fn launch(w: &World, agent: &str, s: &str, args: &[&str]) -> (Vec<String>, String) {
+    launch_with(w, &[], agent, s, args)
+}
+
+/// [`launch`] with revl's own options first (`--json`).
+fn launch_with(
+    w: &World,
+    opts: &[&str],
+    agent: &str,
+    s: &str,
+    args: &[&str],
+) -> (Vec<String>, String) {
     let (bin, out) = fake_agent(w);
     let _ = std::fs::remove_file(&out);
-    let mut a = vec!["agent", agent, "--session", s, "--"];
+    let mut a = opts.to_vec();
+    a.extend(["agent", agent, "--session", s, "--"]);
     a.extend(args);
     let var = if agent == "claude" {
         "REVL_CLAUDE"
     } else {
         "REVL_CODEX"
     };
-    let o = w.run_env(&a, &[(var, bin.to_str().unwrap())]);
-    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    // The agent's stdout is the agent's (revl's own line is on stderr, --json or not).
+    let o = revl_cmd(w, &a).env(var, &bin).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
     let got = std::fs::read_to_string(&out).expect("the agent started");
-    (got.lines().map(str::to_string).collect(), o.stderr)
+    (got.lines().map(str::to_string).collect(), stderr)
 }
 
 /// A Claude Code transcript of three turns (prompt ids p-1, p-2, p-3), the shape of Claude
@@ -1085,14 +1099,24 @@ fn a_branch_resumes_the_codex_conversation_before_the_forks_turn() {
     }
     let name = format!("rollout-2026-12-06T08-07-45-{sid}.jsonl");
     std::fs::write(day.join(&name), lines.join("\n") + "\n").unwrap();
-    let (args, err) = launch(&w, "codex", &b, &["exec", "--skip-git-repo-check", "next"]);
-    assert!(
-        err.contains(&format!("{{agent: codex, from: {sid}, turns kept: 1}}")),
-        "{err}"
+    let (args, err) = launch_with(
+        &w,
+        &["--json"],
+        "codex",
+        &b,
+        &["exec", "--skip-git-repo-check", "next"],
+    );
+    let said: Value = serde_json::from_str(err.trim()).expect("with --json, one JSON line");
+    let c = &said["conversation"];
+    assert_eq!(
+        (&c["agent"], &c["from"], &c["turnsKept"]),
+        (&json!("codex"), &json!(sid), &json!(1)),
+        "{said}"
     );
     let at = args.iter().position(|a| a == "resume").expect("resumed");
     assert_eq!(args[at - 2..at], ["exec", "--skip-git-repo-check"]);
     let id = &args[at + 1];
+    assert_eq!(c["resumedAs"], json!(id));
     assert_eq!(args[at + 2..], ["next"]);
     let copy = std::fs::read_to_string(
         w.store
