@@ -171,24 +171,18 @@ fn try_resume(
             .join(claude_project(cwd)?)
             .join(format!("{id}.jsonl")),
         Agent::Codex => {
-            let under = source
-                .strip_prefix(
-                    homes
-                        .search
-                        .iter()
-                        .find(|h| source.starts_with(h))
-                        .map(PathBuf::as_path)
-                        .unwrap_or(Path::new("")),
-                )
-                .unwrap_or(&source);
+            // The same `sessions/Y/M/D/` as the parent's rollout, its name with the new id.
+            let day: Vec<_> = source
+                .parent()
+                .map(|d| d.components().rev().take(3).collect())
+                .unwrap_or_default();
             let name = source
                 .file_name()
                 .map(|n| n.to_string_lossy().replace(from, &id))
                 .unwrap_or_else(|| format!("rollout-{id}.jsonl"));
-            homes
-                .write
-                .join(under.parent().unwrap_or(Path::new("sessions")))
-                .join(name)
+            let mut dest = homes.write.join("sessions");
+            dest.extend(day.iter().rev());
+            dest.join(name)
         }
     };
     revl_core::util::write_durable(&dest, &kept).map_err(|e| {
@@ -306,6 +300,30 @@ fn find(agent: Agent, homes: &[PathBuf], id: &str) -> Result<PathBuf, String> {
     ))
 }
 
+/// The members of a transcript line revl reads (Claude Code's `type` and `promptId`,
+/// Codex's `payload`), as the raw JSON they are.
+#[derive(serde::Deserialize)]
+struct Line<'a> {
+    #[serde(rename = "type", default, borrow)]
+    kind: Option<&'a serde_json::value::RawValue>,
+    #[serde(rename = "promptId", default, borrow)]
+    prompt_id: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, borrow)]
+    payload: Option<&'a serde_json::value::RawValue>,
+}
+
+/// Codex's `payload.turn_id`.
+#[derive(serde::Deserialize)]
+struct Payload<'a> {
+    #[serde(default, borrow)]
+    turn_id: Option<&'a serde_json::value::RawValue>,
+}
+
+/// A member's string, if it is one.
+fn text(raw: Option<&serde_json::value::RawValue>) -> Option<String> {
+    raw.and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+}
+
 /// The lines of a transcript before the first line of turn `drop` (every line when
 /// `None`), and how many turns they hold. Every line must be a JSON object (a last line
 /// without its newline that is not is a torn write, left out); Codex's first line must be
@@ -354,8 +372,9 @@ fn cut(
             out.extend_from_slice(line);
             continue;
         }
-        let v = match serde_json::from_slice::<Value>(body) {
-            Ok(Value::Object(m)) => Value::Object(m),
+        // Only the members revl reads are taken out; the rest is checked and skipped.
+        let l = match serde_json::from_slice::<Line>(body) {
+            Ok(l) if body.trim_ascii_start().starts_with(b"{") => l,
             Ok(_) => {
                 return Err(format!(
                     "has line {n}, which is not a JSON object: its format is not recognised"
@@ -369,11 +388,13 @@ fn cut(
             }
         };
         let turn = match agent {
-            Agent::Claude => v.get("promptId"),
-            Agent::Codex => v.get("payload").and_then(|p| p.get("turn_id")),
-        }
-        .and_then(Value::as_str);
-        if drop.is_some() && turn == drop {
+            Agent::Claude => text(l.prompt_id),
+            Agent::Codex => l
+                .payload
+                .and_then(|p| serde_json::from_str::<Payload>(p.get()).ok())
+                .and_then(|p| text(p.turn_id)),
+        };
+        if drop.is_some() && turn.as_deref() == drop {
             found = true;
             // Claude Code writes the queueing of a prompt before its first line.
             while let Some(&(at, true)) = starts.last() {
@@ -383,12 +404,13 @@ fn cut(
             break;
         }
         if let Some(t) = turn {
-            turns.insert(t.to_string());
+            turns.insert(t);
         }
-        let queued = agent == Agent::Claude && v.get("type") == Some(&json!("queue-operation"));
+        let kind = text(l.kind);
+        let queued = agent == Agent::Claude && kind.as_deref() == Some("queue-operation");
         starts.push((out.len(), queued));
         if agent == Agent::Codex && n == 1 {
-            let mut v = v;
+            let mut v: Value = serde_json::from_slice(body).unwrap_or_default();
             let meta = v.get("type") == Some(&json!("session_meta"));
             let p = match v.get_mut("payload") {
                 Some(Value::Object(p)) if meta && p.get("id") == Some(&json!(from)) => p,
