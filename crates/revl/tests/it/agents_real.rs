@@ -106,56 +106,54 @@ impl Run {
         serde_json::from_slice(&o.stdout).unwrap()
     }
 
-    /// `revl agent claude [--session S] -- ARGS` in `cwd` against `fake`: revl's stderr.
-    fn claude(&self, fake: &FakeModel, cwd: &Path, session: Option<&str>, args: &[&str]) -> String {
+    /// `revl agent AGENT [--session S] -- ARGS` in `cwd`, no standard input, `with` adding
+    /// what the agent needs: revl's stderr.
+    fn agent(
+        &self,
+        agent: &str,
+        cwd: &Path,
+        session: Option<&str>,
+        args: &[&str],
+        with: impl FnOnce(&mut Command),
+    ) -> String {
         let mut c = self.command(bin(), cwd);
-        c.arg("--store").arg(&self.store).args(["agent", "claude"]);
+        c.arg("--store").arg(&self.store).args(["agent", agent]);
         if let Some(s) = session {
             c.args(["--session", s]);
         }
-        c.arg("--")
-            .args(args)
-            .args([
-                "--output-format",
-                "json",
-                "--permission-mode",
-                "acceptEdits",
-            ])
-            .env("REVL_CLAUDE", agent_bin("REVL_TEST_CLAUDE"));
-        fake.claude_env(&mut c);
+        c.arg("--").args(args).stdin(std::process::Stdio::null());
+        with(&mut c);
         let o = c.output().unwrap();
         assert!(
             o.status.success(),
-            "claude: {}\n{}",
+            "{agent}: {}\n{}",
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
         String::from_utf8_lossy(&o.stderr).into_owned()
     }
 
-    /// `revl agent codex [--session S] -- ARGS` in `cwd` (no standard input), the model's
-    /// key set: revl's stderr.
+    /// `revl agent claude [--session S] -- ARGS` in `cwd` against `fake`: revl's stderr.
+    fn claude(&self, fake: &FakeModel, cwd: &Path, session: Option<&str>, args: &[&str]) -> String {
+        self.agent("claude", cwd, session, args, |c| {
+            c.args([
+                "--output-format",
+                "json",
+                "--permission-mode",
+                "acceptEdits",
+            ])
+            .env("REVL_CLAUDE", agent_bin("REVL_TEST_CLAUDE"));
+            fake.claude_env(c);
+        })
+    }
+
+    /// `revl agent codex [--session S] -- ARGS` in `cwd`, the model's key set: revl's
+    /// stderr.
     fn codex(&self, cwd: &Path, session: Option<&str>, args: &[&str]) -> String {
-        let mut c = self.command(bin(), cwd);
-        c.arg("--store").arg(&self.store).args(["agent", "codex"]);
-        if let Some(b) = session {
-            c.args(["--session", b]);
-        }
-        let o = c
-            .arg("--")
-            .args(args)
-            .env("REVL_CODEX", agent_bin("REVL_TEST_CODEX"))
-            .env("FAKE_KEY", "x")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "codex: {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stderr).into_owned()
+        self.agent("codex", cwd, session, args, |c| {
+            c.env("REVL_CODEX", agent_bin("REVL_TEST_CODEX"))
+                .env("FAKE_KEY", "x");
+        })
     }
 
     /// A parallel fork of `s` at `at` into `ROOT/name`: the branch's id and its directory.
