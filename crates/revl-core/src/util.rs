@@ -416,6 +416,26 @@ pub fn write_durable(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()
     r
 }
 
+/// Open `path` to read only if it is a regular file, never through a symlink (the last
+/// component) and never blocking on a FIFO: for files another program wrote that revl reads
+/// as untrusted input (an agent's transcript).
+pub fn open_regular_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let f = std::fs::File::from(fd);
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok(f)
+}
+
 /// A program's name as labels show it: the last component of argv[0] (`/usr/bin/curl` →
 /// `curl`), or argv[0] itself when it has none.
 pub fn program_name(argv0: &str) -> String {

@@ -583,17 +583,50 @@ pub fn install(project: &Path, agent: Agent, hooks: &Value) -> Result<PathBuf, E
     Ok(path)
 }
 
-fn user_codex_home() -> Result<PathBuf, Error> {
-    if let Some(h) = std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()) {
+pub fn user_codex_home() -> Result<PathBuf, Error> {
+    home_of("CODEX_HOME", ".codex", "Codex's home")
+}
+
+/// An agent's directory: `$VAR`, else `~/DOT`.
+fn home_of(var: &str, dot: &str, what: &str) -> Result<PathBuf, Error> {
+    if let Some(h) = std::env::var_os(var).filter(|h| !h.is_empty()) {
         return Ok(PathBuf::from(h));
     }
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        Some(h) => Ok(PathBuf::from(h).join(".codex")),
+        Some(h) => Ok(PathBuf::from(h).join(dot)),
         None => Err(Error::bad_args(
-            "neither CODEX_HOME nor HOME is set: revl cannot find Codex's home",
-            "set CODEX_HOME to Codex's home directory",
+            format!("neither {var} nor HOME is set: revl cannot find {what}"),
+            format!("set {var} to {what}"),
         )),
     }
+}
+
+/// Where the revl-owned Codex home of `session` is (see [`codex_home`]).
+pub fn codex_home_of(store: &Path, session: &str) -> PathBuf {
+    store.join("agents").join("codex").join(session)
+}
+
+/// Claude Code's config directory, where it keeps its conversations: `$CLAUDE_CONFIG_DIR`,
+/// else `~/.claude`.
+pub fn claude_config_dir() -> Result<PathBuf, Error> {
+    home_of(
+        "CLAUDE_CONFIG_DIR",
+        ".claude",
+        "Claude Code's config directory",
+    )
+}
+
+/// The revl-owned directory for Claude Code's temporary files on a revl session
+/// (`STORE/agents/claude/SESSION/tmp`, mode 0700): `CLAUDE_CODE_TMPDIR`, so that nothing
+/// of the agent's lands in /tmp.
+pub fn claude_tmp(store: &Path, session: &str) -> Result<PathBuf, Error> {
+    let dir = store
+        .join("agents")
+        .join("claude")
+        .join(session)
+        .join("tmp");
+    revl_core::store::private_dir(&dir).map_err(|e| Error::io(dir.display(), e))?;
+    Ok(dir)
 }
 
 /// The revl-owned Codex home of a revl session (`STORE/agents/codex/SESSION`): the user's
@@ -601,7 +634,7 @@ fn user_codex_home() -> Result<PathBuf, Error> {
 /// revl's `hooks.json`. Codex keeps its transcripts there too, so the session's
 /// conversation stays with the session.
 pub fn codex_home(store: &Path, session: &str, hooks: &Value) -> Result<PathBuf, Error> {
-    let home = store.join("agents").join("codex").join(session);
+    let home = codex_home_of(store, session);
     std::fs::create_dir_all(&home).map_err(|e| Error::io(home.display(), e))?;
     if let Ok(user) = user_codex_home() {
         for f in ["config.toml", "auth.json"] {

@@ -1,6 +1,6 @@
 //! The `revl` command line: parse, call a core verb, render. No rules live here.
 
-use crate::{agents, demo, render, view};
+use crate::{agents, demo, render, resume, view};
 
 use clap::{Parser, Subcommand};
 use revl_core::report::to_json;
@@ -989,7 +989,7 @@ fn edit_after(
 }
 
 /// `revl agent claude|codex|install`.
-fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
+fn agent_cmd(store: &Store, cmd: &AgentCmd, json: bool) -> Result<Outcome, Error> {
     let here = std::env::current_dir().map_err(|e| Error::io("the current directory", e))?;
     let revl =
         std::env::current_exe().map_err(|e| Error::io("cannot find revl's own binary", e))?;
@@ -999,11 +999,22 @@ fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
             let hook = agents::hook_command(&revl, store.root(), agents::Agent::Claude, &id);
             let settings = json_settings(agents::hooks_json(agents::Agent::Claude, &hook));
             let program = std::env::var_os("REVL_CLAUDE").unwrap_or_else(|| "claude".into());
+            let dir = agent_dir(&here, &ws);
+            let config = agents::claude_config_dir()?;
+            let homes = resume::Homes {
+                search: vec![config.clone()],
+                write: config,
+            };
+            let args = resumed(store, &id, agents::Agent::Claude, &homes, &dir, args, json)?;
             let mut c = std::process::Command::new(&program);
             c.arg("--settings").arg(settings).args(args);
+            // Claude Code's temporary files (its cwd file, task output) go to a revl-owned
+            // directory of the session, not /tmp, unless the user chose one.
+            if std::env::var_os("CLAUDE_CODE_TMPDIR").is_none_or(|v| v.is_empty()) {
+                c.env("CLAUDE_CODE_TMPDIR", agents::claude_tmp(store.root(), &id)?);
+            }
             // The agent works in the session's workspace (a branch's, when one is named).
-            c.env("REVL_SESSION", &id)
-                .current_dir(agent_dir(&here, &ws));
+            c.env("REVL_SESSION", &id).current_dir(dir);
             Err(start_agent(c, &program))
         }
         AgentCmd::Codex { session, args } => {
@@ -1014,6 +1025,20 @@ fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
                 &id,
                 &agents::hooks_json(agents::Agent::Codex, &hook),
             )?;
+            let dir = agent_dir(&here, &ws);
+            // The parent's conversation is in the parent session's revl-owned home, or in
+            // the user's own (hooks installed with `revl agent install codex`).
+            let parent = store.attach_read(&id)?.state().origin.clone();
+            let mut search: Vec<PathBuf> = parent
+                .map(|o| agents::codex_home_of(store.root(), &o.parent))
+                .into_iter()
+                .collect();
+            search.extend(agents::user_codex_home().ok());
+            let homes = resume::Homes {
+                search,
+                write: home.clone(),
+            };
+            let args = resumed(store, &id, agents::Agent::Codex, &homes, &dir, args, json)?;
             let program = std::env::var_os("REVL_CODEX").unwrap_or_else(|| "codex".into());
             let mut c = std::process::Command::new(&program);
             // revl's sandbox runs every shell command, so Codex's own (which would wrap
@@ -1026,7 +1051,7 @@ fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
             .args(args)
             .env("CODEX_HOME", &home)
             .env("REVL_SESSION", &id)
-            .current_dir(agent_dir(&here, &ws));
+            .current_dir(dir);
             Err(start_agent(c, &program))
         }
         AgentCmd::Install { agent, session } => {
@@ -1042,6 +1067,30 @@ fn agent_cmd(store: &Store, cmd: &AgentCmd) -> Result<Outcome, Error> {
             Ok(Outcome::ok(doc, text))
         }
     }
+}
+
+/// The agent's arguments on session `id`: for a branch, resuming the parent's conversation
+/// cut at the fork's turn (docs/agents.md, "Resume on a branch"), with one line on stderr
+/// saying what was resumed or why not (never a reason not to start the agent).
+fn resumed(
+    store: &Store,
+    id: &str,
+    agent: agents::Agent,
+    homes: &resume::Homes,
+    dir: &Path,
+    args: &[String],
+    json: bool,
+) -> Result<Vec<String>, Error> {
+    let s = store.attach_read(id)?;
+    if s.state().origin.is_none() {
+        return Ok(args.to_vec());
+    }
+    let (said, args) = resume::resume(s.fork_turn(), agent, homes, dir, args);
+    match json {
+        true => eprintln!("{}", said.doc()),
+        false => eprintln!("{}", said.line()),
+    }
+    Ok(args)
 }
 
 /// Where the agent starts: here when here is inside the session's workspace, else the
@@ -1171,7 +1220,7 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
             event,
             session,
         } => hook_cmd(&store, *agent, event.as_deref(), session.as_deref()),
-        Cmd::Agent { cmd } => agent_cmd(&store, cmd),
+        Cmd::Agent { cmd } => agent_cmd(&store, cmd, cli.json),
         Cmd::Push { session, repair } => {
             let remote = revl_fleet::Remotes::load(&store)?.pick(cli.remote.as_deref())?;
             let ids = match session {

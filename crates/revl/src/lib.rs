@@ -7,6 +7,7 @@ mod agents;
 mod cli;
 mod demo;
 mod render;
+mod resume;
 mod view;
 
 pub mod sink;

@@ -35,6 +35,7 @@ pub use exec::{parse_size, ExecLimits, ExecOptions, DEFAULT_TIMEOUT};
 pub use fork::{not_preserved, HeldSendsByMode, NOT_YET};
 pub use journal::{Access, ReadOnly};
 pub use kept::Kept;
+pub use turns::ForkTurn;
 pub use unwind::{DriftPolicy, StepBackMode};
 
 use crate::blobs::BlobStore;

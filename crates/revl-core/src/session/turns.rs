@@ -208,3 +208,79 @@ impl Session {
         }))
     }
 }
+
+/// The agent turn a branch's conversation resumes before (docs/agents.md, "Resume on a
+/// branch"): the turn of the parent that holds the parent's step k+1, the first step the
+/// branch (forked at k) does not have. The conversation keeps the turns fully before it;
+/// at a fork inside that turn, the branch's files hold part of it while its conversation
+/// does not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForkTurn {
+    /// The parent's session id and the fork point.
+    pub parent: String,
+    pub at: Pos,
+    /// The origin of the turn's boundary: the agent, its session id (the conversation) and
+    /// the turn id (Claude Code's prompt id, Codex's turn id).
+    pub origin: Origin,
+    /// The turn's label (`claude turn 3: …`).
+    pub label: String,
+    /// The branch drops this turn (the conversation resumes just before it). False when the
+    /// fork was at the parent's last step: then this is the last turn, and every turn is
+    /// kept.
+    pub drops: bool,
+    /// The fork was inside this dropped turn: the branch's files hold its steps up to k.
+    pub inside: bool,
+}
+
+impl Session {
+    /// Where this branch's agent conversation resumes ([`ForkTurn`]), or why it cannot: the
+    /// session is not a branch, has agent turns of its own already, its parent is on a
+    /// remote, or the fork point is before the parent's first agent turn.
+    pub fn fork_turn(&self) -> Result<ForkTurn> {
+        let not = |why: String| {
+            Error::bad_args(
+                why,
+                "say in the prompt what the agent should know (docs/agents.md, \"Resume on a branch\")",
+            )
+        };
+        if let Some((i, _)) = self.turns().first() {
+            return Err(not(format!(
+                "the session has agent turns of its own ({}): continue its conversation with the agent's own resume",
+                self.journal.state.label_at(Pos::After(*i))
+            )));
+        }
+        let Some(o) = &self.journal.state.origin else {
+            return Err(not("the session is not a branch".into()));
+        };
+        if o.parent_remote.is_some() {
+            return Err(not("the branch's parent is on a remote".into()));
+        }
+        let parent = self.store().attach_read(&o.parent)?;
+        let steps = &parent.journal.state.steps;
+        let next = match o.at {
+            Pos::Start => 0,
+            Pos::After(k) => k as usize + 1,
+        };
+        let is_turn = |s: &&crate::step::Step| {
+            s.kind == crate::step::StepKind::Boundary && s.site() == TURN_SITE
+        };
+        let drops = next < steps.len();
+        let upto = &steps[..(next + 1).min(steps.len())];
+        let Some(t) = upto.iter().rev().find(is_turn) else {
+            return Err(not(
+                "the fork point is before the parent's first agent turn: there is no conversation to resume".into(),
+            ));
+        };
+        let origin: Origin = serde_json::from_value(t.detail()["origin"].clone())
+            .map_err(|e| not(format!("the turn's origin is not readable ({e})")))?;
+        let origin = origin.checked()?;
+        Ok(ForkTurn {
+            parent: o.parent.clone(),
+            at: o.at,
+            origin,
+            label: parent.journal.state.label_at(Pos::After(t.index)),
+            drops,
+            inside: drops && t.index as usize != next,
+        })
+    }
+}

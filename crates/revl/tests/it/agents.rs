@@ -893,3 +893,245 @@ fn gc_between_an_edits_hooks_keeps_its_preimage() {
     back.ok();
     assert_eq!(std::fs::read(&file).unwrap(), big);
 }
+
+/// A stand-in for the agent's binary: writes its arguments (one a line) and
+/// `CLAUDE_CODE_TMPDIR` to files beside it, so a test sees how `revl agent` started it.
+fn fake_agent(w: &World) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bin = w.path("fake-agent");
+    let out = w.path("fake-agent.args");
+    std::fs::write(
+        &bin,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {0}\nprintf '%s' \"$CLAUDE_CODE_TMPDIR\" > {0}.tmpdir\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (bin, out)
+}
+
+/// `revl agent AGENT --session S -- ARGS` with the fake agent: (its arguments, revl's stderr).
+fn launch(w: &World, agent: &str, s: &str, args: &[&str]) -> (Vec<String>, String) {
+    launch_with(w, &[], agent, s, args)
+}
+
+/// [`launch`] with revl's own options first (`--json`).
+fn launch_with(
+    w: &World,
+    opts: &[&str],
+    agent: &str,
+    s: &str,
+    args: &[&str],
+) -> (Vec<String>, String) {
+    let (bin, out) = fake_agent(w);
+    let _ = std::fs::remove_file(&out);
+    let mut a = opts.to_vec();
+    a.extend(["agent", agent, "--session", s, "--"]);
+    a.extend(args);
+    let var = if agent == "claude" {
+        "REVL_CLAUDE"
+    } else {
+        "REVL_CODEX"
+    };
+    // The agent's stdout is the agent's (revl's own line is on stderr, --json or not).
+    let o = revl_cmd(w, &a).env(var, &bin).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let got = std::fs::read_to_string(&out).expect("the agent started");
+    (got.lines().map(str::to_string).collect(), stderr)
+}
+
+/// A Claude Code transcript of three turns (prompt ids p-1, p-2, p-3), the shape of Claude
+/// Code 2.1.332's: each prompt queued, then its user line, the model's tool call, the tool
+/// result.
+fn claude_transcript(sid: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (n, p) in ["p-1", "p-2", "p-3"].iter().enumerate() {
+        let prompt = format!("prompt number {}", n + 1);
+        lines.push(json!({"type": "queue-operation", "operation": "enqueue", "sessionId": sid, "content": prompt}).to_string());
+        lines.push(json!({"type": "user", "promptId": p, "uuid": format!("u{n}"), "sessionId": sid, "message": {"role": "user", "content": prompt}}).to_string());
+        lines.push(json!({"type": "assistant", "uuid": format!("a{n}"), "parentUuid": format!("u{n}"), "sessionId": sid, "message": {"role": "assistant", "content": [{"type": "tool_use", "id": format!("t{n}"), "name": "Bash", "input": {}}]}}).to_string());
+        lines.push(json!({"type": "user", "promptId": p, "uuid": format!("r{n}"), "sessionId": sid, "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{n}"), "content": format!("result {}", n + 1)}]}}).to_string());
+    }
+    lines
+}
+
+/// After a fork inside turn 2, `revl agent claude --session BRANCH` resumes the parent's
+/// conversation with turn 1 only: a new transcript (a new id, in Claude Code's directory for
+/// the branch's workspace) holding the lines before turn 2's, `--resume ID` given, and one
+/// line saying so and that the files are inside turn 2. A transcript revl cannot trust
+/// (a symlink, a huge line, a line that is not JSON, no line of the dropped turn) resumes
+/// nothing, says why, and the agent still starts.
+#[test]
+fn a_branch_resumes_the_claude_conversation_before_the_forks_turn() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let sid = "a5e1c0de-0000-4000-8000-000000000001";
+    prompt(&w, &s, &ws, "p-1", "prompt number 1");
+    assert_eq!(
+        edit(&w, &s, &ws, ("p-1", "t-1"), "a.txt", "1\n", &[]).code,
+        Some(0)
+    );
+    prompt(&w, &s, &ws, "p-2", "prompt number 2");
+    assert_eq!(
+        edit(&w, &s, &ws, ("p-2", "t-2"), "a.txt", "2\n", &[]).code,
+        Some(0)
+    );
+    assert_eq!(
+        edit(&w, &s, &ws, ("p-2", "t-3"), "b.txt", "2\n", &[]).code,
+        Some(0)
+    );
+    prompt(&w, &s, &ws, "p-3", "prompt number 3");
+    // The fork is after turn 2's first edit (step 4): inside turn 2.
+    let plan = w.json(&["fork", &s, "--at", "4"]);
+    let hash = plan.ok()["hash"].as_str().unwrap().to_string();
+    let done = w.json(&["fork-confirm", &s, "--hash", &hash]);
+    let b = done.ok()["branch"].as_str().unwrap().to_string();
+    let projects = w.home.join(".claude/projects");
+    let parent_dir = projects.join("-somewhere-else");
+    std::fs::create_dir_all(&parent_dir).unwrap();
+    let lines = claude_transcript(sid);
+    let transcript = parent_dir.join(format!("{sid}.jsonl"));
+    std::fs::write(&transcript, lines.join("\n") + "\n").unwrap();
+
+    let (args, err) = launch(&w, "claude", &b, &["-p", "next"]);
+    assert!(
+        err.contains(&format!("{{agent: claude, from: {sid}, turns kept: 1}}"))
+            && err.contains("inside claude turn 2: prompt number 2"),
+        "{err}"
+    );
+    assert_eq!(args[0], "--settings");
+    assert_eq!(args[2], "--resume", "{args:?}");
+    assert_eq!(&args[4..], ["-p", "next"]);
+    let id = &args[3];
+    assert_ne!(id, sid);
+    let branch_project: String = ws
+        .to_str()
+        .unwrap()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let copy = std::fs::read_to_string(projects.join(&branch_project).join(format!("{id}.jsonl")))
+        .expect("the resumed conversation is where Claude Code looks for it");
+    assert_eq!(copy, lines[..4].join("\n") + "\n", "turn 1 only");
+    let tmpdir = std::fs::read_to_string(w.path("fake-agent.args.tmpdir")).unwrap();
+    assert!(
+        tmpdir.starts_with(w.store.to_str().unwrap()),
+        "Claude Code's temporary files are revl's: {tmpdir}"
+    );
+
+    let target = w.path("elsewhere.jsonl");
+    for why in [
+        "is a symlink",
+        "over 16 MiB",
+        "not JSON",
+        "has no line of turn p-2",
+    ] {
+        let _ = std::fs::remove_file(&transcript);
+        let mut l = lines.clone();
+        match why {
+            "is a symlink" => {
+                std::fs::write(&target, lines.join("\n") + "\n").unwrap();
+                std::os::unix::fs::symlink(&target, &transcript).unwrap();
+            }
+            "over 16 MiB" => l.insert(1, format!("{{\"pad\": \"{}\"}}", "x".repeat(17 << 20))),
+            "not JSON" => l.insert(2, "{\"type\": \"user\", \"promptId\": ".into()),
+            _ => l = l.iter().map(|x| x.replace("\"p-2\"", "\"p-9\"")).collect(),
+        }
+        if why != "is a symlink" {
+            std::fs::write(&transcript, l.join("\n") + "\n").unwrap();
+        }
+        let (args, err) = launch(&w, "claude", &b, &["-p", "next"]);
+        assert!(!args.contains(&"--resume".to_string()), "{why}: {args:?}");
+        assert_eq!(&args[2..], ["-p", "next"], "{why}");
+        assert!(
+            err.contains("conversation: a new one") && err.contains(why),
+            "{why}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        let written = std::fs::read_dir(projects.join(&branch_project))
+            .unwrap()
+            .count();
+        assert_eq!(written, 1, "{why}: nothing more is written");
+    }
+}
+
+/// The same for Codex: the parent's rollout (in the parent session's revl-owned
+/// CODEX_HOME) cut before turn 2, written with a new id in the branch's, its first line
+/// naming that id, and `exec … PROMPT` run as `exec … resume ID PROMPT`.
+#[test]
+fn a_branch_resumes_the_codex_conversation_before_the_forks_turn() {
+    let w = World::new();
+    let (s, ws) = w.session();
+    let sid = "01a24a65-08e0-77f1-ab02-5e0ea41bc846";
+    let turn = |id: &str, text: &str| {
+        let p = json!({"session_id": sid, "cwd": ws, "hook_event_name": "UserPromptSubmit", "turn_id": id, "prompt": text});
+        let o = hook(&w, "codex", None, &s, p.to_string().as_bytes());
+        assert_eq!(o.code, Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    turn("t-1", "one");
+    assert_eq!(w.run(&["write", &s, "y", "--content", "y\n"]).code, Some(0));
+    turn("t-2", "two");
+    let plan = w.json(&["fork", &s, "--at", "turn:2"]);
+    let hash = plan.ok()["hash"].as_str().unwrap().to_string();
+    let b = w.json(&["fork-confirm", &s, "--hash", &hash]).ok()["branch"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let day = w
+        .store
+        .join("agents/codex")
+        .join(&s)
+        .join("sessions/2026/12/06");
+    std::fs::create_dir_all(&day).unwrap();
+    let mut lines = vec![
+        json!({"type": "session_meta", "payload": {"id": sid, "session_id": sid, "cwd": ws}})
+            .to_string(),
+    ];
+    for t in ["t-1", "t-2"] {
+        lines.push(
+            json!({"type": "event_msg", "payload": {"type": "task_started", "turn_id": t}})
+                .to_string(),
+        );
+        lines.push(json!({"type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": format!("prompt of {t}")}]}}).to_string());
+    }
+    let name = format!("rollout-2026-12-06T08-07-45-{sid}.jsonl");
+    std::fs::write(day.join(&name), lines.join("\n") + "\n").unwrap();
+    let (args, err) = launch_with(
+        &w,
+        &["--json"],
+        "codex",
+        &b,
+        &["exec", "--skip-git-repo-check", "next"],
+    );
+    let said: Value = serde_json::from_str(err.trim()).expect("with --json, one JSON line");
+    let c = &said["conversation"];
+    assert_eq!(
+        (&c["agent"], &c["from"], &c["turnsKept"]),
+        (&json!("codex"), &json!(sid), &json!(1)),
+        "{said}"
+    );
+    let at = args.iter().position(|a| a == "resume").expect("resumed");
+    assert_eq!(args[at - 2..at], ["exec", "--skip-git-repo-check"]);
+    let id = &args[at + 1];
+    assert_eq!(c["resumedAs"], json!(id));
+    assert_eq!(args[at + 2..], ["next"]);
+    let copy = std::fs::read_to_string(
+        w.store
+            .join("agents/codex")
+            .join(&b)
+            .join("sessions/2026/12/06")
+            .join(name.replace(sid, id)),
+    )
+    .expect("the resumed rollout is in the branch's CODEX_HOME");
+    let got: Vec<&str> = copy.lines().collect();
+    assert_eq!(got.len(), 3, "{copy}");
+    let meta: Value = serde_json::from_str(got[0]).unwrap();
+    assert_eq!(
+        (&meta["payload"]["id"], &meta["payload"]["session_id"]),
+        (&json!(id), &json!(id))
+    );
+    assert_eq!(got[1..], lines[1..3]);
+}

@@ -106,31 +106,74 @@ impl Run {
         serde_json::from_slice(&o.stdout).unwrap()
     }
 
-    /// `revl agent claude [--session S] -- ARGS` in `cwd` against `fake`.
-    fn claude(&self, fake: &FakeModel, cwd: &Path, session: Option<&str>, args: &[&str]) -> Value {
+    /// `revl agent AGENT [--session S] -- ARGS` in `cwd`, no standard input, `with` adding
+    /// what the agent needs: revl's stderr.
+    fn agent(
+        &self,
+        agent: &str,
+        cwd: &Path,
+        session: Option<&str>,
+        args: &[&str],
+        with: impl FnOnce(&mut Command),
+    ) -> String {
         let mut c = self.command(bin(), cwd);
-        c.arg("--store").arg(&self.store).args(["agent", "claude"]);
+        c.arg("--store").arg(&self.store).args(["agent", agent]);
         if let Some(s) = session {
             c.args(["--session", s]);
         }
-        c.arg("--")
-            .args(args)
-            .args([
+        c.arg("--").args(args).stdin(std::process::Stdio::null());
+        with(&mut c);
+        let o = c.output().unwrap();
+        assert!(
+            o.status.success(),
+            "{agent}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
+    /// `revl agent claude [--session S] -- ARGS` in `cwd` against `fake`: revl's stderr.
+    fn claude(&self, fake: &FakeModel, cwd: &Path, session: Option<&str>, args: &[&str]) -> String {
+        self.agent("claude", cwd, session, args, |c| {
+            c.args([
                 "--output-format",
                 "json",
                 "--permission-mode",
                 "acceptEdits",
             ])
             .env("REVL_CLAUDE", agent_bin("REVL_TEST_CLAUDE"));
-        fake.claude_env(&mut c);
-        let o = c.output().unwrap();
-        assert!(
-            o.status.success(),
-            "claude: {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+            fake.claude_env(c);
+        })
+    }
+
+    /// `revl agent codex [--session S] -- ARGS` in `cwd`, the model's key set: revl's
+    /// stderr.
+    fn codex(&self, cwd: &Path, session: Option<&str>, args: &[&str]) -> String {
+        self.agent("codex", cwd, session, args, |c| {
+            c.env("REVL_CODEX", agent_bin("REVL_TEST_CODEX"))
+                .env("FAKE_KEY", "x");
+        })
+    }
+
+    /// A parallel fork of `s` at `at` into `ROOT/name`: the branch's id and its directory.
+    fn fork_into(&self, s: &str, at: &str, name: &str) -> (String, PathBuf) {
+        let plan = self.revl(&["fork", s, "--at", at]);
+        let dir = self.root.join(name);
+        let done = self.revl(&[
+            "fork-confirm",
+            s,
+            "--hash",
+            plan["hash"].as_str().unwrap(),
+            "--into",
+            dir.to_str().unwrap(),
+        ]);
+        let b = done["branch"]
+            .as_str()
+            .or(done["session"].as_str())
+            .expect("the branch's id")
+            .to_string();
+        (b, std::fs::canonicalize(&dir).unwrap())
     }
 
     fn session(&self) -> String {
@@ -163,7 +206,63 @@ fn result_of(fake: &FakeModel, id: &str) -> (String, bool) {
         .unwrap_or_else(|| panic!("no result for {id}: {:?}", fake.results()))
 }
 
+/// The texts of the user's messages in the last request the model got (Anthropic
+/// `messages`, OpenAI `input`): the prompts of the conversation the agent sent.
+fn prompts_sent(fake: &FakeModel) -> Vec<String> {
+    let reqs = fake.requests.lock().unwrap();
+    let last = reqs.last().expect("a request");
+    let mut out = Vec::new();
+    let items = last["messages"]
+        .as_array()
+        .or(last["input"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    for m in items.iter().filter(|m| m["role"] == "user") {
+        match &m["content"] {
+            Value::String(t) => out.push(t.clone()),
+            Value::Array(a) => out.extend(
+                a.iter()
+                    .filter(|c| matches!(c["type"].as_str(), Some("text" | "input_text")))
+                    .filter_map(|c| c["text"].as_str().map(str::to_string)),
+            ),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Every path under /tmp whose name names Claude Code or Codex, with its size and
+/// modification time: what the agents would leave there (their cwd files, task output).
+fn agent_tmp() -> std::collections::BTreeMap<PathBuf, (u64, Option<std::time::SystemTime>)> {
+    fn walk(
+        d: &Path,
+        depth: usize,
+        named: bool,
+        out: &mut std::collections::BTreeMap<PathBuf, (u64, Option<std::time::SystemTime>)>,
+    ) {
+        let Ok(rd) = std::fs::read_dir(d) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().to_lowercase();
+            let ours = named || name.contains("claude") || name.contains("codex");
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if ours {
+                out.insert(p.clone(), (m.len(), m.modified().ok()));
+            }
+            if m.is_dir() && depth < 4 && (ours || depth == 0) {
+                walk(&p, depth + 1, ours, out);
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(Path::new("/tmp"), 0, false, &mut out);
+    out
+}
+
 fn claude_scenario(nobody: bool) {
+    let tmp_before = agent_tmp();
     let r = Run::new(nobody);
     let ws = r.ws.to_str().unwrap().to_string();
     let sid = "0b1c2d3e-4f50-4a6b-8c7d-8e9f00112233";
@@ -274,37 +373,62 @@ fn claude_scenario(nobody: bool) {
             && o["toolUse"].is_string()),
         "{origins:?}"
     );
-    // A parallel fork where turn 3 began, and the agent resumed in the branch.
-    let plan = r.revl(&["fork", &s, "--at", "turn:3"]);
-    let branch_dir = r.root.join("branch");
-    let done = r.revl(&[
-        "fork-confirm",
-        &s,
-        "--hash",
-        plan["hash"].as_str().unwrap(),
-        "--into",
-        branch_dir.to_str().unwrap(),
+    // A parallel fork where turn 3 began, and the agent resumed in the branch: its
+    // conversation holds turns 1 and 2 (8 answers of the model), not turn 3.
+    let (b, bdir) = r.fork_into(&s, "turn:3", "branch");
+    let mut script = vec![Say::Text("-"); 8];
+    script.extend([
+        Say::Call(
+            "Bash",
+            json!({"command": "pwd && ls src && echo branch > src/branch.txt"}),
+        ),
+        Say::Text("branched"),
     ]);
-    let b = done["branch"]
-        .as_str()
-        .or(done["session"].as_str())
-        .expect("the branch's id")
-        .to_string();
-    let fake = FakeModel::start(
-        Api::Anthropic,
-        vec![
-            Say::Call(
-                "Bash",
-                json!({"command": "pwd && ls src && echo branch > src/branch.txt"}),
-            ),
-            Say::Text("branched"),
-        ],
+    let fake = FakeModel::start(Api::Anthropic, script);
+    let said = r.claude(&fake, &r.root, Some(&b), &["-p", "try another way"]);
+    assert!(
+        said.contains(&format!("{{agent: claude, from: {sid}, turns kept: 2}}")),
+        "{said}"
     );
-    r.claude(&fake, &r.root, Some(&b), &["-p", "try another way"]);
-    let bdir = std::fs::canonicalize(&branch_dir).unwrap();
+    let sent = prompts_sent(&fake);
+    assert!(
+        sent.iter().any(|p| p == "clean up") && !sent.iter().any(|p| p == "build it"),
+        "{sent:?}"
+    );
     assert_eq!(
-        result_of(&fake, "toolu_0").0,
+        result_of(&fake, "toolu_8").0,
         format!("{}\na.txt\nb.txt\nnotes.md", bdir.display())
+    );
+    // A parallel fork where turn 2 began: the conversation resumes with turn 1 only, its
+    // prompt and its tool results, and none of turns 2 and 3.
+    let (b2, _) = r.fork_into(&s, "turn:2", "branch2");
+    let mut script = vec![Say::Text("-"); 5];
+    script.push(Say::Text("next done"));
+    let fake = FakeModel::start(Api::Anthropic, script);
+    let said = r.claude(&fake, &r.root, Some(&b2), &["-p", "next"]);
+    assert!(
+        said.contains(&format!("{{agent: claude, from: {sid}, turns kept: 1}}")),
+        "{said}"
+    );
+    let sent = prompts_sent(&fake);
+    assert!(
+        sent.iter().any(|p| p == "set up the project\nsecond line")
+            && sent.iter().any(|p| p == "next"),
+        "{sent:?}"
+    );
+    assert!(
+        !sent.iter().any(|p| p == "clean up" || p == "build it"),
+        "{sent:?}"
+    );
+    assert_eq!(
+        result_of(&fake, "toolu_1").0,
+        format!("{ws}/src\none\na.txt\nold"),
+        "turn 1's tool results"
+    );
+    assert!(
+        !fake.results().iter().any(|r| r.0 == "toolu_5"),
+        "no tool result of turn 2: {:?}",
+        fake.results()
     );
     // Looked at as the run's user: an unprivileged user's layered DIR is its FUSE mount,
     // which no other user (root included) may look into.
@@ -351,6 +475,9 @@ fn claude_scenario(nobody: bool) {
     );
     let v = r.revl(&["verify", &s]);
     assert_eq!(v["drift"], json!([]), "{v}");
+    // Claude Code's temporary files were revl's (CLAUDE_CODE_TMPDIR): nothing of the
+    // agent's changed under /tmp.
+    assert_eq!(agent_tmp(), tmp_before, "Claude Code wrote under /tmp");
 }
 
 #[test]
@@ -380,6 +507,13 @@ fn codex_scenario(nobody: bool) {
                 json!({"patch": "*** Begin Patch\n*** Add File: d/p.txt\n+patched\n*** End Patch\n"}),
             ),
             Say::Text("done"),
+            // Turns 2 and 3 (the conversation resumed).
+            Say::Call("exec_command", json!({"cmd": "echo two > two.txt"})),
+            Say::Text("two done"),
+            Say::Call("exec_command", json!({"cmd": "echo three > three.txt"})),
+            Say::Text("three done"),
+            // The branch's turn, resumed after turn 1 (4 answers).
+            Say::Text("branch done"),
         ],
     );
     // The user's own Codex home: read (its config), never written.
@@ -392,28 +526,10 @@ fn codex_scenario(nobody: bool) {
             .unwrap();
     }
     let before = snapshot(&r.home);
-    let o = r
-        .command(bin(), &r.ws)
-        .arg("--store")
-        .arg(&r.store)
-        .args([
-            "agent",
-            "codex",
-            "--",
-            "exec",
-            "--skip-git-repo-check",
-            "make the files",
-        ])
-        .env("REVL_CODEX", agent_bin("REVL_TEST_CODEX"))
-        .env("FAKE_KEY", "x")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "codex: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
+    r.codex(
+        &r.ws,
+        None,
+        &["exec", "--skip-git-repo-check", "make the files"],
     );
     assert!(
         result_of(&fake, "call_0").0.contains("Output:\nx\n"),
@@ -444,6 +560,79 @@ fn codex_scenario(nobody: bool) {
         2,
         "{labels:?}"
     );
+    assert_eq!(snapshot(&r.home), before, "the user's home is untouched");
+    // Turns 2 and 3: the same conversation resumed (`exec resume ID PROMPT`).
+    let agent_session = records(&r.store.join("sessions").join(&s).join("wal.jsonl"))
+        .into_iter()
+        .find_map(|x| {
+            x["detail"]["origin"]["agentSession"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .expect("the steps record Codex's session id");
+    for (prompt, file) in [("second turn", "two.txt"), ("third turn", "three.txt")] {
+        r.codex(
+            &r.ws,
+            None,
+            &[
+                "exec",
+                "--skip-git-repo-check",
+                "resume",
+                &agent_session,
+                prompt,
+            ],
+        );
+        assert!(r.ws.join(file).exists(), "{prompt}: {:?}", fake.results());
+    }
+    let labels = r.labels(&s);
+    assert!(
+        labels.iter().any(|l| l == "codex turn 3: third turn"),
+        "{labels:?}"
+    );
+    // A parallel fork where turn 2 began, Codex resumed in the branch: its conversation
+    // holds turn 1 (its prompt and its tool results), none of turns 2 and 3.
+    let (b, _) = r.fork_into(&s, "turn:2", "branch");
+    let asked = fake.requests.lock().unwrap().len();
+    let said = r.codex(
+        &r.root,
+        Some(&b),
+        &["exec", "--skip-git-repo-check", "next"],
+    );
+    assert!(
+        said.contains(&format!(
+            "{{agent: codex, from: {agent_session}, turns kept: 1}}"
+        )),
+        "{said}"
+    );
+    let sent = prompts_sent(&fake);
+    assert!(
+        sent.iter().any(|p| p == "make the files") && sent.iter().any(|p| p == "next"),
+        "{sent:?}"
+    );
+    assert!(
+        !sent.iter().any(|p| p == "second turn" || p == "third turn"),
+        "{sent:?}"
+    );
+    assert!(
+        result_of(&fake, "call_0").0.contains("Output:\nx\n"),
+        "turn 1's tool results: {:?}",
+        fake.results()
+    );
+    // The branch's first request: turn 1's three tool results, none of turn 2's.
+    let first = fake.requests.lock().unwrap()[asked].clone();
+    let outputs: Vec<&str> = first["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| {
+            matches!(
+                i["type"].as_str(),
+                Some("function_call_output" | "custom_tool_call_output")
+            )
+        })
+        .filter_map(|i| i["call_id"].as_str())
+        .collect();
+    assert_eq!(outputs, ["call_0", "call_1", "call_2"], "{first}");
     assert_eq!(snapshot(&r.home), before, "the user's home is untouched");
     r.revl(&["step-back", &s, "--to", "turn:1"]);
     assert_eq!(snapshot(&r.ws).len(), 0, "back where the turn began");
