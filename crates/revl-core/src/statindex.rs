@@ -63,8 +63,11 @@ pub struct StatIndex {
     began: (i64, u32),
     known: HashMap<Vec<u8>, Known>,
     /// What this scan read (settled files only).
-    read: Mutex<HashMap<Vec<u8>, (Stat, [u8; 32])>>,
+    read: Mutex<Read>,
 }
+
+/// What a scan read: path, stat, digest.
+type Read = HashMap<Vec<u8>, (Stat, [u8; 32])>;
 
 /// An entry loaded, and whether this scan took its digest.
 #[derive(Debug)]
@@ -236,8 +239,16 @@ type Entries = HashMap<Vec<u8>, Known>;
 
 fn read(path: &Path) -> Option<Entries> {
     use std::io::Read;
-    let f = std::fs::File::open(path).ok()?;
-    if f.metadata().ok()?.len() > MAX_BYTES {
+    use std::os::unix::fs::OpenOptionsExt;
+    // A regular file only: a symlink, a FIFO or a device planted there is not opened
+    // through (no hang, no endless read).
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file() || m.len() > MAX_BYTES {
         return None;
     }
     let mut bytes = Vec::new();
@@ -323,6 +334,22 @@ mod tests {
         bytes[mid] ^= 1;
         std::fs::write(&at, &bytes).unwrap();
         assert_eq!(StatIndex::load(&at).digest(&rel, &m), None);
+    }
+
+    #[test]
+    fn a_fifo_or_a_symlink_in_place_of_the_index_is_not_read() {
+        let t = tempfile::tempdir().unwrap();
+        let (rel, m) = old_file(t.path(), "a", b"one");
+        let fifo = t.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert_eq!(StatIndex::load(&fifo).digest(&rel, &m), None);
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        assert_eq!(StatIndex::load(&link).digest(&rel, &m), None);
     }
 
     #[test]
