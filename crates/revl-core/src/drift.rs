@@ -627,7 +627,19 @@ pub fn beyond_plan(
     ws: &Workspace,
     blobs: &crate::blobs::BlobStore,
 ) -> Result<Vec<Drift>> {
-    let mut exp = Expected::of_in_with(steps, blobs, inherited);
+    let exp = Expected::of_in_with(steps, blobs, inherited);
+    beyond_plan_from(exp, steps, plan, ws, blobs)
+}
+
+/// [`beyond_plan`] from `exp`, what revl expects before the plan runs (built once where
+/// [`of_plan_from`] needs it too).
+pub fn beyond_plan_from(
+    mut exp: Expected,
+    steps: &[Step],
+    plan: &crate::unwind::Plan,
+    ws: &Workspace,
+    blobs: &crate::blobs::BlobStore,
+) -> Result<Vec<Drift>> {
     let mut roots: Vec<String> = Vec::new();
     for entries in restores_of(steps, plan) {
         roots.extend(entries.iter().map(|e| e.path().to_string()));
@@ -641,17 +653,17 @@ pub fn beyond_plan(
         .collect())
 }
 
-/// The drift a plan's inverses would run over, as a rewind would meet it (newest first,
+/// The drift a plan's inverses would run over (from `exp`, what revl expects before the
+/// plan runs), as a rewind would meet it (newest first,
 /// each path once: a path an earlier inverse of the plan restores is as revl expects by the
 /// time an older one reaches it). Changes nothing (`fork` lists it; its hash covers it).
-pub fn of_plan(
+pub fn of_plan_from(
+    mut exp: Expected,
     steps: &[Step],
-    inherited: &[Image],
     plan: &crate::unwind::Plan,
     ws: &Workspace,
     blobs: &crate::blobs::BlobStore,
 ) -> Result<Vec<Drift>> {
-    let mut exp = Expected::of_in_with(steps, blobs, inherited);
     let mut checked: Vec<String> = Vec::new();
     let mut out = Vec::new();
     for entries in restores_of(steps, plan) {

@@ -8,6 +8,7 @@
 //! <store>/layers/.lock                       held while layers are made, mounted or removed
 //! <store>/layers/lower/<id>/tree/            a frozen point: the parent's workspace, copied once
 //! <store>/layers/lower/<id>/point.json       which point it is; written last (no file: unfinished)
+//! <store>/layers/lower/<id>/stat-index       its files' digests known by stat (a cache)
 //! <store>/layers/branch/<branch>/upper/      the branch's own changes
 //! <store>/layers/branch/<branch>/work/       the overlay's scratch directory
 //! <store>/layers/branch/<branch>/mount.json  {lower, dir, driver}: what to mount where
@@ -164,6 +165,12 @@ impl Layers {
 
     fn lower(&self, id: &str) -> PathBuf {
         self.root.join("lower").join(id)
+    }
+
+    /// Where the digests of lower layer `id`'s files, as its branches' DIRs show them, are
+    /// kept by stat (crate::statindex; removed with the layer).
+    pub fn stat_index(&self, id: &str) -> PathBuf {
+        self.lower(id).join("stat-index")
     }
 
     fn branch(&self, id: &str) -> PathBuf {

@@ -41,6 +41,7 @@ pub mod sandbox;
 pub mod saved;
 pub mod session;
 pub mod state;
+pub mod statindex;
 pub mod step;
 pub mod steptext;
 pub mod storage;

@@ -280,6 +280,12 @@ impl Store {
         self.root.join("sessions").join(id)
     }
 
+    /// Where the digests of session `id`'s workspace files are kept by stat for its scans
+    /// of every witnessed path (crate::statindex; a cache).
+    pub fn stat_index(&self, id: &str) -> PathBuf {
+        self.session_dir(id).join("stat-index")
+    }
+
     pub fn wal_path(&self, id: &str) -> PathBuf {
         self.session_dir(id).join("wal.jsonl")
     }

@@ -205,9 +205,17 @@ pub fn blake3_hex(bytes: &[u8]) -> String {
 pub const STREAM_CHUNK: usize = 1 << 20;
 
 /// The blake3 hex of everything `r` yields, read a chunk at a time; and how many bytes.
-pub fn blake3_reader(mut r: impl std::io::Read) -> std::io::Result<(String, u64)> {
+pub fn blake3_reader(r: impl std::io::Read) -> std::io::Result<(String, u64)> {
+    blake3_reader_sized(r, STREAM_CHUNK as u64)
+}
+
+/// [`blake3_reader`] of a source expected to hold about `len` bytes: its buffer is no
+/// larger than that needs (a drift scan hashes 100,000 small files; zeroing a whole chunk
+/// for each cost more than hashing them).
+pub fn blake3_reader_sized(mut r: impl std::io::Read, len: u64) -> std::io::Result<(String, u64)> {
     let mut h = blake3::Hasher::new();
-    let mut buf = vec![0u8; STREAM_CHUNK];
+    let size = len.saturating_add(1).clamp(4096, STREAM_CHUNK as u64) as usize;
+    let mut buf = vec![0u8; size];
     let mut n = 0u64;
     loop {
         match r.read(&mut buf) {

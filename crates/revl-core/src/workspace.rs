@@ -103,6 +103,8 @@ pub struct Planned {
 pub struct Workspace {
     root: PathBuf,
     fp: Failpoints,
+    /// Digests known by stat, for a scan of many files (`with_index`); none by default.
+    index: Option<std::sync::Arc<crate::statindex::StatIndex>>,
 }
 
 fn io(what: &Path, e: std::io::Error) -> Error {
@@ -163,10 +165,10 @@ fn kind_of(m: &fs::Metadata) -> FileKind {
     }
 }
 
-/// The blake3 of a file's content, streamed.
-fn hash_file(p: &Path) -> Result<String> {
+/// The blake3 of a file's content (`len` bytes by its `lstat`), streamed.
+fn hash_file(p: &Path, len: u64) -> Result<String> {
     let f = File::open(p).map_err(|e| io(p, e))?;
-    crate::util::blake3_reader(f)
+    crate::util::blake3_reader_sized(f, len)
         .map(|(d, _)| d)
         .map_err(|e| io(p, e))
 }
@@ -180,7 +182,39 @@ fn fsync_dir(p: &Path) -> Result<()> {
 impl Workspace {
     /// `root` must already be canonical (the session fixed it at creation).
     pub fn new(root: PathBuf, fp: Failpoints) -> Self {
-        Workspace { root, fp }
+        Workspace {
+            root,
+            fp,
+            index: None,
+        }
+    }
+
+    /// This workspace, its files' digests taken from `index` where their stat is as an
+    /// earlier scan saw it, and what it reads noted there (crate::statindex).
+    pub fn with_index(&self, index: std::sync::Arc<crate::statindex::StatIndex>) -> Self {
+        Workspace {
+            index: Some(index),
+            ..self.clone()
+        }
+    }
+
+    /// The digest of the file at `abs` whose `lstat` is `m`: known by its stat, or read.
+    fn file_digest(&self, abs: &Path, m: &fs::Metadata) -> Result<String> {
+        use std::os::unix::ffi::OsStrExt;
+        let Some(idx) = &self.index else {
+            return hash_file(abs, m.len());
+        };
+        let rel = abs
+            .strip_prefix(&self.root)
+            .unwrap_or(abs)
+            .as_os_str()
+            .as_bytes();
+        if let Some(d) = idx.digest(rel, m) {
+            return Ok(d);
+        }
+        let d = hash_file(abs, m.len())?;
+        idx.note(rel, m, &d);
+        Ok(d)
     }
 
     pub fn root(&self) -> &Path {
@@ -319,10 +353,16 @@ impl Workspace {
         let Some(m) = lstat(&abs)? else {
             return Ok(Image::absent(rel));
         };
+        self.observe_stat(rel, &abs, &m)
+    }
+
+    /// [`Workspace::observe`] of `rel` (at `abs`) whose `lstat` is `m`.
+    fn observe_stat(&self, rel: &str, abs: &Path, m: &fs::Metadata) -> Result<Image> {
+        let abs = abs.to_path_buf();
         let mode = Some(mode_str(m.permissions().mode()));
-        let kind = kind_of(&m);
+        let kind = kind_of(m);
         let (digest, mode) = match kind {
-            FileKind::File => (Some(hash_file(&abs)?), mode),
+            FileKind::File => (Some(self.file_digest(&abs, m)?), mode),
             FileKind::Dir => {
                 let listing = self.listing(&abs, false, None)?;
                 (Some(listing_digest(&listing)), mode)
@@ -399,7 +439,7 @@ impl Workspace {
             return Ok(());
         };
         if kind_of(&m) != FileKind::Dir {
-            out.push(self.observe(rel)?);
+            out.push(self.observe_stat(rel, &abs, &m)?);
             return Ok(());
         }
         let digest = if dir_digest(rel) {
@@ -512,7 +552,7 @@ impl Workspace {
                             let bytes = fs::read(&abs).map_err(|e| io(&abs, e))?;
                             (blake3_hex(&bytes), Some(b64(&bytes)))
                         }
-                        _ => (hash_file(&abs)?, None),
+                        _ => (self.file_digest(&abs, &m)?, None),
                     };
                     out.push(item(
                         FileKind::File,

@@ -227,25 +227,18 @@ impl Session {
             crate::unwind::Mode::Scoped,
             Context::Live,
         );
-        let inherited = self.journal.state.inherited();
-        let mut drift = crate::drift::of_plan(
-            &self.journal.state.steps,
-            inherited,
-            &plan,
-            &self.ws,
-            &self.blobs,
-        )?;
-        for d in crate::drift::beyond_plan(
-            &self.journal.state.steps,
-            inherited,
-            &plan,
-            &self.ws,
-            &self.blobs,
-        )? {
+        let steps = &self.journal.state.steps;
+        let exp =
+            crate::drift::Expected::of_in_with(steps, &self.blobs, self.journal.state.inherited());
+        let scan = crate::statindex::Scan::of(&self.ws, Some(&self.store.stat_index(&self.id)));
+        let mut drift =
+            crate::drift::of_plan_from(exp.clone(), steps, &plan, scan.ws(), &self.blobs)?;
+        for d in crate::drift::beyond_plan_from(exp, steps, &plan, scan.ws(), &self.blobs)? {
             if !drift.iter().any(|x| x.path == d.path) {
                 drift.push(d);
             }
         }
+        scan.done();
         Ok(drift)
     }
 
@@ -575,7 +568,13 @@ impl Session {
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
         // The branch's own workspace, through THE executor, with the parent read only.
-        let done = super::unwind::Rewind::copy(self.view(), &self.fp, &target).fork(
+        // A layered DIR shows its lower layer's files: their digests are kept by stat with
+        // that layer, so a further branch from the same point reads none of them again.
+        let index = match &made {
+            Made::Layers { lower, .. } => Some(self.store.layers().stat_index(lower)),
+            _ => None,
+        };
+        let done = super::unwind::Rewind::copy(self.view(), &self.fp, &target, index).fork(
             k,
             Context::Live,
             "fork.mid-rewind",

@@ -162,7 +162,9 @@ impl Session {
             &self.blobs,
             self.journal.state.inherited(),
         );
-        let drift = exp.per_entry(exp.drift(&self.ws)?, &self.ws, &self.blobs);
+        let scan = crate::statindex::Scan::of(&self.ws, Some(&self.store.stat_index(&self.id)));
+        let drift = exp.per_entry(exp.drift(scan.ws())?, scan.ws(), &self.blobs);
+        scan.done();
         Ok(Verify {
             session: self.id.clone(),
             drift,

@@ -91,6 +91,9 @@ pub(crate) struct Rewind<'a> {
     blobs: &'a crate::blobs::BlobStore,
     fp: &'a crate::failpoint::Failpoints,
     ws: &'a Workspace,
+    /// Where the digests its scan of every witnessed path reads are kept by stat
+    /// (crate::statindex): the session's, or a layered DIR's lower layer's.
+    index: Option<std::path::PathBuf>,
 }
 
 /// Where a rewind records what it did.
@@ -115,6 +118,7 @@ impl<'a> Rewind<'a> {
         parent: super::view::View<'a>,
         fp: &'a crate::failpoint::Failpoints,
         ws: &'a Workspace,
+        index: Option<std::path::PathBuf>,
     ) -> Rewind<'a> {
         Rewind {
             rec: Rec::Copy {
@@ -126,6 +130,7 @@ impl<'a> Rewind<'a> {
             blobs: parent.blobs,
             fp,
             ws,
+            index,
         }
     }
 
@@ -279,13 +284,15 @@ impl<'a> Rewind<'a> {
         plan: &Plan,
         keep: bool,
     ) -> Result<(Vec<BeyondTail>, Vec<Preserved>, Vec<crate::undo::Image>)> {
+        let scan = crate::statindex::Scan::of(self.ws, self.index.as_deref());
         let drift = crate::drift::beyond_plan(
             &self.state().steps,
             self.state().inherited(),
             plan,
-            self.ws,
+            scan.ws(),
             self.blobs,
         )?;
+        scan.done();
         let mut out = Vec::new();
         let mut kept_images = Vec::new();
         let mut kept = Vec::new();
@@ -584,6 +591,7 @@ impl Session {
             blobs: &self.blobs,
             fp: &self.fp,
             ws: &self.ws,
+            index: Some(self.store.stat_index(&self.id)),
         }
     }
 

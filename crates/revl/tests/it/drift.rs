@@ -775,3 +775,101 @@ fn repairing_an_interrupted_write_preserves_a_hand_edit() {
     assert_eq!(v.code, 1, "{}", v.json);
     ok(&e, &["write", &s, "other.txt", "--content", "goes on"]);
 }
+
+/// Rewrite `path` by hand with `body` (the same length as before) and put its mtime back:
+/// only its change time (ctime) tells that it was written.
+fn edit_keeping_size_and_mtime(path: &Path, body: &[u8]) {
+    let before = std::fs::symlink_metadata(path).unwrap();
+    assert_eq!(
+        before.len(),
+        body.len() as u64,
+        "the edit must keep the size"
+    );
+    std::fs::write(path, body).unwrap();
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_times(std::fs::FileTimes::new().set_modified(before.modified().unwrap()))
+        .unwrap();
+    let after = std::fs::symlink_metadata(path).unwrap();
+    assert_eq!(after.modified().unwrap(), before.modified().unwrap());
+}
+
+/// Scans of every witnessed path keep the digests they read by stat (docs/architecture.md,
+/// "Drift scans: digests known by stat"), so a later scan reads only files whose stat
+/// changed. A hand edit that keeps the size and puts the mtime back is still drift to every
+/// later scan: `verify`, the fork's enumeration (its hash binds it), and the parallel
+/// branch, whose DIR is at step k while the parent keeps the edit.
+#[test]
+fn a_hand_edit_keeping_size_and_mtime_is_drift_after_scans_kept_the_digests() {
+    let e = env();
+    std::fs::create_dir_all(&e.ws).unwrap();
+    let ws = e.ws.to_str().unwrap();
+    let s = ok(&e, &["new", "--workspace", ws])["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ok(&e, &["write", &s, "top.txt", "--content", "T1"]);
+    ok(
+        &e,
+        &[
+            "exec",
+            &s,
+            "--",
+            "sh",
+            "-c",
+            "mkdir v && for i in 1 2 3; do echo file$i > v/f$i; done",
+        ],
+    );
+    let at_k = snapshot(&e.ws);
+    let k = ok(&e, &["status", &s])["head"]
+        .as_i64()
+        .unwrap()
+        .to_string();
+    // Older than a scan's settling time, so the scans below keep their digests by stat.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let v = revl(&e, &["verify", &s], None);
+    assert_eq!(v.code, 0, "no drift yet: {}", v.json);
+    let clean = ok(&e, &["fork", &s, "--at", &k]);
+    assert_eq!(clean["drift"], serde_json::json!([]), "{clean}");
+    assert!(
+        e.store
+            .join("sessions")
+            .join(&s)
+            .join("stat-index")
+            .is_file(),
+        "the scans kept no digests: the edit below would be found by reading anyway"
+    );
+    edit_keeping_size_and_mtime(&e.ws.join("v/f2"), b"FILE2\n");
+    edit_keeping_size_and_mtime(&e.ws.join("top.txt"), b"t1");
+    let v = revl(&e, &["verify", &s], None);
+    assert_eq!(v.code, 1, "verify missed the edits: {}", v.json);
+    let drifted = |doc: &Value| -> Vec<String> {
+        doc["drift"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["path"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(drifted(&v.json), ["top.txt", "v/f2"], "{}", v.json);
+    // The enumeration lists them, and its hash is not the clean one's.
+    let f = ok(&e, &["fork", &s, "--at", &k]);
+    assert_eq!(drifted(&f), ["top.txt", "v/f2"], "{f}");
+    assert_ne!(f["hash"], clean["hash"], "the hash does not bind the edits");
+    let dir = e.root.join("b1");
+    let r = ok(
+        &e,
+        &[
+            "fork-confirm",
+            &s,
+            "--hash",
+            f["hash"].as_str().unwrap(),
+            "--into",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r["forked"], true, "{r}");
+    // The branch is at step k; the parent keeps what the hand wrote.
+    assert_snap_eq(&at_k, &snapshot(&dir), "the branch");
+    assert_eq!(std::fs::read(e.ws.join("v/f2")).unwrap(), b"FILE2\n");
+    assert_eq!(std::fs::read(e.ws.join("top.txt")).unwrap(), b"t1");
+}

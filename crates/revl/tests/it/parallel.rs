@@ -1077,3 +1077,54 @@ fn an_unprivileged_user_gets_fuse_overlayfs_layers_or_a_copy_that_says_why() {
     nobody(&["abort", r1["branch"].as_str().unwrap(), "--remove"]);
     assert!(!mounted(&e.root.join("b1")));
 }
+
+/// A layered DIR's scan takes the digests of its lower layer's files from that layer's
+/// stat index (docs/architecture.md, "Drift scans: digests known by stat"): a further
+/// branch from the same point reads none of them again. A lower file changed under the
+/// store (same size, mtime put back) has a new ctime, so the next branch reads it, finds it
+/// off its step-k image, and puts it back.
+#[test]
+#[ignore = "needs root and fuse-overlayfs: run by scripts/test (README)"]
+fn a_changed_lower_layer_file_is_read_again_and_the_next_branch_is_at_step_k() {
+    use std::os::unix::fs::MetadataExt;
+    require_layers();
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let s = new_session_with(&e, &manifest(&e, &sink));
+    ok(&e, &["write", &s, "x.txt", "--content", "x1"]);
+    exec_sh(&e, &s, "mkdir v && echo v1 > v/one && echo v2 > v/two");
+    let k = ok(&e, &["status", &s])["head"]
+        .as_i64()
+        .unwrap()
+        .to_string();
+    let at_k = snapshot(&e.ws);
+    ok(&e, &["write", &s, "x.txt", "--content", "later"]);
+    let r1 = fork_into(&e, &s, &k, &e.root.join("b1"));
+    assert_eq!(r1["clone"], "layers", "{r1}");
+    let lower = e
+        .store
+        .join("layers/lower")
+        .join(r1["layers"]["lower"].as_str().unwrap());
+    // Once the lower layer's files are older than a scan's settling time, a branch's scan
+    // keeps their digests with the layer.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let r2 = fork_into(&e, &s, &k, &e.root.join("b2"));
+    assert_eq!(r2["layers"]["sharedLower"], true, "{r2}");
+    assert!(
+        lower.join("stat-index").is_file(),
+        "no digests kept with the layer"
+    );
+    let f = lower.join("tree/v/two");
+    let m = std::fs::symlink_metadata(&f).unwrap();
+    std::fs::write(&f, "V2\n").unwrap();
+    let fh = std::fs::File::options().write(true).open(&f).unwrap();
+    fh.set_times(std::fs::FileTimes::new().set_modified(m.modified().unwrap()))
+        .unwrap();
+    let m2 = std::fs::symlink_metadata(&f).unwrap();
+    assert_eq!(
+        (m2.size(), m2.mtime(), m2.mtime_nsec()),
+        (m.size(), m.mtime(), m.mtime_nsec())
+    );
+    let r3 = fork_into(&e, &s, &k, &e.root.join("b3"));
+    assert_eq!(r3["layers"]["sharedLower"], true, "{r3}");
+    assert_snap_eq(&at_k, &snapshot(&e.root.join("b3")), "b3");
+}
