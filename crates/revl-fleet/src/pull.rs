@@ -270,6 +270,10 @@ impl Reader {
                     .map_err(|e| hostile(name, &wal_obj, e))
             })?;
             Checked::of(&m).write(&pulled)?;
+            // One copy on disk: the verified WAL becomes the mirror's (a hard link; each is
+            // only ever replaced whole, by rename, so neither changes under the other, and
+            // the next read still starts from the verified bytes and the WAL they state).
+            share(&self.mirror.wal_path(id), &verified);
         }
         self.ensure_base_dir(id)?;
         Ok(m)
@@ -626,6 +630,16 @@ fn hostile(remote: &str, key: &str, e: Error) -> Error {
     match e.code {
         Code::Io | Code::CorruptRemote => e,
         _ => crate::untrusted::refused(remote, key, &e.message),
+    }
+}
+
+/// Make `to` a hard link to `from` (by a link beside it and a rename over it); on any
+/// failure (another filesystem, no links) `to` stays the copy it was.
+fn share(from: &Path, to: &Path) {
+    let tmp = to.with_extension("wal.link");
+    let _ = std::fs::remove_file(&tmp);
+    if std::fs::hard_link(from, &tmp).is_err() || std::fs::rename(&tmp, to).is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
 }
 

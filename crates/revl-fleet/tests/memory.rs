@@ -124,6 +124,17 @@ fn a_session_pushed_to_memory_reads_in_another_store_byte_for_byte() {
     // A second push with nothing new writes nothing.
     let again = push_with(&w.a, &w.remote, &bucket(&w.objects), &[], Mode::Extend).unwrap();
     assert_eq!((again.pushed[0].blobs, again.pushed[0].bytes), (0, 0));
+    // The mirror's WAL and the verified one the cache starts from are one file on disk.
+    use std::os::unix::fs::MetadataExt;
+    let mirror = std::fs::metadata(w.reader().mirror.wal_path(&w.id)).unwrap();
+    let verified =
+        w.b.root()
+            .join(format!("remotes/origin/verified/{}.wal", w.id));
+    let verified = std::fs::metadata(verified).unwrap();
+    assert_eq!(
+        (mirror.dev(), mirror.ino()),
+        (verified.dev(), verified.ino())
+    );
 }
 
 #[test]
