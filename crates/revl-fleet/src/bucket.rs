@@ -39,12 +39,20 @@ pub enum Bucket {
     },
 }
 
-/// An error of the object store, as a user can act on it: a bucket that does not exist and
-/// missing credentials are said as such (never as "object not found" or the cloud's
-/// instance-metadata address); anything else names what failed and the server's answer.
-/// `url` is the remote's configured URL: a missing bucket is named from it, never from the
-/// server's answer.
-fn remote_err(url: &str, what: impl std::fmt::Display, e: impl std::fmt::Display) -> Error {
+/// An error of the object store, as a user can act on it: a server that cannot be reached
+/// (no connection, a timeout, a request cut off) is said as such, never as an answer about
+/// an object; a bucket that does not exist and missing credentials are said as such (never
+/// as "object not found" or the cloud's instance-metadata address); anything else names
+/// what failed and the server's answer. `url` is the remote's configured URL: a missing
+/// bucket is named from it, never from the server's answer.
+fn remote_err(url: &str, what: impl std::fmt::Display, e: object_store::Error) -> Error {
+    if let Some(cause) = unreachable(&e) {
+        return Error::new(
+            Code::Io,
+            format!("{what}: the server of remote {url} cannot be reached ({cause}); this command stopped there"),
+            "check that the server is running and reachable from this machine (AWS_ENDPOINT_URL, the network), then run the command again",
+        );
+    }
     let e = e.to_string();
     if is_no_such_bucket(&e) {
         return Error::new(
@@ -64,6 +72,48 @@ fn remote_err(url: &str, what: impl std::fmt::Display, e: impl std::fmt::Display
         format!("{what}: {}", one_line(&e)),
         "check the remote's URL, that its server is reachable, and the AWS_* credentials (`revl remote list` shows the URL)",
     )
+}
+
+/// What kept a request from the server, when the network did (no connection, a timeout, a
+/// request or an answer cut off), found along the error's sources: the HTTP client's kind
+/// of error, the system's, or the client's own words for a request it could not send;
+/// `None` for an answer of the server.
+fn unreachable(e: &object_store::Error) -> Option<&'static str> {
+    use object_store::client::{HttpError, HttpErrorKind as K};
+    use std::io::ErrorKind as Io;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(x) = cur {
+        if let Some(h) = x.downcast_ref::<HttpError>() {
+            match h.kind() {
+                K::Connect => return Some("the connection failed"),
+                K::Timeout => return Some("the request timed out"),
+                K::Request | K::Interrupted => return Some("the request was cut off"),
+                _ => {}
+            }
+        }
+        if let Some(io) = x.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                Io::ConnectionRefused => return Some("the connection was refused"),
+                Io::TimedOut => return Some("the request timed out"),
+                Io::ConnectionReset | Io::ConnectionAborted | Io::BrokenPipe => {
+                    return Some("the connection was cut off")
+                }
+                Io::HostUnreachable | Io::NetworkUnreachable | Io::NotConnected => {
+                    return Some("the host is unreachable")
+                }
+                _ => {}
+            }
+        }
+        let text = x.to_string();
+        if text.contains("timed out") {
+            return Some("the request timed out");
+        }
+        if text.contains("error sending request") {
+            return Some("the request could not be sent");
+        }
+        cur = x.source();
+    }
+    None
 }
 
 /// Whether `e` is an S3 `NoSuchBucket` answer.
@@ -483,11 +533,23 @@ async fn s3_get(
             if size > max {
                 return Err(refused(url, p.as_ref(), &too_big(size, max)));
             }
-            let b = r.bytes().await.map_err(|e| remote_err(url, &p, e))?;
-            if b.len() as u64 > max {
-                return Err(refused(url, p.as_ref(), &too_big(b.len() as u64, max)));
+            // Read chunk by chunk, never past the size the store states (itself within
+            // `max`): memory grows with the bytes that came, never with a stated length.
+            use futures::StreamExt;
+            let mut b = Vec::with_capacity(size.min(RESERVE) as usize);
+            let mut chunks = r.into_stream();
+            while let Some(c) = chunks.next().await {
+                let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
+                if (b.len() + c.len()) as u64 > size {
+                    return Err(refused(
+                        url,
+                        p.as_ref(),
+                        &format!("its server sent more than the {size} bytes it stated"),
+                    ));
+                }
+                b.extend_from_slice(&c);
             }
-            Ok(Some((b.to_vec(), v)))
+            Ok(Some((b, v)))
         }
         // A missing bucket is not a missing object.
         Err(e @ object_store::Error::NotFound { .. }) if is_no_such_bucket(&e.to_string()) => {
@@ -564,6 +626,9 @@ fn bad_url(url: &str) -> Error {
         "give s3://BUCKET[/PREFIX] (an S3-compatible server through AWS_ENDPOINT_URL) or file:///ABSOLUTE/DIR",
     )
 }
+
+/// The most a read reserves before bytes arrive (it grows with what arrives).
+const RESERVE: u64 = 8 << 20;
 
 fn too_big(n: u64, max: u64) -> String {
     format!("it is {n} bytes, more than the {max} bytes its manifest or kind allows")
@@ -644,12 +709,19 @@ fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&cur)
         .map_err(|e| Error::io(cur.display(), e))?;
-    let mut b = Vec::new();
-    f.take(max.saturating_add(1))
+    // Never more than the file's size when it was judged (a file growing meanwhile is
+    // refused, not followed).
+    let len = md.len();
+    let mut b = Vec::with_capacity(len.min(RESERVE) as usize);
+    f.take(len.saturating_add(1))
         .read_to_end(&mut b)
         .map_err(|e| Error::io(cur.display(), e))?;
-    if b.len() as u64 > max {
-        return Err(refused(url, key, &too_big(b.len() as u64, max)));
+    if b.len() as u64 > len {
+        return Err(refused(
+            url,
+            key,
+            &format!("it grew past its {len} bytes while it was read"),
+        ));
     }
     let v = Version(revl_core::util::blake3_hex(&b));
     Ok(Some((b, v)))

@@ -9,7 +9,7 @@
 //! parallel fork whose branch then moves into the local store.
 
 use crate::bucket::Bucket;
-use crate::untrusted::{is_digest, MAX_MANIFEST, MAX_OBJECT, MAX_PACK};
+use crate::untrusted::{is_digest, MAX_MANIFEST, MAX_OBJECT, MAX_PACK, MAX_WAL_READ};
 use crate::{blob_key, sha256_hex, tampered, Manifest, Remote};
 use revl_core::storage::Copied;
 use revl_core::{Code, Error, Result, Store};
@@ -270,6 +270,10 @@ impl Reader {
                     .map_err(|e| hostile(name, &wal_obj, e))
             })?;
             Checked::of(&m).write(&pulled)?;
+            // One copy on disk: the verified WAL becomes the mirror's (a hard link; each is
+            // only ever replaced whole, by rename, so neither changes under the other, and
+            // the next read still starts from the verified bytes and the WAL they state).
+            share(&self.mirror.wal_path(id), &verified);
         }
         self.ensure_base_dir(id)?;
         Ok(m)
@@ -346,6 +350,16 @@ impl Reader {
             .iter()
             .map(|m| {
                 let id = &m.session;
+                if m.wal_length > MAX_WAL_READ {
+                    return Err(crate::untrusted::refused(
+                        name,
+                        &crate::manifest_key(id),
+                        &format!(
+                            "its walLength is {} bytes, more than revl reads of a remote WAL ({MAX_WAL_READ} bytes); nothing of it was fetched",
+                            m.wal_length
+                        ),
+                    ));
+                }
                 let have = Checked::read(&self.verified_path(id, "json"));
                 if have.as_ref() == Some(&Checked::of(m)) && self.verified_path(id, "wal").is_file()
                 {
@@ -394,44 +408,61 @@ impl Reader {
                 Ok(Some((wal, need)))
             })
             .collect();
-        let keys: Vec<(String, u64)> = plans
-            .iter()
-            .flat_map(|p| match p {
-                Ok(Some((_, need))) => need
-                    .iter()
-                    .map(|s| (s.key.clone(), s.to - s.from))
-                    .collect(),
-                _ => Vec::new(),
-            })
-            .collect();
-        let mut got = self.bucket.get_each_limited(&keys).into_iter();
-        let mut out = Vec::new();
-        for (m, plan) in ms.iter().zip(plans) {
-            let plan = match plan {
-                Ok(Some(p)) => Ok(p),
-                Ok(None) => {
-                    out.push(Ok(()));
+        // Each manifest's answer, its WAL so far and how many segments it still waits for;
+        // the segments fetched in rounds (at most FETCH_BUDGET bytes as stated), each
+        // checked as it comes, a manifest's WAL kept (and dropped from memory) once whole,
+        // and nothing more fetched for a manifest once one of its objects is refused.
+        let mut out: Vec<Result<()>> = Vec::with_capacity(ms.len());
+        let mut wals: Vec<Vec<u8>> = Vec::with_capacity(ms.len());
+        let mut left: Vec<usize> = Vec::with_capacity(ms.len());
+        let mut todo: Vec<(usize, &crate::Segment)> = Vec::new();
+        for (i, (m, plan)) in ms.iter().zip(plans).enumerate() {
+            let (r, wal, n) = match plan {
+                Ok(None) => (Ok(()), Vec::new(), 0),
+                Err(e) => (Err(e), Vec::new(), 0),
+                Ok(Some((wal, need))) if need.is_empty() => {
+                    (self.keep_verified(m, &wal), Vec::new(), 0)
+                }
+                Ok(Some((wal, need))) => {
+                    todo.extend(need.iter().map(|s| (i, *s)));
+                    (Ok(()), wal, need.len())
+                }
+            };
+            out.push(r);
+            wals.push(wal);
+            left.push(n);
+        }
+        for round in crate::untrusted::rounds(&todo, |(_, s)| s.to - s.from) {
+            let round: Vec<&(usize, &crate::Segment)> =
+                round.iter().filter(|(i, _)| out[*i].is_ok()).collect();
+            let keys: Vec<(String, u64)> = round
+                .iter()
+                .map(|(_, s)| (s.key.clone(), s.to - s.from))
+                .collect();
+            for (&&(i, s), got) in round.iter().zip(self.bucket.get_each_limited(&keys)) {
+                if out[i].is_err() {
                     continue;
                 }
-                Err(e) => Err(e),
-            };
-            // Take this manifest's answers even when it failed already (they are in order).
-            let fetched: Vec<_> = match &plan {
-                Ok((_, need)) => got.by_ref().take(need.len()).collect(),
-                Err(_) => Vec::new(),
-            };
-            out.push(plan.and_then(|(mut wal, need)| {
-                for (s, b) in need.iter().zip(fetched) {
-                    let Some(b) = b? else {
+                let checked = got.and_then(|b| {
+                    let Some(b) = b else {
                         return Err(tampered(name, &s.key, "it is missing"));
                     };
-                    if sha256_hex(&b) != s.sha256 || b.len() as u64 != s.to - s.from {
+                    if b.len() as u64 != s.to - s.from || sha256_hex(&b) != s.sha256 {
                         return Err(tampered(name, &s.key, "its SHA-256 is not the manifest's"));
                     }
-                    wal.extend_from_slice(&b);
+                    wals[i].extend_from_slice(&b);
+                    Ok(())
+                });
+                left[i] -= 1;
+                out[i] = match checked {
+                    Err(e) => Err(e),
+                    Ok(()) if left[i] == 0 => self.keep_verified(&ms[i], &wals[i]),
+                    Ok(()) => Ok(()),
+                };
+                if out[i].is_err() || left[i] == 0 {
+                    wals[i] = Vec::new();
                 }
-                self.keep_verified(m, &wal)
-            }));
+            }
         }
         out
     }
@@ -602,6 +633,16 @@ fn hostile(remote: &str, key: &str, e: Error) -> Error {
     }
 }
 
+/// Make `to` a hard link to `from` (by a link beside it and a rename over it); on any
+/// failure (another filesystem, no links) `to` stays the copy it was.
+fn share(from: &Path, to: &Path) {
+    let tmp = to.with_extension("wal.link");
+    let _ = std::fs::remove_file(&tmp);
+    if std::fs::hard_link(from, &tmp).is_err() || std::fs::rename(&tmp, to).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}
+
 fn make_writable(dir: &Path) {
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
@@ -713,7 +754,11 @@ pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<Linea
         }
         None => {
             let r = Reader::open(store, remote)?;
-            let (ms, bad) = bucket_manifests(&r)?;
+            // A family's query verifies only the family (the cache keeps what it verified).
+            let (ms, bad) = match of {
+                Some(id) => family_manifests(&r, id)?,
+                None => bucket_manifests(&r)?,
+            };
             unreadable = bad;
             ("bucket", ms.iter().map(LineageEntry::of).collect())
         }
@@ -745,41 +790,83 @@ pub fn bucket_manifests(r: &Reader) -> Result<(Vec<Manifest>, Vec<Unreadable>)> 
 /// The verified manifests of `ids` (read 32 at a time; a session the bucket does not hold
 /// is left out), and those refused.
 pub fn verified_of(r: &Reader, ids: &[String]) -> Result<(Vec<Manifest>, Vec<Unreadable>)> {
-    let mut out = Vec::new();
+    let (stated, mut bad) = stated_of(r, ids)?;
+    let ok = verify_stated(r, stated, &mut bad)?;
+    Ok((ok, bad))
+}
+
+/// The verified manifests of the family of `id` (its root ancestor and everything below
+/// it): every manifest is read and checked, but only the WALs of the family their stated
+/// lineage makes are fetched and verified; the family is then made again from the verified
+/// ones alone (a manifest lying about its lineage is refused, never followed).
+pub fn family_manifests(r: &Reader, id: &str) -> Result<(Vec<Manifest>, Vec<Unreadable>)> {
+    let (stated, mut bad) = stated_of(r, &r.session_ids()?)?;
+    let entries: Vec<LineageEntry> = stated.iter().map(|(_, m)| LineageEntry::of(m)).collect();
+    let keep: BTreeSet<String> = family(entries, id).into_iter().map(|e| e.session).collect();
+    let stated = stated
+        .into_iter()
+        .filter(|(_, m)| keep.contains(&m.session))
+        .collect();
+    let ok = verify_stated(r, stated, &mut bad)?;
+    Ok((ok, bad))
+}
+
+/// A manifest as read (its bytes) and parsed, not believed yet.
+type Stated = (Vec<u8>, Manifest);
+
+/// The manifests of `ids` read and checked (the rules of "A remote is untrusted input"),
+/// not yet believed; those refused go to the second list; any other error stops.
+fn stated_of(r: &Reader, ids: &[String]) -> Result<(Vec<Stated>, Vec<Unreadable>)> {
+    let mut parsed = Vec::new();
     let mut bad = Vec::new();
-    let refused = |e: Error, id: &str, bad: &mut Vec<Unreadable>| {
-        if e.code == Code::CorruptRemote {
-            bad.push(Unreadable::of(id, &e));
-            Ok(())
-        } else {
-            Err(e)
-        }
-    };
     for chunk in ids.chunks(1024) {
         let keys: Vec<(String, u64)> = chunk
             .iter()
             .map(|id| (crate::manifest_key(id), MAX_MANIFEST))
             .collect();
-        let mut parsed = Vec::new();
         for (id, got) in chunk.iter().zip(r.bucket.get_each_limited(&keys)) {
-            match got {
-                Ok(Some(b)) => match r.judged(id, &b, |_| Ok(())) {
-                    Ok(m) => parsed.push((b, m)),
-                    Err(e) => refused(e, id, &mut bad)?,
-                },
+            let judged = got.and_then(|got| match got {
+                Some(b) => r.judged(id, &b, |_| Ok(())).map(|m| Some((b, m))),
+                None => Ok(None),
+            });
+            match judged {
+                Ok(Some(one)) => parsed.push(one),
                 Ok(None) => {}
-                Err(e) => refused(e, id, &mut bad)?,
-            }
-        }
-        let ms: Vec<Manifest> = parsed.iter().map(|(_, m)| m.clone()).collect();
-        for ((b, m), v) in parsed.into_iter().zip(r.verify_wals(&ms)) {
-            match r.judge(&m.session, &b, || v) {
-                Ok(()) => out.push(m),
-                Err(e) => refused(e, &m.session, &mut bad)?,
+                Err(e) => refused_into(e, id, &mut bad)?,
             }
         }
     }
-    Ok((out, bad))
+    Ok((parsed, bad))
+}
+
+/// The manifests of `stated` whose WAL verifies and states their lineage
+/// ([`Reader::verify_wals`]); those refused are added to `bad`.
+fn verify_stated(
+    r: &Reader,
+    stated: Vec<Stated>,
+    bad: &mut Vec<Unreadable>,
+) -> Result<Vec<Manifest>> {
+    let mut out = Vec::new();
+    for chunk in stated.chunks(1024) {
+        let ms: Vec<Manifest> = chunk.iter().map(|(_, m)| m.clone()).collect();
+        for ((b, m), v) in chunk.iter().zip(r.verify_wals(&ms)) {
+            match r.judge(&m.session, b, || v) {
+                Ok(()) => out.push(m.clone()),
+                Err(e) => refused_into(e, &m.session, bad)?,
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A refusal (`corrupt-remote`) of session `id` listed in `bad`; any other error returned.
+fn refused_into(e: Error, id: &str, bad: &mut Vec<Unreadable>) -> Result<()> {
+    if e.code == Code::CorruptRemote {
+        bad.push(Unreadable::of(id, &e));
+        Ok(())
+    } else {
+        Err(e)
+    }
 }
 
 /// The family of `id`: its root ancestor and every session below that root.

@@ -7,6 +7,7 @@
 //! compare-and-swap that lost a race is re-read and judged the same way.
 
 use crate::bucket::{Bucket, Put, Version};
+use crate::untrusted::rounds;
 use crate::{blob_key, manifest_key, segment_key, sha256_hex, Manifest, Segment};
 use revl_core::storage::{get_blob, read_range};
 use revl_core::{Code, Error, Result, Store};
@@ -229,6 +230,9 @@ fn push_one(
     let mut uploaded_blobs = 0u64;
     let mut bytes = 0u64;
     let mut blobs_done = false;
+    // --repair of a manifest whose segments are not this store's WAL's: the new one names
+    // this store's WAL afresh (one segment from 0), never the segments it named.
+    let mut fresh = false;
     let mut repaired = Vec::new();
     for _attempt in 0..5 {
         let (current, refused) = match found(bucket, remote, id, mode)? {
@@ -236,7 +240,7 @@ fn push_one(
             Found::Absent => (None, None),
             Found::Refused(v, epoch) => (None, Some((v, epoch))),
         };
-        let (base_len, prev) = match &current {
+        let (mut base_len, prev) = match &current {
             Some((m, _)) => {
                 if m.wal_length > local_len
                     || sha256_hex(&wal[..m.wal_length as usize]) != m.wal_sha256
@@ -258,14 +262,21 @@ fn push_one(
         // rewritten when it was refused, states what the WAL does not, or anything was.
         let mut rewrite = refused.is_some();
         if mode == Mode::Repair && !blobs_done {
-            let (r, man) = repair(store, bucket, id, &st, &wal, prev.as_ref())?;
+            let (r, segments_wrong, lineage_wrong) =
+                repair(store, bucket, id, &st, &wal, prev.as_ref())?;
             repaired.extend(r);
-            if refused.is_some() {
+            // The manifest is listed when it was refused, or states segments or a lineage
+            // that are not this store's WAL's (a lineage-only fix is a repair too).
+            if refused.is_some() || segments_wrong || lineage_wrong {
                 repaired.push(manifest_key(id));
             }
+            fresh = segments_wrong;
             // A new epoch whatever was found: every reader that marked the session
             // unreadable judges it again (an object may have been put right by hand).
-            rewrite |= man || !repaired.is_empty() || mode == Mode::Repair;
+            rewrite = true;
+        }
+        if fresh {
+            base_len = 0;
         }
         if base_len == local_len && !base_new && !rewrite {
             // Nothing new: no object is created or changed.
@@ -326,6 +337,7 @@ fn push_one(
         let seg_bytes = &wal[base_len as usize..];
         let mut segments = prev
             .as_ref()
+            .filter(|_| !fresh)
             .map(|m| m.segments.clone())
             .unwrap_or_default();
         if !seg_bytes.is_empty() || segments.is_empty() {
@@ -415,8 +427,8 @@ fn push_one(
 /// store's copy: each segment the manifest `m` names (its bytes are the local WAL's range
 /// when its SHA-256 is), each blob the session needs (by its blake3), the base tree's pack
 /// (each entry by its digest). Those that fail (or are missing) are uploaded again. Returns
-/// their keys, and whether the manifest itself must be rewritten (its segments or its
-/// lineage are not this store's WAL's).
+/// their keys, and whether the manifest must be rewritten: its segments are not this
+/// store's WAL's; its lineage is not.
 fn repair(
     store: &Store,
     bucket: &Bucket,
@@ -424,28 +436,34 @@ fn repair(
     st: &revl_core::state::State,
     wal: &[u8],
     m: Option<&Manifest>,
-) -> Result<(Vec<String>, bool)> {
+) -> Result<(Vec<String>, bool, bool)> {
     let mut fixed = Vec::new();
-    let mut manifest = false;
+    let (mut segments, mut lineage) = (false, false);
     if let Some(m) = m {
-        let keys: Vec<(String, u64)> = m
-            .segments
-            .iter()
-            .map(|s| (s.key.clone(), s.to - s.from))
-            .collect();
-        for (s, got) in m.segments.iter().zip(bucket.get_each_limited(&keys)) {
-            let ok = matches!(&got, Ok(Some(b)) if sha256_hex(b) == s.sha256);
-            if ok {
-                continue;
-            }
-            let local = wal.get(s.from as usize..s.to as usize);
+        // Only a segment this store's WAL holds is read, and at most its length: one it
+        // does not hold is not this store's WAL's (the manifest is rewritten), whatever
+        // size it states.
+        let mut held = Vec::new();
+        for s in &m.segments {
+            let local = usize::try_from(s.from)
+                .ok()
+                .zip(usize::try_from(s.to).ok())
+                .and_then(|(from, to)| wal.get(from..to));
             match local.filter(|b| sha256_hex(b) == s.sha256) {
-                Some(b) => {
+                Some(b) => held.push((s, b)),
+                None => segments = true,
+            }
+        }
+        for round in rounds(&held, |(_, b)| b.len() as u64) {
+            let keys: Vec<(String, u64)> = round
+                .iter()
+                .map(|(s, b)| (s.key.clone(), b.len() as u64))
+                .collect();
+            for ((s, b), got) in round.iter().zip(bucket.get_each_limited(&keys)) {
+                if !verified(got, |got| sha256_hex(got) == s.sha256)? {
                     bucket.replace(&s.key, b)?;
                     fixed.push(s.key.clone());
                 }
-                // The manifest names a segment this store's WAL does not hold.
-                None => manifest = true,
             }
         }
         if m.wal_length == wal.len() as u64 {
@@ -455,26 +473,26 @@ fn repair(
                 st.life().as_str(),
                 st.head(),
             );
-            manifest |= stated != (m.parent.clone(), m.at, m.state.as_str(), m.head);
+            lineage = stated != (m.parent.clone(), m.at, m.state.as_str(), m.head);
         }
     }
-    let want: Vec<String> = store.blobs_of(id, st)?.into_iter().collect();
-    for chunk in want.chunks(64) {
-        let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
-        for (d, got) in chunk
-            .iter()
-            .zip(bucket.get_each(&keys, crate::untrusted::MAX_OBJECT))
-        {
-            let ok = matches!(&got, Ok(Some(b)) if revl_core::util::blake3_hex(b) == *d);
-            if ok {
+    // Each blob the session needs that this store holds, read at most its local size (a
+    // digest the WAL names may be held inline, a small preimage: not a blob, not read).
+    let blobs = store.blobs();
+    let want: Vec<(String, u64)> = store
+        .blobs_of(id, st)?
+        .into_iter()
+        .filter_map(|d| {
+            let len = std::fs::metadata(blobs.path_of(&d)).ok()?.len();
+            Some((d, len))
+        })
+        .collect();
+    for round in rounds(&want, |(_, len)| *len) {
+        let keys: Vec<(String, u64)> = round.iter().map(|(d, len)| (blob_key(d), *len)).collect();
+        for ((d, _), got) in round.iter().zip(bucket.get_each_limited(&keys)) {
+            if verified(got, |b| revl_core::util::blake3_hex(b) == *d)? {
                 continue;
             }
-            if let Err(e) = &got {
-                if e.code != Code::CorruptRemote {
-                    return Err(e.clone());
-                }
-            }
-            // A digest the WAL names may be held inline (a small preimage): not a blob.
             if let Some(b) = get_blob(store, d)? {
                 bucket.replace(&blob_key(d), &b)?;
                 fixed.push(blob_key(d));
@@ -483,22 +501,35 @@ fn repair(
     }
     if let Some(base) = store.base_of(id) {
         let key = crate::pack_key(&base.tree);
-        let ok = match bucket.get_limited(&key, crate::untrusted::MAX_PACK) {
-            Ok(Some((b, _))) => crate::unpack(&b).is_some_and(|entries| {
+        let got = bucket.get_limited(&key, crate::untrusted::MAX_PACK);
+        // A pack is a shortcut: one the bucket lacks is not put there by a repair.
+        let absent = matches!(got, Ok(None));
+        let ok = verified(got.map(|o| o.map(|(b, _)| b)), |b| {
+            crate::unpack(b).is_some_and(|entries| {
                 entries
                     .iter()
                     .all(|(d, b)| revl_core::util::blake3_hex(b) == *d)
-            }),
-            Ok(None) => true,
-            Err(e) if e.code == Code::CorruptRemote => false,
-            Err(e) => return Err(e),
-        };
-        if !ok {
+            })
+        })?;
+        if !ok && !absent {
             bucket.replace(&key, &pack_of(store, &base)?)?;
             fixed.push(key);
         }
     }
-    Ok((fixed, manifest))
+    Ok((fixed, segments, lineage))
+}
+
+/// Whether an object read for `push --repair` passes `check`: `false` when it is missing,
+/// refused (`corrupt-remote`: too large, not a regular file) or fails the check; an error
+/// that is no verdict on the object (the server cannot be reached, a timeout) stops the
+/// repair, so nothing is uploaded again that was not found wrong.
+fn verified(got: Result<Option<Vec<u8>>>, check: impl FnOnce(&[u8]) -> bool) -> Result<bool> {
+    match got {
+        Ok(Some(b)) => Ok(check(&b)),
+        Ok(None) => Ok(false),
+        Err(e) if e.code == Code::CorruptRemote => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Create the blobs of `items` in the bucket (each only if absent), then empty `items`.

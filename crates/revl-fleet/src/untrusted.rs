@@ -14,11 +14,41 @@ pub const MAX_MANIFEST: u64 = 64 << 20;
 pub const MAX_OBJECT: u64 = 5 << 30;
 /// The largest WAL a manifest may state (its segments are fetched and verified whole).
 pub const MAX_WAL: u64 = 1 << 40;
+/// The largest WAL a read fetches and verifies (it is assembled and checked in memory, so
+/// revl, not the manifest, chooses how much that may be): a manifest stating more is
+/// refused before any segment is fetched. A million steps' WAL is about 200 MiB.
+pub const MAX_WAL_READ: u64 = 1 << 30;
+/// What one round of a read fetches at most, by the sizes stated (segments, blobs):
+/// objects are fetched in rounds of at most this many bytes (or 256 objects), and one
+/// larger object alone, so a manifest's sizes never decide how much is held at once.
+pub const FETCH_BUDGET: u64 = 64 << 20;
 /// The largest epoch, head, WAL length or fork step a manifest may state: what the lineage
 /// index's `bigint` columns hold.
 pub const MAX_FIELD: u64 = i64::MAX as u64;
 /// The largest pack read: its bytes and each entry's two header lines.
 pub const MAX_PACK: u64 = crate::PACK_MAX_BYTES as u64 + (64 << 20);
+
+/// `items` in rounds to fetch: each at most [`FETCH_BUDGET`] bytes by `size` (an item
+/// larger than that goes alone) and at most 256 items.
+pub fn rounds<T>(items: &[T], size: impl Fn(&T) -> u64) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let mut rest = items;
+    while !rest.is_empty() {
+        let (mut n, mut bytes) = (0usize, 0u64);
+        while n < rest.len() && n < 256 {
+            let b = size(&rest[n]);
+            if n > 0 && bytes.saturating_add(b) > FETCH_BUDGET {
+                break;
+            }
+            bytes = bytes.saturating_add(b);
+            n += 1;
+        }
+        let (round, tail) = rest.split_at(n);
+        out.push(round);
+        rest = tail;
+    }
+    out
+}
 
 /// An object of `remote` refused: it broke `rule`.
 pub fn refused(remote: &str, key: &str, rule: &str) -> Error {
@@ -159,6 +189,17 @@ mod tests {
             assert!(check_key(bad).is_err(), "{bad:?} accepted");
         }
         assert!(check_key(&"a".repeat(1025)).is_err());
+    }
+
+    #[test]
+    fn rounds_hold_at_most_the_budget_or_one_object() {
+        let sizes = [FETCH_BUDGET / 2, FETCH_BUDGET / 2, 1, MAX_OBJECT, 3];
+        let r = rounds(&sizes, |s| *s);
+        assert_eq!(
+            r,
+            vec![&sizes[..2], &sizes[2..3], &sizes[3..4], &sizes[4..]]
+        );
+        assert_eq!(rounds(&[0u64; 300], |s| *s).len(), 2);
     }
 
     #[test]

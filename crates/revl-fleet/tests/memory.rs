@@ -124,6 +124,17 @@ fn a_session_pushed_to_memory_reads_in_another_store_byte_for_byte() {
     // A second push with nothing new writes nothing.
     let again = push_with(&w.a, &w.remote, &bucket(&w.objects), &[], Mode::Extend).unwrap();
     assert_eq!((again.pushed[0].blobs, again.pushed[0].bytes), (0, 0));
+    // The mirror's WAL and the verified one the cache starts from are one file on disk.
+    use std::os::unix::fs::MetadataExt;
+    let mirror = std::fs::metadata(w.reader().mirror.wal_path(&w.id)).unwrap();
+    let verified =
+        w.b.root()
+            .join(format!("remotes/origin/verified/{}.wal", w.id));
+    let verified = std::fs::metadata(verified).unwrap();
+    assert_eq!(
+        (mirror.dev(), mirror.ino()),
+        (verified.dev(), verified.ino())
+    );
 }
 
 #[test]
@@ -178,7 +189,8 @@ fn a_manifest_stating_another_lineage_is_not_believed_and_repair_restores_it() {
     assert!(bad[0].message.contains("lineage"), "{}", bad[0].message);
     let ids = [w.id.clone()];
     let fixed = push_with(&w.a, &w.remote, &bucket(&w.objects), &ids, Mode::Repair).unwrap();
-    assert_eq!(fixed.pushed[0].repaired, Vec::<String>::new());
+    // A lineage-only fix is a repair: the report says the manifest was put right.
+    assert_eq!(fixed.pushed[0].repaired, vec![key.clone()]);
     assert_eq!(fixed.pushed[0].remote_head["epoch"], 2);
     let (ok, bad) = bucket_manifests(&w.reader()).unwrap();
     assert_eq!((ok.len(), bad.len()), (1, 0));
@@ -385,4 +397,195 @@ fn a_remote_cache_is_a_read_only_store_the_local_verbs_read() {
     let e = cache.session(&w.id).unwrap_err();
     assert_eq!(e.code, Code::CorruptRemote, "{e:?}");
     assert!(e.message.contains(&key), "{}", e.message);
+}
+
+/// A manifest stating a WAL of a tebibyte (within the manifest's own bound) in segments
+/// of 5 GiB, each as large as one object may be.
+fn tebibyte_manifest(honest: &serde_json::Value, id: &str) -> serde_json::Value {
+    let (seg, total) = (5u64 << 30, 1u64 << 40);
+    let sha = "ab".repeat(32);
+    let mut segments = Vec::new();
+    let mut from = 0;
+    while from < total {
+        let to = (from + seg).min(total);
+        segments.push(serde_json::json!({
+            "key": format!("sessions/{id}/wal/{from:020}-{to:020}-{sha}"),
+            "from": from, "to": to, "sha256": sha,
+        }));
+        from = to;
+    }
+    let mut m = honest.clone();
+    m["walLength"] = total.into();
+    m["segments"] = segments.into();
+    m
+}
+
+#[test]
+fn sizes_a_remote_states_never_decide_what_is_read() {
+    let w = world();
+    let key = format!("sessions/{}/manifest.json", w.id);
+    let honest: serde_json::Value = serde_json::from_slice(&w.get(&key)).unwrap();
+    // A stated WAL of 1 TiB: refused by revl's own read limit, before any segment is read.
+    let m = tebibyte_manifest(&honest, &w.id);
+    let first = m["segments"][0]["key"].as_str().unwrap().to_string();
+    w.plant(&first, &vec![0u8; 1 << 20]);
+    w.plant(&key, &serde_json::to_vec(&m).unwrap());
+    let (ok, bad) = bucket_manifests(&w.reader()).unwrap();
+    assert!(ok.is_empty());
+    let msg = &bad[0].message;
+    assert!(msg.contains(&key), "{msg}");
+    assert!(
+        msg.contains("more than revl reads of a remote WAL"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "{msg}");
+    // A segment object much bigger than its manifest states: refused, not read.
+    w.plant(&key, &serde_json::to_vec(&honest).unwrap());
+    let seg = honest["segments"][0]["key"].as_str().unwrap().to_string();
+    let mut bigger = w.get(&seg);
+    bigger.resize(bigger.len() + (64 << 20), b'x');
+    w.plant(&seg, &bigger);
+    let mut m = honest.clone();
+    m["epoch"] = 9.into();
+    w.plant(&key, &serde_json::to_vec(&m).unwrap());
+    let (ok, bad) = bucket_manifests(&w.reader()).unwrap();
+    assert!(ok.is_empty());
+    assert!(bad[0].message.contains(&seg), "{}", bad[0].message);
+    assert!(
+        bad[0].message.contains("more than the"),
+        "{}",
+        bad[0].message
+    );
+}
+
+/// The in-memory store, its reads of keys holding `down` failing as the network does (the
+/// connection refused), every read and write recorded.
+#[derive(Debug)]
+struct Flaky {
+    inner: Arc<InMemory>,
+    down: &'static str,
+    gets: std::sync::Mutex<Vec<String>>,
+    puts: std::sync::Mutex<Vec<String>>,
+}
+
+impl std::fmt::Display for Flaky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Flaky")
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for Flaky {
+    async fn put_opts(
+        &self,
+        p: &Key,
+        b: PutPayload,
+        o: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        self.puts.lock().unwrap().push(p.to_string());
+        self.inner.put_opts(p, b, o).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        p: &Key,
+        o: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(p, o).await
+    }
+    async fn get_opts(
+        &self,
+        p: &Key,
+        o: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.gets.lock().unwrap().push(p.to_string());
+        if p.as_ref().contains(self.down) {
+            use object_store::client::{HttpError, HttpErrorKind};
+            let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+            return Err(object_store::Error::Generic {
+                store: "S3",
+                source: Box::new(HttpError::new(HttpErrorKind::Connect, refused)),
+            });
+        }
+        self.inner.get_opts(p, o).await
+    }
+    async fn delete(&self, p: &Key) -> object_store::Result<()> {
+        self.inner.delete(p).await
+    }
+    fn list(
+        &self,
+        p: Option<&Key>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(p)
+    }
+    async fn list_with_delimiter(
+        &self,
+        p: Option<&Key>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(p).await
+    }
+    async fn copy(&self, a: &Key, b: &Key) -> object_store::Result<()> {
+        self.inner.copy(a, b).await
+    }
+    async fn copy_if_not_exists(&self, a: &Key, b: &Key) -> object_store::Result<()> {
+        self.inner.copy_if_not_exists(a, b).await
+    }
+}
+
+fn flaky(w: &World, down: &'static str) -> Arc<Flaky> {
+    Arc::new(Flaky {
+        inner: w.objects.clone(),
+        down,
+        gets: Default::default(),
+        puts: Default::default(),
+    })
+}
+
+#[test]
+fn repair_stops_at_a_network_error_and_uploads_nothing_it_did_not_find_wrong() {
+    let w = world();
+    let ids = [w.id.clone()];
+    // The segments' reads fail as a refused connection does: not a verdict on them.
+    let net = flaky(&w, "/wal/");
+    let b = Bucket::over(net.clone(), "s3://fleet/p").unwrap();
+    let e = push_with(&w.a, &w.remote, &b, &ids, Mode::Repair).unwrap_err();
+    assert_eq!(e.code, Code::Io, "{e:?}");
+    assert!(e.message.contains("cannot be reached"), "{}", e.message);
+    assert!(!e.message.contains("refused:"), "{}", e.message);
+    assert!(!e.message.contains('\n'), "{}", e.message);
+    assert_eq!(*net.puts.lock().unwrap(), Vec::<String>::new());
+    // A manifest naming a segment this store's WAL does not hold (5 GiB stated): repair
+    // rewrites the manifest without reading that segment.
+    let key = format!("sessions/{}/manifest.json", w.id);
+    let mut m: serde_json::Value = serde_json::from_slice(&w.get(&key)).unwrap();
+    let sha = "cd".repeat(32);
+    let far = format!("sessions/{}/wal/{:020}-{:020}-{sha}", w.id, 0, 5u64 << 30);
+    m["segments"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"key": far, "from": 0, "to": 5u64 << 30, "sha256": sha}));
+    w.plant(&key, &serde_json::to_vec(&m).unwrap());
+    w.plant(&far, &vec![0u8; 1 << 20]);
+    let seen = flaky(&w, "nothing-is-down");
+    let b = Bucket::over(seen.clone(), "s3://fleet/p").unwrap();
+    let fixed = push_with(&w.a, &w.remote, &b, &ids, Mode::Repair).unwrap();
+    assert_eq!(fixed.pushed[0].repaired, vec![key.clone()]);
+    assert!(!seen.gets.lock().unwrap().contains(&far), "read {far}");
+    assert_eq!(w.read_big(&w.reader()).unwrap(), w.big);
+}
+
+#[test]
+fn repair_of_an_unreachable_endpoint_says_so() {
+    let w = world();
+    // Nothing listens on port 1 of the loopback: the connection is refused.
+    let b = Bucket::over(s3_at("http://127.0.0.1:1"), "s3://configured-bucket/p").unwrap();
+    let ids = [w.id.clone()];
+    let e = push_with(&w.a, &w.remote, &b, &ids, Mode::Repair).unwrap_err();
+    assert_eq!(e.code, Code::Io, "{e:?}");
+    assert!(
+        e.message
+            .contains("the server of remote s3://configured-bucket/p cannot be reached"),
+        "{}",
+        e.message
+    );
+    assert!(!e.message.contains("corrupt"), "{}", e.message);
 }

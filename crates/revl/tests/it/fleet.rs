@@ -1766,3 +1766,100 @@ fn a_push_refuses_a_blob_symlink_in_a_shared_directory_without_reading_it() {
     let msg = f.a(&["push"]).err(1, "corrupt-remote");
     assert!(msg.contains("symlink"), "{msg}");
 }
+
+/// `revl --json --store STORE ARGS` with its address space limited to 2 GiB (`ulimit -v`):
+/// a read that allocated what a remote states (gibibytes) would fail there.
+fn in_two_gib(store: &Path, args: &[&str]) -> (Option<i32>, Value, String) {
+    let s = store.display().to_string();
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -v 2097152 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_revl"))
+        .args(["--json", "--store", s.as_str()])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = serde_json::from_str(&stdout)
+        .unwrap_or_else(|_| panic!("not one document: {stdout}\n{stderr}"));
+    (out.status.code(), doc, stderr)
+}
+
+#[test]
+fn a_remote_stating_a_tebibyte_wal_is_refused_without_reading_it() {
+    let f = Fleet::dir();
+    let (id, other) = two_pushed(&f);
+    let forge = Forge::new(&f, &id);
+    let Objects::Dir(root) = &forge.objects else {
+        unreachable!("a shared directory")
+    };
+    // A WAL of 1 TiB in segments of 5 GiB, the first two present as 5 GiB (sparse) files:
+    // reading what the manifest states would hold gibibytes before any digest is checked.
+    let (seg, total) = (5u64 << 30, 1u64 << 40);
+    let sha = "ab".repeat(32);
+    let mut m = forge.manifest();
+    let mut segments = Vec::new();
+    let mut from = 0;
+    while from < total {
+        let to = (from + seg).min(total);
+        let key = format!("sessions/{id}/wal/{from:020}-{to:020}-{sha}");
+        if segments.len() < 2 {
+            let f = std::fs::File::create(root.join(&key)).unwrap();
+            f.set_len(to - from).unwrap();
+        }
+        segments.push(serde_json::json!({"key": key, "from": from, "to": to, "sha256": sha}));
+        from = to;
+    }
+    m["walLength"] = total.into();
+    m["segments"] = segments.into();
+    forge.set_manifest(&m);
+    for args in [
+        &["--remote", "origin", "log"][..],
+        &["remote", "lineage", "origin"][..],
+    ] {
+        let store = fresh(&f, &format!("reader-{}", args[0]));
+        let (code, doc, stderr) = in_two_gib(&store, args);
+        assert_eq!(code, Some(0), "{doc}\n{stderr}");
+        assert!(listed(&doc, &other), "the bystander is listed: {doc}");
+        let (code, msg) = unreadable(&doc, &id).unwrap_or_else(|| panic!("{doc}"));
+        assert_eq!(code, "corrupt-remote", "{msg}");
+        assert!(
+            msg.contains("more than revl reads of a remote WAL"),
+            "{msg}"
+        );
+        assert!(msg.contains(&forge.man_key()), "{msg}");
+    }
+}
+
+#[test]
+fn a_lineage_query_of_one_family_verifies_only_that_family() {
+    let f = Fleet::dir();
+    let (id, other) = two_pushed(&f);
+    let store = fresh(&f, "reader");
+    let r = f
+        .on(&store, &["remote", "lineage", "origin", &id])
+        .ok()
+        .clone();
+    assert_eq!(r["count"], 1, "{r}");
+    assert_eq!(r["sessions"][0]["session"], id.as_str(), "{r}");
+    let verified = store.join("remotes/origin/verified");
+    assert!(verified.join(format!("{id}.json")).is_file());
+    assert!(
+        !verified.join(format!("{other}.json")).exists(),
+        "a session outside the family was verified"
+    );
+    // A family member whose manifest lies about its lineage is refused, not followed.
+    let forge = Forge::new(&f, &other);
+    let mut m = forge.manifest();
+    m["parent"] = id.as_str().into();
+    m["at"] = 1.into();
+    forge.set_manifest(&m);
+    let r = f
+        .on(&store, &["remote", "lineage", "origin", &id])
+        .ok()
+        .clone();
+    assert_eq!(r["count"], 1, "{r}");
+    let (code, msg) = unreadable(&r, &other).unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(code, "corrupt-remote", "{msg}");
+    assert!(msg.contains("lineage"), "{msg}");
+}
