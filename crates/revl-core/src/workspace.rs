@@ -1807,20 +1807,36 @@ fn copy_any(src: &Path, dst: &Path) -> Result<()> {
 }
 
 /// Remove the tree `name` in `dir` where it stands, through directory handles, never
-/// following a symlink; a directory without write or search permission for its owner is
-/// opened up first (as `remove_any` does).
+/// following a symlink and never into another filesystem mounted inside it; a directory
+/// without read, write or search permission for its owner is opened up first.
 fn remove_tree_at(dir: &rustix::fd::OwnedFd, name: &std::ffi::OsStr) -> std::io::Result<()> {
-    use rustix::fs::{fchmod, fstat, openat, unlinkat, AtFlags, Dir, FileType, Mode, OFlags};
+    use rustix::fs::{
+        chmodat, fstat, openat, statat, unlinkat, AtFlags, Dir, FileType, Mode, OFlags,
+    };
     use std::os::unix::ffi::OsStrExt;
+    // Opened up before it is opened: a directory its owner may not read (an overlay's work
+    // directory is mode 0) could not be listed.
+    let mode = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?.st_mode;
+    if mode & 0o700 != 0o700 {
+        chmodat(
+            dir,
+            name,
+            Mode::from_raw_mode((mode | 0o700) & 0o7777),
+            AtFlags::empty(),
+        )?;
+    }
     let sub = openat(
         dir,
         name,
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
-    let mode = fstat(&sub)?.st_mode;
-    if mode & 0o700 != 0o700 {
-        fchmod(&sub, Mode::from_raw_mode((mode | 0o700) & 0o7777))?;
+    // Another filesystem mounted inside the tree: never emptied from here (the rename aside
+    // this stands in for would have refused it too).
+    if fstat(&sub)?.st_dev != fstat(dir)?.st_dev {
+        return Err(std::io::Error::other(
+            "a filesystem is mounted there: revl does not remove what another filesystem holds (unmount it, then run the command again)",
+        ));
     }
     // Names first, removal after: a directory is not changed while it is being read.
     let mut entries = Vec::new();
@@ -1856,28 +1872,24 @@ fn remove_tree_at(dir: &rustix::fd::OwnedFd, name: &std::ffi::OsStr) -> std::io:
 pub(crate) fn remove_any(p: &Path) -> Result<()> {
     match lstat(p)? {
         None => Ok(()),
+        // Through handles, stopping at another filesystem mounted inside the tree (std's
+        // remove_dir_all empties it), read-only directories opened up on the way.
         Some(m) if m.is_dir() => {
-            // A read-only directory inside the tree would make remove_dir_all fail: open it up.
-            make_writable(p);
-            fs::remove_dir_all(p).map_err(|e| io(p, e))
+            let (parent, name) = match (p.parent(), p.file_name()) {
+                (Some(d), Some(n)) => (d, n),
+                _ => return Err(io(p, std::io::Error::other("not a removable path"))),
+            };
+            let dir = rustix::fs::open(
+                parent,
+                rustix::fs::OFlags::RDONLY
+                    | rustix::fs::OFlags::DIRECTORY
+                    | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| io(parent, e.into()))?;
+            remove_tree_at(&dir, name).map_err(|e| io(p, e))
         }
         Some(_) => fs::remove_file(p).map_err(|e| io(p, e)),
-    }
-}
-
-fn make_writable(p: &Path) {
-    if let Ok(m) = fs::symlink_metadata(p) {
-        if m.is_dir() {
-            let mode = m.permissions().mode();
-            if mode & 0o700 != 0o700 {
-                let _ = fs::set_permissions(p, fs::Permissions::from_mode(mode | 0o700));
-            }
-            if let Ok(rd) = fs::read_dir(p) {
-                for e in rd.flatten() {
-                    make_writable(&e.path());
-                }
-            }
-        }
     }
 }
 
