@@ -125,8 +125,13 @@ impl Index {
     }
 
     /// The remote's lineage: every session, or the family of `of` (its root ancestor and
-    /// everything below it, by a recursive query).
-    pub fn lineage(&mut self, remote: &str, of: Option<&str>) -> Result<Vec<LineageEntry>> {
+    /// everything below it, by a recursive query); the rows that cannot be read as revl
+    /// writes them are returned apart (their sessions, as text).
+    pub fn lineage(
+        &mut self,
+        remote: &str,
+        of: Option<&str>,
+    ) -> Result<(Vec<LineageEntry>, Vec<String>)> {
         let rows = match of {
             None => self.client.query(
                 "SELECT session, parent, at, state, head, epoch, writer FROM revl_sessions WHERE remote = $1 ORDER BY session",
@@ -149,18 +154,38 @@ impl Index {
             ),
         }
         .map_err(|e| pg_err("cannot query the index", e))?;
-        Ok(rows
-            .iter()
-            .map(|r| LineageEntry {
-                session: r.get(0),
-                parent: r.get(1),
-                at: r.get(2),
-                state: r.get(3),
-                head: r.get::<_, i64>(4) as u64,
-                epoch: r.get::<_, i64>(5) as u64,
-                writer: r.get(6),
-            })
-            .collect())
+        // A row is read as the table says, never trusted to be what revl wrote: a column of
+        // another type, a NULL where revl writes a value or a negative count makes the row
+        // unreadable; it is returned apart (its session, or where it stands: text to be escaped
+        // before it is shown), never
+        // failing the query, and what the readable rows say is checked by the caller.
+        let mut out = (Vec::new(), Vec::new());
+        for (i, r) in rows.iter().enumerate() {
+            let count = |i: usize| {
+                r.try_get::<_, i64>(i)
+                    .ok()
+                    .and_then(|v| u64::try_from(v).ok())
+            };
+            let entry = (|| {
+                Some(LineageEntry {
+                    session: r.try_get(0).ok()?,
+                    parent: r.try_get(1).ok()?,
+                    at: r.try_get(2).ok()?,
+                    state: r.try_get(3).ok()?,
+                    head: count(4)?,
+                    epoch: count(5)?,
+                    writer: r.try_get(6).ok()?,
+                })
+            })();
+            match entry {
+                Some(e) => out.0.push(e),
+                None => out.1.push(
+                    r.try_get::<_, String>(0)
+                        .unwrap_or_else(|_| format!("(row {} of the answer)", i + 1)),
+                ),
+            }
+        }
+        Ok(out)
     }
 }
 

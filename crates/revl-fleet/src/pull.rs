@@ -46,6 +46,10 @@ struct Checked {
     state: String,
     head: u64,
     base: Option<String>,
+    /// The manifest's epoch and writer (taken from it as stated): what an index row holds
+    /// besides the lineage, so a row can be compared with what was verified.
+    epoch: u64,
+    writer: String,
 }
 
 impl Checked {
@@ -58,6 +62,8 @@ impl Checked {
             state: m.state.clone(),
             head: m.head,
             base: m.base.as_ref().map(|b| b.tree.clone()),
+            epoch: m.epoch,
+            writer: m.writer.clone(),
         }
     }
 
@@ -284,6 +290,24 @@ impl Reader {
     /// of a session refused), beside the mirror in the store's cache of the remote.
     fn verified_path(&self, id: &str, ext: &str) -> PathBuf {
         self.root.join("verified").join(format!("{id}.{ext}"))
+    }
+
+    /// The lineage entry of session `id` as this store last verified it (its WAL kept in
+    /// the cache and the manifest's lineage checked against it), if it did.
+    fn verified_entry(&self, id: &str) -> Option<LineageEntry> {
+        if !revl_core::store::is_session_id(id) || !self.verified_path(id, "wal").is_file() {
+            return None;
+        }
+        let c = Checked::read(&self.verified_path(id, "json"))?;
+        Some(LineageEntry {
+            session: id.to_string(),
+            parent: c.parent,
+            at: c.at,
+            state: c.state,
+            head: c.head,
+            epoch: c.epoch,
+            writer: c.writer,
+        })
     }
 
     /// Parse and check the manifest `bytes` of session `id`, then run `check` on it,
@@ -707,49 +731,49 @@ pub struct LineageReport {
 }
 
 pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<LineageReport> {
-    let mut unreadable = Vec::new();
+    let unreadable;
     let mut stale = Vec::new();
     let (source, mut all) = match &remote.index {
         Some(url) => {
             let mut ix = crate::index::Index::connect(url)?;
-            let rows = ix.lineage(&remote.name, of)?;
+            let (mut rows, unread) = ix.lineage(&remote.name, of)?;
+            // A row the table holds in a shape revl never writes stands for its session
+            // alone: it differs from any truth, so it is checked against the bucket and
+            // named stale like any row that differs.
+            rows.extend(unread.into_iter().map(|session| LineageEntry {
+                session,
+                parent: None,
+                at: None,
+                state: String::new(),
+                head: 0,
+                epoch: 0,
+                writer: String::new(),
+            }));
+            let r = Reader::open(store, remote)?;
             match of {
                 // A family's rows are checked against the bucket's verified WALs before
                 // they are believed: a row that differs (another store pushed without the
                 // index, or the table was written by hand) is answered from the bucket
                 // and named stale.
                 Some(of_id) => {
-                    let r = Reader::open(store, remote)?;
-                    let ids: Vec<String> = rows
-                        .iter()
-                        .filter(|e| revl_core::store::is_session_id(&e.session))
-                        .map(|e| e.session.clone())
-                        .collect();
-                    let (ms, bad) = verified_of(&r, &ids)?;
-                    let by: std::collections::BTreeMap<&str, LineageEntry> = ms
-                        .iter()
-                        .map(|m| (m.session.as_str(), LineageEntry::of(m)))
-                        .collect();
-                    let mut checked = Vec::new();
-                    for row in rows {
-                        if bad.iter().any(|u| u.session == row.session) {
-                            continue;
-                        }
-                        match by.get(row.session.as_str()) {
-                            Some(truth) => {
-                                if *truth != row {
-                                    stale.push(row.session.clone());
-                                }
-                                checked.push(truth.clone());
-                            }
-                            None => stale.push(row.session.escape_debug().to_string()),
-                        }
-                    }
-                    unreadable = bad;
+                    let (checked, late, bad) = check_rows(&r, rows)?;
+                    (stale, unreadable) = (late, bad);
                     // Only the family the verified rows make (a forged parent makes none).
                     ("index", family(checked, of_id))
                 }
-                None => ("index", rows),
+                // The whole remote: a row equal to what this store verified of its session
+                // is answered as verified (no bucket read); every other row (one this store
+                // never verified, or one that differs from it: a later push, or a row
+                // written by hand) is checked against the bucket as a family's rows are.
+                None => {
+                    let (mut known, rest): (Vec<_>, Vec<_>) = rows
+                        .into_iter()
+                        .partition(|row| r.verified_entry(&row.session).as_ref() == Some(row));
+                    let (checked, late, bad) = check_rows(&r, rest)?;
+                    known.extend(checked);
+                    (stale, unreadable) = (late, bad);
+                    ("index", known)
+                }
             }
         }
         None => {
@@ -778,6 +802,42 @@ pub fn lineage(store: &Store, remote: &Remote, of: Option<&str>) -> Result<Linea
         unreadable,
         stale,
     })
+}
+
+/// Index rows checked against the bucket: each row's session's manifest read and its WAL
+/// verified; a row equal to what they say is believed, one that differs is answered from
+/// the bucket and named stale (as is a row for a session the bucket does not hold, which is
+/// left out); sessions refused (`corrupt-remote`) are returned apart.
+fn check_rows(
+    r: &Reader,
+    rows: Vec<LineageEntry>,
+) -> Result<(Vec<LineageEntry>, Vec<String>, Vec<Unreadable>)> {
+    let ids: Vec<String> = rows
+        .iter()
+        .filter(|e| revl_core::store::is_session_id(&e.session))
+        .map(|e| e.session.clone())
+        .collect();
+    let (ms, bad) = verified_of(r, &ids)?;
+    let by: std::collections::BTreeMap<&str, LineageEntry> = ms
+        .iter()
+        .map(|m| (m.session.as_str(), LineageEntry::of(m)))
+        .collect();
+    let (mut checked, mut stale) = (Vec::new(), Vec::new());
+    for row in rows {
+        if bad.iter().any(|u| u.session == row.session) {
+            continue;
+        }
+        match by.get(row.session.as_str()) {
+            Some(truth) => {
+                if *truth != row {
+                    stale.push(row.session.clone());
+                }
+                checked.push(truth.clone());
+            }
+            None => stale.push(row.session.escape_debug().to_string()),
+        }
+    }
+    Ok((checked, stale, bad))
 }
 
 /// Every session's manifest in the bucket, each believed only once its WAL is verified

@@ -988,6 +988,41 @@ fn the_lineage_index_in_postgresql_is_rebuilt_from_the_bucket_alone() {
         "{fam}"
     );
     assert!(fam["stale"].to_string().contains(&other), "{fam}");
+    // The whole remote's rows are checked too: the forged row is answered from the bucket
+    // (no parent) and named stale, and the row of a later push the index never got as well.
+    let whole = |f: &Fleet| {
+        let all = f.b(&["remote", "lineage", &name]).ok().clone();
+        let of = |id: &str| {
+            all["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["session"] == id)
+                .cloned()
+                .unwrap_or_else(|| panic!("{id} missing: {all}"))
+        };
+        (of(&other), of(&id), of(&branch), all.clone())
+    };
+    let (o, i, b0, all) = whole(&f);
+    assert!(o["parent"].is_null(), "{all}");
+    assert_eq!(i["epoch"], 2, "{all}");
+    assert!(all["stale"].to_string().contains(&other), "{all}");
+    assert!(all["stale"].to_string().contains(&id), "{all}");
+    // A row in a shape revl never writes (a negative head) is neither a panic nor believed:
+    // the session is answered from the bucket and named stale.
+    let sql = format!(
+        "UPDATE revl_sessions SET head = -5 WHERE remote = '{name}' AND session = '{branch}'"
+    );
+    let psql = std::process::Command::new("psql")
+        .args([pg.as_str(), "-q", "-c", sql.as_str()])
+        .output()
+        .expect("psql runs");
+    assert!(psql.status.success(), "{psql:?}");
+    let (_, _, b, all) = whole(&f);
+    assert_eq!(b, b0, "{all}");
+    assert!(all["stale"].to_string().contains(&branch), "{all}");
+    let fam = f.b(&["remote", "lineage", &name, &branch]).ok().clone();
+    assert!(fam["stale"].to_string().contains(&branch), "{fam}");
     // Re-index picks the new head up, and drops the forged row.
     f.b(&["remote", "index", &name, &pg]).ok();
     let fam = f.b(&["remote", "lineage", &name, &id]).ok().clone();
