@@ -336,6 +336,37 @@ def test_fork_not_clean_raises_and_changes_nothing(
     assert len(saver.thread_sessions("x")) == 1
 
 
+def test_a_branch_enumerates_its_fork_once(
+    base: Path, sink: Sink, store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`saver.branch` (tree search) enumerates its fork once, then confirms it: every
+    enumeration checks each witnessed path of the workspace, so a preview before it cost a
+    whole scan per branch. What `on_crossed` reads comes from that one enumeration: a branch
+    over a crossed emission still raises, before its directory is made."""
+    saver, app, k1, _ = crossed_setup(base, sink, store_dir, "raise")
+    calls: list[str] = []
+    for name in ("fork_preview", "fork"):
+        real = getattr(revl.Session, name)
+
+        def spy(self: revl.Session, *a: Any, _name: str = name, _real: Any = real, **kw: Any) -> Any:
+            calls.append(_name)
+            return _real(self, *a, **kw)
+
+        monkeypatch.setattr(revl.Session, name, spy)
+    latest = app.get_state({"configurable": {"thread_id": "x"}})
+    b = saver.branch(latest.config, base / "b1")
+    assert calls == ["fork"], calls
+    assert (base / "b1" / "reply.txt").read_bytes() == OLD.encode()
+    assert b.status().parent == saver.thread_session("x").id  # type: ignore[union-attr]
+    calls.clear()
+    with pytest.raises(revl.ForkNotClean) as exc:
+        saver.branch(k1.config, base / "later" / "b2")
+    assert calls == ["fork"], calls
+    assert exc.value.report is not None and exc.value.report.to_dict()["emissionsCrossed"]
+    assert not (base / "later").exists(), "refused before anything was made"
+    assert sink.count == 1
+
+
 def run_checkpoints(app: Any, cfg: RunnableConfig, since: Any) -> list[Any]:
     """The checkpoints from the thread's latest back to (not including) `since`."""
     by_id = {h.config["configurable"]["checkpoint_id"]: h for h in app.get_state_history(cfg)}

@@ -628,22 +628,23 @@ pub fn beyond_plan(
     blobs: &crate::blobs::BlobStore,
 ) -> Result<Vec<Drift>> {
     let exp = Expected::of_in_with(steps, blobs, inherited);
-    beyond_plan_from(exp, steps, plan, ws, blobs)
+    beyond_plan_from(&exp, steps, plan, ws, blobs)
 }
 
 /// [`beyond_plan`] from `exp`, what revl expects before the plan runs (built once where
-/// [`of_plan_from`] needs it too).
+/// [`of_plan_from`] needs it too; copied only where the plan restores something).
 pub fn beyond_plan_from(
-    mut exp: Expected,
+    exp: &Expected,
     steps: &[Step],
     plan: &crate::unwind::Plan,
     ws: &Workspace,
     blobs: &crate::blobs::BlobStore,
 ) -> Result<Vec<Drift>> {
+    let mut exp = std::borrow::Cow::Borrowed(exp);
     let mut roots: Vec<String> = Vec::new();
     for entries in restores_of(steps, plan) {
         roots.extend(entries.iter().map(|e| e.path().to_string()));
-        exp.undone(entries);
+        exp.to_mut().undone(entries);
     }
     let under = |p: &str, root: &str| p == root || p.starts_with(&format!("{root}/"));
     Ok(exp
@@ -658,12 +659,13 @@ pub fn beyond_plan_from(
 /// each path once: a path an earlier inverse of the plan restores is as revl expects by the
 /// time an older one reaches it). Changes nothing (`fork` lists it; its hash covers it).
 pub fn of_plan_from(
-    mut exp: Expected,
+    exp: &Expected,
     steps: &[Step],
     plan: &crate::unwind::Plan,
     ws: &Workspace,
     blobs: &crate::blobs::BlobStore,
 ) -> Result<Vec<Drift>> {
+    let mut exp = std::borrow::Cow::Borrowed(exp);
     let mut checked: Vec<String> = Vec::new();
     let mut out = Vec::new();
     for entries in restores_of(steps, plan) {
@@ -680,7 +682,7 @@ pub fn of_plan_from(
             }
             checked.push(e.path().to_string());
         }
-        exp.undone(entries);
+        exp.to_mut().undone(entries);
     }
     Ok(out)
 }

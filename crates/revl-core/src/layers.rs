@@ -98,6 +98,20 @@ pub struct Point {
     pub parent: String,
     pub records: usize,
     pub drift: String,
+    /// Where the parent's WAL ended once the freezing fork's `fork-begin` was written: a
+    /// later fork reads only the records after it to tell whether the workspace changed
+    /// since (absent in a layer frozen before it was kept: the whole WAL is read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<WalEnd>,
+}
+
+/// A WAL's end: its byte length, last seq and record count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WalEnd {
+    pub len: u64,
+    pub seq: u64,
+    pub records: usize,
 }
 
 /// What `mount.json` says about a branch's layered workspace.
@@ -167,10 +181,20 @@ impl Layers {
         self.root.join("lower").join(id)
     }
 
+    /// Lower layer `id`'s tree: the parent's workspace as it was frozen.
+    pub fn tree(&self, id: &str) -> PathBuf {
+        self.lower(id).join("tree")
+    }
+
     /// Where the digests of lower layer `id`'s files, as its branches' DIRs show them, are
     /// kept by stat (crate::statindex; removed with the layer).
     pub fn stat_index(&self, id: &str) -> PathBuf {
         self.lower(id).join("stat-index")
+    }
+
+    /// Branch `id`'s upper layer: what its DIR changed over the lower layer.
+    pub fn upper(&self, id: &str) -> PathBuf {
+        self.branch(id).join("upper")
     }
 
     fn branch(&self, id: &str) -> PathBuf {

@@ -230,6 +230,11 @@ pub struct State {
     /// Held sends dropped by an unwind: seq → the verb that dropped it.
     pub dropped: BTreeMap<u64, String>,
     pub records: usize,
+    /// Counts the records that may change what revl expects of the workspace (every record
+    /// but a fork's bookkeeping, `files-synced` and model decisions): two states with the
+    /// same count over the same WAL expect the same (what a session's built `Expected` is
+    /// kept by).
+    pub witness_version: usize,
 }
 
 impl State {
@@ -424,6 +429,7 @@ impl State {
             Record::Step(sr) => {
                 self.push_step(sr)?;
                 self.records += 1;
+                self.witness_version += 1;
                 Ok(())
             }
             other => self.apply(&other),
@@ -436,10 +442,22 @@ impl State {
         if let Record::Step(sr) = r {
             self.push_step(sr.clone())?;
             self.records += 1;
+            self.witness_version += 1;
             return Ok(());
         }
         self.apply_other(r)?;
         self.records += 1;
+        if !matches!(
+            r,
+            Record::ForkPending { .. }
+                | Record::ForkBegin { .. }
+                | Record::ForkComplete { .. }
+                | Record::ForkAbandoned { .. }
+                | Record::FilesSynced { .. }
+                | Record::ModelDecision { .. }
+        ) {
+            self.witness_version += 1;
+        }
         Ok(())
     }
 

@@ -136,18 +136,23 @@ impl StatIndex {
         Some(hex::encode(k.digest))
     }
 
-    /// The file at `rel`, whose `lstat` before it was read is `m`, held `digest`.
-    pub fn note(&self, rel: &[u8], m: &Metadata, digest: &str) {
+    /// The file at `rel`, whose `lstat` before it was read is `m`, held `digest`. Whether
+    /// it is kept (only a settled file is).
+    pub fn note(&self, rel: &[u8], m: &Metadata, digest: &str) -> bool {
         let mut d = [0u8; 32];
         if hex::decode_to_slice(digest, &mut d).is_err() {
-            return;
+            return false;
         }
         let st = Stat::of(m);
         if !settled(st.ctime, self.began) {
-            return;
+            return false;
         }
-        if let Ok(mut read) = self.read.lock() {
-            read.insert(rel.to_vec(), (st, d));
+        match self.read.lock() {
+            Ok(mut read) => {
+                read.insert(rel.to_vec(), (st, d));
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -232,6 +237,59 @@ impl Scan {
             let _ = i.save();
         }
     }
+}
+
+/// Carry the digests of `from`'s index to `to`, a copy of the tree `from` just made (a
+/// layered fork's new lower layer), so the first scan of the copy reads none of the files
+/// it can prove: a regular file of `to` gets an entry for its own stat and the digest of
+/// its source where the source's `lstat` is still what `from_index` recorded (the source
+/// was not written since that entry was noted, so the copy holds those bytes). Each entry
+/// is kept under the rule of every entry ([`SETTLED`]: the copy's ctime older than this
+/// pass by two seconds); a copy made later than that is read by the next scan. A cache: a
+/// source without an entry, or an index that cannot be read or written, carries nothing.
+/// Returns how many entries were carried.
+pub fn carry(from_index: &Path, from: &Path, to: &Path, to_index: &Path) -> usize {
+    let Some(known) = read(from_index) else {
+        return 0;
+    };
+    let into = StatIndex::load(to_index);
+    let carried = carry_into(&known, from, to, &into);
+    let _ = into.save();
+    carried
+}
+
+/// [`carry`]'s walk: what `known` (the source's entries) proves of `to`, noted in `into`.
+fn carry_into(known: &Entries, from: &Path, to: &Path, into: &StatIndex) -> usize {
+    use std::os::unix::ffi::OsStrExt;
+    let mut carried = 0;
+    let mut stack = vec![to.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            let p = e.path();
+            if m.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            if !m.is_file() {
+                continue;
+            }
+            let Ok(rel) = p.strip_prefix(to) else {
+                continue;
+            };
+            let rel = rel.as_os_str().as_bytes();
+            let Some(k) = known.get(rel) else { continue };
+            let source = std::fs::symlink_metadata(from.join(std::ffi::OsStr::from_bytes(rel)));
+            if source.is_ok_and(|s| s.is_file() && Stat::of(&s) == k.stat) && m.len() == k.stat.size
+            {
+                carried += usize::from(into.note(rel, &m, &hex::encode(k.digest)));
+            }
+        }
+    }
+    carried
 }
 
 /// The entries of the index at `path`, checked: `None` where anything is off.
@@ -350,6 +408,53 @@ mod tests {
         let link = t.path().join("link");
         std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
         assert_eq!(StatIndex::load(&link).digest(&rel, &m), None);
+    }
+
+    /// A copy's digests come from the source's entries only where the source is still as
+    /// the entry says (so the copy holds those bytes); a copy changed afterwards is not
+    /// known by its old stat.
+    #[test]
+    fn a_copy_carries_the_digests_its_source_still_proves() {
+        let t = tempfile::tempdir().unwrap();
+        let (from, to) = (t.path().join("from"), t.path().join("to"));
+        std::fs::create_dir_all(from.join("d")).unwrap();
+        let (a, ma) = old_file(&from, "a", b"one");
+        let (b, mb) = old_file(&from, "d/b", b"two");
+        let at = t.path().join("from-index");
+        let mut idx = StatIndex::load(&at);
+        idx.began.0 += 10;
+        let (da, db) = (
+            crate::util::blake3_hex(b"one"),
+            crate::util::blake3_hex(b"two"),
+        );
+        assert!(idx.note(&a, &ma, &da) && idx.note(&b, &mb, &db));
+        idx.save().unwrap();
+        std::fs::create_dir_all(to.join("d")).unwrap();
+        std::fs::copy(from.join("a"), to.join("a")).unwrap();
+        std::fs::copy(from.join("d/b"), to.join("d/b")).unwrap();
+        // The source of d/b is written again after its entry: its copy proves nothing.
+        std::fs::write(from.join("d/b"), b"TWO").unwrap();
+        let to_at = t.path().join("to-index");
+        let mut into = StatIndex::load(&to_at);
+        into.began.0 += 10;
+        let known = read(&at).unwrap();
+        assert_eq!(carry_into(&known, &from, &to, &into), 1);
+        into.save().unwrap();
+        let kept = StatIndex::load(&to_at);
+        let ma2 = std::fs::symlink_metadata(to.join("a")).unwrap();
+        let mb2 = std::fs::symlink_metadata(to.join("d/b")).unwrap();
+        assert_eq!(kept.digest(&a, &ma2), Some(da));
+        assert_eq!(kept.digest(&b, &mb2), None);
+        // The copy changed under the store: a new ctime, read again.
+        std::fs::write(to.join("a"), b"ONE").unwrap();
+        let ma3 = std::fs::symlink_metadata(to.join("a")).unwrap();
+        assert_eq!(kept.digest(&a, &ma3), None);
+        // Without the source's index nothing is carried (nothing read, nothing written).
+        assert_eq!(
+            carry(&t.path().join("none"), &from, &to, &t.path().join("x")),
+            0
+        );
+        assert!(!t.path().join("x").exists());
     }
 
     #[test]

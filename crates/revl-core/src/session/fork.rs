@@ -228,12 +228,10 @@ impl Session {
             Context::Live,
         );
         let steps = &self.journal.state.steps;
-        let exp =
-            crate::drift::Expected::of_in_with(steps, &self.blobs, self.journal.state.inherited());
+        let exp = self.expected();
         let scan = crate::statindex::Scan::of(&self.ws, Some(&self.store.stat_index(&self.id)));
-        let mut drift =
-            crate::drift::of_plan_from(exp.clone(), steps, &plan, scan.ws(), &self.blobs)?;
-        for d in crate::drift::beyond_plan_from(exp, steps, &plan, scan.ws(), &self.blobs)? {
+        let mut drift = crate::drift::of_plan_from(&exp, steps, &plan, scan.ws(), &self.blobs)?;
+        for d in crate::drift::beyond_plan_from(&exp, steps, &plan, scan.ws(), &self.blobs)? {
             if !drift.iter().any(|x| x.path == d.path) {
                 drift.push(d);
             }
@@ -567,19 +565,25 @@ impl Session {
         let made = self.make_workspace(dir, &m, drift)?;
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
         let target = crate::workspace::Workspace::new(dir.clone(), self.fp.clone());
-        // The branch's own workspace, through THE executor, with the parent read only.
-        // A layered DIR shows its lower layer's files: their digests are kept by stat with
-        // that layer, so a further branch from the same point reads none of them again.
-        let index = match &made {
-            Made::Layers { lower, .. } => Some(self.store.layers().stat_index(lower)),
+        // The branch's own workspace, through THE executor, with the parent read only and
+        // what the enumeration built of what revl expects. A layered DIR shows its lower
+        // layer's files: their digests are kept by stat with that layer, so a further
+        // branch from the same point reads none of them again, and while DIR shows only
+        // that layer the scan walks its tree, not the overlay.
+        let layered = match &made {
+            Made::Layers { lower, .. } => {
+                let layers = self.store.layers();
+                Some(super::unwind::LayeredDir {
+                    tree: layers.tree(lower),
+                    index: layers.stat_index(lower),
+                    upper: layers.upper(&m.branch),
+                })
+            }
             _ => None,
         };
-        let done = super::unwind::Rewind::copy(self.view(), &self.fp, &target, index).fork(
-            k,
-            Context::Live,
-            "fork.mid-rewind",
-            policy,
-        )?;
+        let mut rewind =
+            super::unwind::Rewind::copy(self.view(), &self.fp, &target, layered, self.expected());
+        let done = rewind.fork(k, Context::Live, "fork.mid-rewind", policy)?;
         self.fp.point("fork.after-rewind");
         let into_str = dir.display().to_string();
         let mut preserved = json!({
@@ -656,30 +660,59 @@ impl Session {
     ) -> Result<std::result::Result<Made, String>> {
         let layers = self.store.layers();
         let _lock = layers.lock()?;
+        let end = self.journal.end();
         let point = crate::layers::Point {
             parent: self.id.clone(),
             records: m.wal_position,
             drift: sha256_jcs(&serde_json::to_value(drift).unwrap_or(Value::Null)),
+            end: end.map(|(len, seq, records)| crate::layers::WalEnd { len, seq, records }),
         };
-        let records = || {
-            read_wal(&self.store.wal_path(&self.id))
-                .ok()
-                .map(|r| r.records)
-        };
+        let wal_path = self.store.wal_path(&self.id);
+        let records = || read_wal(&wal_path).ok().map(|r| r.records);
         let mut wal = None;
+        // The records written since a point's fork-begin, read from where the WAL ended then
+        // (they must end where it ends now); `None` where that cannot be told so.
+        let since = |p: &crate::layers::Point| -> Option<bool> {
+            let (e, (_, _, now)) = (p.end?, end?);
+            if e.records != p.records + 1 {
+                return None;
+            }
+            let mut f = std::fs::File::open(&wal_path).ok()?;
+            let from = crate::wal::WalMeta {
+                torn: false,
+                good_len: e.len,
+                last_seq: e.seq,
+                records: e.records,
+            };
+            let (recs, meta) = crate::wal::read_wal_after(&wal_path, &mut f, from).ok()?;
+            (!meta.torn && meta.records == now).then(|| crate::layers::unchanged_since(&recs))
+        };
         let reuse = layers.points_of(&self.id).into_iter().rev().find(|(_, p)| {
+            if p.drift != point.drift || p.records > point.records {
+                return false;
+            }
+            if let Some(unchanged) = since(p) {
+                return unchanged;
+            }
             let recs = wal.get_or_insert_with(records);
-            p.drift == point.drift
-                && recs.as_ref().is_some_and(|r| {
-                    p.records <= point.records
-                        && point.records <= r.len()
-                        && crate::layers::unchanged_since(&r[p.records..point.records])
-                })
+            recs.as_ref().is_some_and(|r| {
+                point.records <= r.len()
+                    && crate::layers::unchanged_since(&r[p.records..point.records])
+            })
         });
         let (lower, shared, bytes_copied) = match reuse {
             Some((id, _)) => (id, true, 0),
             None => {
                 let (id, bytes) = layers.freeze(self.ws.root(), &point)?;
+                // The enumeration just proved the workspace's files by the session's stat
+                // index: the copy's digests come with it, so DIR's scan reads none of the
+                // files the copy provably holds (docs/architecture.md, "Layered workspaces").
+                crate::statindex::carry(
+                    &self.store.stat_index(&self.id),
+                    self.ws.root(),
+                    &layers.tree(&id),
+                    &layers.stat_index(&id),
+                );
                 (id, false, bytes)
             }
         };

@@ -29,7 +29,18 @@ pub struct Kept {
     file: (u64, u64),
     meta: WalMeta,
     tail: Vec<u8>,
+    /// What revl expected of the workspace at this state, where a call built it.
+    expected: Option<(usize, std::sync::Arc<crate::drift::Expected>)>,
 }
+
+/// What a resumed attach starts from: the state, the WAL's end, and what revl expected of
+/// the workspace at the kept state (used only while the state's witness version is the
+/// one it was built at).
+type Resumed = (
+    State,
+    WalMeta,
+    Option<(usize, std::sync::Arc<crate::drift::Expected>)>,
+);
 
 impl std::fmt::Debug for Kept {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -50,7 +61,7 @@ impl Kept {
     /// The state of the WAL at `path` now, from the kept state and the records appended
     /// since; `None` when the WAL is not the kept prefix followed by whole, clean records
     /// (then the caller reads it whole, which reports whatever is wrong as it always did).
-    pub(super) fn resume(self, path: &Path) -> Option<(State, WalMeta)> {
+    pub(super) fn resume(self, path: &Path) -> Option<Resumed> {
         let mut f = File::open(path).ok()?;
         let m = f.metadata().ok()?;
         if (m.dev(), m.ino()) != self.file || m.len() < self.meta.good_len {
@@ -63,7 +74,7 @@ impl Kept {
             return None;
         }
         if m.len() == self.meta.good_len {
-            return Some((self.state, self.meta));
+            return Some((self.state, self.meta, self.expected));
         }
         let (recs, meta) = crate::wal::read_wal_after(path, &mut f, self.meta).ok()?;
         if meta.torn {
@@ -73,7 +84,7 @@ impl Kept {
         for r in recs {
             state.apply_owned(r).ok()?;
         }
-        Some((state, meta))
+        Some((state, meta, self.expected))
     }
 }
 
@@ -97,6 +108,7 @@ impl Session {
             return None;
         }
         self.index();
+        let expected = self.expected.lock().ok().and_then(|mut e| e.take());
         let n = good_len.min(TAIL);
         let mut tail = vec![0u8; n as usize];
         f.read_exact_at(&mut tail, good_len - n).ok()?;
@@ -111,6 +123,7 @@ impl Session {
                 records,
             },
             tail,
+            expected,
         })
     }
 }
@@ -144,7 +157,7 @@ mod tests {
             write(&mut other, n);
             drop(other);
             let k = kept.take().expect("kept");
-            let (state, meta) = k
+            let (state, meta, _) = k
                 .resume(&st.wal_path(&id))
                 .expect("resumed, not read whole");
             let (whole, whole_meta) = crate::state::State::read(&st.wal_path(&id)).unwrap();

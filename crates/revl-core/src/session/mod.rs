@@ -75,6 +75,12 @@ pub struct Session {
     /// A session a serial fork froze: the branches that hold its workspace since (its
     /// branch, that branch's, ...), read once, for the paths it never touched.
     heirs: std::sync::OnceLock<Vec<State>>,
+    /// What revl expects the workspace to hold ([`crate::drift::Expected`]) as of a
+    /// [`State::witness_version`]: built once for the scans of one call (a fork's
+    /// enumeration and the check of its branch's DIR) and, through [`Kept`], for the next
+    /// calls of a long-lived handle while only records that change nothing it expects
+    /// (a fork's bookkeeping) were appended; any other record means it is built again.
+    expected: std::sync::Mutex<Option<(usize, std::sync::Arc<crate::drift::Expected>)>>,
 }
 
 impl Drop for Session {
@@ -98,6 +104,24 @@ pub struct Repaired {
 }
 
 impl Session {
+    /// What revl expects the workspace to hold now (built once per state: see the field).
+    pub(crate) fn expected(&self) -> std::sync::Arc<crate::drift::Expected> {
+        let records = self.journal.state.witness_version;
+        let mut memo = self.expected.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, e)) = &*memo {
+            if *at == records {
+                return e.clone();
+            }
+        }
+        let e = std::sync::Arc::new(crate::drift::Expected::of_in_with(
+            &self.journal.state.steps,
+            &self.blobs,
+            self.journal.state.inherited(),
+        ));
+        *memo = Some((records, e.clone()));
+        e
+    }
+
     /// What attaching repaired, in order (empty when nothing needed repair).
     pub fn repairs(&self) -> &[Repaired] {
         &self.repairs
@@ -331,7 +355,9 @@ impl Store {
             Some(k) if k.id() == id && lock.is_some() => k.resume(&wal_path),
             _ => None,
         };
-        let (state, read, corrupt) = if let Some((state, read)) = resumed {
+        let mut expected = None;
+        let (state, read, corrupt) = if let Some((state, read, exp)) = resumed {
+            expected = exp;
             (state, read, None)
         } else if lenient {
             State::read_prefix(&wal_path)?
@@ -383,6 +409,7 @@ impl Store {
             repairs: Vec::new(),
             repair_blocked: None,
             heirs: std::sync::OnceLock::new(),
+            expected: std::sync::Mutex::new(expected),
         };
         // A command that writes cuts a torn last line before anything else (opening the
         // writer does it and says so), so the repair is reported with the others; a read

@@ -157,11 +157,7 @@ impl Session {
     /// (post-image, or preimage after an undo), and every entry revl never witnessed inside
     /// a directory it created.
     pub fn verify(&self) -> Result<Verify> {
-        let exp = Expected::of_in_with(
-            &self.journal.state.steps,
-            &self.blobs,
-            self.journal.state.inherited(),
-        );
+        let exp = self.expected();
         let scan = crate::statindex::Scan::of(&self.ws, Some(&self.store.stat_index(&self.id)));
         let drift = exp.per_entry(exp.drift(scan.ws())?, scan.ws(), &self.blobs);
         scan.done();

@@ -94,6 +94,42 @@ pub(crate) struct Rewind<'a> {
     /// Where the digests its scan of every witnessed path reads are kept by stat
     /// (crate::statindex): the session's, or a layered DIR's lower layer's.
     index: Option<std::path::PathBuf>,
+    /// A layered DIR's layers (a parallel fork's rewind there), scanned directly where DIR
+    /// shows its lower layer unchanged.
+    layered: Option<LayeredDir>,
+    /// What revl expects of the workspace before the plan runs, where the caller built it
+    /// already for the same timeline (a parallel fork's enumeration): the parent's timeline
+    /// does not change while its branch's DIR is rewound.
+    expected: Option<std::sync::Arc<Expected>>,
+}
+
+/// A layered DIR as its fork's rewind sees it (docs/architecture.md, "Layered workspaces"):
+/// the lower layer's tree and the stat index of its files, and the branch's upper layer.
+pub(crate) struct LayeredDir {
+    pub tree: std::path::PathBuf,
+    pub index: std::path::PathBuf,
+    pub upper: std::path::PathBuf,
+}
+
+impl LayeredDir {
+    /// Does DIR show exactly its lower layer? Its upper layer holds nothing but the fork's
+    /// marker (no inverse wrote there, nothing was copied up, no whiteout): then a scan of
+    /// the lower layer's tree finds what a scan of DIR would, without the overlay's cost
+    /// per `lstat`.
+    fn shows_lower(&self) -> bool {
+        let Ok(rd) = std::fs::read_dir(&self.upper) else {
+            return false;
+        };
+        rd.into_iter().all(|e| {
+            e.is_ok_and(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with(".revl-fork-")
+                    && name.ends_with(".making")
+                    && e.file_type().is_ok_and(|t| t.is_file())
+            })
+        })
+    }
 }
 
 /// Where a rewind records what it did.
@@ -118,7 +154,8 @@ impl<'a> Rewind<'a> {
         parent: super::view::View<'a>,
         fp: &'a crate::failpoint::Failpoints,
         ws: &'a Workspace,
-        index: Option<std::path::PathBuf>,
+        layered: Option<LayeredDir>,
+        expected: std::sync::Arc<Expected>,
     ) -> Rewind<'a> {
         Rewind {
             rec: Rec::Copy {
@@ -130,7 +167,9 @@ impl<'a> Rewind<'a> {
             blobs: parent.blobs,
             fp,
             ws,
-            index,
+            index: layered.as_ref().map(|l| l.index.clone()),
+            layered,
+            expected: Some(expected),
         }
     }
 
@@ -284,14 +323,24 @@ impl<'a> Rewind<'a> {
         plan: &Plan,
         keep: bool,
     ) -> Result<(Vec<BeyondTail>, Vec<Preserved>, Vec<crate::undo::Image>)> {
-        let scan = crate::statindex::Scan::of(self.ws, self.index.as_deref());
-        let drift = crate::drift::beyond_plan(
-            &self.state().steps,
-            self.state().inherited(),
-            plan,
-            scan.ws(),
-            self.blobs,
-        )?;
+        let lower = self
+            .layered
+            .as_ref()
+            .filter(|l| l.shows_lower())
+            .map(|l| Workspace::new(l.tree.clone(), self.fp.clone()));
+        let scan =
+            crate::statindex::Scan::of(lower.as_ref().unwrap_or(self.ws), self.index.as_deref());
+        let steps = &self.state().steps;
+        let drift = match &self.expected {
+            Some(exp) => crate::drift::beyond_plan_from(exp, steps, plan, scan.ws(), self.blobs)?,
+            None => crate::drift::beyond_plan(
+                steps,
+                self.state().inherited(),
+                plan,
+                scan.ws(),
+                self.blobs,
+            )?,
+        };
         scan.done();
         let mut out = Vec::new();
         let mut kept_images = Vec::new();
@@ -592,6 +641,8 @@ impl Session {
             fp: &self.fp,
             ws: &self.ws,
             index: Some(self.store.stat_index(&self.id)),
+            layered: None,
+            expected: None,
         }
     }
 
