@@ -1032,14 +1032,18 @@ pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String
 /// by running it again.
 fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
     let (st, meta) = revl_core::state::State::read(&work.wal_path(branch))?;
-    let local = store.blobs();
-    for d in revl_core::gc::blobs_named(&st, &work.blobs()) {
-        // A digest the WAL names may be held inline (a small preimage): not every one is a
-        // blob.
-        if let Ok(b) = work.blobs().get(&d, None) {
-            local.put(&b)?;
-        }
-    }
+    // The same copy as a push's, through the stores' blobs (a digest the WAL names that is
+    // not a blob, a small preimage held inline, is skipped).
+    let named: Vec<String> = revl_core::gc::blobs_named(&st, &work.blobs())
+        .into_iter()
+        .collect();
+    revl_core::storage::copy_blobs(
+        &*work.storage().blobs,
+        &*store.storage().blobs,
+        &named,
+        revl_core::storage::Durability::Synced,
+        &mut || {},
+    )?;
     copy_journal(work, store, branch, meta.good_len)?;
     // A branch made from a remote can be branched again elsewhere.
     if store.base_of(branch).is_none() {
@@ -1050,11 +1054,15 @@ fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
 }
 
 /// The first `len` bytes of session `id`'s WAL copied from store `from` into store `to`,
-/// through their journals (the one copy of a WAL between stores: the mirror's into a
-/// remote fork's scratch store, a branch's from there into this store).
+/// through their journals (the one copy of a WAL between stores, a push's too: the
+/// mirror's into a remote fork's scratch store, a branch's from there into this store).
 fn copy_journal(from: &Store, to: &Store, id: &str, len: u64) -> Result<()> {
-    let bytes = revl_core::storage::read_range(from, id, 0, len)?;
-    create_journal(to, id, &bytes)
+    revl_core::storage::copy_journal(
+        &*from.storage().journals,
+        &*to.storage().journals,
+        id,
+        len,
+    )
 }
 
 /// Session `id`'s WAL made in `store` holding exactly `bytes` (whole or not at all).
