@@ -436,7 +436,8 @@ impl Objects for Cloud {
 
     fn exists(&self, key: &str) -> Result<bool> {
         let p = self.path(key)?;
-        self.rt.block_on(s3_exists(self.store.clone(), p, &self.url))
+        self.rt
+            .block_on(s3_exists(self.store.clone(), p, &self.url))
     }
 
     fn put(&self, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put> {

@@ -220,9 +220,13 @@ fn push_one(
     let written = match mode {
         Mode::Extend => {
             copy_journal(&*store.storage().journals, &journals, id, local_len)?;
-            journals
-                .take_written(id)
-                .expect("a create of the remote's journal says what it wrote")
+            journals.take_written(id).ok_or_else(|| {
+                Error::new(
+                    Code::Io,
+                    format!("session {id}: the remote did not say what this push wrote"),
+                    "run `revl push` again: it resumes where this one stopped",
+                )
+            })?
         }
         Mode::Repair => journals.write(id, &wal, Some(fresh))?,
     };

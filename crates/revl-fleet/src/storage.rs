@@ -134,7 +134,10 @@ impl RemoteJournals {
         let Some(w) = &self.writer else {
             return Err(Error::io(
                 format_args!("cannot write session {id}"),
-                unsupported(&self.remote, "be written through journals opened for reading"),
+                unsupported(
+                    &self.remote,
+                    "be written through journals opened for reading",
+                ),
             ));
         };
         let remote = self.remote.as_str();
