@@ -518,7 +518,8 @@ pub fn copy_blobs(
                 to.contains_many(&large)
                     .map_err(|e| trait_error("cannot ask which blobs are held", e))?,
             )
-            .filter_map(|(d, there)| there.then(|| d.clone()))
+            .filter(|(_, there)| *there)
+            .map(|(d, _)| d.clone())
             .collect();
         let mut items = Vec::new();
         let mut bytes = 0usize;
