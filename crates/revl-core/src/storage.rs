@@ -104,6 +104,35 @@ pub trait Blobs: Debug + Send + Sync {
     fn dir(&self) -> Option<&Path> {
         None
     }
+
+    /// The size of the blob as stored, unverified; `Ok(None)` when it is not held. (By
+    /// default its bytes are counted.)
+    fn size(&self, digest: &str) -> std::io::Result<Option<u64>> {
+        match self.open(digest)? {
+            Some(mut r) => std::io::copy(&mut r, &mut std::io::sink()).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Blobs::contains`] of each of `digests` (one by one unless an implementation
+    /// overlaps them, as a remote does).
+    fn contains_many(&self, digests: &[String]) -> std::io::Result<Vec<bool>> {
+        digests.iter().map(|d| self.contains(d)).collect()
+    }
+
+    /// [`Blobs::put`] of each `(digest, bytes)`, each atomic and idempotent as a put; for
+    /// each, whether this call stored it (`false`: it was held already; an implementation
+    /// that cannot tell says `true`). One by one unless an implementation overlaps them.
+    fn put_many(
+        &self,
+        items: &[(String, Vec<u8>)],
+        durability: Durability,
+    ) -> std::io::Result<Vec<bool>> {
+        items
+            .iter()
+            .map(|(d, b)| self.put(d, b, durability).map(|()| true))
+            .collect()
+    }
 }
 
 /// What a store knows about its sessions as a whole.
@@ -391,6 +420,14 @@ impl Blobs for LocalBlobs {
     fn dir(&self) -> Option<&Path> {
         Some(&self.root)
     }
+
+    fn size(&self, digest: &str) -> std::io::Result<Option<u64>> {
+        match fs::metadata(self.path_of(digest)) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// A session's WAL bytes `[from, to)` through the store's journals (what `push` copies).
@@ -400,6 +437,127 @@ pub fn read_range(store: &Store, id: &str, from: u64, to: u64) -> Result<Vec<u8>
         .journals
         .read_range(id, from, to)
         .map_err(|e| Error::io(format!("cannot read WAL of session {id}"), e))
+}
+
+/// An error of a storage trait as the store's error: one an implementation made of a revl
+/// error (a remote's refusal, a fenced write) is that error again; any other is an I/O
+/// error of `what`.
+pub fn trait_error(what: impl std::fmt::Display, e: std::io::Error) -> Error {
+    match e.get_ref().and_then(|x| x.downcast_ref::<Error>()) {
+        Some(inner) => inner.clone(),
+        None => Error::io(what, e),
+    }
+}
+
+/// The first `len` bytes of session `id`'s WAL copied from the journals `from` into the
+/// journals `to` (made there whole or not at all): the one copy of a WAL between stores,
+/// whatever they are: a remote's verified cache into a remote fork's scratch store, a
+/// branch from there into this store, this store's session into a remote (`push`).
+pub fn copy_journal(from: &dyn Journals, to: &dyn Journals, id: &str, len: u64) -> Result<()> {
+    let bytes = from
+        .read_range(id, 0, len)
+        .map_err(|e| trait_error(format_args!("cannot read the WAL of session {id}"), e))?;
+    to.create(id, &bytes)
+        .map_err(|e| trait_error(format_args!("cannot write the WAL of session {id}"), e))
+}
+
+/// What [`copy_blobs`] stored.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BlobsCopied {
+    /// Blobs the destination did not hold before.
+    pub blobs: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// A blob above this size is asked about first (`contains`) by [`copy_blobs`], so that its
+/// bytes are not sent again; a smaller one is put at once (the put answers that itself).
+pub const ASK_FIRST: u64 = 64 << 10;
+
+/// The blobs `digests` copied from `from` into `to`, each verified against its name on the
+/// way (a damaged one stops the copy: nothing unverified is ever put), at most 64 blobs or
+/// 64 MiB read at a time; one `from` does not hold is skipped (a digest a WAL names may be a
+/// small preimage held inline). `after_each` runs after each blob put (a failpoint).
+pub fn copy_blobs(
+    from: &dyn Blobs,
+    to: &dyn Blobs,
+    digests: &[String],
+    durability: Durability,
+    after_each: &mut dyn FnMut(),
+) -> Result<BlobsCopied> {
+    let mut done = BlobsCopied::default();
+    let mut flush = |items: &mut Vec<(String, Vec<u8>)>| -> Result<()> {
+        let stored = to
+            .put_many(items, durability)
+            .map_err(|e| trait_error("cannot store blobs", e))?;
+        for ((_, b), new) in items.iter().zip(stored) {
+            if new {
+                done.blobs += 1;
+                done.bytes += b.len() as u64;
+            }
+            after_each();
+        }
+        items.clear();
+        Ok(())
+    };
+    for chunk in digests.chunks(256) {
+        let sizes = chunk
+            .iter()
+            .map(|d| from.size(d))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| Error::io("cannot read the blobs to copy", e))?;
+        let large: Vec<String> = chunk
+            .iter()
+            .zip(&sizes)
+            .filter(|(_, n)| n.is_some_and(|n| n > ASK_FIRST))
+            .map(|(d, _)| d.clone())
+            .collect();
+        let held: std::collections::BTreeSet<String> = large
+            .iter()
+            .zip(
+                to.contains_many(&large)
+                    .map_err(|e| trait_error("cannot ask which blobs are held", e))?,
+            )
+            .filter(|(_, there)| *there)
+            .map(|(d, _)| d.clone())
+            .collect();
+        let mut items = Vec::new();
+        let mut bytes = 0usize;
+        for (d, size) in chunk.iter().zip(sizes) {
+            if size.is_none() || held.contains(d) {
+                continue;
+            }
+            let Some(b) = read_verified(from, d)? else {
+                continue;
+            };
+            bytes += b.len();
+            items.push((d.clone(), b));
+            if items.len() >= 64 || bytes >= 64 << 20 {
+                flush(&mut items)?;
+                bytes = 0;
+            }
+        }
+        flush(&mut items)?;
+    }
+    Ok(done)
+}
+
+/// A blob's bytes from `blobs`, checked against its name; `None` when not held.
+fn read_verified(blobs: &dyn Blobs, digest: &str) -> Result<Option<Vec<u8>>> {
+    let io = |e| Error::io(format_args!("cannot read blob {digest}"), e);
+    let Some(mut r) = blobs.open(digest).map_err(io)? else {
+        return Ok(None);
+    };
+    let mut b = Vec::new();
+    r.read_to_end(&mut b).map_err(io)?;
+    if crate::util::blake3_hex(&b) != digest {
+        return Err(Error::new(
+            Code::MissingPreimage,
+            format!("blob {digest} is damaged (its content does not match its name)"),
+            "restore the store's blobs/ directory from a backup; nothing was copied past it",
+        ));
+    }
+    Ok(Some(b))
 }
 
 /// A blob's bytes, verified against its digest; `Ok(None)` when the store does not hold it.

@@ -1,8 +1,9 @@
-//! Where a remote's objects live: an S3-compatible bucket (through `object_store`'s AWS
-//! client, path-style, credentials from the usual `AWS_*` variables) or a shared directory
-//! (`file://DIR`). Both give the three operations the fencing needs: create-if-absent,
-//! replace-if-unchanged (compare-and-swap on a version), and reads that return the version.
-
+//! Where a remote's objects live, behind one interface ([`Objects`]): an S3-compatible
+//! bucket (through `object_store`'s AWS client, path-style, credentials from the usual
+//! `AWS_*` variables; or any other `object_store`, [`Cloud`]) or a shared directory
+//! (`file://DIR`, [`SharedDir`]). Both give the three operations the fencing needs:
+//! create-if-absent, replace-if-unchanged (compare-and-swap on a version), and reads that
+//! return the version. [`Bucket`] is the fleet's handle on either.
 use crate::untrusted::{check_key, refused, MAX_OBJECT};
 use object_store::{aws::AmazonS3Builder, ObjectStore, PutMode, PutOptions, UpdateVersion};
 use revl_core::{Code, Error, Result};
@@ -24,19 +25,76 @@ pub enum Put {
     Conflict,
 }
 
-/// The bucket of a remote.
-pub enum Bucket {
-    /// An object store: S3 (`s3://`), or any other `object_store` implementation given to
-    /// [`Bucket::over`] (the tests' in-memory store).
-    S3 {
-        store: Arc<dyn ObjectStore>,
-        prefix: String,
-        rt: tokio::runtime::Runtime,
-        url: String,
-    },
-    Dir {
-        root: PathBuf,
-    },
+/// A remote's objects: the one interface the fleet reads and writes a remote through. Two
+/// implementations: [`Cloud`], over any `object_store` (S3, or the tests' in-memory store),
+/// and [`SharedDir`], a `file://` directory. Every implementation checks every key it is
+/// given (`untrusted::check_key`: relative, no `..`, no control characters) before it
+/// touches anything, bounds every read by the size its caller allows, and answers a
+/// create-only write and a replace-if-unchanged write as one atomic step.
+pub trait Objects: Send + Sync {
+    /// The URL the objects were opened from (for messages).
+    fn describe(&self) -> String;
+
+    /// An object of at most `max` bytes (a larger one is refused, `corrupt-remote`, before
+    /// its bytes are read): its bytes and version, `None` when absent.
+    fn get_limited(&self, key: &str, max: u64) -> Result<Option<(Vec<u8>, Version)>>;
+
+    /// Whether an object exists.
+    fn exists(&self, key: &str) -> Result<bool>;
+
+    /// Write an object. `expect`: `None` = create only if absent; `Some(v)` = replace only
+    /// if its version is still `v`.
+    fn put(&self, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put>;
+
+    /// Replace an object whatever it holds (or create it).
+    fn replace(&self, key: &str, bytes: &[u8]) -> Result<()>;
+
+    /// Every key under `under`, in any order.
+    fn list(&self, under: &str) -> Result<Vec<String>>;
+
+    /// The names directly below `under` (one level, like directories), in any order.
+    fn children(&self, under: &str) -> Result<Vec<String>>;
+
+    /// Many reads, each object's answer on its own (one by one unless an implementation
+    /// overlaps them).
+    fn get_each_limited(&self, keys: &[(String, u64)]) -> Vec<Result<Option<Vec<u8>>>> {
+        keys.iter()
+            .map(|(k, max)| Ok(self.get_limited(k, *max)?.map(|(b, _)| b)))
+            .collect()
+    }
+
+    /// Whether each of many objects exists; the first error wins.
+    fn exists_many(&self, keys: &[String]) -> Result<Vec<bool>> {
+        keys.iter().map(|k| self.exists(k)).collect()
+    }
+
+    /// Create many objects, each only if absent; the first error wins.
+    fn create_many(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<Put>> {
+        items.iter().map(|(k, b)| self.put(k, b, None)).collect()
+    }
+}
+
+/// The bucket of a remote: a handle on its [`Objects`] (cheap to clone; clones share them).
+#[derive(Clone)]
+pub struct Bucket {
+    objects: Arc<dyn Objects>,
+}
+
+/// Objects in any `object_store`: S3 (`s3://`), or any other implementation given to
+/// [`Bucket::over`] (the tests' in-memory store). Requests run on the bucket's own
+/// current-thread runtime; batches keep up to 32 in flight.
+pub struct Cloud {
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    rt: tokio::runtime::Runtime,
+    url: String,
+}
+
+/// Objects as files of a shared directory (`file://DIR`): every key reached without
+/// following a symlink, every write under the directory's lock (`.lock`, flock), written
+/// whole by rename; a version is the content's digest.
+pub struct SharedDir {
+    root: PathBuf,
 }
 
 /// An error of the object store, as a user can act on it: a server that cannot be reached
@@ -180,12 +238,17 @@ impl Bucket {
     /// A bucket over any object store (`url` names it in messages): the same code as an S3
     /// remote's, e.g. on `object_store`'s in-memory store in tests.
     pub fn over(store: Arc<dyn ObjectStore>, url: &str) -> Result<Bucket> {
-        Ok(Bucket::S3 {
+        Ok(Bucket::of(Arc::new(Cloud {
             store,
             prefix: String::new(),
             rt: runtime()?,
             url: url.to_string(),
-        })
+        })))
+    }
+
+    /// A bucket over any implementation of [`Objects`].
+    pub fn of(objects: Arc<dyn Objects>) -> Bucket {
+        Bucket { objects }
     }
 
     /// Open the bucket of `url` (`s3://bucket[/prefix]` or `file:///abs/dir`).
@@ -218,25 +281,17 @@ impl Bucket {
             let store = b
                 .build()
                 .map_err(|e| remote_err(url, format!("cannot open {url}"), e))?;
-            return Ok(Bucket::S3 {
+            return Ok(Bucket::of(Arc::new(Cloud {
                 store: Arc::new(store),
                 prefix: prefix.trim_matches('/').to_string(),
                 rt: runtime()?,
                 url: url.to_string(),
-            });
+            })));
         }
         let dir = url.strip_prefix("file://").ok_or_else(|| bad_url(url))?;
-        Ok(Bucket::Dir {
+        Ok(Bucket::of(Arc::new(SharedDir {
             root: PathBuf::from(dir),
-        })
-    }
-
-    fn key(prefix: &str, key: &str) -> object_store::path::Path {
-        if prefix.is_empty() {
-            object_store::path::Path::from(key)
-        } else {
-            object_store::path::Path::from(format!("{prefix}/{key}"))
-        }
+        })))
     }
 
     /// Read an object: its bytes and version, `None` when absent (at most one object's
@@ -250,127 +305,25 @@ impl Bucket {
     /// name an object inside the remote; in a shared directory, a regular file reached
     /// without following a symlink.
     pub fn get_limited(&self, key: &str, max: u64) -> Result<Option<(Vec<u8>, Version)>> {
-        self.check(key)?;
-        match self {
-            Bucket::S3 {
-                store,
-                prefix,
-                rt,
-                url,
-            } => rt.block_on(s3_get(store.clone(), Self::key(prefix, key), max, url)),
-            Bucket::Dir { root } => dir_get(root, key, max, &self.describe()),
-        }
-    }
-
-    fn check(&self, key: &str) -> Result<()> {
-        check_key(key).map_err(|rule| refused(&self.describe(), key, &rule))
+        self.objects.get_limited(key, max)
     }
 
     /// Whether an object exists.
     pub fn exists(&self, key: &str) -> Result<bool> {
-        self.check(key)?;
-        match self {
-            Bucket::S3 {
-                store,
-                prefix,
-                rt,
-                url,
-            } => rt.block_on(s3_exists(store.clone(), Self::key(prefix, key), url)),
-            Bucket::Dir { root } => Ok(dir_walk(root, key, false, &self.describe())?
-                .is_some_and(|p| std::fs::symlink_metadata(p).is_ok())),
-        }
+        self.objects.exists(key)
     }
 
     /// Write an object. `expect`: `None` = create only if absent; `Some(v)` = replace only
     /// if its version is still `v`.
     pub fn put(&self, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put> {
-        self.check(key)?;
-        match self {
-            Bucket::S3 {
-                store,
-                prefix,
-                rt,
-                url,
-            } => rt.block_on(s3_put(
-                store.clone(),
-                Self::key(prefix, key),
-                bytes.to_vec(),
-                expect.cloned(),
-                url,
-            )),
-            Bucket::Dir { root } => dir_put(root, key, bytes, expect, &self.describe()),
-        }
+        self.objects.put(key, bytes, expect)
     }
 
     /// Replace an object whatever it holds (or create it): only for content-addressed
     /// objects (a blob, a segment, a pack), whose right bytes are the only ones their name
     /// allows, when the bucket's copy fails verification (`push --repair`).
     pub fn replace(&self, key: &str, bytes: &[u8]) -> Result<()> {
-        self.check(key)?;
-        match self {
-            Bucket::S3 {
-                store,
-                prefix,
-                rt,
-                url,
-            } => {
-                let p = Self::key(prefix, key);
-                rt.block_on(store.put(&p, bytes.to_vec().into()))
-                    .map_err(|e| remote_err(url, format!("cannot write {p}"), e))?;
-                Ok(())
-            }
-            Bucket::Dir { root } => {
-                let url = self.describe();
-                let _lock = dir_lock(root)?;
-                let path = dir_walk(root, key, true, &url)?.expect("created");
-                let io = |e: std::io::Error| Error::io(path.display(), e);
-                // A symlink planted at the key is replaced, never written through.
-                if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
-                    std::fs::remove_file(&path).map_err(io)?;
-                }
-                revl_core::util::write_durable(&path, bytes).map_err(io)
-            }
-        }
-    }
-
-    /// Run `op` on each key's object path (up to 32 requests in flight), results in order;
-    /// the first error wins. `None` for a shared directory (the caller goes one by one).
-    fn fan_out<'a, K, T, F, Fut>(
-        &'a self,
-        items: &'a [K],
-        key: impl Fn(&'a K) -> &'a str,
-        op: F,
-    ) -> Option<Result<Vec<T>>>
-    where
-        F: Fn(Arc<dyn ObjectStore>, object_store::path::Path, &'a K, &'a str) -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
-    {
-        use futures::StreamExt;
-        let Bucket::S3 {
-            store,
-            prefix,
-            rt,
-            url,
-        } = self
-        else {
-            return None;
-        };
-        Some(rt.block_on(async {
-            let futs = items.iter().map(|item| {
-                op(
-                    store.clone(),
-                    Self::key(prefix, key(item)),
-                    item,
-                    url.as_str(),
-                )
-            });
-            futures::stream::iter(futs)
-                .buffered(32)
-                .collect::<Vec<_>>()
-                .await
-                .into_iter()
-                .collect()
-        }))
+        self.objects.replace(key, bytes)
     }
 
     /// Read many objects of at most `max` bytes each at once (up to 32 requests in
@@ -389,136 +342,248 @@ impl Bucket {
     /// Read many objects at once, each of at most its own number of bytes (up to 32
     /// requests in flight); each object's answer on its own.
     pub fn get_each_limited(&self, keys: &[(String, u64)]) -> Vec<Result<Option<Vec<u8>>>> {
-        let url = self.describe();
-        let url = url.as_str();
-        let s3 = self.fan_out(
+        self.objects.get_each_limited(keys)
+    }
+
+    /// Whether each of many objects exists (up to 32 requests in flight).
+    pub fn exists_many(&self, keys: &[String]) -> Result<Vec<bool>> {
+        self.objects.exists_many(keys)
+    }
+
+    /// Create many objects at once, each only if absent (up to 32 requests in flight).
+    pub fn create_many(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<Put>> {
+        self.objects.create_many(items)
+    }
+
+    /// Every key under `prefix` (relative to the remote's prefix), sorted.
+    pub fn list(&self, under: &str) -> Result<Vec<String>> {
+        let mut out = self.objects.list(under)?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// The names directly below `under` (one level, like directories), sorted.
+    pub fn children(&self, under: &str) -> Result<Vec<String>> {
+        let mut out = self.objects.children(under)?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// The URL this bucket was opened from (for messages).
+    pub fn describe(&self) -> String {
+        self.objects.describe()
+    }
+}
+
+impl Cloud {
+    /// The object path of `key`, once the key passed the checks.
+    fn path(&self, key: &str) -> Result<object_store::path::Path> {
+        check_key(key).map_err(|rule| refused(&self.url, key, &rule))?;
+        Ok(self.under(key))
+    }
+
+    /// The object path of `key` under the remote's prefix (unchecked: a listing's prefix).
+    fn under(&self, key: &str) -> object_store::path::Path {
+        if self.prefix.is_empty() {
+            object_store::path::Path::from(key)
+        } else {
+            object_store::path::Path::from(format!("{}/{key}", self.prefix))
+        }
+    }
+
+    /// Run `op` on each key's object path (up to 32 requests in flight), results in order;
+    /// the first error wins.
+    fn fan_out<'a, K, T, F, Fut>(
+        &'a self,
+        items: &'a [K],
+        key: impl Fn(&'a K) -> &'a str,
+        op: F,
+    ) -> Result<Vec<T>>
+    where
+        F: Fn(Arc<dyn ObjectStore>, object_store::path::Path, &'a K, &'a str) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        use futures::StreamExt;
+        self.rt.block_on(async {
+            let futs = items.iter().map(|item| {
+                op(
+                    self.store.clone(),
+                    self.under(key(item)),
+                    item,
+                    self.url.as_str(),
+                )
+            });
+            futures::stream::iter(futs)
+                .buffered(32)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect()
+        })
+    }
+}
+
+impl Objects for Cloud {
+    fn describe(&self) -> String {
+        self.url.clone()
+    }
+
+    fn get_limited(&self, key: &str, max: u64) -> Result<Option<(Vec<u8>, Version)>> {
+        let p = self.path(key)?;
+        self.rt
+            .block_on(s3_get(self.store.clone(), p, max, &self.url))
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        let p = self.path(key)?;
+        self.rt
+            .block_on(s3_exists(self.store.clone(), p, &self.url))
+    }
+
+    fn put(&self, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put> {
+        let p = self.path(key)?;
+        self.rt.block_on(s3_put(
+            self.store.clone(),
+            p,
+            bytes.to_vec(),
+            expect.cloned(),
+            &self.url,
+        ))
+    }
+
+    fn replace(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let p = self.path(key)?;
+        self.rt
+            .block_on(self.store.put(&p, bytes.to_vec().into()))
+            .map_err(|e| remote_err(&self.url, format!("cannot write {p}"), e))?;
+        Ok(())
+    }
+
+    fn list(&self, under: &str) -> Result<Vec<String>> {
+        use futures::StreamExt;
+        let p = self.under(under.trim_end_matches('/'));
+        let strip = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        self.rt.block_on(async {
+            let mut s = self.store.list(Some(&p));
+            let mut keys = Vec::new();
+            while let Some(m) = s.next().await {
+                let m = m.map_err(|e| remote_err(&self.url, format!("cannot list {p}"), e))?;
+                let k = m.location.to_string();
+                keys.push(k.strip_prefix(&strip).unwrap_or(&k).to_string());
+            }
+            Ok(keys)
+        })
+    }
+
+    fn children(&self, under: &str) -> Result<Vec<String>> {
+        let p = self.under(under.trim_end_matches('/'));
+        let r = self
+            .rt
+            .block_on(self.store.list_with_delimiter(Some(&p)))
+            .map_err(|e| remote_err(&self.url, format!("cannot list {p}"), e))?;
+        Ok(r.common_prefixes
+            .iter()
+            .filter_map(|c| c.filename().map(str::to_string))
+            .collect())
+    }
+
+    fn get_each_limited(&self, keys: &[(String, u64)]) -> Vec<Result<Option<Vec<u8>>>> {
+        let got = self.fan_out(
             keys,
             |(k, _)| k.as_str(),
-            |store, p, (k, max), _| async move {
+            |store, p, (k, max), url| async move {
                 if let Err(rule) = check_key(k) {
                     return Ok(Err(refused(url, k, &rule)));
                 }
                 Ok(s3_get(store, p, *max, url).await.map(|o| o.map(|(b, _)| b)))
             },
         );
-        match s3 {
-            Some(Ok(v)) => v,
-            Some(Err(e)) => keys.iter().map(|_| Err(e.clone())).collect(),
-            None => keys
-                .iter()
-                .map(|(k, max)| Ok(self.get_limited(k, *max)?.map(|(b, _)| b)))
-                .collect(),
+        match got {
+            Ok(v) => v,
+            Err(e) => keys.iter().map(|_| Err(e.clone())).collect(),
         }
     }
 
-    /// Whether each of many objects exists (up to 32 requests in flight).
-    pub fn exists_many(&self, keys: &[String]) -> Result<Vec<bool>> {
-        let s3 = self.fan_out(
+    fn exists_many(&self, keys: &[String]) -> Result<Vec<bool>> {
+        for k in keys {
+            self.path(k)?;
+        }
+        self.fan_out(
             keys,
             |k| k.as_str(),
             |store, p, _, url| s3_exists(store, p, url),
-        );
-        s3.unwrap_or_else(|| keys.iter().map(|k| self.exists(k)).collect())
+        )
     }
 
-    /// Create many objects at once, each only if absent (up to 32 requests in flight).
-    pub fn create_many(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<Put>> {
-        let s3 = self.fan_out(
+    fn create_many(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<Put>> {
+        for (k, _) in items {
+            self.path(k)?;
+        }
+        self.fan_out(
             items,
             |(k, _)| k.as_str(),
             |store, p, (_, b), url| s3_put(store, p, b.clone(), None, url),
-        );
-        s3.unwrap_or_else(|| items.iter().map(|(k, b)| self.put(k, b, None)).collect())
-    }
-
-    /// Every key under `prefix` (relative to the remote's prefix), sorted.
-    pub fn list(&self, under: &str) -> Result<Vec<String>> {
-        match self {
-            Bucket::S3 {
-                store,
-                prefix,
-                rt,
-                url,
-            } => {
-                use futures::StreamExt;
-                let p = Self::key(prefix, under.trim_end_matches('/'));
-                let strip = if prefix.is_empty() {
-                    String::new()
-                } else {
-                    format!("{prefix}/")
-                };
-                let mut out = rt.block_on(async {
-                    let mut s = store.list(Some(&p));
-                    let mut keys = Vec::new();
-                    while let Some(m) = s.next().await {
-                        let m = m.map_err(|e| remote_err(url, format!("cannot list {p}"), e))?;
-                        let k = m.location.to_string();
-                        keys.push(k.strip_prefix(&strip).unwrap_or(&k).to_string());
-                    }
-                    Ok::<_, Error>(keys)
-                })?;
-                out.sort();
-                Ok(out)
-            }
-            Bucket::Dir { root } => {
-                let mut out = Vec::new();
-                list_dir(root, Path::new(under.trim_end_matches('/')), &mut out)?;
-                out.sort();
-                Ok(out)
-            }
-        }
-    }
-
-    /// The names directly below `under` (one level, like directories).
-    pub fn children(&self, under: &str) -> Result<Vec<String>> {
-        match self {
-            Bucket::S3 {
-                store,
-                prefix,
-                rt,
-                url,
-            } => {
-                let p = Self::key(prefix, under.trim_end_matches('/'));
-                let r = rt
-                    .block_on(store.list_with_delimiter(Some(&p)))
-                    .map_err(|e| remote_err(url, format!("cannot list {p}"), e))?;
-                let mut out: Vec<String> = r
-                    .common_prefixes
-                    .iter()
-                    .filter_map(|c| c.filename().map(str::to_string))
-                    .collect();
-                out.sort();
-                Ok(out)
-            }
-            Bucket::Dir { root } => {
-                let d = root.join(under.trim_end_matches('/'));
-                let mut out = Vec::new();
-                match std::fs::read_dir(&d) {
-                    Ok(rd) => {
-                        for e in rd.flatten() {
-                            if e.path().is_dir() {
-                                out.push(e.file_name().to_string_lossy().into_owned());
-                            }
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(Error::io(d.display(), e)),
-                }
-                out.sort();
-                Ok(out)
-            }
-        }
-    }
-
-    /// The URL this bucket was opened from (for messages).
-    pub fn describe(&self) -> String {
-        match self {
-            Bucket::S3 { url, .. } => url.clone(),
-            Bucket::Dir { root } => format!("file://{}", root.display()),
-        }
+        )
     }
 }
 
+impl Objects for SharedDir {
+    fn describe(&self) -> String {
+        format!("file://{}", self.root.display())
+    }
+
+    fn get_limited(&self, key: &str, max: u64) -> Result<Option<(Vec<u8>, Version)>> {
+        dir_get(&self.root, key, max, &self.describe())
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        Ok(dir_walk(&self.root, key, false, &self.describe())?
+            .is_some_and(|p| std::fs::symlink_metadata(p).is_ok()))
+    }
+
+    fn put(&self, key: &str, bytes: &[u8], expect: Option<&Version>) -> Result<Put> {
+        dir_put(&self.root, key, bytes, expect, &self.describe())
+    }
+
+    fn replace(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let url = self.describe();
+        let _lock = dir_lock(&self.root)?;
+        let path = dir_walk(&self.root, key, true, &url)?.expect("created");
+        let io = |e: std::io::Error| Error::io(path.display(), e);
+        // A symlink planted at the key is replaced, never written through.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_file()) {
+            std::fs::remove_file(&path).map_err(io)?;
+        }
+        revl_core::util::write_durable(&path, bytes).map_err(io)
+    }
+
+    fn list(&self, under: &str) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        list_dir(&self.root, Path::new(under.trim_end_matches('/')), &mut out)?;
+        Ok(out)
+    }
+
+    fn children(&self, under: &str) -> Result<Vec<String>> {
+        let d = self.root.join(under.trim_end_matches('/'));
+        let mut out = Vec::new();
+        match std::fs::read_dir(&d) {
+            Ok(rd) => {
+                for e in rd.flatten() {
+                    if e.path().is_dir() {
+                        out.push(e.file_name().to_string_lossy().into_owned());
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(d.display(), e)),
+        }
+        Ok(out)
+    }
+}
 /// An object's bytes and version, `None` when absent (one GET).
 async fn s3_get(
     store: Arc<dyn ObjectStore>,

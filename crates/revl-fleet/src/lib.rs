@@ -17,6 +17,7 @@ pub mod config;
 pub mod index;
 pub mod pull;
 pub mod push;
+pub mod storage;
 pub mod untrusted;
 
 pub use bucket::Bucket;

@@ -253,7 +253,9 @@ impl Reader {
             self.verify_wals(std::slice::from_ref(m)).remove(0)
         })?;
         let pulled = self.verified_path(id, "pulled");
-        if Checked::read(&pulled).as_ref() != Some(&Checked::of(&m)) {
+        if Checked::read(&pulled).as_ref() != Some(&Checked::of(&m))
+            || len_of(&self.mirror.wal_path(id)) != Some(m.wal_length)
+        {
             let wal_obj = format!("sessions/{id}/wal");
             let verified = self.verified_path(id, "wal");
             let wal = std::fs::read(&verified).map_err(|e| Error::io(verified.display(), e))?;
@@ -385,7 +387,10 @@ impl Reader {
                     ));
                 }
                 let have = Checked::read(&self.verified_path(id, "json"));
-                if have.as_ref() == Some(&Checked::of(m)) && self.verified_path(id, "wal").is_file()
+                // The verified WAL is believed only while it holds as many bytes as its
+                // record states (one cut short, by a full disk or by hand, is fetched again).
+                if have.as_ref() == Some(&Checked::of(m))
+                    && len_of(&self.verified_path(id, "wal")) == Some(m.wal_length)
                 {
                     return Ok(None);
                 }
@@ -617,16 +622,30 @@ impl Reader {
             .base_of(id)
             .map_or_else(|| "none".to_string(), |b| b.tree);
         let done = self.dir.join("bases").join(format!(".{id}.{tree}.done"));
-        if done.exists() {
+        if done.exists() && dir.is_dir() {
             return Ok(());
         }
-        if dir.exists() {
-            make_writable(&dir);
-            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
+        // Written whole beside its place, synced, then renamed into it; the mark that it
+        // is done is written last, durably: after a crash the directory is whole or made
+        // again, never a part of one believed.
+        let tmp = self.dir.join("bases").join(format!(".{id}.tmp"));
+        for d in [&tmp, &dir] {
+            let gone = match std::fs::symlink_metadata(d) {
+                Ok(m) if m.is_dir() => {
+                    make_writable(d);
+                    std::fs::remove_dir_all(d)
+                }
+                Ok(_) => std::fs::remove_file(d),
+                Err(_) => Ok(()),
+            };
+            gone.map_err(|e| Error::io(d.display(), e))?;
         }
-        self.mirror.materialise_base(id, &dir)?;
-        std::fs::write(&done, b"").map_err(|e| Error::io(done.display(), e))?;
-        Ok(())
+        self.mirror.materialise_base(id, &tmp)?;
+        let io = |p: &Path, e: std::io::Error| Error::io(p.display(), e);
+        let bases = std::fs::File::open(self.dir.join("bases")).map_err(|e| io(&tmp, e))?;
+        rustix::fs::syncfs(&bases).map_err(|e| io(&tmp, e.into()))?;
+        std::fs::rename(&tmp, &dir).map_err(|e| io(&dir, e))?;
+        revl_core::util::write_durable(&done, b"").map_err(|e| io(&done, e))
     }
 }
 
@@ -655,6 +674,15 @@ fn hostile(remote: &str, key: &str, e: Error) -> Error {
         Code::Io | Code::CorruptRemote => e,
         _ => crate::untrusted::refused(remote, key, &e.message),
     }
+}
+
+/// The size of the regular file at `path` (not followed if a symlink), `None` if there is
+/// none.
+fn len_of(path: &Path) -> Option<u64> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
 }
 
 /// Make `to` a hard link to `from` (by a link beside it and a rename over it); on any
@@ -1092,14 +1120,18 @@ pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String
 /// by running it again.
 fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
     let (st, meta) = revl_core::state::State::read(&work.wal_path(branch))?;
-    let local = store.blobs();
-    for d in revl_core::gc::blobs_named(&st, &work.blobs()) {
-        // A digest the WAL names may be held inline (a small preimage): not every one is a
-        // blob.
-        if let Ok(b) = work.blobs().get(&d, None) {
-            local.put(&b)?;
-        }
-    }
+    // The same copy as a push's, through the stores' blobs (a digest the WAL names that is
+    // not a blob, a small preimage held inline, is skipped).
+    let named: Vec<String> = revl_core::gc::blobs_named(&st, &work.blobs())
+        .into_iter()
+        .collect();
+    revl_core::storage::copy_blobs(
+        &*work.storage().blobs,
+        &*store.storage().blobs,
+        &named,
+        revl_core::storage::Durability::Synced,
+        &mut || {},
+    )?;
     copy_journal(work, store, branch, meta.good_len)?;
     // A branch made from a remote can be branched again elsewhere.
     if store.base_of(branch).is_none() {
@@ -1110,11 +1142,10 @@ fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
 }
 
 /// The first `len` bytes of session `id`'s WAL copied from store `from` into store `to`,
-/// through their journals (the one copy of a WAL between stores: the mirror's into a
-/// remote fork's scratch store, a branch's from there into this store).
+/// through their journals (the one copy of a WAL between stores, a push's too: the
+/// mirror's into a remote fork's scratch store, a branch's from there into this store).
 fn copy_journal(from: &Store, to: &Store, id: &str, len: u64) -> Result<()> {
-    let bytes = revl_core::storage::read_range(from, id, 0, len)?;
-    create_journal(to, id, &bytes)
+    revl_core::storage::copy_journal(&*from.storage().journals, &*to.storage().journals, id, len)
 }
 
 /// Session `id`'s WAL made in `store` holding exactly `bytes` (whole or not at all).

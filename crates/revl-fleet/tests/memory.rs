@@ -589,3 +589,138 @@ fn repair_of_an_unreachable_endpoint_says_so() {
     );
     assert!(!e.message.contains("corrupt"), "{}", e.message);
 }
+
+#[test]
+fn a_session_pushed_through_the_storage_traits_reads_back_byte_for_byte() {
+    use revl_core::storage::{copy_journal, Blobs, Journals};
+    use revl_fleet::storage::{RemoteBlobs, RemoteJournals};
+    let w = world();
+    let local = std::fs::read(w.a.wal_path(&w.id)).unwrap();
+    let len = local.len() as u64;
+    // The remote's journal is its segments and manifest, read back verified.
+    let remote = RemoteJournals::reading(bucket(&w.objects), "origin");
+    assert_eq!(remote.read_range(&w.id, 0, len).unwrap(), local);
+    assert_eq!(
+        remote.read_range(&w.id, 10, len - 5).unwrap(),
+        &local[10..len as usize - 5]
+    );
+    let past = remote.read_range(&w.id, 0, len + 1).unwrap_err();
+    assert!(past.to_string().contains("not in remote origin"), "{past}");
+    // Its blobs are the objects the push made.
+    let blobs = RemoteBlobs::new(bucket(&w.objects));
+    let digest = blake3::hash(&w.big).to_hex().to_string();
+    assert!(blobs.contains(&digest).unwrap());
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut blobs.open(&digest).unwrap().unwrap(), &mut got).unwrap();
+    assert_eq!(got, w.big);
+    // A copy out of the remote through the same code a push copies in with.
+    let c = Store::open(&w._tmp.path().join("c"), Failpoints::none()).unwrap();
+    copy_journal(&remote, &*c.storage().journals, &w.id, len).unwrap();
+    assert_eq!(std::fs::read(c.wal_path(&w.id)).unwrap(), local);
+    // What a remote cannot do is refused, saying why; journals opened for reading are
+    // never written.
+    let e = remote
+        .lease(&w.id, std::time::Duration::ZERO)
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+    assert!(
+        e.to_string()
+            .contains("a remote is written only by `revl push`"),
+        "{e}"
+    );
+    let e = copy_journal(&*c.storage().journals, &remote, &w.id, len).unwrap_err();
+    assert!(
+        e.message
+            .contains("a remote is written only by `revl push`"),
+        "{}",
+        e.message
+    );
+    // A remote written through the traits by another store is fenced as a push is: its
+    // WAL does not extend the remote head.
+    let d = Store::open(&w._tmp.path().join("d"), Failpoints::none()).unwrap();
+    let ws = w._tmp.path().join("ws2");
+    std::fs::create_dir_all(&ws).unwrap();
+    let other = d.new_session(&ws, None).unwrap().id().to_string();
+    let theirs = std::fs::read(d.wal_path(&other)).unwrap();
+    let writing = RemoteJournals::written_by(bucket(&w.objects), "origin", &d).unwrap();
+    let e = writing.create(&w.id, &theirs).unwrap_err();
+    let e = revl_core::storage::trait_error("push", e);
+    assert_eq!(e.code, Code::Fenced, "{e:?}");
+    assert_eq!(remote.read_range(&w.id, 0, len).unwrap(), local);
+}
+
+/// Every object of a bucket, the manifests without the time they were pushed at.
+fn objects_of(b: &Bucket) -> Vec<(String, Vec<u8>)> {
+    b.list("")
+        .unwrap()
+        .into_iter()
+        .filter(|k| !k.ends_with(".lock"))
+        .map(|k| {
+            let mut bytes = b.get(&k).unwrap().unwrap().0;
+            if k.ends_with("manifest.json") {
+                let mut m: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                m["pushedAt"] = "-".into();
+                bytes = serde_json::to_vec(&m).unwrap();
+            }
+            (k, bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn a_push_to_memory_and_a_push_to_a_file_remote_are_the_same_objects() {
+    let w = world();
+    let dir = w._tmp.path().join("shared");
+    let file = Bucket::open(&format!("file://{}", dir.display())).unwrap();
+    // The push world() made to memory, made to the shared directory too; then one more
+    // step pushed to both (a second segment, a new epoch).
+    push_with(&w.a, &w.remote, &file, &[], Mode::Extend).unwrap();
+    w.a.attach(&w.id)
+        .unwrap()
+        .file_effect(write("c.txt", b"more"))
+        .unwrap();
+    for b in [bucket(&w.objects), file.clone()] {
+        let r = push_with(&w.a, &w.remote, &b, &[], Mode::Extend).unwrap();
+        assert_eq!(r.pushed[0].remote_head["epoch"], 2);
+        assert_eq!(r.pushed[0].segments, 1);
+    }
+    let mem = objects_of(&bucket(&w.objects));
+    let shared = objects_of(&file);
+    assert!(mem.iter().any(|(k, _)| k.starts_with("blobs/")), "{mem:?}");
+    assert_eq!(
+        mem.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+        shared.iter().map(|(k, _)| k).collect::<Vec<_>>()
+    );
+    assert_eq!(mem, shared);
+}
+
+#[test]
+fn a_verified_wal_cut_short_in_the_cache_is_not_believed() {
+    let w = world();
+    let r = w.reader();
+    assert_eq!(w.read_big(&r).unwrap(), w.big);
+    drop(r);
+    // The cache's verified WAL (one file with the mirror's) loses its tail, as a full disk
+    // or a hand edit leaves it, its record of what was verified intact.
+    let verified =
+        w.b.root()
+            .join(format!("remotes/origin/verified/{}.wal", w.id));
+    let len = std::fs::metadata(&verified).unwrap().len();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&verified, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&verified)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    // The next read fetches and verifies it again: the session reads whole.
+    let r = w.reader();
+    assert_eq!(w.read_big(&r).unwrap(), w.big);
+    assert_eq!(std::fs::metadata(&verified).unwrap().len(), len);
+    assert_eq!(
+        std::fs::metadata(r.mirror.wal_path(&w.id)).unwrap().len(),
+        len
+    );
+}
