@@ -517,6 +517,220 @@ impl Bucket {
             Bucket::Dir { root } => format!("file://{}", root.display()),
         }
     }
+
+    /// Read many objects of at most `max` bytes each (up to 32 requests in flight), each
+    /// answer on its own: an object of at most `small` bytes (as its server or file states
+    /// it) comes in memory; a larger one is streamed, a chunk at a time, into a new file
+    /// in `spill` and hashed (blake3) as it streams: memory holds at most `small` bytes
+    /// per object, whatever the sizes stated.
+    pub fn fetch_each(
+        &self,
+        keys: &[String],
+        max: u64,
+        small: u64,
+        spill: &Path,
+    ) -> Vec<Result<Option<Fetched>>> {
+        let url = self.describe();
+        let url = url.as_str();
+        let s3 = self.fan_out(
+            keys,
+            |k| k.as_str(),
+            |store, p, k, _| async move {
+                if let Err(rule) = check_key(k) {
+                    return Ok(Err(refused(url, k, &rule)));
+                }
+                Ok(s3_fetch(store, p, max, small, spill, url).await)
+            },
+        );
+        match s3 {
+            Some(Ok(v)) => v,
+            Some(Err(e)) => keys.iter().map(|_| Err(e.clone())).collect(),
+            None => keys
+                .iter()
+                .map(|k| match self {
+                    Bucket::Dir { root } => dir_fetch(root, k, max, small, spill, url),
+                    Bucket::S3 { .. } => unreachable!("fanned out"),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// An object [`Bucket::fetch_each`] read: in memory, or streamed into a file.
+#[derive(Debug)]
+pub enum Fetched {
+    Bytes(Vec<u8>),
+    /// A file of `spill` holding the object, and the blake3 hex of its bytes, computed as
+    /// they streamed. The caller keeps or removes it.
+    File {
+        path: PathBuf,
+        blake3: String,
+    },
+}
+
+/// A new file in `spill` for a streamed object.
+fn spill_file(spill: &Path) -> Result<(PathBuf, std::fs::File)> {
+    std::fs::create_dir_all(spill).map_err(|e| Error::io(spill.display(), e))?;
+    let path = spill.join(format!(".fetch.{}.tmp", revl_core::util::new_id()));
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| Error::io(path.display(), e))?;
+    Ok((path, f))
+}
+
+/// Write `chunk` to the spill file `f`, hashing it; never past `size` bytes in all.
+fn spill_chunk(
+    f: &mut std::fs::File,
+    h: &mut blake3::Hasher,
+    n: &mut u64,
+    chunk: &[u8],
+    size: u64,
+    path: &Path,
+) -> std::result::Result<(), Option<Error>> {
+    use std::io::Write;
+    if *n + chunk.len() as u64 > size {
+        return Err(None);
+    }
+    h.update(chunk);
+    f.write_all(chunk)
+        .map_err(|e| Some(Error::io(path.display(), e)))?;
+    *n += chunk.len() as u64;
+    Ok(())
+}
+
+/// [`s3_get`], a larger object than `small` streamed into a file of `spill`.
+async fn s3_fetch(
+    store: Arc<dyn ObjectStore>,
+    p: object_store::path::Path,
+    max: u64,
+    small: u64,
+    spill: &Path,
+    url: &str,
+) -> Result<Option<Fetched>> {
+    let r = match store.get(&p).await {
+        Ok(r) => r,
+        Err(e @ object_store::Error::NotFound { .. }) if is_no_such_bucket(&e.to_string()) => {
+            return Err(remote_err(url, format!("cannot read {p}"), e))
+        }
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(remote_err(url, format!("cannot read {p}"), e)),
+    };
+    let size = r.meta.size;
+    if size > max {
+        return Err(refused(url, p.as_ref(), &too_big(size, max)));
+    }
+    use futures::StreamExt;
+    let more = || {
+        refused(
+            url,
+            p.as_ref(),
+            &format!("its server sent more than the {size} bytes it stated"),
+        )
+    };
+    let mut chunks = r.into_stream();
+    if size <= small {
+        let mut b = Vec::with_capacity(size as usize);
+        while let Some(c) = chunks.next().await {
+            let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
+            if (b.len() + c.len()) as u64 > size {
+                return Err(more());
+            }
+            b.extend_from_slice(&c);
+        }
+        return Ok(Some(Fetched::Bytes(b)));
+    }
+    let (path, mut f) = spill_file(spill)?;
+    let (mut h, mut n) = (blake3::Hasher::new(), 0u64);
+    let mut streamed: Result<()> = async {
+        while let Some(c) = chunks.next().await {
+            let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
+            spill_chunk(&mut f, &mut h, &mut n, &c, size, &path)
+                .map_err(|e| e.unwrap_or_else(more))?;
+        }
+        Ok(())
+    }
+    .await;
+    if streamed.is_ok() && n != size {
+        streamed = Err(refused(
+            url,
+            p.as_ref(),
+            &format!("its server sent {n} of the {size} bytes it stated"),
+        ));
+    }
+    match streamed {
+        Ok(()) => Ok(Some(Fetched::File {
+            path,
+            blake3: h.finalize().to_hex().to_string(),
+        })),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(e)
+        }
+    }
+}
+
+/// [`dir_get`], a file larger than `small` streamed into a file of `spill`.
+fn dir_fetch(
+    root: &Path,
+    key: &str,
+    max: u64,
+    small: u64,
+    spill: &Path,
+    url: &str,
+) -> Result<Option<Fetched>> {
+    use std::io::Read;
+    let Some(cur) = dir_walk(root, key, false, url)? else {
+        return Ok(None);
+    };
+    let md = match std::fs::symlink_metadata(&cur) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(cur.display(), e)),
+    };
+    if md.len() <= small || md.file_type().is_symlink() || !md.is_file() {
+        return Ok(dir_get(root, key, max.min(small), url)?.map(|(b, _)| Fetched::Bytes(b)));
+    }
+    if md.len() > max {
+        return Err(refused(url, key, &too_big(md.len(), max)));
+    }
+    let len = md.len();
+    let mut src = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&cur)
+        .map_err(|e| Error::io(cur.display(), e))?;
+    let (path, mut f) = spill_file(spill)?;
+    let (mut h, mut n) = (blake3::Hasher::new(), 0u64);
+    let mut buf = vec![0u8; 1 << 20];
+    let streamed = loop {
+        let k = match src.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => break Err(Error::io(cur.display(), e)),
+        };
+        if let Err(e) = spill_chunk(&mut f, &mut h, &mut n, &buf[..k], len, &path) {
+            break Err(e.unwrap_or_else(|| {
+                refused(
+                    url,
+                    key,
+                    &format!("it grew past its {len} bytes while it was read"),
+                )
+            }));
+        }
+    };
+    match streamed {
+        Ok(()) => Ok(Some(Fetched::File {
+            path,
+            blake3: h.finalize().to_hex().to_string(),
+        })),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(e)
+        }
+    }
 }
 
 /// An object's bytes and version, `None` when absent (one GET).
