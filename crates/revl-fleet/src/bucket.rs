@@ -568,36 +568,73 @@ pub enum Fetched {
     },
 }
 
-/// A new file in `spill` for a streamed object.
-fn spill_file(spill: &Path) -> Result<(PathBuf, std::fs::File)> {
-    std::fs::create_dir_all(spill).map_err(|e| Error::io(spill.display(), e))?;
-    let path = spill.join(format!(".fetch.{}.tmp", revl_core::util::new_id()));
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(|e| Error::io(path.display(), e))?;
-    Ok((path, f))
+/// An object being streamed into a new file of the cache, hashed as it comes, never past
+/// the size it was stated (or judged) to have.
+struct Spill {
+    path: PathBuf,
+    file: std::fs::File,
+    hash: blake3::Hasher,
+    n: u64,
+    size: u64,
 }
 
-/// Write `chunk` to the spill file `f`, hashing it; never past `size` bytes in all.
-fn spill_chunk(
-    f: &mut std::fs::File,
-    h: &mut blake3::Hasher,
-    n: &mut u64,
-    chunk: &[u8],
-    size: u64,
-    path: &Path,
-) -> std::result::Result<(), Option<Error>> {
-    use std::io::Write;
-    if *n + chunk.len() as u64 > size {
-        return Err(None);
+impl Spill {
+    fn new(dir: &Path, size: u64) -> Result<Spill> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let path = dir.join(format!(".fetch.{}.tmp", revl_core::util::new_id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io(path.display(), e))?;
+        Ok(Spill {
+            path,
+            file,
+            hash: blake3::Hasher::new(),
+            n: 0,
+            size,
+        })
     }
-    h.update(chunk);
-    f.write_all(chunk)
-        .map_err(|e| Some(Error::io(path.display(), e)))?;
-    *n += chunk.len() as u64;
-    Ok(())
+
+    /// Write `chunk`; `Err(None)`: it would go past the size.
+    fn write(&mut self, chunk: &[u8]) -> std::result::Result<(), Option<Error>> {
+        use std::io::Write;
+        if self.n + chunk.len() as u64 > self.size {
+            return Err(None);
+        }
+        self.hash.update(chunk);
+        self.file
+            .write_all(chunk)
+            .map_err(|e| Some(Error::io(self.path.display(), e)))?;
+        self.n += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// The object kept (`streamed` went well and every byte came: `short` says otherwise),
+    /// or its file removed and the error returned.
+    fn finish(
+        self,
+        streamed: Result<()>,
+        short: impl FnOnce(u64) -> Error,
+    ) -> Result<Option<Fetched>> {
+        let r = streamed.and_then(|()| {
+            if self.n == self.size {
+                Ok(())
+            } else {
+                Err(short(self.n))
+            }
+        });
+        match r {
+            Ok(()) => Ok(Some(Fetched::File {
+                path: self.path,
+                blake3: self.hash.finalize().to_hex().to_string(),
+            })),
+            Err(e) => {
+                let _ = std::fs::remove_file(&self.path);
+                Err(e)
+            }
+        }
+    }
 }
 
 /// [`s3_get`], a larger object than `small` streamed into a file of `spill`.
@@ -641,34 +678,22 @@ async fn s3_fetch(
         }
         return Ok(Some(Fetched::Bytes(b)));
     }
-    let (path, mut f) = spill_file(spill)?;
-    let (mut h, mut n) = (blake3::Hasher::new(), 0u64);
-    let mut streamed: Result<()> = async {
+    let mut out = Spill::new(spill, size)?;
+    let streamed: Result<()> = async {
         while let Some(c) = chunks.next().await {
             let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
-            spill_chunk(&mut f, &mut h, &mut n, &c, size, &path)
-                .map_err(|e| e.unwrap_or_else(more))?;
+            out.write(&c).map_err(|e| e.unwrap_or_else(more))?;
         }
         Ok(())
     }
     .await;
-    if streamed.is_ok() && n != size {
-        streamed = Err(refused(
+    out.finish(streamed, |n| {
+        refused(
             url,
             p.as_ref(),
             &format!("its server sent {n} of the {size} bytes it stated"),
-        ));
-    }
-    match streamed {
-        Ok(()) => Ok(Some(Fetched::File {
-            path,
-            blake3: h.finalize().to_hex().to_string(),
-        })),
-        Err(e) => {
-            let _ = std::fs::remove_file(&path);
-            Err(e)
-        }
-    }
+        )
+    })
 }
 
 /// [`dir_get`], a file larger than `small` streamed into a file of `spill`.
@@ -701,9 +726,15 @@ fn dir_fetch(
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&cur)
         .map_err(|e| Error::io(cur.display(), e))?;
-    let (path, mut f) = spill_file(spill)?;
-    let (mut h, mut n) = (blake3::Hasher::new(), 0u64);
+    let mut out = Spill::new(spill, len)?;
     let mut buf = vec![0u8; 1 << 20];
+    let grew = || {
+        refused(
+            url,
+            key,
+            &format!("it grew past its {len} bytes while it was read"),
+        )
+    };
     let streamed = loop {
         let k = match src.read(&mut buf) {
             Ok(0) => break Ok(()),
@@ -711,26 +742,17 @@ fn dir_fetch(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => break Err(Error::io(cur.display(), e)),
         };
-        if let Err(e) = spill_chunk(&mut f, &mut h, &mut n, &buf[..k], len, &path) {
-            break Err(e.unwrap_or_else(|| {
-                refused(
-                    url,
-                    key,
-                    &format!("it grew past its {len} bytes while it was read"),
-                )
-            }));
+        if let Err(e) = out.write(&buf[..k]) {
+            break Err(e.unwrap_or_else(grew));
         }
     };
-    match streamed {
-        Ok(()) => Ok(Some(Fetched::File {
-            path,
-            blake3: h.finalize().to_hex().to_string(),
-        })),
-        Err(e) => {
-            let _ = std::fs::remove_file(&path);
-            Err(e)
-        }
-    }
+    out.finish(streamed, |n| {
+        refused(
+            url,
+            key,
+            &format!("it shrank to {n} of its {len} bytes while it was read"),
+        )
+    })
 }
 
 /// An object's bytes and version, `None` when absent (one GET).
