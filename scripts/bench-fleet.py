@@ -12,7 +12,8 @@
   making 100,000 real sessions would measure `revl new`, not the query).
 - branch: a remote branch (`fork --remote` + `fork-confirm --into`) of a 10,000-file
   workspace on a second store against downloading and unpacking a tarball of it (boto3 +
-  tar).
+  tar), in turns, each round on a fresh store. With REVL_BIN_BEFORE set to another revl
+  binary, its branch is timed in the same turns (before/after).
 - first-push: the first push of a session whose base tree holds 10,000 small files
   (REVL_BENCH_FILES) against boto3 uploading the same files (the store's blobs and the WAL)
   one PUT after another, in turns, each round into fresh prefixes. With REVL_BIN_BEFORE
@@ -150,29 +151,40 @@ def bench_branch(tmp):
         revl(a, "write", sid, f"d{i}/f{i}.txt", "--content", f"changed {i}")
     pt, _ = timed(lambda: revl(a, "push", sid))
     print(f"remote branch of a {n}-file workspace ({n*1024/1e6:.1f} MB; `new` with base capture {ct:.1f} s, first push {pt:.1f} s)")
-    times = []
-    for run in range(RUNS):
-        b = f"{tmp}/branch/b{run}"
-        revl(b, "remote", "add", "origin", f"s3://{BUCKET}/{prefix}")
-        def branch():
-            h = revl(b, "fork", "--remote", "origin", sid, "--at", "2")["hash"]
-            revl(b, "fork-confirm", sid, "--hash", h, "--into", f"{tmp}/branch/into{run}")
-        times.append(timed(branch)[0])
-    row("fork --remote + fork-confirm --into on a second store", f"{statistics.median(times):.2f} s")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as t:
         t.add(ws, arcname=".")
     s3.put_object(Bucket=BUCKET, Key=f"{prefix}/ws.tar.gz", Body=buf.getvalue())
-    bt = []
+    # In turns, each round on fresh stores: the binary before (REVL_BIN_BEFORE, if set), this
+    # one, and the tarball, so that the machine's load falls on all of them alike.
+    global REVL
+    after_bin, before = REVL, os.environ.get("REVL_BIN_BEFORE")
+    times = {"before": [], "revl": [], "tarball": []}
     for run in range(RUNS):
-        out = f"{tmp}/branch/untar{run}"
-        os.makedirs(out)
-        def untar():
-            tgz = f"{tmp}/branch/ws{run}.tar.gz"
-            s3.download_file(BUCKET, f"{prefix}/ws.tar.gz", tgz)
-            subprocess.run(["tar", "xzf", tgz, "-C", out], check=True)
-        bt.append(timed(untar)[0])
-    row(f"boto3 download + tar xzf of the workspace ({len(buf.getvalue())/1e6:.1f} MB gz)", f"{statistics.median(bt):.2f} s")
+        for who in (["before"] if before else []) + ["revl", "tarball"]:
+            if who == "tarball":
+                out = f"{tmp}/branch/untar{run}"
+                os.makedirs(out)
+                def untar():
+                    tgz = f"{tmp}/branch/ws{run}.tar.gz"
+                    s3.download_file(BUCKET, f"{prefix}/ws.tar.gz", tgz)
+                    subprocess.run(["tar", "xzf", tgz, "-C", out], check=True)
+                times[who].append(timed(untar)[0])
+                continue
+            REVL = before if who == "before" else after_bin
+            b = f"{tmp}/branch/b-{who}{run}"
+            revl(b, "remote", "add", "origin", f"s3://{BUCKET}/{prefix}")
+            def branch():
+                h = revl(b, "fork", "--remote", "origin", sid, "--at", "2")["hash"]
+                revl(b, "fork-confirm", sid, "--hash", h, "--into", f"{tmp}/branch/into-{who}{run}")
+            times[who].append(timed(branch)[0])
+        REVL = after_bin
+    names = {"before": f"fork --remote + fork-confirm --into, before ({before})",
+             "revl": "fork --remote + fork-confirm --into on a second store",
+             "tarball": f"boto3 download + tar xzf of the workspace ({len(buf.getvalue())/1e6:.1f} MB gz)"}
+    for who, ts in times.items():
+        if ts:
+            row(names[who], "  ".join(f"{t:.2f} s" for t in ts) + f"  (median {statistics.median(ts):.2f} s)")
 
 
 def bench_first_push(tmp):

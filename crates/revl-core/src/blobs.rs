@@ -129,24 +129,75 @@ impl BlobStore {
     /// Copy a blob into a new file `dest` (which must not exist), streamed and verified
     /// against its name; `dest` is removed if the blob turns out damaged.
     pub fn copy_out(&self, digest: &str, dest: &Path, step: Option<u64>) -> Result<()> {
+        self.copy_out_with(digest, dest, step, Durability::Synced)
+    }
+
+    /// [`BlobStore::copy_out`], the new file synced or not ([`Durability::Cached`]: the
+    /// caller makes a whole tree durable with one sync, as a mirror's base tree is).
+    pub fn copy_out_with(
+        &self,
+        digest: &str,
+        dest: &Path,
+        step: Option<u64>,
+        durability: Durability,
+    ) -> Result<()> {
         let dst = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(dest)
             .map_err(|e| Error::io(dest.display(), e))?;
-        self.copy_into(digest, dst, &dest.display().to_string(), step)
+        let what = dest.display().to_string();
+        self.copy_hashed_into(digest, dst, &what, step, durability == Durability::Synced)
             .inspect_err(|_| {
                 let _ = fs::remove_file(dest);
             })
+    }
+
+    /// Store `bytes` as [`BlobStore::put_cached`] does, but where `donor` (another store's
+    /// blobs on this filesystem, a remote's verified cache) holds the same bytes, by a hard
+    /// link to its file: nothing is written. Both files are only ever replaced whole, by
+    /// rename, so neither changes under the other; the donor's bytes are compared with
+    /// `bytes` before they are shared.
+    pub fn put_shared(&self, bytes: &[u8], donor: &BlobStore) -> Result<String> {
+        let digest = blake3_hex(bytes);
+        let (Some(mine), Some(theirs)) = (self.backend.dir(), donor.backend.dir()) else {
+            return self.put_cached(bytes);
+        };
+        let path = self.path_of(&digest);
+        if path.starts_with(mine) && fs::symlink_metadata(&path).is_err() {
+            let from = donor.path_of(&digest);
+            let same = from.starts_with(theirs)
+                && fs::symlink_metadata(&from).is_ok_and(|m| m.is_file())
+                && fs::read(&from).is_ok_and(|b| b == bytes);
+            let linked = same
+                && self.fp.enospc().is_ok()
+                && path.parent().is_some_and(|p| fs::create_dir_all(p).is_ok())
+                && fs::hard_link(&from, &path).is_ok();
+            if linked {
+                return Ok(digest);
+            }
+        }
+        self.put_cached(bytes)
     }
 
     /// [`BlobStore::copy_out`] into a file the caller opened (made through a directory
     /// handle): the blob's bytes, checked against its name as they stream. On an error the
     /// caller removes what it made; `what` names it in the message.
     pub fn copy_into(&self, digest: &str, dst: File, what: &str, step: Option<u64>) -> Result<()> {
+        self.copy_hashed_into(digest, dst, what, step, true)
+    }
+
+    fn copy_hashed_into(
+        &self,
+        digest: &str,
+        dst: File,
+        what: &str,
+        step: Option<u64>,
+        sync: bool,
+    ) -> Result<()> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
         let mut src = self.open(digest, &who)?;
-        match copy_hashing(&mut src, dst, true) {
+        match copy_hashing(&mut src, dst, sync) {
             Ok(d) if d == digest => Ok(()),
             Ok(_) => Err(Error::new(
                 Code::MissingPreimage,
@@ -230,27 +281,28 @@ pub(crate) fn copy_hashing(
     sync: bool,
 ) -> std::io::Result<String> {
     let mut h = blake3::Hasher::new();
-    let mut buf = vec![0u8; crate::util::STREAM_CHUNK];
     let mut total = 0u64;
-    loop {
-        let k = match std::io::Read::read(src, &mut buf) {
-            Ok(0) => break,
-            Ok(k) => k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        h.update(&buf[..k]);
-        // Blocks of zeros become holes: a sparse file stays sparse in the blob store and
-        // when it is copied back out (the digest is of the bytes, holes read as zeros).
-        for block in buf[..k].chunks(64 * 1024) {
-            if block.iter().all(|b| *b == 0) {
-                std::io::Seek::seek(&mut dst, std::io::SeekFrom::Current(block.len() as i64))?;
-            } else {
-                dst.write_all(block)?;
+    crate::util::with_chunk(|buf| -> std::io::Result<()> {
+        loop {
+            let k = match std::io::Read::read(src, buf) {
+                Ok(0) => return Ok(()),
+                Ok(k) => k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            h.update(&buf[..k]);
+            // Blocks of zeros become holes: a sparse file stays sparse in the blob store and
+            // when it is copied back out (the digest is of the bytes, holes read as zeros).
+            for block in buf[..k].chunks(64 * 1024) {
+                if block.iter().all(|b| *b == 0) {
+                    std::io::Seek::seek(&mut dst, std::io::SeekFrom::Current(block.len() as i64))?;
+                } else {
+                    dst.write_all(block)?;
+                }
             }
+            total += k as u64;
         }
-        total += k as u64;
-    }
+    })?;
     dst.set_len(total)?;
     if sync {
         dst.sync_all()?;

@@ -529,6 +529,242 @@ impl Objects for Cloud {
             |store, p, (_, b), url| s3_put(store, p, b.clone(), None, url),
         )
     }
+
+    /// Read many objects of at most `max` bytes each (up to 32 requests in flight), each
+    /// answer on its own: an object of at most `small` bytes (as its server or file states
+    /// it) comes in memory; a larger one is streamed, a chunk at a time, into a new file
+    /// in `spill` and hashed (blake3) as it streams: memory holds at most `small` bytes
+    /// per object, whatever the sizes stated.
+    pub fn fetch_each(
+        &self,
+        keys: &[String],
+        max: u64,
+        small: u64,
+        spill: &Path,
+    ) -> Vec<Result<Option<Fetched>>> {
+        let url = self.describe();
+        let url = url.as_str();
+        let s3 = self.fan_out(
+            keys,
+            |k| k.as_str(),
+            |store, p, k, _| async move {
+                if let Err(rule) = check_key(k) {
+                    return Ok(Err(refused(url, k, &rule)));
+                }
+                Ok(s3_fetch(store, p, max, small, spill, url).await)
+            },
+        );
+        match s3 {
+            Some(Ok(v)) => v,
+            Some(Err(e)) => keys.iter().map(|_| Err(e.clone())).collect(),
+            None => keys
+                .iter()
+                .map(|k| match self {
+                    Bucket::Dir { root } => dir_fetch(root, k, max, small, spill, url),
+                    Bucket::S3 { .. } => unreachable!("fanned out"),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// An object [`Bucket::fetch_each`] read: in memory, or streamed into a file.
+#[derive(Debug)]
+pub enum Fetched {
+    Bytes(Vec<u8>),
+    /// A file of `spill` holding the object, and the blake3 hex of its bytes, computed as
+    /// they streamed. The caller keeps or removes it.
+    File {
+        path: PathBuf,
+        blake3: String,
+    },
+}
+
+/// An object being streamed into a new file of the cache, hashed as it comes, never past
+/// the size it was stated (or judged) to have.
+struct Spill {
+    path: PathBuf,
+    file: std::fs::File,
+    hash: blake3::Hasher,
+    n: u64,
+    size: u64,
+}
+
+impl Spill {
+    fn new(dir: &Path, size: u64) -> Result<Spill> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let path = dir.join(format!(".fetch.{}.tmp", revl_core::util::new_id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io(path.display(), e))?;
+        Ok(Spill {
+            path,
+            file,
+            hash: blake3::Hasher::new(),
+            n: 0,
+            size,
+        })
+    }
+
+    /// Write `chunk`; `Err(None)`: it would go past the size.
+    fn write(&mut self, chunk: &[u8]) -> std::result::Result<(), Option<Error>> {
+        use std::io::Write;
+        if self.n + chunk.len() as u64 > self.size {
+            return Err(None);
+        }
+        self.hash.update(chunk);
+        self.file
+            .write_all(chunk)
+            .map_err(|e| Some(Error::io(self.path.display(), e)))?;
+        self.n += chunk.len() as u64;
+        Ok(())
+    }
+
+    /// The object kept (`streamed` went well and every byte came: `short` says otherwise),
+    /// or its file removed and the error returned.
+    fn finish(
+        self,
+        streamed: Result<()>,
+        short: impl FnOnce(u64) -> Error,
+    ) -> Result<Option<Fetched>> {
+        let r = streamed.and_then(|()| {
+            if self.n == self.size {
+                Ok(())
+            } else {
+                Err(short(self.n))
+            }
+        });
+        match r {
+            Ok(()) => Ok(Some(Fetched::File {
+                path: self.path,
+                blake3: self.hash.finalize().to_hex().to_string(),
+            })),
+            Err(e) => {
+                let _ = std::fs::remove_file(&self.path);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// [`s3_get`], a larger object than `small` streamed into a file of `spill`.
+async fn s3_fetch(
+    store: Arc<dyn ObjectStore>,
+    p: object_store::path::Path,
+    max: u64,
+    small: u64,
+    spill: &Path,
+    url: &str,
+) -> Result<Option<Fetched>> {
+    let r = match store.get(&p).await {
+        Ok(r) => r,
+        Err(e @ object_store::Error::NotFound { .. }) if is_no_such_bucket(&e.to_string()) => {
+            return Err(remote_err(url, format!("cannot read {p}"), e))
+        }
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(remote_err(url, format!("cannot read {p}"), e)),
+    };
+    let size = r.meta.size;
+    if size > max {
+        return Err(refused(url, p.as_ref(), &too_big(size, max)));
+    }
+    use futures::StreamExt;
+    let more = || {
+        refused(
+            url,
+            p.as_ref(),
+            &format!("its server sent more than the {size} bytes it stated"),
+        )
+    };
+    let mut chunks = r.into_stream();
+    if size <= small {
+        let mut b = Vec::with_capacity(size as usize);
+        while let Some(c) = chunks.next().await {
+            let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
+            if (b.len() + c.len()) as u64 > size {
+                return Err(more());
+            }
+            b.extend_from_slice(&c);
+        }
+        return Ok(Some(Fetched::Bytes(b)));
+    }
+    let mut out = Spill::new(spill, size)?;
+    let streamed: Result<()> = async {
+        while let Some(c) = chunks.next().await {
+            let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
+            out.write(&c).map_err(|e| e.unwrap_or_else(more))?;
+        }
+        Ok(())
+    }
+    .await;
+    out.finish(streamed, |n| {
+        refused(
+            url,
+            p.as_ref(),
+            &format!("its server sent {n} of the {size} bytes it stated"),
+        )
+    })
+}
+
+/// [`dir_get`], a file larger than `small` streamed into a file of `spill`.
+fn dir_fetch(
+    root: &Path,
+    key: &str,
+    max: u64,
+    small: u64,
+    spill: &Path,
+    url: &str,
+) -> Result<Option<Fetched>> {
+    use std::io::Read;
+    let Some(cur) = dir_walk(root, key, false, url)? else {
+        return Ok(None);
+    };
+    let md = match std::fs::symlink_metadata(&cur) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(cur.display(), e)),
+    };
+    if md.len() <= small || md.file_type().is_symlink() || !md.is_file() {
+        return Ok(dir_get(root, key, max.min(small), url)?.map(|(b, _)| Fetched::Bytes(b)));
+    }
+    if md.len() > max {
+        return Err(refused(url, key, &too_big(md.len(), max)));
+    }
+    let len = md.len();
+    let mut src = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&cur)
+        .map_err(|e| Error::io(cur.display(), e))?;
+    let mut out = Spill::new(spill, len)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let grew = || {
+        refused(
+            url,
+            key,
+            &format!("it grew past its {len} bytes while it was read"),
+        )
+    };
+    let streamed = loop {
+        let k = match src.read(&mut buf) {
+            Ok(0) => break Ok(()),
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => break Err(Error::io(cur.display(), e)),
+        };
+        if let Err(e) = out.write(&buf[..k]) {
+            break Err(e.unwrap_or_else(grew));
+        }
+    };
+    out.finish(streamed, |n| {
+        refused(
+            url,
+            key,
+            &format!("it shrank to {n} of its {len} bytes while it was read"),
+        )
+    })
 }
 
 impl Objects for SharedDir {

@@ -8,7 +8,7 @@
 //! store), enumerates the fork there, and `fork-confirm --into DIR` performs it as a
 //! parallel fork whose branch then moves into the local store.
 
-use crate::bucket::Bucket;
+use crate::bucket::{Bucket, Fetched};
 use crate::untrusted::{is_digest, MAX_MANIFEST, MAX_OBJECT, MAX_PACK, MAX_WAL_READ};
 use crate::{blob_key, sha256_hex, tampered, Manifest, Remote};
 use revl_core::storage::Copied;
@@ -543,6 +543,9 @@ impl Reader {
     /// after each round: a directory snapshot names more).
     fn fetch_blobs(&self, id: &str, m: &Manifest) -> Result<()> {
         let blobs = self.mirror.blobs();
+        // What this fetch put in the cache, verified as it came: not read back to be judged
+        // again here (every blob is verified again when it is read).
+        let mut held: BTreeSet<String> = BTreeSet::new();
         // The base tree's pack first (one request for its small files), when this mirror
         // does not hold the tree yet; every entry is checked against its digest.
         if let Some(base) = m
@@ -562,7 +565,7 @@ impl Reader {
                             "an entry's content does not match its digest",
                         ));
                     }
-                    blobs.put_cached(b)?;
+                    held.insert(blobs.put_cached(b)?);
                 }
             }
         }
@@ -587,26 +590,57 @@ impl Reader {
             }
             let new: Vec<String> = want
                 .into_iter()
-                .filter(|d| !tried.contains(d) && blobs.check(d, None).is_err())
+                .filter(|d| {
+                    !tried.contains(d) && !held.contains(d) && blobs.check(d, None).is_err()
+                })
                 .collect();
             if new.is_empty() {
                 return Ok(());
             }
-            for chunk in new.chunks(256) {
+            // A chunk holds at most FETCH_BUDGET bytes in memory: 256 blobs of at most
+            // FETCH_SMALL bytes each; a larger blob streams into a file of the cache, hashed
+            // as it comes, and is kept only once its digest is its name.
+            let spill = self.root.join("incoming");
+            for chunk in new.chunks(FETCH_CHUNK) {
                 tried.extend(chunk.iter().cloned());
                 let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
-                for (d, got) in chunk.iter().zip(self.bucket.get_many(&keys, MAX_OBJECT)?) {
-                    // Not every digest a WAL names is a blob (small preimages sit inline).
-                    let Some(b) = got else { continue };
-                    if revl_core::util::blake3_hex(&b) != *d {
-                        return Err(tampered(
+                let got = self
+                    .bucket
+                    .fetch_each(&keys, MAX_OBJECT, FETCH_SMALL, &spill);
+                // Every spilled file is removed, whatever is refused on the way.
+                let _spilled = Spilled(
+                    got.iter()
+                        .filter_map(|g| match g {
+                            Ok(Some(Fetched::File { path, .. })) => Some(path.clone()),
+                            _ => None,
+                        })
+                        .collect(),
+                );
+                for (d, got) in chunk.iter().zip(got) {
+                    let altered = || {
+                        tampered(
                             &self.remote.name,
                             &blob_key(d),
                             "its content does not match its digest",
-                        ));
+                        )
+                    };
+                    // Not every digest a WAL names is a blob (small preimages sit inline).
+                    match got? {
+                        None => continue,
+                        Some(Fetched::Bytes(b)) => {
+                            if revl_core::util::blake3_hex(&b) != *d {
+                                return Err(altered());
+                            }
+                            // A cache: every blob is verified again when read.
+                            held.insert(blobs.put_cached(&b)?);
+                        }
+                        Some(Fetched::File { path, blake3 }) => {
+                            if blake3 != *d {
+                                return Err(altered());
+                            }
+                            held.insert(blobs.put_file(&path)?);
+                        }
                     }
-                    // A cache: every blob is verified again when read.
-                    blobs.put_cached(&b)?;
                 }
             }
         }
@@ -646,6 +680,23 @@ impl Reader {
         rustix::fs::syncfs(&bases).map_err(|e| io(&tmp, e.into()))?;
         std::fs::rename(&tmp, &dir).map_err(|e| io(&dir, e))?;
         revl_core::util::write_durable(&done, b"").map_err(|e| io(&done, e))
+    }
+}
+
+/// How many blobs one round of a blob fetch asks for.
+const FETCH_CHUNK: usize = 256;
+/// The largest blob a fetch holds in memory: a round holds at most
+/// [`crate::untrusted::FETCH_BUDGET`] bytes; a larger blob streams into a file.
+const FETCH_SMALL: u64 = crate::untrusted::FETCH_BUDGET / FETCH_CHUNK as u64;
+
+/// Files a fetch streamed into the cache, removed when it is done with them.
+struct Spilled(Vec<PathBuf>);
+
+impl Drop for Spilled {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 
@@ -1013,11 +1064,14 @@ fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Stor
 /// from the bucket, and the fork is enumerated there (pending in this store).
 pub fn fork(
     store: &Store,
-    remote: &Remote,
+    cache: &crate::RemoteCache,
     given: &str,
     k: i64,
 ) -> Result<revl_core::report::ForkReport> {
-    let r = Reader::open(store, remote)?;
+    // Through the store's verified cache of the remote, as every read verb: one verified
+    // copy of each object.
+    let r = cache.reader();
+    let remote = &r.remote;
     let id = r.resolve(given)?;
     let m = r.sync_family(&id)?;
     let dir = fork_dir(store, &remote.name, &id);
@@ -1134,9 +1188,11 @@ fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
     )?;
     copy_journal(work, store, branch, meta.good_len)?;
     // A branch made from a remote can be branched again elsewhere.
+    // Its files were made from the blobs the scratch store reads (the mirror's, verified):
+    // the local store shares those files instead of writing them again.
     if store.base_of(branch).is_none() {
         let ws = Path::new(&st.workspace);
-        store.capture_base(branch, ws)?;
+        store.capture_base_sharing(branch, ws, Some(&work.blobs()))?;
     }
     Ok(())
 }

@@ -1778,9 +1778,9 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
     let store = open_store(cli)?;
     match &cli.cmd {
         Cmd::Fork { session, at } => {
-            let remote = revl_fleet::Remotes::load(&store)?.get(name)?;
+            let cache = RemoteCache::open(&store, name)?;
             let k = parse_k(at, "--at")?;
-            let report = revl_fleet::pull::fork(&store, &remote, session, k)?;
+            let report = revl_fleet::pull::fork(&store, &cache, session, k)?;
             Ok(Outcome::ok(to_json(&report), render::fork(&report)))
         }
         Cmd::ForkConfirm {

@@ -626,10 +626,18 @@ impl Session {
                     "the store is on a FUSE filesystem, which cannot hold an overlay's upper layer"
                         .to_string(),
                 );
-            } else if self.store.copied().is_some() {
+            } else if let Some(copied) = self.store.copied() {
                 // A remote session's fork runs in a scratch copy of its store, removed once
                 // the branch moves out: nothing there would keep the layers.
-                fallback = Some("the fork runs in a scratch copy of a remote session's store, which is removed afterwards: layers need the store that keeps them".to_string());
+                let why = "the fork runs in a scratch copy of a remote session's store, which is removed afterwards: layers need the store that keeps them";
+                // Its workspace was made for this fork alone and goes with the scratch store:
+                // moved into DIR, not copied and then removed.
+                if copied.writable {
+                    if let Some(made) = self.move_scratch_workspace(dir, &marker, why)? {
+                        return Ok(made);
+                    }
+                }
+                fallback = Some(why.to_string());
             } else {
                 match self.make_layers(dir, m, drift, &marker)? {
                     Ok(made) => return Ok(made),
@@ -646,6 +654,34 @@ impl Session {
                 fallback,
             },
         })
+    }
+
+    /// The workspace of a session in a remote fork's scratch store, moved (renamed) to DIR
+    /// when DIR does not exist and is on its filesystem: the fork's marker is made in it
+    /// first (so it arrives with it, and a failed fork removes DIR as it removes a copy),
+    /// and DIR is durable before the branch names it. `None`: it could not be moved (the
+    /// caller copies); the scratch workspace is then as it was.
+    fn move_scratch_workspace(&self, dir: &Path, marker: &str, why: &str) -> Result<Option<Made>> {
+        let src = self.ws.root();
+        if std::fs::symlink_metadata(dir).is_ok() {
+            return Ok(None);
+        }
+        let mark = src.join(marker);
+        std::fs::File::create(&mark)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(mark.display(), e))?;
+        if std::fs::rename(src, dir).is_err() {
+            let _ = std::fs::remove_file(&mark);
+            return Ok(None);
+        }
+        self.fp.point("fork.mid-clone");
+        crate::util::sync_tree(dir).map_err(|e| Error::io(dir.display(), e))?;
+        Ok(Some(Made::Copy {
+            bytes_copied: 0,
+            fallback: Some(format!(
+                "{why}; the workspace made for this fork was moved here whole (nothing copied)"
+            )),
+        }))
     }
 
     /// Layers at DIR: the lower layer of this point (reused, or frozen now), the branch's

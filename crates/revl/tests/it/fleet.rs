@@ -1805,19 +1805,7 @@ fn a_push_refuses_a_blob_symlink_in_a_shared_directory_without_reading_it() {
 /// `revl --json --store STORE ARGS` with its address space limited to 2 GiB (`ulimit -v`):
 /// a read that allocated what a remote states (gibibytes) would fail there.
 fn in_two_gib(store: &Path, args: &[&str]) -> (Option<i32>, Value, String) {
-    let s = store.display().to_string();
-    let out = std::process::Command::new("sh")
-        .args(["-c", "ulimit -v 2097152 && exec \"$0\" \"$@\""])
-        .arg(env!("CARGO_BIN_EXE_revl"))
-        .args(["--json", "--store", s.as_str()])
-        .args(args)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let doc = serde_json::from_str(&stdout)
-        .unwrap_or_else(|_| panic!("not one document: {stdout}\n{stderr}"));
-    (out.status.code(), doc, stderr)
+    within_kib(store, 2 << 20, args)
 }
 
 #[test]
@@ -1897,4 +1885,128 @@ fn a_lineage_query_of_one_family_verifies_only_that_family() {
     let (code, msg) = unreadable(&r, &other).unwrap_or_else(|| panic!("{r}"));
     assert_eq!(code, "corrupt-remote", "{msg}");
     assert!(msg.contains("lineage"), "{msg}");
+}
+
+/// A remote branch's confirm writes none of the base's files again (docs/fleet.md, "A branch
+/// on another machine"): the workspace the enumeration made in the scratch store is moved
+/// into DIR (nothing copied), and the branch's base tree shares the files of the verified
+/// cache's blobs instead of writing them again.
+#[test]
+fn a_remote_branch_moves_its_made_workspace_and_shares_the_caches_blobs() {
+    use std::os::unix::fs::MetadataExt;
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, _) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    let hash = s(&f.b(&["fork", "--remote", "origin", &id, "--at", "2"]).ok()["hash"]);
+    let into = f.w.path("branch");
+    let doc = f
+        .b(&[
+            "fork-confirm",
+            &id,
+            "--hash",
+            &hash,
+            "--into",
+            into.to_str().unwrap(),
+        ])
+        .ok()
+        .clone();
+    assert_eq!(doc["bytesCopied"], 0, "{doc}");
+    assert!(s(&doc["fallback"]).contains("moved here whole"), "{doc}");
+    let branch = s(&doc["branch"]);
+    assert_eq!(
+        std::fs::read(into.join("README")).unwrap(),
+        b"untouched by the agent\n"
+    );
+    // The branch's base tree names the files DIR holds; each the remote session's base
+    // tree holds too is the cache's blob file, shared (a second link), not a second copy.
+    let base: Value = serde_json::from_slice(
+        &std::fs::read(f.store_b.join("sessions").join(&branch).join("base.json")).unwrap(),
+    )
+    .unwrap();
+    let blob = |d: &str| f.store_b.join("blobs").join(&d[..2]).join(&d[2..]);
+    let tree: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(blob(&s(&base["tree"]))).unwrap()).unwrap();
+    let from_base = ["README", "doomed.txt", "src/lib.rs", "src/deep/data.bin"];
+    let digests: Vec<String> = tree
+        .iter()
+        .filter(|i| from_base.iter().any(|p| i["p"] == *p))
+        .map(|i| s(&i["d"]))
+        .collect();
+    assert_eq!(digests.len(), from_base.len(), "{tree:?}");
+    for d in &digests {
+        let m = std::fs::metadata(blob(d)).unwrap();
+        assert!(
+            m.nlink() >= 2,
+            "blob {d} of the branch's base was written again, not shared"
+        );
+    }
+    // Nothing of the scratch store is left, and the branch works.
+    assert!(!f.store_b.join("remotes/origin/forks").join(&id).exists());
+    f.b(&["write", &branch, "after.txt", "--content", "x"]).ok();
+    assert_eq!(f.b(&["status", &branch]).ok()["state"], "live");
+}
+
+/// `revl ARGS` on `store` with at most `kib` KiB of address space (`ulimit -v`).
+fn within_kib(store: &Path, kib: u64, args: &[&str]) -> (Option<i32>, Value, String) {
+    let s = store.display().to_string();
+    let out = std::process::Command::new("sh")
+        .args(["-c", &format!("ulimit -v {kib} && exec \"$0\" \"$@\"")])
+        .arg(env!("CARGO_BIN_EXE_revl"))
+        .args(["--json", "--store", s.as_str()])
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = serde_json::from_str(&stdout)
+        .unwrap_or_else(|_| panic!("not one document: {stdout}\n{stderr}"));
+    (out.status.code(), doc, stderr)
+}
+
+/// A remote's large blobs are fetched within a byte budget: each one larger than a round's
+/// share streams into a file of the cache, hashed as it comes, and is kept only once its
+/// digest is its name (docs/fleet.md, "Reading a remote"). Three blobs of 320 MiB read
+/// by a reader held to 768 MiB of address space (before: the round held all three).
+#[test]
+fn a_remotes_large_blobs_stream_into_the_cache_within_a_memory_budget() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let ws = f.w.ws("big");
+    for i in 0..3u8 {
+        // Sparse: one distinct byte, then zeros (cheap on disk, 320 MiB when read).
+        let file = std::fs::File::create(ws.join(format!("big{i}.bin"))).unwrap();
+        std::os::unix::fs::FileExt::write_at(&file, &[i + 1], 0).unwrap();
+        file.set_len(320 << 20).unwrap();
+    }
+    let id = s(&f.a(&["new", "--workspace", ws.to_str().unwrap()]).ok()["session"]);
+    f.a(&["write", &id, "small.txt", "--content", "one"]).ok();
+    pushed(&f.a(&["push"]));
+    let store = fresh(&f, "reader");
+    let (code, doc, stderr) = within_kib(&store, 768 << 10, &["--remote", "origin", "log", &id]);
+    assert_eq!(code, Some(0), "{doc}\n{stderr}");
+    assert!(listed(&doc, &id), "{doc}");
+    // Each large file's bytes are in the cache, whole; nothing streamed is left behind.
+    let mut firsts = Vec::new();
+    let root = store.join("remotes/origin/mirror/blobs");
+    for d in std::fs::read_dir(&root).unwrap().flatten() {
+        for b in std::fs::read_dir(d.path()).unwrap().flatten() {
+            if b.metadata().unwrap().len() == 320 << 20 {
+                let mut one = [0u8; 1];
+                use std::io::Read;
+                std::fs::File::open(b.path())
+                    .unwrap()
+                    .read_exact(&mut one)
+                    .unwrap();
+                firsts.push(one[0]);
+            }
+        }
+    }
+    firsts.sort();
+    assert_eq!(firsts, [1, 2, 3]);
+    let incoming = store.join("remotes/origin/incoming");
+    let left: Vec<_> = std::fs::read_dir(&incoming)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
 }
