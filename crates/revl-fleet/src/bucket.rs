@@ -72,6 +72,19 @@ pub trait Objects: Send + Sync {
     fn create_many(&self, items: &[(String, Vec<u8>)]) -> Result<Vec<Put>> {
         items.iter().map(|(k, b)| self.put(k, b, None)).collect()
     }
+
+    /// Read many objects of at most `max` bytes each, each answer on its own: an object of
+    /// at most `small` bytes (as its server or file states it) comes in memory; a larger
+    /// one is streamed, a chunk at a time, into a new file in `spill` and hashed (blake3)
+    /// as it streams: memory holds at most `small` bytes per object, whatever the sizes
+    /// stated.
+    fn fetch_each(
+        &self,
+        keys: &[String],
+        max: u64,
+        small: u64,
+        spill: &Path,
+    ) -> Vec<Result<Option<Fetched>>>;
 }
 
 /// The bucket of a remote: a handle on its [`Objects`] (cheap to clone; clones share them).
@@ -373,6 +386,17 @@ impl Bucket {
     pub fn describe(&self) -> String {
         self.objects.describe()
     }
+
+    /// [`Objects::fetch_each`]: large objects streamed into `spill`, never held whole.
+    pub fn fetch_each(
+        &self,
+        keys: &[String],
+        max: u64,
+        small: u64,
+        spill: &Path,
+    ) -> Vec<Result<Option<Fetched>>> {
+        self.objects.fetch_each(keys, max, small, spill)
+    }
 }
 
 impl Cloud {
@@ -530,40 +554,26 @@ impl Objects for Cloud {
         )
     }
 
-    /// Read many objects of at most `max` bytes each (up to 32 requests in flight), each
-    /// answer on its own: an object of at most `small` bytes (as its server or file states
-    /// it) comes in memory; a larger one is streamed, a chunk at a time, into a new file
-    /// in `spill` and hashed (blake3) as it streams: memory holds at most `small` bytes
-    /// per object, whatever the sizes stated.
-    pub fn fetch_each(
+    fn fetch_each(
         &self,
         keys: &[String],
         max: u64,
         small: u64,
         spill: &Path,
     ) -> Vec<Result<Option<Fetched>>> {
-        let url = self.describe();
-        let url = url.as_str();
-        let s3 = self.fan_out(
+        let got = self.fan_out(
             keys,
             |k| k.as_str(),
-            |store, p, k, _| async move {
+            |store, p, k, url| async move {
                 if let Err(rule) = check_key(k) {
                     return Ok(Err(refused(url, k, &rule)));
                 }
                 Ok(s3_fetch(store, p, max, small, spill, url).await)
             },
         );
-        match s3 {
-            Some(Ok(v)) => v,
-            Some(Err(e)) => keys.iter().map(|_| Err(e.clone())).collect(),
-            None => keys
-                .iter()
-                .map(|k| match self {
-                    Bucket::Dir { root } => dir_fetch(root, k, max, small, spill, url),
-                    Bucket::S3 { .. } => unreachable!("fanned out"),
-                })
-                .collect(),
+        match got {
+            Ok(v) => v,
+            Err(e) => keys.iter().map(|_| Err(e.clone())).collect(),
         }
     }
 }
@@ -819,7 +829,21 @@ impl Objects for SharedDir {
         }
         Ok(out)
     }
+
+    fn fetch_each(
+        &self,
+        keys: &[String],
+        max: u64,
+        small: u64,
+        spill: &Path,
+    ) -> Vec<Result<Option<Fetched>>> {
+        let url = self.describe();
+        keys.iter()
+            .map(|k| dir_fetch(&self.root, k, max, small, spill, &url))
+            .collect()
+    }
 }
+
 /// An object's bytes and version, `None` when absent (one GET).
 async fn s3_get(
     store: Arc<dyn ObjectStore>,
