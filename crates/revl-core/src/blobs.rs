@@ -49,8 +49,9 @@ impl BlobStore {
     }
 
     /// Store `bytes` without fsync: for a cache (a mirror of a remote, docs/fleet.md) whose every
-    /// blob can be fetched again and is verified on each read. Returns the digest; a damaged
-    /// blob of that digest is replaced, as [`BlobStore::put`] does.
+    /// blob can be fetched again and is verified on each read, or for one of a batch made
+    /// durable together by [`BlobStore::sync`] before a record names it. Returns the digest;
+    /// a damaged blob of that digest is replaced, as [`BlobStore::put`] does.
     pub fn put_cached(&self, bytes: &[u8]) -> Result<String> {
         self.put_with(bytes, Durability::Cached)
     }
@@ -73,6 +74,24 @@ impl BlobStore {
             .map_err(|e| Error::io(format!("cannot store {} as a blob", path.display()), e))
     }
 
+    /// Store the content of the file at `path` without a sync of its own, streamed, and
+    /// return its digest: one of many blobs made durable together by [`BlobStore::sync`]
+    /// before any record names them (an exec's large preimages: one sync, not three fsyncs
+    /// a blob).
+    pub fn put_file_batched(&self, path: &Path) -> Result<String> {
+        self.fp
+            .enospc()
+            .and_then(|_| self.backend.put_file(path, Durability::Cached))
+            .map_err(|e| Error::io(format!("cannot store {} as a blob", path.display()), e))
+    }
+
+    /// Make every blob put so far durable (those of a batch included).
+    pub fn sync(&self) -> Result<()> {
+        self.backend
+            .sync()
+            .map_err(|e| Error::io("cannot make the blobs durable", e))
+    }
+
     /// Keep the files `files` (path, the digest they were observed with) as blobs, durably,
     /// with one sync for them all: an exec's post-images (docs/reference.md, "Effects").
     /// A file whose bytes no longer have its digest is an error: nothing names a blob that
@@ -82,11 +101,7 @@ impl BlobStore {
             return Ok(());
         }
         for (path, digest) in files {
-            let got = self
-                .fp
-                .enospc()
-                .and_then(|_| self.backend.put_file(path, Durability::Cached))
-                .map_err(|e| Error::io(format!("cannot keep {} as a blob", path.display()), e))?;
+            let got = self.put_file_batched(path)?;
             if got != *digest {
                 return Err(Error::new(
                     Code::Io,
@@ -98,9 +113,7 @@ impl BlobStore {
                 ));
             }
         }
-        self.backend
-            .sync()
-            .map_err(|e| Error::io("cannot make the kept post-images durable", e))
+        self.sync()
     }
 
     /// Whether a blob of that name is held (not that it is intact).

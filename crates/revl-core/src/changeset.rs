@@ -14,7 +14,8 @@
 use crate::blobs::BlobStore;
 use crate::error::Result;
 use crate::undo::{ExecChange, FileKind, Image, RestoreEntry};
-use crate::workspace::{mode_str, unb64, KeptBytes, Workspace};
+use crate::util::blake3_hex;
+use crate::workspace::{b64, mode_str, unb64, KeptBytes, Workspace, INLINE_MAX};
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -59,6 +60,9 @@ pub struct Planned {
     /// What was removed from an entry before it was applied, by path: metadata the command
     /// set that revl neither records nor rewinds (shown as the change's `why`).
     pub stripped: std::collections::BTreeMap<String, String>,
+    /// Preimage blobs were put without a sync of their own: [`BlobStore::sync`] makes them
+    /// durable before the intent names them.
+    pub batched: bool,
 }
 
 impl Planned {
@@ -182,27 +186,148 @@ fn remove(abs: &Path) -> Result<()> {
         .map_err(|e| io(abs, e))
 }
 
-/// What a command leaves in the upper layer never grants privileges in the workspace: the
-/// setuid and setgid bits of a file (and the setuid bit of a directory, which means
-/// nothing) are cleared, and a file's `security.capability` is removed, before anything
-/// is observed or moved in. A directory keeps its setgid bit: it grants nothing (new
-/// entries take the directory's group). The metadata, as it now is.
-fn defang(abs: &Path) -> Result<fs::Metadata> {
-    let m = fs::symlink_metadata(abs).map_err(|e| io(abs, e))?;
+/// The names of the extended attributes of `p` (not following a symlink): one call where
+/// they fit in a page.
+fn xattr_names(p: &Path) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    let n = match rustix::fs::llistxattr(p, &mut buf[..]) {
+        Ok(n) => n,
+        Err(rustix::io::Errno::RANGE) => {
+            let Ok(size) = rustix::fs::llistxattr_query(p) else {
+                return Vec::new();
+            };
+            buf = vec![0u8; size];
+            rustix::fs::llistxattr(p, &mut buf[..]).unwrap_or(0)
+        }
+        Err(_) => return Vec::new(),
+    };
+    buf[..n]
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// An upper-layer entry once tidied ([`tidy`]).
+struct Tidied {
+    /// Its metadata, as it now is.
+    m: fs::Metadata,
+    /// A directory the overlay marked opaque (it replaced what was there).
+    opaque: bool,
+    /// What was removed, in words ("" for nothing).
+    note: String,
+    /// A regular file, open for reading (its bytes are read through it, not by path again).
+    file: Option<fs::File>,
+}
+
+/// Tidy the upper-layer entry `abs` (whose real counterpart in the workspace is `real`)
+/// in one pass over its extended attributes:
+///
+/// - What a command leaves never grants privileges in the workspace: the setuid and setgid
+///   bits of a file (and the setuid bit of a directory, which means nothing) are cleared,
+///   and a file's `security.capability` is removed. A directory keeps its setgid bit: it
+///   grants nothing (new entries take the directory's group).
+/// - The overlay's own attributes (`prefix` + `overlay.`: `opaque`, `origin`, `impure`)
+///   mean nothing in the workspace: removed (a directory's `opaque` is read first).
+/// - What the command set that revl neither records nor rewinds is removed unless `real`
+///   already holds the same: every other extended attribute (user attributes, ACLs,
+///   `user.overlay.*` as root) and inode flag (`chattr`), so nothing reaches the workspace
+///   silently; the note says what went.
+///
+/// A whiteout is left as it is. Each call is made only where there is something to do: one
+/// listing of the attributes, one open and one flags read of a file or directory.
+fn tidy(abs: &Path, real: &Path, prefix: &str) -> Result<Tidied> {
+    let mut m = fs::symlink_metadata(abs).map_err(|e| io(abs, e))?;
     let t = m.file_type();
-    if t.is_symlink() || !(t.is_file() || t.is_dir()) {
-        return Ok(m);
+    let mut out = Tidied {
+        m: m.clone(),
+        opaque: false,
+        note: String::new(),
+        file: None,
+    };
+    if is_whiteout(&m) {
+        return Ok(out);
     }
+    let (file, dir) = (t.is_file(), t.is_dir());
     let mode = m.permissions().mode() & 0o7777;
-    let strip = if t.is_dir() { 0o4000 } else { 0o6000 };
-    if t.is_file() {
-        let _ = rustix::fs::lremovexattr(abs, "security.capability");
+    let strip = if dir { 0o4000 } else { 0o6000 };
+    if (file || dir) && mode & strip != 0 {
+        fs::set_permissions(abs, fs::Permissions::from_mode(mode & !strip))
+            .map_err(|e| io(abs, e))?;
+        m = fs::symlink_metadata(abs).map_err(|e| io(abs, e))?;
     }
-    if mode & strip == 0 {
-        return Ok(m);
+    let value = |p: &Path, name: &std::ffi::CStr| -> Option<Vec<u8>> {
+        let size = rustix::fs::lgetxattr(p, name, &mut [0u8; 0][..]).ok()?;
+        let mut v = vec![0u8; size];
+        let n = rustix::fs::lgetxattr(p, name, &mut v[..]).ok()?;
+        v.truncate(n);
+        Some(v)
+    };
+    let own = format!("{prefix}overlay.");
+    let mut gone: Vec<String> = Vec::new();
+    for name in xattr_names(abs) {
+        let Ok(c) = std::ffi::CString::new(name.clone()) else {
+            continue;
+        };
+        if name.starts_with(own.as_bytes()) {
+            if dir && name == format!("{own}opaque").as_bytes() {
+                out.opaque = value(abs, &c).is_some_and(|v| v == b"y");
+            }
+            let _ = rustix::fs::lremovexattr(abs, c.as_c_str());
+            continue;
+        }
+        if file && name == b"security.capability" {
+            let _ = rustix::fs::lremovexattr(abs, c.as_c_str());
+            continue;
+        }
+        if value(abs, &c).is_some_and(|v| value(real, &c) == Some(v)) {
+            continue;
+        }
+        if rustix::fs::lremovexattr(abs, c.as_c_str()).is_ok() {
+            gone.push(String::from_utf8_lossy(&name).into_owned());
+        }
     }
-    fs::set_permissions(abs, fs::Permissions::from_mode(mode & !strip)).map_err(|e| io(abs, e))?;
-    fs::symlink_metadata(abs).map_err(|e| io(abs, e))
+    // Only a regular file or a directory is opened (never a device or a FIFO).
+    let open = |p: &Path| -> Option<rustix::fd::OwnedFd> {
+        use rustix::fs::{Mode, OFlags};
+        rustix::fs::open(
+            p,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()
+    };
+    if file || dir {
+        if let Some(fd) = open(abs) {
+            if let Ok(f) = rustix::fs::ioctl_getflags(&fd) {
+                let mut extra = f & meaningful_flags();
+                if !extra.is_empty() {
+                    // The real path's flags are read only where the command's entry has any.
+                    let had = fs::symlink_metadata(real)
+                        .ok()
+                        .filter(|r| r.is_file() || r.is_dir())
+                        .and_then(|_| open(real))
+                        .and_then(|fd| rustix::fs::ioctl_getflags(&fd).ok())
+                        .unwrap_or(rustix::fs::IFlags::empty());
+                    extra &= !had;
+                }
+                if !extra.is_empty() && rustix::fs::ioctl_setflags(&fd, f & !extra).is_ok() {
+                    gone.push(format!("inode flags {extra:?}"));
+                }
+            }
+            if file {
+                out.file = Some(fs::File::from(fd));
+            }
+        }
+    }
+    out.m = m;
+    if !gone.is_empty() {
+        out.note = format!(
+            "not applied: {} (revl neither records nor rewinds them)",
+            gone.join(", ")
+        );
+    }
+    Ok(out)
 }
 
 /// Inode flags a command may set that change what others can do with the file (append
@@ -224,80 +349,6 @@ fn meaningful_flags() -> rustix::fs::IFlags {
         | IFlags::SECURE_REMOVAL
         | IFlags::PROJECT_INHERIT
         | IFlags::COMPRESSED
-}
-
-/// Remove from the upper-layer entry `abs` what the command set that revl neither records
-/// nor rewinds: every extended attribute (user attributes, ACLs, `user.overlay.*` as root)
-/// and inode flag (`chattr`) that the real path `real` does not already hold the same, so
-/// nothing reaches the workspace silently. The overlay's own attributes (`prefix` +
-/// `overlay.`) are left for the walk. Returns what was removed, in words ("" for nothing).
-fn strip_unrecorded(abs: &Path, real: &Path, prefix: &str) -> String {
-    let mut gone: Vec<String> = Vec::new();
-    let names = |p: &Path| -> Vec<Vec<u8>> {
-        let Ok(size) = rustix::fs::llistxattr_query(p) else {
-            return Vec::new();
-        };
-        let mut buf = vec![0u8; size];
-        let n = rustix::fs::llistxattr(p, &mut buf[..]).unwrap_or(0);
-        buf[..n]
-            .split(|b| *b == 0)
-            .filter(|n| !n.is_empty())
-            .map(<[u8]>::to_vec)
-            .collect()
-    };
-    let value = |p: &Path, name: &std::ffi::CStr| -> Option<Vec<u8>> {
-        let size = rustix::fs::lgetxattr(p, name, &mut [0u8; 0][..]).ok()?;
-        let mut v = vec![0u8; size];
-        let n = rustix::fs::lgetxattr(p, name, &mut v[..]).ok()?;
-        v.truncate(n);
-        Some(v)
-    };
-    let own = format!("{prefix}overlay.");
-    for name in names(abs) {
-        if name.starts_with(own.as_bytes()) {
-            continue;
-        }
-        let Ok(c) = std::ffi::CString::new(name.clone()) else {
-            continue;
-        };
-        if value(abs, &c).is_some_and(|v| value(real, &c) == Some(v)) {
-            continue;
-        }
-        if rustix::fs::lremovexattr(abs, c.as_c_str()).is_ok() {
-            gone.push(String::from_utf8_lossy(&name).into_owned());
-        }
-    }
-    let flags_of = |p: &Path| -> Option<(rustix::fd::OwnedFd, rustix::fs::IFlags)> {
-        use rustix::fs::{Mode, OFlags};
-        // Only a regular file or a directory is opened (never a device or a FIFO).
-        let m = fs::symlink_metadata(p).ok()?;
-        if !(m.is_file() || m.is_dir()) {
-            return None;
-        }
-        let fd = rustix::fs::open(
-            p,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .ok()?;
-        let f = rustix::fs::ioctl_getflags(&fd).ok()?;
-        Some((fd, f))
-    };
-    if let Some((fd, f)) = flags_of(abs) {
-        let had = flags_of(real).map_or(rustix::fs::IFlags::empty(), |(_, f)| f);
-        let extra = f & meaningful_flags() & !had;
-        if !extra.is_empty() && rustix::fs::ioctl_setflags(&fd, f & !extra).is_ok() {
-            gone.push(format!("inode flags {extra:?}"));
-        }
-    }
-    if gone.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "not applied: {} (revl neither records nor rewinds them)",
-            gone.join(", ")
-        )
-    }
 }
 
 /// A whiteout: the overlay's mark of a deleted path.
@@ -351,18 +402,29 @@ fn walk(
             out.ignored.push(ignored(rel, RESERVED_WHY));
             continue;
         }
-        let m = defang(&abs)?;
-        let t = m.file_type();
-        if !is_whiteout(&m) {
-            let note = strip_unrecorded(&abs, &ws.abs(&rel), prefix);
-            if !note.is_empty() {
-                out.stripped.insert(rel.clone(), note);
-            }
+        let real_abs = ws.abs(&rel);
+        let tidied = tidy(&abs, &real_abs, prefix)?;
+        if !tidied.note.is_empty() {
+            out.stripped.insert(rel.clone(), tidied.note.clone());
         }
-        let real = ws.lstat_rel(&rel)?;
+        let m = &tidied.m;
+        let t = m.file_type();
+        let real_meta = ws.lstat_meta(&rel)?;
+        let real = real_meta.as_ref().map(|r| {
+            (
+                crate::workspace::kind_of(r),
+                r.permissions().mode() & 0o7777,
+                r.nlink(),
+            )
+        });
         let real_kind = real.as_ref().map_or(FileKind::Absent, |(k, _, _)| *k);
-        let mut add = |change: &'static str, after: Image, how: How, budget: &mut usize| {
-            let pre = capture(ws, &rel, blobs, budget)?;
+        let mut batched = false;
+        let mut add = |change: &'static str,
+                       after: Image,
+                       how: How,
+                       small: Option<(&Image, &[u8])>,
+                       budget: &mut usize| {
+            let pre = capture(ws, &rel, small, blobs, budget, &mut batched)?;
             out.items.push(Item {
                 path: rel.clone(),
                 change,
@@ -372,19 +434,20 @@ fn walk(
             });
             Ok::<(), crate::Error>(())
         };
-        if is_whiteout(&m) {
+        if is_whiteout(m) {
             match real_kind {
                 FileKind::Absent => {}
-                FileKind::Dir => add("dir-deleted", Image::absent(&rel), How::Remove, budget)?,
-                _ => add("deleted", Image::absent(&rel), How::Remove, budget)?,
+                FileKind::Dir => add(
+                    "dir-deleted",
+                    Image::absent(&rel),
+                    How::Remove,
+                    None,
+                    budget,
+                )?,
+                _ => add("deleted", Image::absent(&rel), How::Remove, None, budget)?,
             }
         } else if t.is_dir() {
-            let mut v = [0u8; 4];
-            let opaque =
-                rustix::fs::lgetxattr(&abs, format!("{prefix}overlay.opaque").as_str(), &mut v[..])
-                    .is_ok_and(|n| v[..n] == *b"y");
-            strip_overlay_attrs(&abs, prefix);
-            if real_kind == FileKind::Dir && !opaque {
+            if real_kind == FileKind::Dir && !tidied.opaque {
                 // A directory the command entered: its own mode, then what it wrote inside.
                 let (_, real_mode, _) = real.expect("a directory");
                 let mode = m.permissions().mode() & 0o7777;
@@ -398,7 +461,7 @@ fn walk(
                 tidy_tree(&abs, &rel, prefix, &mut out.ignored, &mut out.stripped)?;
                 let (after, entries) = up.observe_entries(&rel, Some(&mut out.kept))?;
                 if ws.observe(&rel)? != after {
-                    add("dir-created", after, How::Move(abs.clone()), budget)?;
+                    add("dir-created", after, How::Move(abs.clone()), None, budget)?;
                     out.inside.extend(entries.into_iter().map(|img| {
                         ExecChange {
                             change: match img.kind {
@@ -418,14 +481,24 @@ fn walk(
                 }
             }
         } else if t.is_file() || t.is_symlink() {
-            if t.is_file() {
-                strip_overlay_attrs(&abs, prefix);
-                if m.nlink() > 1 {
-                    split_link(&abs)?;
-                }
+            let mut file = tidied.file;
+            if t.is_file() && m.nlink() > 1 {
+                split_link(&abs)?;
+                file = None;
             }
-            let after = up.observe(&rel)?;
-            let now = ws.observe(&rel)?;
+            // Each side is read once: the post-image (kept inline when small) and, for a
+            // small regular file, the real bytes that are both its image and its preimage.
+            let (after, bytes) = if t.is_file() {
+                read_image(&abs, &rel, m, file)?
+            } else {
+                (up.observe(&rel)?, None)
+            };
+            let (now, real_bytes) = match &real_meta {
+                Some(r) if r.is_file() && r.len() <= INLINE_MAX as u64 => {
+                    read_image(&real_abs, &rel, r, None)?
+                }
+                _ => (ws.observe(&rel)?, None),
+            };
             if now == after {
                 continue;
             }
@@ -444,16 +517,76 @@ fn walk(
                     (false, FileKind::File, _) => "modified",
                     _ => "created",
                 };
-                if let (true, Some(d)) = (t.is_file(), after.digest.as_deref()) {
-                    out.kept.offer(&abs, d);
+                if let Some(b) = &bytes {
+                    out.kept.add(b);
                 }
-                add(change, after, How::Move(abs.clone()), budget)?;
+                let small = real_bytes.as_deref().map(|b| (&now, b));
+                add(change, after, How::Move(abs.clone()), small, budget)?;
             }
         } else {
             out.ignored.push(ignored(rel, special_why(&t)));
         }
+        out.batched |= batched;
     }
     Ok(())
+}
+
+/// The image of the regular file at `abs` (recorded as `rel`) whose `lstat` is `m`, read
+/// once (through `file` when it is open already, else opened without following a symlink
+/// that appeared since): with its bytes when they are small enough to sit inline
+/// ([`INLINE_MAX`]), else hashed as they stream.
+fn read_image(
+    abs: &Path,
+    rel: &str,
+    m: &fs::Metadata,
+    file: Option<fs::File>,
+) -> Result<(Image, Option<Vec<u8>>)> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = match file {
+        Some(f) => f,
+        None => fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .open(abs)
+            .map_err(|e| io(abs, e))?,
+    };
+    let (digest, bytes) = if m.len() <= INLINE_MAX as u64 {
+        // Read into a buffer one byte larger than it may be (`read_to_end` would ask the
+        // file its size and position again): a file that grew past the inline size while
+        // it was read is hashed whole and kept by its digest.
+        let mut bytes = vec![0u8; INLINE_MAX + 1];
+        let mut n = 0;
+        while n < bytes.len() {
+            match f.read(&mut bytes[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(abs, e)),
+            }
+        }
+        if n > INLINE_MAX {
+            let mut h = blake3::Hasher::new();
+            h.update(&bytes[..n]);
+            h.update_reader(&mut f).map_err(|e| io(abs, e))?;
+            (h.finalize().to_hex().to_string(), None)
+        } else {
+            bytes.truncate(n);
+            (blake3_hex(&bytes), Some(bytes))
+        }
+    } else {
+        let (d, _) = crate::util::blake3_reader_sized(f, m.len()).map_err(|e| io(abs, e))?;
+        (d, None)
+    };
+    Ok((
+        Image {
+            digest: Some(digest),
+            kind: Some(FileKind::File),
+            mode: Some(mode_str(m.permissions().mode())),
+            path: rel.to_string(),
+        },
+        bytes,
+    ))
 }
 
 /// A mode change of what stays otherwise as it is: applied by chmod, undone by the old mode.
@@ -475,19 +608,47 @@ fn mode_item(rel: &str, kind: FileKind, old: u32, new: u32) -> Item {
     }
 }
 
-/// The preimage of `rel`, small files inline while the budget lasts, else in the blob store.
+/// The preimage of `rel`, small files inline while the budget lasts, else in the blob
+/// store; `small` is its image and bytes where they were read already. Blobs are put
+/// without a sync of their own (`batched` is set): the exec makes them durable together
+/// before its intent names them.
 fn capture(
     ws: &Workspace,
     rel: &str,
+    small: Option<(&Image, &[u8])>,
     blobs: &BlobStore,
     budget: &mut usize,
+    batched: &mut bool,
 ) -> Result<RestoreEntry> {
-    let mut e = ws.capture(rel, blobs)?;
+    let mut e = match small {
+        Some((img, bytes)) => RestoreEntry::File {
+            path: rel.to_string(),
+            mode: img.mode.clone().unwrap_or_default(),
+            digest: img.digest.clone().unwrap_or_default(),
+            content: Some(b64(bytes)),
+            blob: None,
+        },
+        None => match ws.lstat_meta(rel)? {
+            Some(m) if m.is_file() && m.len() > INLINE_MAX as u64 => {
+                let d = blobs.put_file_batched(&ws.abs(rel))?;
+                *batched = true;
+                RestoreEntry::File {
+                    path: rel.to_string(),
+                    mode: mode_str(m.permissions().mode()),
+                    digest: d.clone(),
+                    content: None,
+                    blob: Some(d),
+                }
+            }
+            _ => ws.capture(rel, blobs)?,
+        },
+    };
     if let RestoreEntry::File { content, blob, .. } = &mut e {
         if let Some(c) = content.as_ref() {
             if c.len() > *budget {
                 let bytes = unb64(c)?;
-                *blob = Some(blobs.put(&bytes)?);
+                *blob = Some(blobs.put_cached(&bytes)?);
+                *batched = true;
                 *content = None;
             } else {
                 *budget -= c.len();
@@ -495,26 +656,6 @@ fn capture(
         }
     }
     Ok(e)
-}
-
-/// Remove the overlay's own extended attributes (`…overlay.opaque`, `…overlay.origin`,
-/// `…overlay.impure`): they mean nothing in the workspace.
-fn strip_overlay_attrs(p: &Path, prefix: &str) {
-    let Ok(size) = rustix::fs::llistxattr_query(p) else {
-        return;
-    };
-    let mut buf = vec![0u8; size];
-    let Ok(n) = rustix::fs::llistxattr(p, &mut buf[..]) else {
-        return;
-    };
-    let want = format!("{prefix}overlay.");
-    for name in buf[..n].split(|b| *b == 0).filter(|n| !n.is_empty()) {
-        if name.starts_with(want.as_bytes()) {
-            if let Ok(s) = std::str::from_utf8(name) {
-                let _ = rustix::fs::lremovexattr(p, s);
-            }
-        }
-    }
 }
 
 /// Give a hard-linked file a separate inode (a copy renamed over it): hard links are
@@ -559,22 +700,18 @@ fn tidy_tree(
             ignored_out.push(ignored(rel, RESERVED_WHY));
             continue;
         }
-        let m = defang(&abs)?;
-        let t = m.file_type();
-        if !is_whiteout(&m) {
-            // A new tree: nothing real to compare with; whatever the command set goes.
-            let note = strip_unrecorded(&abs, Path::new("/nonexistent/revl"), prefix);
-            if !note.is_empty() {
-                stripped.insert(rel.clone(), note);
-            }
+        // A new tree: nothing real to compare with; whatever the command set goes.
+        let tidied = tidy(&abs, Path::new("/nonexistent/revl"), prefix)?;
+        if !tidied.note.is_empty() {
+            stripped.insert(rel.clone(), tidied.note);
         }
+        let m = tidied.m;
+        let t = m.file_type();
         if is_whiteout(&m) {
             fs::remove_file(&abs).map_err(|e| io(&abs, e))?;
         } else if t.is_dir() {
-            strip_overlay_attrs(&abs, prefix);
             tidy_tree(&abs, &rel, prefix, ignored_out, stripped)?;
         } else if t.is_file() {
-            strip_overlay_attrs(&abs, prefix);
             if m.nlink() > 1 {
                 split_link(&abs)?;
             }

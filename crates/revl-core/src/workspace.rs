@@ -152,7 +152,7 @@ fn lstat(p: &Path) -> Result<Option<fs::Metadata>> {
     }
 }
 
-fn kind_of(m: &fs::Metadata) -> FileKind {
+pub(crate) fn kind_of(m: &fs::Metadata) -> FileKind {
     let t = m.file_type();
     if t.is_symlink() {
         FileKind::Symlink
@@ -342,8 +342,14 @@ impl Workspace {
     /// The kind, permission bits and link count of `rel`, not following a symlink; `None`
     /// when absent.
     pub(crate) fn lstat_rel(&self, rel: &str) -> Result<Option<(FileKind, u32, u64)>> {
-        Ok(lstat(&self.abs(rel))?
+        Ok(self
+            .lstat_meta(rel)?
             .map(|m| (kind_of(&m), m.permissions().mode() & 0o7777, m.nlink())))
+    }
+
+    /// The `lstat` of `rel`; `None` when absent.
+    pub(crate) fn lstat_meta(&self, rel: &str) -> Result<Option<fs::Metadata>> {
+        lstat(&self.abs(rel))
     }
 
     /// Observe one path: its kind, digest and mode (a directory's digest covers the whole
@@ -1385,6 +1391,11 @@ impl Workspace {
     /// Put the file, symlink or directory tree at `src` (revl's own scratch) at `rel`,
     /// replacing what is there: moved by a rename where `src` is on the workspace's
     /// filesystem, else copied. The caller has made `src` durable; this fsyncs nothing.
+    ///
+    /// A file or link replaced by a file or link trades places with `src` (one atomic
+    /// `renameat2(RENAME_EXCHANGE)`): what was there is left at `src`, to be freed with the
+    /// scratch, so the rename does not free its blocks (on ext4 that is most of a rename's
+    /// cost). Where the filesystem cannot exchange, a plain rename replaces it.
     pub(crate) fn move_in(&self, rel: &str, src: &Path, step: u64) -> Result<()> {
         let abs = self.checked_abs(rel, step)?;
         let src_dir = lstat(src)?.is_some_and(|m| m.is_dir());
@@ -1392,6 +1403,15 @@ impl Workspace {
             // A rename replaces a file or a link atomically, never a directory or by one.
             if m.is_dir() || src_dir {
                 remove_any(&abs)?;
+            } else {
+                use rustix::fs::{renameat_with, RenameFlags, CWD};
+                use rustix::io::Errno;
+                match renameat_with(CWD, src, CWD, &abs, RenameFlags::EXCHANGE) {
+                    Ok(()) => return Ok(()),
+                    // Not on this filesystem (or not across these two): as before.
+                    Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP | Errno::XDEV) => {}
+                    Err(e) => return Err(io(&abs, e.into())),
+                }
             }
         }
         match fs::rename(src, &abs) {
@@ -1932,8 +1952,11 @@ impl KeptBytes {
     /// Keep bytes already in hand.
     pub fn add(&mut self, bytes: &[u8]) {
         if bytes.len() <= INLINE_MAX && bytes.len() <= self.budget {
-            self.budget -= bytes.len();
-            self.kept.insert(blake3_hex(bytes), b64(bytes));
+            let digest = blake3_hex(bytes);
+            if !self.kept.contains_key(&digest) {
+                self.budget -= bytes.len();
+                self.kept.insert(digest, b64(bytes));
+            }
         }
     }
 }

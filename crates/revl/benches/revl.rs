@@ -581,6 +581,10 @@ fn bench_exec() {
         copy_tree(&ws, &twin);
         let gitws = tmp.path().join("git");
         copy_tree(&ws, &gitws);
+        // The same change through the binary (`revl exec` as a process, what an agent's
+        // shell hook runs), on its own copy of the tree and its own session.
+        let cliws = tmp.path().join("cli");
+        copy_tree(&ws, &cliws);
         git(&gitws, &["init", "-q"]);
         git(&gitws, &["add", "-A"]);
         git(&gitws, &["commit", "-qm", "base"]);
@@ -601,7 +605,14 @@ fn bench_exec() {
         let runs = 7;
         let st = store(tmp.path());
         let mut s = st.new_session(&ws, None).unwrap();
-        // One round is the same change by the three, interleaved (the machine drifts).
+        let store_dir = tmp.path().join("store");
+        let cli = revl_as(
+            None,
+            &store_dir,
+            &["new", "--workspace", cliws.to_str().unwrap()],
+        );
+        let cli_sid = cli["session"].as_str().unwrap().to_string();
+        // One round is the same change by the four, interleaved (the machine drifts).
         let mut round = |off: usize| {
             let script = script(off);
             let t = Instant::now();
@@ -618,7 +629,15 @@ fn bench_exec() {
             let revl = t.elapsed();
             let applied = r.sandboxed.as_ref().unwrap().changes.len();
             assert_eq!(applied, changed);
-            (plain, git, revl)
+            let t = Instant::now();
+            let doc = revl_as(
+                None,
+                &store_dir,
+                &["exec", &cli_sid, "--", "sh", "-c", &script],
+            );
+            let bin = t.elapsed();
+            assert_eq!(doc["changes"].as_array().map(Vec::len), Some(changed));
+            (plain, git, revl, bin)
         };
         // Sets 1..=runs are touched once each (first touch); set 0 is touched once unmeasured,
         // then measured `runs` times (warm). The step between files is files/changed >= 100,
@@ -635,11 +654,16 @@ fn bench_exec() {
             let plain = median(rounds.iter().map(|r| r.0).collect());
             let git = median(rounds.iter().map(|r| r.1).collect());
             let revl = median(rounds.iter().map(|r| r.2).collect());
+            let bin = median(rounds.iter().map(|r| r.3).collect());
             let label = format!("{label}, {when}");
             row(&format!("{label}: the command run plainly"), fmt(plain));
             row(
                 &format!("{label}: revl exec (sandbox + capture + apply)"),
                 fmt(revl),
+            );
+            row(
+                &format!("{label}: `revl exec` through the binary (a process each)"),
+                fmt(bin),
             );
             row(
                 &format!("{label}: command + shadow-git checkpoint"),
@@ -652,6 +676,10 @@ fn bench_exec() {
             row(
                 &format!("{label}: checkpoint / revl (goal at 1,000: at least 10x)"),
                 format!("{:.1}x", git.as_secs_f64() / revl.as_secs_f64()),
+            );
+            row(
+                &format!("{label}: checkpoint / revl through the binary"),
+                format!("{:.1}x", git.as_secs_f64() / bin.as_secs_f64()),
             );
         }
     }

@@ -189,6 +189,16 @@ impl Session {
         self.store.root().join("scratch").join(&self.id)
     }
 
+    /// Where this session's last exec left its scratch once the step was recorded: the
+    /// inodes its apply replaced (docs/architecture.md, "The exec sandbox"), freed while the
+    /// next command runs rather than in the step's own time.
+    pub(super) fn exec_spent(&self) -> PathBuf {
+        self.store
+            .root()
+            .join("scratch")
+            .join(format!("{}.spent", self.id))
+    }
+
     /// `exec -- ARGV` with the defaults (sandboxed, workspace root, 600 s).
     pub fn exec(&mut self, argv: &[String]) -> Result<ExecReport> {
         self.exec_with(&ExecOptions::new(argv))
@@ -288,6 +298,12 @@ impl Session {
             }));
         }
         let _ = crate::workspace::remove_any(&scratch);
+        // The last exec's spent scratch is freed while this command runs: started once the
+        // command is (the sandbox's set-up does not wait behind it), joined before the
+        // change set is read, so at most one exec's worth ever waits.
+        let spent = self.exec_spent();
+        let mut spent_left = spent.exists().then_some(spent);
+        let mut freeing = None;
         // The upper layer lives here while the command runs: a setuid file it makes must be
         // out of every other user's reach (docs/security.md), whatever modes were there.
         let scratch_root = self.store.root().join("scratch");
@@ -358,6 +374,11 @@ impl Session {
         let outcome = sandbox::run_to(
             &spec,
             &mut || {
+                if let Some(spent) = spent_left.take() {
+                    freeing = Some(std::thread::spawn(move || {
+                        let _ = crate::workspace::remove_any(&spent);
+                    }));
+                }
                 self.append(intent.clone(), true).map_err(|e| {
                     let io = std::io::Error::other(e.message.clone());
                     wal_error = Some(e);
@@ -478,9 +499,20 @@ impl Session {
                 });
             }
         };
+        if let Some(t) = freeing {
+            let _ = t.join();
+        }
         self.fp.point("exec.after-run");
         let result = self.apply_changes(step, o, cwd_rel, &outcome, denied);
-        let _ = crate::workspace::remove_any(&scratch);
+        // What the apply replaced sits in the upper layer now: one rename sets it aside,
+        // and the next exec frees it while its command runs.
+        let spent = self.exec_spent();
+        if spent.exists() {
+            let _ = crate::workspace::remove_any(&spent);
+        }
+        if std::fs::rename(&scratch, &spent).is_err() {
+            let _ = crate::workspace::remove_any(&scratch);
+        }
         let changes = result?;
         let (limit, pids_limit) = (outcome.limit, outcome.pids_limit);
         let note = outcome.note;
@@ -652,7 +684,9 @@ impl Session {
         let detail = EffectDetail::Exec(detail);
         if !planned.items.is_empty() {
             // What moves in is durable before the intent names it.
-            if let Err(e) = make_durable(&planned.files_to_sync(), &out.upper) {
+            if let Err(e) =
+                make_durable_with(planned.items.len(), || planned.files_to_sync(), &out.upper)
+            {
                 self.void(
                     step,
                     &format!("the change set could not be made durable: {e}"),
@@ -661,7 +695,15 @@ impl Session {
             }
             // Every post-image is somewhere before the intent names it: the small ones in
             // the intent, the others as blobs (copied from the upper layer, one sync).
-            if let Err(e) = self.blobs.keep_files(&planned.post_images(&out.upper)) {
+            // The preimages put in the blob store without a sync of their own are made
+            // durable with them (one sync for all).
+            let post = planned.post_images(&out.upper);
+            let kept = if post.is_empty() && planned.batched {
+                self.blobs.sync()
+            } else {
+                self.blobs.keep_files(&post)
+            };
+            if let Err(e) = kept {
                 self.void(
                     step,
                     &format!("its post-images could not be kept: {}", e.message),
@@ -825,11 +867,28 @@ impl Session {
 /// fsync every file and directory that will move in; above [`SYNCFS_OVER`] of them, one
 /// `syncfs` of the filesystem that holds them.
 fn make_durable(paths: &[PathBuf], upper: &Path) -> std::io::Result<()> {
-    if paths.len() > SYNCFS_OVER && crate::util::syncfs_persists(upper) {
+    make_durable_with(paths.len(), || paths.to_vec(), upper)
+}
+
+/// [`make_durable`] of what `paths` lists, at least `at_least` of them: the list is made
+/// (a stat of each) only where it is short enough to fsync one by one.
+fn make_durable_with(
+    at_least: usize,
+    paths: impl FnOnce() -> Vec<PathBuf>,
+    upper: &Path,
+) -> std::io::Result<()> {
+    let syncfs = || -> std::io::Result<()> {
         let f = std::fs::File::open(upper)?;
-        return rustix::fs::syncfs(&f).map_err(Into::into);
+        rustix::fs::syncfs(&f).map_err(Into::into)
+    };
+    if at_least > SYNCFS_OVER && crate::util::syncfs_persists(upper) {
+        return syncfs();
     }
-    sync_all_parallel(paths)
+    let paths = paths();
+    if paths.len() > SYNCFS_OVER && crate::util::syncfs_persists(upper) {
+        return syncfs();
+    }
+    sync_all_parallel(&paths)
 }
 
 /// fsync every path, several at once: the filesystem's journal commits concurrent fsyncs

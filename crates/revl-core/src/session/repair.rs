@@ -34,6 +34,11 @@ impl Session {
         }
         // What an interrupted exec left in the store's scratch (its sandbox is gone with it).
         let _ = crate::workspace::remove_any(&self.exec_scratch());
+        // What the last exec replaced waits for the next exec, which frees it while its
+        // command runs; once the session is over nothing will, so it goes now.
+        if self.journal.state.life() != Life::Live {
+            let _ = crate::workspace::remove_any(&self.exec_spent());
+        }
         // In-place writes a power loss may have undone are written again first, so that
         // every later repair sees the workspace as the WAL left it.
         let synced = if self.journal.state.life() == Life::Live {
