@@ -315,11 +315,28 @@ impl Appender for FileAppender {
 #[derive(Debug, Clone)]
 pub struct LocalBlobs {
     root: PathBuf,
+    /// Whether one `syncfs` makes this directory's writes durable (known at the first
+    /// unsynced put): not on FUSE, where a blob put for a later [`Blobs::sync`] is fsynced
+    /// at once instead.
+    syncfs_works: std::sync::OnceLock<bool>,
 }
 
 impl LocalBlobs {
     pub fn new(root: PathBuf) -> LocalBlobs {
-        LocalBlobs { root }
+        LocalBlobs {
+            root,
+            syncfs_works: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether a put of `durability` is fsynced: always when asked; and a put left for the
+    /// batch's one `syncfs` too where that `syncfs` would persist nothing (FUSE: the kernel
+    /// never forwards it), so that a record naming the blob never outlives its bytes.
+    fn synced(&self, durability: Durability) -> bool {
+        durability == Durability::Synced
+            || !*self
+                .syncfs_works
+                .get_or_init(|| crate::util::syncfs_persists(&self.root))
     }
 
     fn path_of(&self, digest: &str) -> PathBuf {
@@ -336,7 +353,7 @@ impl Blobs for LocalBlobs {
                 return Ok(());
             }
         }
-        let durable = durability == Durability::Synced;
+        let durable = self.synced(durability);
         let dir = path.parent().expect("blob path has a parent").to_path_buf();
         fs::create_dir_all(&dir)?;
         let tmp = dir.join(format!(
@@ -367,7 +384,7 @@ impl Blobs for LocalBlobs {
             std::process::id(),
             crate::util::new_id()
         ));
-        let synced = durability == Durability::Synced;
+        let synced = self.synced(durability);
         let digest =
             match crate::blobs::copy_hashing(&mut File::open(path)?, File::create(&tmp)?, synced) {
                 Ok(d) => d,
@@ -470,8 +487,9 @@ pub struct BlobsCopied {
     pub bytes: u64,
 }
 
-/// A blob above this size is asked about first (`contains`) by [`copy_blobs`], so that its
-/// bytes are not sent again; a smaller one is put at once (the put answers that itself).
+/// A blob above this size is asked about first (`contains`) by [`copy_blobs`] when the
+/// destination is a remote, so that its bytes are not sent again; a smaller one is put at
+/// once (the put answers that itself).
 pub const ASK_FIRST: u64 = 64 << 10;
 
 /// The blobs `digests` copied from `from` into `to`, each verified against its name on the
@@ -506,10 +524,14 @@ pub fn copy_blobs(
             .map(|d| from.size(d))
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(|e| Error::io("cannot read the blobs to copy", e))?;
+        // Only a remote is asked: a local blob store's `contains` sees a file, not that it
+        // is intact (a blob put unsynced may be damaged by a crash), and its put checks the
+        // bytes it holds and replaces a damaged blob.
+        let ask = to.dir().is_none();
         let large: Vec<String> = chunk
             .iter()
             .zip(&sizes)
-            .filter(|(_, n)| n.is_some_and(|n| n > ASK_FIRST))
+            .filter(|(_, n)| ask && n.is_some_and(|n| n > ASK_FIRST))
             .map(|(d, _)| d.clone())
             .collect();
         let held: std::collections::BTreeSet<String> = large
