@@ -819,7 +819,7 @@ impl Objects for SharedDir {
         match std::fs::read_dir(&d) {
             Ok(rd) => {
                 for e in rd.flatten() {
-                    if e.path().is_dir() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
                         out.push(e.file_name().to_string_lossy().into_owned());
                     }
                 }
@@ -1065,7 +1065,9 @@ fn list_dir(root: &Path, rel: &Path, out: &mut Vec<String>) -> Result<()> {
             continue;
         }
         let r = rel.join(&name);
-        if e.path().is_dir() {
+        // Never through a symlink (a hostile directory of `a -> .` links would make the
+        // walk endless): a symlink is listed as a key, which every read then refuses.
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
             list_dir(root, &r, out)?;
         } else {
             out.push(r.to_string_lossy().into_owned());

@@ -601,6 +601,7 @@ impl Reader {
             // FETCH_SMALL bytes each; a larger blob streams into a file of the cache, hashed
             // as it comes, and is kept only once its digest is its name.
             let spill = self.root.join("incoming");
+            sweep_stale_spills(&spill);
             for chunk in new.chunks(FETCH_CHUNK) {
                 tried.extend(chunk.iter().cloned());
                 let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
@@ -691,6 +692,28 @@ const FETCH_SMALL: u64 = crate::untrusted::FETCH_BUDGET / FETCH_CHUNK as u64;
 
 /// Files a fetch streamed into the cache, removed when it is done with them.
 struct Spilled(Vec<PathBuf>);
+
+/// Remove what a fetch killed mid-stream (or cut by a power loss) left in `dir`: a spill
+/// file not written to for ten minutes. A fetch running beside this one writes its file
+/// continuously, so its file is never that old.
+fn sweep_stale_spills(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let stale = e.file_name().to_string_lossy().starts_with(".fetch.")
+            && e.metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .is_some_and(|t| {
+                    t.elapsed()
+                        .is_ok_and(|d| d > std::time::Duration::from_secs(600))
+                });
+        if stale {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
 
 impl Drop for Spilled {
     fn drop(&mut self) {

@@ -724,3 +724,44 @@ fn a_verified_wal_cut_short_in_the_cache_is_not_believed() {
         len
     );
 }
+
+#[test]
+fn a_shared_directory_of_symlink_loops_lists_without_following_them() {
+    // A hostile `file://` directory: links back to itself at two levels. Followed, each
+    // level doubles the walk until the path is too long and the whole listing fails.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("remote");
+    std::fs::create_dir_all(root.join("sessions/s1")).unwrap();
+    std::fs::write(root.join("sessions/s1/manifest.json"), b"{}").unwrap();
+    std::os::unix::fs::symlink(".", root.join("sessions/a")).unwrap();
+    std::os::unix::fs::symlink("..", root.join("sessions/s1/b")).unwrap();
+    let b = Bucket::open(&format!("file://{}", root.display())).unwrap();
+    let mut keys = b.list("sessions").unwrap();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["sessions/a", "sessions/s1/b", "sessions/s1/manifest.json"],
+        "a symlink is a key, never a directory walked"
+    );
+    assert_eq!(b.children("sessions").unwrap(), ["s1"]);
+}
+
+#[test]
+fn a_copy_into_a_local_store_replaces_a_damaged_blob_it_holds() {
+    use revl_core::storage::{copy_blobs, Blobs, Durability, LocalBlobs};
+    // A blob put without a sync (a batch, or a cache) may be damaged by a crash: a copy
+    // into this store must not take "the file is there" for "the blob is intact".
+    let tmp = tempfile::tempdir().unwrap();
+    let (from, to) = (
+        LocalBlobs::new(tmp.path().join("from")),
+        LocalBlobs::new(tmp.path().join("to")),
+    );
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let digest = revl_core::util::blake3_hex(&big);
+    from.put(&digest, &big, Durability::Synced).unwrap();
+    to.put(&digest, &big, Durability::Synced).unwrap();
+    let held = to.dir().unwrap().join(&digest[..2]).join(&digest[2..]);
+    std::fs::write(&held, &big[..1000]).unwrap();
+    copy_blobs(&from, &to, &[digest.clone()], Durability::Synced, &mut || {}).unwrap();
+    assert_eq!(std::fs::read(&held).unwrap(), big, "the damaged blob was kept");
+}
