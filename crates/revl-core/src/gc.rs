@@ -110,6 +110,12 @@ impl Store {
                         aborted.insert(id.clone());
                     }
                     closed += 1;
+                    // What the session's last exec replaced (freed by a next exec that
+                    // will never come): garbage that no record names.
+                    if apply {
+                        let spent = self.root().join("scratch").join(format!("{id}.spent"));
+                        let _ = crate::workspace::remove_any(&spent);
+                    }
                     continue;
                 }
                 Life::Live if apply => locks.push(self.lease(&id)?),

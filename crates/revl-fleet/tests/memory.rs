@@ -762,6 +762,17 @@ fn a_copy_into_a_local_store_replaces_a_damaged_blob_it_holds() {
     to.put(&digest, &big, Durability::Synced).unwrap();
     let held = to.dir().unwrap().join(&digest[..2]).join(&digest[2..]);
     std::fs::write(&held, &big[..1000]).unwrap();
-    copy_blobs(&from, &to, &[digest.clone()], Durability::Synced, &mut || {}).unwrap();
-    assert_eq!(std::fs::read(&held).unwrap(), big, "the damaged blob was kept");
+    copy_blobs(
+        &from,
+        &to,
+        &[digest.clone()],
+        Durability::Synced,
+        &mut || {},
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::read(&held).unwrap(),
+        big,
+        "the damaged blob was kept"
+    );
 }

@@ -179,6 +179,8 @@ impl Session {
         )?;
         self.append(Record::ActivationComplete {}, false)?;
         self.sync()?;
+        // The session is over: no next exec will free what its last one replaced.
+        let _ = crate::workspace::remove_any(&self.exec_spent());
         Ok(CommitResult::Committed {
             committed: true,
             flushed,

@@ -953,6 +953,8 @@ impl Session {
             false,
         )?;
         self.sync()?;
+        // The session is over: no next exec will free what its last one replaced.
+        let _ = crate::workspace::remove_any(&self.exec_spent());
         let compensations_ran = comps_ran
             .iter()
             .map(|&i| crate::wire::CompensationRan {

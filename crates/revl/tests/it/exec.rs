@@ -594,6 +594,35 @@ fn an_exec_over_large_files_rewinds_exactly_after_a_crash_mid_apply_or_none() {
 }
 
 #[test]
+fn what_the_last_exec_replaced_goes_when_the_session_ends() {
+    // An exec's apply sets what it replaced aside (freed while the next exec's command
+    // runs); a session that ends has no next exec, so commit and abort free it.
+    for end in ["abort", "commit"] {
+        let w = World::new();
+        let ws = w.ws("ws");
+        sh(&ws, "head -c 9000 /dev/urandom > big.bin");
+        let sid = w.new_session(&ws);
+        w.json(&["exec", &sid, "--", "sh", "-c", "echo tail >> big.bin"])
+            .ok();
+        let spent = w.store.join("scratch").join(format!("{sid}.spent"));
+        assert!(spent.exists(), "{end}: the exec set nothing aside");
+        if end == "abort" {
+            w.json(&["abort", &sid]).ok();
+        } else {
+            let hash = w.json(&["commit", &sid]).ok()["hash"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            w.json(&["commit-confirm", &sid, "--hash", &hash]).ok();
+        }
+        assert!(
+            !spent.exists(),
+            "{end}: the replaced bytes stay in the store"
+        );
+    }
+}
+
+#[test]
 fn special_files_left_in_the_workspace_do_not_break_the_sandbox() {
     // A FIFO already in the workspace (not witnessed): the command runs over it.
     let w = World::new();
