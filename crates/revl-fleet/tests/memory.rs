@@ -765,7 +765,7 @@ fn a_copy_into_a_local_store_replaces_a_damaged_blob_it_holds() {
     copy_blobs(
         &from,
         &to,
-        &[digest.clone()],
+        std::slice::from_ref(&digest),
         Durability::Synced,
         &mut || {},
     )
