@@ -365,6 +365,14 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
         namespaces::write_own_maps(uid_map, gid_map)?;
     }
     at(Stage::Pid1);
+    // PID 1 dies with this process, but revl killed just after the fork could take this
+    // process with it before PID 1 arms its death signal: PID 1 would run on. It keeps a
+    // process descriptor of this process and, once armed, leaves if this one has exited.
+    let outer = rustix::process::pidfd_open(
+        rustix::process::getpid(),
+        rustix::process::PidfdFlags::empty(),
+    )
+    .ok();
     let init = namespaces::fork()?;
     if init > 0 {
         // Outside the namespace: wait for its PID 1, then exit as it did (0 after it
@@ -379,6 +387,17 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
     }
     // PID 1.
     set_parent_process_death_signal(Some(Signal::KILL))?;
+    if let Some(outer) = outer {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let mut fds = [PollFd::new(&outer, PollFlags::IN)];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        if poll(&mut fds, Some(&now)).is_ok_and(|n| n > 0) {
+            namespaces::exit(125);
+        }
+    }
     mounts::build(&p.mounts, &at, &board.hiding)?;
     at(Stage::Loopback);
     namespaces::loopback_up()?;
