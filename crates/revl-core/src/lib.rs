@@ -36,6 +36,7 @@ pub mod name;
 pub mod pending;
 pub mod proc;
 pub mod recover;
+pub mod ring;
 #[cfg(target_os = "linux")]
 pub mod sandbox;
 pub mod saved;

@@ -41,6 +41,9 @@ pub enum Durability {
 #[derive(Debug)]
 pub struct Lease {
     _held: File,
+    /// Where the WAL's commit ring ends, as the fold under this lease found it (local
+    /// journals: docs/wal-format.md, "The commit ring").
+    ring: Option<crate::ring::RingTail>,
 }
 
 /// A session's WAL, as a journal of bytes that only grows.
@@ -233,6 +236,8 @@ impl Journals for LocalJournals {
             let mut f = File::create(&tmp)?;
             f.write_all(bytes)?;
             f.sync_all()?;
+            // A ring left by a WAL that stood here before is never folded into this one.
+            crate::ring::remove(&path)?;
             fs::rename(&tmp, &path)?;
             File::open(dir)?.sync_all()
         })();
@@ -250,21 +255,36 @@ impl Journals for LocalJournals {
         Ok(buf)
     }
 
-    fn appender(&self, id: &str, _lease: &Lease, keep: u64) -> std::io::Result<Box<dyn Appender>> {
-        let mut file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(self.wal(id))?;
-        if file.metadata()?.len() != keep {
+    fn appender(&self, id: &str, lease: &Lease, keep: u64) -> std::io::Result<Box<dyn Appender>> {
+        let path = self.wal(id);
+        let mut file = fs::OpenOptions::new().read(true).write(true).open(&path)?;
+        let cut = file.metadata()?.len() != keep;
+        if cut {
+            // The commit ring's chain may cover the bytes cut: it ends first, so it is never
+            // folded over what is appended after the cut.
+            crate::ring::invalidate(&path)?;
             file.set_len(keep)?;
             file.sync_all()?;
         }
         file.seek(SeekFrom::End(0))?;
-        Ok(Box::new(FileAppender { file }))
+        let ring = crate::ring::RingWriter::open(&path, &file, keep, lease.ring.filter(|_| !cut));
+        Ok(Box::new(FileAppender {
+            file,
+            len: keep,
+            ring,
+        }))
     }
 
+    /// The lease, and then the WAL's commit ring folded back into it: whoever holds the
+    /// lease reads a WAL that holds every byte an appender acknowledged.
     fn lease(&self, id: &str, wait: Duration) -> std::io::Result<Option<Lease>> {
-        lease_file(&self.sessions.join(id).join("lock"), wait)
+        let Some(mut lease) = lease_file(&self.sessions.join(id).join("lock"), wait)? else {
+            return Ok(None);
+        };
+        if self.copied.is_none() {
+            lease.ring = crate::ring::fold(&self.wal(id))?;
+        }
+        Ok(Some(lease))
     }
 
     fn copied(&self) -> Option<&Copied> {
@@ -284,7 +304,12 @@ pub(crate) fn lease_file(path: &Path, wait: Duration) -> std::io::Result<Option<
     let start = Instant::now();
     loop {
         match f.try_lock() {
-            Ok(()) => return Ok(Some(Lease { _held: f })),
+            Ok(()) => {
+                return Ok(Some(Lease {
+                    _held: f,
+                    ring: None,
+                }))
+            }
             Err(fs::TryLockError::WouldBlock) if start.elapsed() >= wait => return Ok(None),
             Err(fs::TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(5)),
             Err(fs::TryLockError::Error(e)) => return Err(e),
@@ -292,21 +317,27 @@ pub(crate) fn lease_file(path: &Path, wait: Duration) -> std::io::Result<Option<
     }
 }
 
+/// Appends to a WAL file; a durable append syncs a chunk of the commit ring, or the WAL
+/// itself when the ring is full or not made yet (docs/wal-format.md, "The commit ring").
 struct FileAppender {
     file: File,
+    len: u64,
+    ring: crate::ring::RingWriter,
 }
 
 impl Appender for FileAppender {
     fn append(&mut self, bytes: &[u8], durability: Durability) -> std::io::Result<()> {
         self.file.write_all(bytes)?;
+        self.len += bytes.len() as u64;
+        self.ring.appended(bytes);
         if durability == Durability::Synced {
-            self.file.sync_data()?;
+            self.ring.make_durable(&self.file, self.len)?;
         }
         Ok(())
     }
 
     fn sync(&mut self) -> std::io::Result<()> {
-        self.file.sync_data()
+        self.ring.make_durable(&self.file, self.len)
     }
 }
 

@@ -5,3 +5,4 @@ mod exec_args;
 mod faults;
 mod large_wal;
 mod manifest_source;
+mod ring;

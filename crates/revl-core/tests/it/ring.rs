@@ -1,0 +1,185 @@
+//! The commit ring (docs/wal-format.md, "The commit ring"): a durable append is a chunk in
+//! `wal.ring`, synced, while the WAL itself is synced only when the ring is full. A power
+//! cut may take from the WAL every byte after its last sync; whoever takes the session's
+//! lease next must find all of them again, byte for byte, and a WAL cut by
+//! `recover --truncate-corrupt` must never get its cut bytes back from the ring.
+
+use revl_core::{Failpoints, FileOp, Store};
+use std::path::Path;
+
+fn write(path: &str, content: &[u8]) -> FileOp {
+    FileOp::Write {
+        path: path.into(),
+        content: content.to_vec(),
+    }
+}
+
+fn open(root: &Path) -> Store {
+    Store::open(root, Failpoints::none()).expect("the store opens")
+}
+
+/// A session with small overwrites, a larger write and a boundary, released; its id.
+fn session(root: &Path, ws: &Path) -> String {
+    let store = open(root);
+    let mut s = store.new_session(ws, None).unwrap();
+    for i in 0..12u32 {
+        s.file_effect(write("f.txt", format!("version {i}\n").as_bytes()))
+            .unwrap();
+        if i == 5 {
+            s.boundary(Some("half")).unwrap();
+            s.file_effect(write("big.bin", &vec![b'b'; 9000])).unwrap();
+        }
+    }
+    s.id().to_string()
+}
+
+/// Where the ring's first chunk begins in the WAL (its header's WAL offset), read as
+/// docs/wal-format.md describes the header.
+fn chain_base(ring: &[u8]) -> u64 {
+    assert_eq!(&ring[..8], b"revlring", "the ring begins with a chunk");
+    u64::from_le_bytes(ring[16..24].try_into().unwrap())
+}
+
+/// Where the ring's chain ends in the WAL: its chunks walked as docs/wal-format.md
+/// describes them (each header's offset where the previous payload ended).
+fn chain_end(ring: &[u8]) -> u64 {
+    let (mut at, mut end) = (0usize, chain_base(ring));
+    while &ring[at..at + 8] == b"revlring" {
+        let len = u32::from_le_bytes(ring[at + 12..at + 16].try_into().unwrap()) as usize;
+        let offset = u64::from_le_bytes(ring[at + 16..at + 24].try_into().unwrap());
+        if offset != end {
+            break;
+        }
+        end = offset + len as u64;
+        at += 32 + len;
+    }
+    end
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let t = to.join(e.file_name());
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            copy_dir(&e.path(), &t);
+        } else if ft.is_file() {
+            std::fs::copy(e.path(), &t).unwrap();
+        }
+    }
+}
+
+/// What a power cut leaves of the WAL's end, made by hand.
+type Cut<'a> = Box<dyn Fn(&mut Vec<u8>) + 'a>;
+
+#[test]
+fn writes_a_power_cut_took_from_the_wal_come_back_from_the_ring() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, ws) = (tmp.path().join("store"), tmp.path().join("ws"));
+    std::fs::create_dir(&ws).unwrap();
+    let id = session(&root, &ws);
+    let wal = root.join("sessions").join(&id).join("wal.jsonl");
+    let ring = std::fs::read(root.join("sessions").join(&id).join("wal.ring"))
+        .expect("a session that synced more than once has a ring");
+    assert_eq!(ring.len(), revl_core::ring::RING_BYTES as usize);
+    let whole = std::fs::read(&wal).unwrap();
+    let base = chain_base(&ring) as usize;
+    assert!(
+        base < whole.len(),
+        "the last appends are durable in the ring only: the chain begins at {base} of {}",
+        whole.len()
+    );
+    let steps = open(&root).attach(&id).unwrap().state().steps.len();
+    assert!(
+        steps >= 14,
+        "12 overwrites, a boundary and a larger write: {steps}"
+    );
+    // What a power cut can leave of the WAL's unsynced end: nothing, zeros where the size
+    // reached the disk and the bytes did not, or part of it and garbage.
+    let cuts: [(&str, Cut); 3] = [
+        ("cut at the last sync", Box::new(|w| w.truncate(base))),
+        (
+            "zeros after the last sync",
+            Box::new(|w| w[base..].iter_mut().for_each(|b| *b = 0)),
+        ),
+        (
+            "part, then garbage",
+            Box::new(|w| {
+                let keep = base + (w.len() - base) / 2;
+                w.truncate(keep);
+                w.extend_from_slice(b"\x01garbage{\"record");
+            }),
+        ),
+    ];
+    for (what, cut) in cuts {
+        let root2 = tmp.path().join(what.replace(' ', "-"));
+        copy_dir(&root, &root2);
+        let wal2 = root2.join("sessions").join(&id).join("wal.jsonl");
+        let mut lost = whole.clone();
+        cut(&mut lost);
+        std::fs::write(&wal2, &lost).unwrap();
+        let store = open(&root2);
+        let s = store.attach(&id).unwrap();
+        assert_eq!(
+            s.state().steps.len(),
+            steps,
+            "{what}: every acknowledged step is back"
+        );
+        drop(s);
+        // Byte for byte up to the chain's end (after it, the last step record, which rode
+        // on no sync, may be written again by repair with its own time).
+        let end = chain_end(&ring) as usize;
+        let now = std::fs::read(&wal2).unwrap();
+        assert!(
+            now.len() >= end && now[..end] == whole[..end],
+            "{what}: the WAL holds again exactly what was acknowledged"
+        );
+        // And it goes on: a further write after the fold, then everything reads.
+        let mut s = store.attach(&id).unwrap();
+        s.file_effect(write("f.txt", b"after the cut\n")).unwrap();
+        assert_eq!(s.state().steps.len(), steps + 1, "{what}");
+    }
+}
+
+#[test]
+fn a_line_damaged_where_the_ring_holds_it_is_healed_and_a_cut_one_never_comes_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, ws) = (tmp.path().join("store"), tmp.path().join("ws"));
+    std::fs::create_dir(&ws).unwrap();
+    let id = session(&root, &ws);
+    let wal = root.join("sessions").join(&id).join("wal.jsonl");
+    let ring = std::fs::read(root.join("sessions").join(&id).join("wal.ring")).unwrap();
+    let base = chain_base(&ring) as usize;
+    let whole = std::fs::read(&wal).unwrap();
+    let nl = |from: usize| from + whole[from..].iter().position(|&b| b == b'\n').unwrap() + 1;
+    // A byte flipped in a line the ring also holds: the fold writes the ring's copy back.
+    let mut bytes = whole.clone();
+    bytes[nl(base) + 3] ^= 0x20;
+    std::fs::write(&wal, &bytes).unwrap();
+    drop(open(&root).attach(&id).unwrap());
+    assert!(
+        std::fs::read(&wal).unwrap() == whole,
+        "healed from the ring"
+    );
+    // A byte flipped before the ring's chain: corrupt; recover moves the rest aside, and
+    // the ring (which holds some of the rest) never brings it back.
+    let second = nl(0);
+    let mut bytes = whole.clone();
+    bytes[second + 3] ^= 0x20;
+    std::fs::write(&wal, &bytes).unwrap();
+    let store = open(&root);
+    let report = store.truncate_corrupt(&id).unwrap();
+    assert_eq!(report.kept_records, 1, "the header alone is kept");
+    drop(store.attach(&id).unwrap());
+    let after = std::fs::read(&wal).unwrap();
+    assert!(after[..second] == whole[..second]);
+    let last = &whole[whole.len() - 200..];
+    assert!(
+        !after.windows(last.len()).any(|w| w == last),
+        "a line recover moved aside came back from the ring"
+    );
+    assert!(
+        !root.join("sessions").join(&id).join("wal.ring").exists(),
+        "recover removed the ring of the history it cut"
+    );
+}
