@@ -701,14 +701,9 @@ fn sweep_stale_spills(dir: &Path) {
         return;
     };
     for e in rd.flatten() {
-        let stale = e.file_name().to_string_lossy().starts_with(".fetch.")
-            && e.metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .is_some_and(|t| {
-                    t.elapsed()
-                        .is_ok_and(|d| d > std::time::Duration::from_secs(600))
-                });
+        // The rule gc applies to the temp files of blob writes (ten minutes).
+        let stale =
+            e.file_name().to_string_lossy().starts_with(".fetch.") && revl_core::gc::abandoned(&e);
         if stale {
             let _ = std::fs::remove_file(e.path());
         }
