@@ -237,6 +237,10 @@ impl Blobs for FaultyBlobs {
         self.inner.contains(digest)
     }
 
+    fn refetch(&self, digest: &str) -> std::io::Result<bool> {
+        self.inner.refetch(digest)
+    }
+
     fn dir(&self) -> Option<&Path> {
         self.inner.dir()
     }

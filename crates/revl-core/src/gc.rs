@@ -11,7 +11,9 @@
 //! keeps its blob, listed apart): their other blobs can be collected (`read --at` on them then finds only what the workspace or an inline preimage
 //! still holds). A WAL that cannot be read makes `--apply` refuse: nothing is guessed.
 //! `--apply` holds the store lock and the lock of every live session, so no operation that
-//! writes a blob before naming it is in flight.
+//! writes a blob before naming it is in flight. It also removes the temp files of blob
+//! writes a killed writer left (`blobs/.incoming.*.tmp`, `blobs/<ab>/.*.tmp`), once nothing
+//! has written to them for ten minutes ([`ABANDONED_AFTER`]); a dry run lists them.
 
 use crate::error::{Code, Error, Result};
 use crate::state::{Life, State};
@@ -43,6 +45,26 @@ pub struct GcReport {
     /// Layered branch workspaces (docs/architecture.md, "Layered workspaces"): those of
     /// aborted branches taken down, and the lower layers no branch uses collected.
     pub layers: crate::layers::LayersGc,
+    /// Temp files of blob writes that never finished (the writer was killed):
+    /// `blobs/.incoming.*.tmp` and `blobs/<ab>/.*.tmp` not written to for
+    /// [`ABANDONED_AFTER`], so no live writer owns them. Removed with `--apply`.
+    pub abandoned_temp_files: Vec<String>,
+    /// Their bytes.
+    pub abandoned_temp_bytes: u64,
+}
+
+/// How long a temp file of a blob write goes unwritten before `gc` takes it for one a killed
+/// writer left: ten minutes (a writer streams into its file, or writes it whole at once, and
+/// renames it into place as soon as it is done; the fleet's fetches sweep their spill files
+/// by the same rule, docs/fleet.md).
+pub const ABANDONED_AFTER: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Whether the file `e` was last written more than [`ABANDONED_AFTER`] ago.
+pub fn abandoned(e: &std::fs::DirEntry) -> bool {
+    e.metadata()
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .is_some_and(|t| t.elapsed().is_ok_and(|d| d > ABANDONED_AFTER))
 }
 
 /// A blob kept because a `preserved` record names it.
@@ -150,23 +172,39 @@ impl Store {
         }
         let (mut total, mut gone, mut bytes) = (0usize, Vec::new(), 0u64);
         let mut preserved = Vec::new();
+        // Temp files of blob writes a killed writer left (one still being written is
+        // younger than ABANDONED_AFTER, and left alone).
+        let (mut temps, mut temp_bytes) = (Vec::new(), 0u64);
+        let mut temp = |f: &std::fs::DirEntry| {
+            let name = f.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with('.') && name.ends_with(".tmp") && abandoned(f) {
+                temp_bytes += f.metadata().map_or(0, |m| m.len());
+                temps.push(f.path());
+            }
+        };
         for dir in
             std::fs::read_dir(blobs.root()).map_err(|e| Error::io(blobs.root().display(), e))?
         {
-            let dir = dir
-                .map_err(|e| Error::io(blobs.root().display(), e))?
-                .path();
+            let entry = dir.map_err(|e| Error::io(blobs.root().display(), e))?;
+            let dir = entry.path();
             let Some(prefix) = dir.file_name().and_then(|n| n.to_str()).map(str::to_string) else {
                 continue;
             };
             if !dir.is_dir() {
+                // `.incoming.<pid>.<n>.tmp`: a file being stored as a blob (streamed).
+                if prefix.starts_with(".incoming.") {
+                    temp(&entry);
+                }
                 continue;
             }
             for f in std::fs::read_dir(&dir).map_err(|e| Error::io(dir.display(), e))? {
                 let f = f.map_err(|e| Error::io(dir.display(), e))?;
                 let name = f.file_name().to_string_lossy().into_owned();
                 if name.starts_with('.') {
-                    continue; // a blob being written
+                    // `.<rest of the digest>.<pid>.tmp`: a blob being written.
+                    temp(&f);
+                    continue;
                 }
                 total += 1;
                 let digest = format!("{prefix}{name}");
@@ -191,6 +229,14 @@ impl Store {
         if apply {
             for p in &gone {
                 std::fs::remove_file(p).map_err(|e| Error::io(p.display(), e))?;
+            }
+            for p in &temps {
+                match std::fs::remove_file(p) {
+                    Ok(()) => {}
+                    // Renamed into place or removed meanwhile: nothing left to remove.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io(p.display(), e)),
+                }
             }
         }
         drop(locks);
@@ -227,6 +273,8 @@ impl Store {
             applied: apply,
             preserved,
             layers,
+            abandoned_temp_files: temps.iter().map(|p| p.display().to_string()).collect(),
+            abandoned_temp_bytes: temp_bytes,
         })
     }
 }

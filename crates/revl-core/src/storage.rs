@@ -123,6 +123,16 @@ pub trait Blobs: Debug + Send + Sync {
         digests.iter().map(|d| self.contains(d)).collect()
     }
 
+    /// Fetch again, from where this store's blobs come from, the blob `digest` found
+    /// damaged here (its bytes no longer have its name), check it against its name, and
+    /// store it in place of the damaged one: `Ok(true)` when that was done. A store that is
+    /// no cache of another answers `Ok(false)` (the default): its blobs are its own, and the
+    /// damage stands. An origin that itself holds the blob damaged (or no longer holds it)
+    /// is an error of the origin's (a remote's: `corrupt-remote`, naming the object).
+    fn refetch(&self, _digest: &str) -> std::io::Result<bool> {
+        Ok(false)
+    }
+
     /// [`Blobs::put`] of each `(digest, bytes)`, each atomic and idempotent as a put; for
     /// each, whether this call stored it (`false`: it was held already; an implementation
     /// that cannot tell says `true`). One by one unless an implementation overlaps them.
@@ -524,7 +534,8 @@ pub struct BlobsCopied {
 pub const ASK_FIRST: u64 = 64 << 10;
 
 /// The blobs `digests` copied from `from` into `to`, each verified against its name on the
-/// way (a damaged one stops the copy: nothing unverified is ever put), at most 64 blobs or
+/// way (a damaged one stops the copy: nothing unverified is ever put; unless `from` is a
+/// cache that fetches it again, verified, [`Blobs::refetch`]), at most 64 blobs or
 /// 64 MiB read at a time; one `from` does not hold is skipped (a digest a WAL names may be a
 /// small preimage held inline). `after_each` runs after each blob put (a failpoint).
 pub fn copy_blobs(
@@ -595,22 +606,40 @@ pub fn copy_blobs(
     Ok(done)
 }
 
-/// A blob's bytes from `blobs`, checked against its name; `None` when not held.
+/// A blob's bytes from `blobs`, checked against its name; `None` when not held. A damaged
+/// one is fetched again when `blobs` is a cache of another store ([`Blobs::refetch`]: a
+/// remote's mirror, whose blobs are not fsynced), and checked again; else it stops the copy.
 fn read_verified(blobs: &dyn Blobs, digest: &str) -> Result<Option<Vec<u8>>> {
-    let io = |e| Error::io(format_args!("cannot read blob {digest}"), e);
-    let Some(mut r) = blobs.open(digest).map_err(io)? else {
+    let read = || -> Result<Option<Vec<u8>>> {
+        let io = |e| Error::io(format_args!("cannot read blob {digest}"), e);
+        let Some(mut r) = blobs.open(digest).map_err(io)? else {
+            return Ok(None);
+        };
+        let mut b = Vec::new();
+        r.read_to_end(&mut b).map_err(io)?;
+        Ok(Some(b))
+    };
+    let intact = |b: &Vec<u8>| crate::util::blake3_hex(b) == digest;
+    let Some(b) = read()? else {
         return Ok(None);
     };
-    let mut b = Vec::new();
-    r.read_to_end(&mut b).map_err(io)?;
-    if crate::util::blake3_hex(&b) != digest {
-        return Err(Error::new(
-            Code::MissingPreimage,
-            format!("blob {digest} is damaged (its content does not match its name)"),
-            "restore the store's blobs/ directory from a backup; nothing was copied past it",
-        ));
+    if intact(&b) {
+        return Ok(Some(b));
     }
-    Ok(Some(b))
+    drop(b);
+    let fetched = blobs
+        .refetch(digest)
+        .map_err(|e| trait_error(format_args!("cannot fetch blob {digest} again"), e))?;
+    if fetched {
+        if let Some(b) = read()?.filter(intact) {
+            return Ok(Some(b));
+        }
+    }
+    Err(Error::new(
+        Code::MissingPreimage,
+        format!("blob {digest} is damaged (its content does not match its name)"),
+        "restore the store's blobs/ directory from a backup; nothing was copied past it",
+    ))
 }
 
 /// A blob's bytes, verified against its digest; `Ok(None)` when the store does not hold it.

@@ -39,6 +39,17 @@ pub trait Objects: Send + Sync {
     /// its bytes are read): its bytes and version, `None` when absent.
     fn get_limited(&self, key: &str, max: u64) -> Result<Option<(Vec<u8>, Version)>>;
 
+    /// An object of at most `max` bytes (a larger one is refused, `corrupt-remote`, before
+    /// its bytes are read) given to `each` a chunk at a time as it comes, never held whole:
+    /// how many bytes it holds, `None` when absent. A server sending more than it stated
+    /// (a file growing while it is read) is refused; an error of `each` stops the read.
+    fn read_streamed(
+        &self,
+        key: &str,
+        max: u64,
+        each: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<Option<u64>>;
+
     /// Whether an object exists.
     fn exists(&self, key: &str) -> Result<bool>;
 
@@ -321,6 +332,18 @@ impl Bucket {
         self.objects.get_limited(key, max)
     }
 
+    /// [`Objects::read_streamed`]: an object of at most `max` bytes given to `each` a chunk
+    /// at a time (at most [`STREAM_CHUNK`] bytes of a shared directory's file held at once;
+    /// a server's chunks as they arrive).
+    pub fn read_streamed(
+        &self,
+        key: &str,
+        max: u64,
+        each: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<Option<u64>> {
+        self.objects.read_streamed(key, max, each)
+    }
+
     /// Whether an object exists.
     pub fn exists(&self, key: &str) -> Result<bool> {
         self.objects.exists(key)
@@ -450,6 +473,49 @@ impl Cloud {
 impl Objects for Cloud {
     fn describe(&self) -> String {
         self.url.clone()
+    }
+
+    fn read_streamed(
+        &self,
+        key: &str,
+        max: u64,
+        each: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<Option<u64>> {
+        let p = self.path(key)?;
+        let url = self.url.as_str();
+        self.rt.block_on(async {
+            let r = match self.store.get(&p).await {
+                Ok(r) => r,
+                // A missing bucket is not a missing object.
+                Err(e @ object_store::Error::NotFound { .. })
+                    if is_no_such_bucket(&e.to_string()) =>
+                {
+                    return Err(remote_err(url, format!("cannot read {p}"), e))
+                }
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(remote_err(url, format!("cannot read {p}"), e)),
+            };
+            let size = r.meta.size;
+            if size > max {
+                return Err(refused(url, p.as_ref(), &too_big(size, max)));
+            }
+            use futures::StreamExt;
+            let mut chunks = r.into_stream();
+            let mut n = 0u64;
+            while let Some(c) = chunks.next().await {
+                let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
+                if n + c.len() as u64 > size {
+                    return Err(refused(
+                        url,
+                        p.as_ref(),
+                        &format!("its server sent more than the {size} bytes it stated"),
+                    ));
+                }
+                n += c.len() as u64;
+                each(&c)?;
+            }
+            Ok(Some(n))
+        })
     }
 
     fn get_limited(&self, key: &str, max: u64) -> Result<Option<(Vec<u8>, Version)>> {
@@ -786,6 +852,15 @@ impl Objects for SharedDir {
         dir_get(&self.root, key, max, &self.describe())
     }
 
+    fn read_streamed(
+        &self,
+        key: &str,
+        max: u64,
+        each: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<Option<u64>> {
+        dir_stream(&self.root, key, max, &self.describe(), each)
+    }
+
     fn exists(&self, key: &str) -> Result<bool> {
         Ok(dir_walk(&self.root, key, false, &self.describe())?
             .is_some_and(|p| std::fs::symlink_metadata(p).is_ok()))
@@ -1050,6 +1125,64 @@ fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8
     }
     let v = Version(revl_core::util::blake3_hex(&b));
     Ok(Some((b, v)))
+}
+
+/// The most of a shared directory's file [`Bucket::read_streamed`] holds at once.
+pub const STREAM_CHUNK: usize = 1 << 20;
+
+/// A shared directory's object as [`dir_get`] judges it (reached without following a
+/// symlink, a regular file of at most `max` bytes), given to `each` [`STREAM_CHUNK`] bytes
+/// at a time: its length, `None` when absent. A file growing while it is read is refused.
+fn dir_stream(
+    root: &Path,
+    key: &str,
+    max: u64,
+    url: &str,
+    each: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<Option<u64>> {
+    use std::io::Read;
+    let Some(cur) = dir_walk(root, key, false, url)? else {
+        return Ok(None);
+    };
+    let md = match std::fs::symlink_metadata(&cur) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(cur.display(), e)),
+    };
+    if md.file_type().is_symlink() {
+        return Err(through_symlink(url, key));
+    }
+    if !md.is_file() {
+        return Err(refused(url, key, "it is not a regular file"));
+    }
+    if md.len() > max {
+        return Err(refused(url, key, &too_big(md.len(), max)));
+    }
+    let len = md.len();
+    let mut src = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(&cur)
+        .map_err(|e| Error::io(cur.display(), e))?;
+    let mut buf = vec![0u8; STREAM_CHUNK];
+    let mut n = 0u64;
+    loop {
+        let k = match src.read(&mut buf) {
+            Ok(0) => return Ok(Some(n)),
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io(cur.display(), e)),
+        };
+        if n + k as u64 > len {
+            return Err(refused(
+                url,
+                key,
+                &format!("it grew past its {len} bytes while it was read"),
+            ));
+        }
+        n += k as u64;
+        each(&buf[..k])?;
+    }
 }
 
 fn list_dir(root: &Path, rel: &Path, out: &mut Vec<String>) -> Result<()> {

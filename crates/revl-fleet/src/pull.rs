@@ -701,14 +701,9 @@ fn sweep_stale_spills(dir: &Path) {
         return;
     };
     for e in rd.flatten() {
-        let stale = e.file_name().to_string_lossy().starts_with(".fetch.")
-            && e.metadata()
-                .ok()
-                .and_then(|m| m.modified().ok())
-                .is_some_and(|t| {
-                    t.elapsed()
-                        .is_ok_and(|d| d > std::time::Duration::from_secs(600))
-                });
+        // The rule gc applies to the temp files of blob writes (ten minutes).
+        let stale =
+            e.file_name().to_string_lossy().starts_with(".fetch.") && revl_core::gc::abandoned(&e);
         if stale {
             let _ = std::fs::remove_file(e.path());
         }
@@ -720,6 +715,146 @@ impl Drop for Spilled {
         for p in &self.0 {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+/// The blobs of a remote's cache as a copy out of it reads them (a remote branch moving
+/// into this store): the cache's files, and one found damaged fetched again from the
+/// remote, checked against its name, and put back in the cache. The cache's blobs are
+/// written without an fsync (docs/fleet.md, "Reading a remote"), so a power cut may leave
+/// one cut short; only the remote's copy decides whether the blob is lost.
+struct MirrorBlobs {
+    cache: std::sync::Arc<dyn revl_core::storage::Blobs>,
+    remote: String,
+    bucket: std::sync::OnceLock<Bucket>,
+    open: Box<dyn Fn() -> Result<Bucket> + Send + Sync>,
+    spill: PathBuf,
+}
+
+impl MirrorBlobs {
+    /// The blobs `cache` holds of the remote `name` of `store`, its bucket `bucket` when it is
+    /// open already (else opened from the store's `remotes.toml` at the first blob fetched
+    /// again: a copy that finds nothing damaged never reaches the remote).
+    fn new(
+        store: &Store,
+        name: &str,
+        cache: std::sync::Arc<dyn revl_core::storage::Blobs>,
+        bucket: Option<&Bucket>,
+    ) -> MirrorBlobs {
+        let opened = std::sync::OnceLock::new();
+        if let Some(b) = bucket {
+            let _ = opened.set(b.clone());
+        }
+        let (st, n) = (store.clone(), name.to_string());
+        MirrorBlobs {
+            cache,
+            remote: name.to_string(),
+            bucket: opened,
+            open: Box::new(move || Bucket::open(&crate::Remotes::load(&st)?.get(&n)?.url)),
+            spill: crate::config::remote_dir(store, name).join("incoming"),
+        }
+    }
+
+    fn bucket(&self) -> Result<&Bucket> {
+        if let Some(b) = self.bucket.get() {
+            return Ok(b);
+        }
+        let b = (self.open)()?;
+        Ok(self.bucket.get_or_init(|| b))
+    }
+
+    /// The remote's blob `digest`, checked against its name, put in the cache.
+    fn fetch_again(&self, digest: &str) -> Result<()> {
+        use revl_core::storage::Durability;
+        let key = blob_key(digest);
+        let refused = |why: &str| tampered(&self.remote, &key, why);
+        let io = |e| {
+            Error::io(
+                format_args!("cannot put blob {digest} back in the cache"),
+                e,
+            )
+        };
+        sweep_stale_spills(&self.spill);
+        let got = self
+            .bucket()?
+            .fetch_each(
+                std::slice::from_ref(&key),
+                MAX_OBJECT,
+                FETCH_SMALL,
+                &self.spill,
+            )
+            .pop()
+            .expect("one answer a key")?;
+        match got {
+            None => Err(refused("it is missing")),
+            Some(Fetched::Bytes(b)) => {
+                if revl_core::util::blake3_hex(&b) != digest {
+                    return Err(refused("its content does not match its digest"));
+                }
+                self.cache.put(digest, &b, Durability::Cached).map_err(io)
+            }
+            Some(Fetched::File { path, blake3 }) => {
+                let _spilled = Spilled(vec![path.clone()]);
+                if blake3 != digest {
+                    return Err(refused("its content does not match its digest"));
+                }
+                self.cache.put_file(&path, Durability::Cached).map_err(io)?;
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for MirrorBlobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MirrorBlobs({}, {:?})", self.remote, self.cache)
+    }
+}
+
+impl revl_core::storage::Blobs for MirrorBlobs {
+    fn put(
+        &self,
+        digest: &str,
+        bytes: &[u8],
+        durability: revl_core::storage::Durability,
+    ) -> std::io::Result<()> {
+        self.cache.put(digest, bytes, durability)
+    }
+
+    fn put_file(
+        &self,
+        path: &Path,
+        durability: revl_core::storage::Durability,
+    ) -> std::io::Result<String> {
+        self.cache.put_file(path, durability)
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.cache.sync()
+    }
+
+    fn open(&self, digest: &str) -> std::io::Result<Option<Box<dyn std::io::Read + Send>>> {
+        self.cache.open(digest)
+    }
+
+    fn contains(&self, digest: &str) -> std::io::Result<bool> {
+        self.cache.contains(digest)
+    }
+
+    fn dir(&self) -> Option<&Path> {
+        self.cache.dir()
+    }
+
+    fn size(&self, digest: &str) -> std::io::Result<Option<u64>> {
+        self.cache.size(digest)
+    }
+
+    /// Fetched from the remote, checked, and put back in the cache; one the remote holds
+    /// damaged, or no longer holds, is refused (`corrupt-remote`, naming the object).
+    fn refetch(&self, digest: &str) -> std::io::Result<bool> {
+        self.fetch_again(digest)
+            .map(|()| true)
+            .map_err(std::io::Error::other)
     }
 }
 
@@ -1100,7 +1235,7 @@ pub fn fork(
     let dir = fork_dir(store, &remote.name, &id);
     // A branch an earlier confirm made here but never moved is moved before its scratch
     // store goes.
-    adopt_branches(store, &remote.name, &id)?;
+    adopt_branches(store, &remote.name, &id, Some(&r.bucket))?;
     if dir.exists() {
         make_writable(&dir);
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(dir.display(), e))?;
@@ -1195,15 +1330,23 @@ pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String
 /// it names, then its WAL (the commit point of the move), then its base tree (its
 /// workspace as the fork left it). Each step is idempotent: a move cut short is finished
 /// by running it again.
-fn move_branch(store: &Store, work: &Store, branch: &str) -> Result<()> {
+fn move_branch(
+    store: &Store,
+    work: &Store,
+    branch: &str,
+    remote: &str,
+    bucket: Option<&Bucket>,
+) -> Result<()> {
     let (st, meta) = revl_core::state::State::read(&work.wal_path(branch))?;
     // The same copy as a push's, through the stores' blobs (a digest the WAL names that is
-    // not a blob, a small preimage held inline, is skipped).
+    // not a blob, a small preimage held inline, is skipped). The scratch store's blobs are
+    // the remote's cache: one a power cut damaged there is fetched again from the remote.
     let named: Vec<String> = revl_core::gc::blobs_named(&st, &work.blobs())
         .into_iter()
         .collect();
+    let from = MirrorBlobs::new(store, remote, work.storage().blobs.clone(), bucket);
     revl_core::storage::copy_blobs(
-        &*work.storage().blobs,
+        &from,
         &*store.storage().blobs,
         &named,
         revl_core::storage::Durability::Synced,
@@ -1238,7 +1381,12 @@ fn create_journal(store: &Store, id: &str, bytes: &[u8]) -> Result<()> {
 
 /// Branches a remote fork of `id` completed in its scratch store that never moved into
 /// this store (revl was killed between the two): moved now, so the scratch store can go.
-fn adopt_branches(store: &Store, remote: &str, id: &str) -> Result<Vec<String>> {
+fn adopt_branches(
+    store: &Store,
+    remote: &str,
+    id: &str,
+    bucket: Option<&Bucket>,
+) -> Result<Vec<String>> {
     let dir = fork_dir(store, remote, id);
     if !dir.join("sessions").join(id).exists() {
         return Ok(Vec::new());
@@ -1250,7 +1398,7 @@ fn adopt_branches(store: &Store, remote: &str, id: &str) -> Result<Vec<String>> 
     let mut moved = Vec::new();
     for c in parent.parallel_children.iter().filter(|c| c.complete) {
         if !store.wal_path(&c.branch).exists() && work.wal_path(&c.branch).exists() {
-            move_branch(store, &work, &c.branch)?;
+            move_branch(store, &work, &c.branch, remote, bucket)?;
             moved.push(c.branch.clone());
         }
     }
@@ -1276,7 +1424,7 @@ pub fn fork_confirm(
     }
     // The confirm before this one was killed after it forked: its branch is moved in now,
     // and that fork is no longer pending.
-    let adopted = adopt_branches(store, remote, id)?;
+    let adopted = adopt_branches(store, remote, id, None)?;
     if !adopted.is_empty() {
         make_writable(&dir);
         let _ = std::fs::remove_dir_all(&dir);
@@ -1301,7 +1449,7 @@ pub fn fork_confirm(
         return Ok(report);
     };
     store.failpoints().point("remote-fork.before-move");
-    move_branch(store, &work, &branch)?;
+    move_branch(store, &work, &branch, remote, None)?;
     make_writable(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(report)

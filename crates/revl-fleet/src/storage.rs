@@ -20,6 +20,7 @@ use crate::untrusted::{MAX_FIELD, MAX_MANIFEST, MAX_OBJECT, MAX_WAL_READ};
 use crate::{blob_key, manifest_key, segment_key, sha256_hex, tampered, Manifest, Segment};
 use revl_core::storage::{Appender, Blobs, Durability, Journals, Lease};
 use revl_core::{Code, Error, Result, Store};
+use sha2::Digest;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
@@ -265,9 +266,12 @@ impl RemoteJournals {
         ))
     }
 
-    /// Session `id`'s WAL bytes `[from, to)` as the remote states them: the segments of its
-    /// manifest that hold them, each checked against its SHA-256 (and the whole WAL against
-    /// the manifest's, when it is read whole).
+    /// Session `id`'s WAL bytes `[from, to)` as the remote states them: read from the
+    /// segments of its manifest that hold them, each streamed whole (a segment is checked
+    /// against its SHA-256, which needs every byte of it) and checked, and the whole WAL
+    /// against the manifest's when the segments read are all of them; only the bytes asked
+    /// for are kept, so memory holds them and one chunk of a segment at a time, never a
+    /// whole segment (up to 5 GiB).
     fn read_checked(&self, id: &str, from: u64, to: u64) -> Result<Vec<u8>> {
         let (name, mkey) = (&self.remote, manifest_key(id));
         let Some((raw, _)) = self.bucket.get_limited(&mkey, MAX_MANIFEST)? else {
@@ -309,27 +313,46 @@ impl RemoteJournals {
         if at != m.wal_length {
             return Err(tampered(name, &mkey, "its segments do not tile the WAL"));
         }
-        let keys: Vec<(String, u64)> = need
-            .iter()
-            .map(|s| (s.key.clone(), s.to - s.from))
-            .collect();
+        // The whole WAL is checked too when the segments read are every one of them.
         let start = need.first().map_or(from, |s| s.from);
-        let mut wal = Vec::new();
-        for (s, got) in need.iter().zip(self.bucket.get_each_limited(&keys)) {
-            let b = got?.ok_or_else(|| tampered(name, &s.key, "it is missing"))?;
-            if b.len() as u64 != s.to - s.from || sha256_hex(&b) != s.sha256 {
+        let end = need.last().map_or(from, |s| s.to);
+        let whole = start == 0 && end == m.wal_length;
+        let mut wal_sha = sha2::Sha256::new();
+        let mut out = Vec::with_capacity((to - from) as usize);
+        for s in need {
+            let mut sha = sha2::Sha256::new();
+            let mut at = s.from;
+            let got = self
+                .bucket
+                .read_streamed(&s.key, s.to - s.from, &mut |chunk| {
+                    sha.update(chunk);
+                    if whole {
+                        wal_sha.update(chunk);
+                    }
+                    // What of this chunk, `[at, at + len)` of the WAL, lies in `[from, to)`.
+                    let next = at + chunk.len() as u64;
+                    let (lo, hi) = (from.max(at), to.min(next));
+                    if lo < hi {
+                        out.extend_from_slice(&chunk[(lo - at) as usize..(hi - at) as usize]);
+                    }
+                    at = next;
+                    Ok(())
+                })?;
+            let Some(n) = got else {
+                return Err(tampered(name, &s.key, "it is missing"));
+            };
+            if n != s.to - s.from || hex::encode(sha.finalize()) != s.sha256 {
                 return Err(tampered(name, &s.key, "its SHA-256 is not the manifest's"));
             }
-            wal.extend_from_slice(&b);
         }
-        if start == 0 && wal.len() as u64 == m.wal_length && sha256_hex(&wal) != m.wal_sha256 {
+        if whole && hex::encode(wal_sha.finalize()) != m.wal_sha256 {
             return Err(tampered(
                 name,
                 &mkey,
                 "the WAL its segments make does not have its SHA-256",
             ));
         }
-        Ok(wal[(from - start) as usize..(to - start) as usize].to_vec())
+        Ok(out)
     }
 }
 

@@ -1327,7 +1327,8 @@ fn run(cli: &Cli) -> Result<Outcome, Error> {
                     ": nothing removed (dry run; --apply removes them)"
                 }
             ) + &render::gc_preserved(&r.preserved)
-                + &render::gc_layers(&r.layers);
+                + &render::gc_layers(&r.layers)
+                + &render::gc_abandoned(&r);
             Ok(Outcome::ok(to_json(&r), text))
         }
         Cmd::Blob { digest, out } => {

@@ -1355,6 +1355,27 @@ pub fn gc_preserved(kept: &[revl_core::gc::PreservedBlob]) -> String {
     out
 }
 
+/// The temp files of blob writes a killed writer left, which gc removes (or would).
+pub fn gc_abandoned(r: &revl_core::gc::GcReport) -> String {
+    if r.abandoned_temp_files.is_empty() {
+        return String::new();
+    }
+    let verb = if r.applied {
+        "removed"
+    } else {
+        "would be removed (dry run)"
+    };
+    let mut out = format!(
+        "\n{} temp file(s) of blob writes that never finished ({} bytes, untouched for ten minutes): {verb}",
+        r.abandoned_temp_files.len(),
+        r.abandoned_temp_bytes
+    );
+    for p in &r.abandoned_temp_files {
+        let _ = write!(out, "\n  {}", path_text(p));
+    }
+    out
+}
+
 pub fn gc_layers(l: &revl_core::layers::LayersGc) -> String {
     let mut kept = String::new();
     for k in &l.kept {

@@ -597,6 +597,87 @@ fn gc_frees_only_what_no_live_or_frozen_session_reaches() {
     assert_eq!(ok(&e, &["gc"])["unreachable"], 0, "nothing new to collect");
 }
 
+/// The temp files of blob writes a killed writer left (`blobs/.incoming.*.tmp` of a file
+/// stored streamed, `blobs/<ab>/.*.tmp` of a blob written whole) go once nothing has written
+/// to them for ten minutes: `gc` lists them, `gc --apply` removes them; one written to just
+/// now (a live writer may own it) is left where it is.
+#[test]
+fn gc_removes_the_temp_files_of_killed_blob_writes_once_they_are_old() {
+    let e = env();
+    ok(&e, &["gc"]); // the store and its blobs/ exist
+    let blobs = e.store.join("blobs");
+    std::fs::create_dir_all(blobs.join("ab")).unwrap();
+    let old = [
+        blobs.join(".incoming.4242.0123456789abcdef.tmp"),
+        blobs.join("ab").join(".cdef0123.4242.tmp"),
+    ];
+    let fresh = [
+        blobs.join(".incoming.4243.fedcba9876543210.tmp"),
+        blobs.join("ab").join(".cdef4567.4243.tmp"),
+    ];
+    let eleven_minutes_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(11 * 60);
+    for p in old.iter().chain(&fresh) {
+        put(p, &[7u8; 1000], 0o600);
+    }
+    for p in &old {
+        std::fs::File::options()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .set_modified(eleven_minutes_ago)
+            .unwrap();
+    }
+    let names = |doc: &Value| -> Vec<String> {
+        let mut v: Vec<String> = doc["abandonedTempFiles"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no abandonedTempFiles: {doc}"))
+            .iter()
+            .map(|p| {
+                let p = Path::new(p.as_str().unwrap());
+                let parent = p.parent().unwrap().file_name().unwrap();
+                format!(
+                    "{}/{}",
+                    parent.to_string_lossy(),
+                    p.file_name().unwrap().to_string_lossy()
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let want = vec![
+        "ab/.cdef0123.4242.tmp".to_string(),
+        "blobs/.incoming.4242.0123456789abcdef.tmp".to_string(),
+    ];
+    let dry = ok(&e, &["gc"]);
+    assert_eq!(names(&dry), want, "{dry}");
+    assert_eq!(dry["abandonedTempBytes"], 2000, "{dry}");
+    assert!(
+        old.iter().chain(&fresh).all(|p| p.exists()),
+        "a dry run removed one"
+    );
+    let text = revl_env(&e, &["gc"], false, None);
+    assert!(
+        text.stdout
+            .contains("2 temp file(s) of blob writes that never finished"),
+        "{}",
+        text.stdout
+    );
+    let done = ok(&e, &["gc", "--apply"]);
+    assert_eq!(names(&done), want, "{done}");
+    for p in &old {
+        assert!(!p.exists(), "{} left", p.display());
+    }
+    for p in &fresh {
+        assert!(
+            p.exists(),
+            "{} removed: a live writer may own it",
+            p.display()
+        );
+    }
+    assert_eq!(names(&ok(&e, &["gc"])), Vec::<String>::new());
+}
+
 /// Run revl (JSON) and return its document and the peak resident memory of its process
 /// (VmHWM, polled from /proc while it runs: the peak of a long copy is always seen).
 fn revl_peak_rss(e: &Env, args: &[&str]) -> (Value, u64) {

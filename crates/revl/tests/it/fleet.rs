@@ -669,6 +669,110 @@ fn a_remote_branch_cut_short_before_its_move_is_kept() {
     f.b(&["fork", "--remote", "origin", &id, "--at", "2"]).ok();
 }
 
+/// A remote branch whose move into the store was cut short (revl killed before it), and a
+/// blob it names damaged in the remote's cache afterwards (the cache's blobs are written
+/// without an fsync, docs/fleet.md "Reading a remote": a power cut may cut one short). The
+/// blob is the session's manifest copy, which only the move reads. Returns the confirm's
+/// arguments, the blob's digest, its file in the cache, and its bytes.
+fn cut_short_with_a_damaged_cached_blob(f: &Fleet) -> (Vec<String>, String, PathBuf, Vec<u8>) {
+    f.add_remotes();
+    let ws = f.w.ws("ws");
+    let manifest = f.w.path("revl.toml");
+    std::fs::write(
+        &manifest,
+        "[[tool]]\nname = \"note\"\nclass = \"emission\"\nservice = \"notes\"\nmethod = \"post\"\nscope = [\"net\"]\nrun = [\"true\"]\n",
+    )
+    .unwrap();
+    let new = [
+        "new",
+        "--workspace",
+        ws.to_str().unwrap(),
+        "--manifest",
+        manifest.to_str().unwrap(),
+    ];
+    let id = s(&f.a(&new).ok()["session"]);
+    f.a(&["write", &id, "a.txt", "--content", "one"]).ok();
+    f.a(&["write", &id, "a.txt", "--content", "two"]).ok();
+    pushed(&f.a(&["push"]));
+    let hash = s(&f.b(&["fork", "--remote", "origin", &id, "--at", "1"]).ok()["hash"]);
+    let into = f.w.path("branch");
+    let args: Vec<String> = vec![
+        "fork-confirm".into(),
+        id.clone(),
+        "--hash".into(),
+        hash,
+        "--into".into(),
+        into.display().to_string(),
+    ];
+    let mut a = vec!["--json", "--store", f.store_b.to_str().unwrap()];
+    a.extend(args.iter().map(String::as_str));
+    let killed =
+        f.w.run_raw(&a, &[("REVL_FAILPOINT", "remote-fork.before-move")]);
+    assert!(killed.died(), "{}", killed.dump());
+    // The manifest copy the session's header names, cut short in the cache.
+    let wal =
+        std::fs::read_to_string(f.w.store.join("sessions").join(&id).join("wal.jsonl")).unwrap();
+    let at = wal
+        .find("\"manifestDigest\":\"")
+        .expect("the header names a manifest copy");
+    let d = wal[at + 18..at + 18 + 64].to_string();
+    let cached = f
+        .store_b
+        .join("remotes/origin/mirror/blobs")
+        .join(&d[..2])
+        .join(&d[2..]);
+    let good = std::fs::read(&cached).unwrap();
+    std::fs::write(&cached, &good[..good.len() / 2]).unwrap();
+    (args, d, cached, good)
+}
+
+/// The branch store B made from the remote session, once moved in.
+fn moved_branch(f: &Fleet, parent: &str) -> Option<String> {
+    f.b(&["sessions"]).ok()["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["parent"] == parent)
+        .map(|e| s(&e["session"]))
+}
+
+/// A blob the cache lost to a power cut is fetched again from the remote, checked against
+/// its name, when a remote branch moves into the store: the branch moves in whole, and the
+/// cache is put right.
+#[test]
+fn a_damaged_blob_of_the_cache_is_fetched_again_when_a_remote_branch_moves_in() {
+    let f = Fleet::dir();
+    let (args, d, cached, good) = cut_short_with_a_damaged_cached_blob(&f);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let msg = f.b(&args).err(1, "no-pending-fork");
+    assert!(msg.contains("is now this store's session"), "{msg}");
+    let branch = moved_branch(&f, args[1]).expect("the branch moved in");
+    assert_eq!(f.b(&["status", &branch]).ok()["state"], "live");
+    let mine = f.store_b.join("blobs").join(&d[..2]).join(&d[2..]);
+    assert_eq!(std::fs::read(&mine).unwrap(), good);
+    assert_eq!(std::fs::read(&cached).unwrap(), good, "the cache put right");
+    f.b(&["write", &branch, "after.txt", "--content", "x"]).ok();
+}
+
+/// The same blob damaged in the remote too: the move is refused (`corrupt-remote`, naming
+/// the object), nothing of the branch moves, and it moves once the remote holds the blob
+/// intact again.
+#[test]
+fn a_blob_damaged_in_the_remote_too_is_refused_when_a_remote_branch_moves_in() {
+    let f = Fleet::dir();
+    let (args, d, _, good) = cut_short_with_a_damaged_cached_blob(&f);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let in_bucket = f.w.path("bucket").join("blobs").join(&d);
+    std::fs::write(&in_bucket, b"not what its name says").unwrap();
+    let msg = f.b(&args).err(1, "corrupt-remote");
+    assert!(msg.contains(&format!("blobs/{d}")), "{msg}");
+    assert_eq!(moved_branch(&f, args[1]), None, "moved past a damaged blob");
+    std::fs::write(&in_bucket, &good).unwrap();
+    let msg = f.b(&args).err(1, "no-pending-fork");
+    assert!(msg.contains("is now this store's session"), "{msg}");
+    assert!(moved_branch(&f, args[1]).is_some());
+}
+
 #[test]
 fn a_tampered_bucket_is_refused_never_trusted() {
     let f = Fleet::dir();
