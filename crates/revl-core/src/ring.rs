@@ -35,6 +35,8 @@ pub const RING_NAME: &str = "wal.ring";
 /// bytes, ~11.5 KB for 4 KiB) between two syncs of the WAL itself.
 pub const RING_BYTES: u64 = 256 * 1024;
 const MAGIC: &[u8; 8] = b"revlring";
+/// The sync of the WAL, by one appender, at which its ring is made.
+pub const MAKE_AT: u32 = 4;
 const HEADER: u64 = 32;
 /// The most of a WAL's first line read to identify it.
 const FIRST_LINE_MAX: usize = 64 * 1024;
@@ -166,14 +168,39 @@ pub fn fold(wal: &Path) -> std::io::Result<Option<RingTail>> {
             n => have += n,
         }
     }
-    let same = have == ours.len()
-        && chunks
-            .iter()
-            .all(|c| payload(c) == &ours[(c.offset - base) as usize..][..c.len as usize]);
-    if !same {
-        // The WAL lost bytes the ring holds (a power cut: nothing, zeros, or a torn line
-        // where they were): the chunks whose payload is whole are written again, all of
-        // them, and the WAL is synced.
+    // Where the WAL first differs from the chain (as far as the WAL reaches).
+    let mut diverge = None;
+    for c in &chunks {
+        let at = (c.offset - base) as usize;
+        let theirs = payload(c);
+        let ours = &ours[at..have.max(at)][..theirs.len().min(have.saturating_sub(at))];
+        if let Some(i) = theirs.iter().zip(ours).position(|(a, b)| a != b) {
+            diverge = Some(c.offset + i as u64);
+            break;
+        }
+        if ours.len() < theirs.len() {
+            diverge = Some(c.offset + ours.len() as u64);
+            break;
+        }
+    }
+    if let Some(from) = diverge {
+        // What a power cut leaves of an append: the WAL ends early, or shows zeros or a
+        // torn line (no newline) from there on. Whole lines that differ from the chain are
+        // damage or an edit, no power cut's: the WAL is read as it is (and reported).
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut at = from;
+        while at < len {
+            let n = file.read_at(&mut buf, at)?;
+            if n == 0 {
+                break;
+            }
+            if buf[..n].contains(&b'\n') {
+                return Ok(None);
+            }
+            at += n as u64;
+        }
+        // The chunks whose payload is whole are written again, all of them, and the WAL
+        // is synced.
         let good = chunks
             .iter()
             .position(|c| crc32c::crc32c(payload(c)) != c.crc)
@@ -225,9 +252,9 @@ pub(crate) struct RingWriter {
     /// The WAL's id (`None`: no ring for this WAL).
     id: Option<u32>,
     ring: Option<File>,
-    /// Whether the WAL was synced by this appender already: the ring is made at the second
-    /// sync (a command that syncs once gains nothing from it).
-    synced_once: bool,
+    /// How often this appender synced the WAL itself: the ring is made at the
+    /// [`MAKE_AT`]th (a command that syncs a few times gains less than the ring costs).
+    syncs: u32,
     /// A chain is open: the WAL is durable through its base, the chunks through `covered`.
     open: bool,
     pos: u64,
@@ -272,7 +299,7 @@ impl RingWriter {
             covered: go_on.as_ref().map_or(keep, |(t, _)| t.end),
             pending: go_on.map(|(_, b)| b).unwrap_or_default(),
             ring,
-            synced_once: false,
+            syncs: 0,
         }
     }
 
@@ -307,13 +334,13 @@ impl RingWriter {
         self.pending.clear();
         self.covered = len;
         self.pos = 0;
-        if self.ring.is_none() && self.synced_once && self.id.is_some() {
+        self.syncs += 1;
+        if self.ring.is_none() && self.syncs >= MAKE_AT && self.id.is_some() {
             // Made once, whole (zeros written, not a hole: a later chunk overwrites blocks
             // the file has, so its sync commits no metadata), synced with its directory.
             // A ring that cannot be made leaves the WAL synced as before.
             self.ring = make(&self.dir).ok();
         }
-        self.synced_once = true;
         self.open = self.ring.is_some();
         Ok(())
     }

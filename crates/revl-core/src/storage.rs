@@ -291,9 +291,8 @@ impl Journals for LocalJournals {
         let Some(mut lease) = lease_file(&self.sessions.join(id).join("lock"), wait)? else {
             return Ok(None);
         };
-        if self.copied.is_none() {
-            lease.ring = crate::ring::fold(&self.wal(id))?;
-        }
+        // A writable copy (a remote fork's scratch store) appends through rings too.
+        lease.ring = crate::ring::fold(&self.wal(id))?;
         Ok(Some(lease))
     }
 
