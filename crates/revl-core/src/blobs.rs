@@ -208,6 +208,63 @@ impl BlobStore {
         step: Option<u64>,
         sync: bool,
     ) -> Result<()> {
+        // A second try writes the same file again from its start.
+        let again = dst.try_clone().ok();
+        let mut first = Some(dst);
+        self.refetching(digest, || {
+            let dst = match (first.take(), &again) {
+                (Some(f), _) => f,
+                (None, Some(f)) => {
+                    use std::io::{Seek, SeekFrom};
+                    let mut f = f.try_clone().map_err(|e| Error::io(what, e))?;
+                    f.set_len(0).map_err(|e| Error::io(what, e))?;
+                    f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(what, e))?;
+                    f
+                }
+                (None, None) => {
+                    return Err(Error::io(
+                        what,
+                        std::io::Error::other("the file cannot be written again"),
+                    ))
+                }
+            };
+            self.copy_hashed_once(digest, dst, what, step, sync)
+        })
+    }
+
+    /// `attempt`, and where it found the blob damaged (held, its bytes not matching its
+    /// name) and this store is a cache of another (a remote's, whose blobs are not fsynced:
+    /// [`Blobs::refetch`]), once more after the blob was fetched again and checked. A blob
+    /// not held is not looked for (a step's bytes may be kept elsewhere: inline, in the
+    /// WAL); a store whose blobs are its own keeps the first answer; an origin that holds
+    /// the blob damaged too answers with its error.
+    fn refetching<T>(&self, digest: &str, mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
+        match attempt() {
+            Err(e) if e.code == Code::MissingPreimage && self.contains(digest)? => {
+                let fetched = self.backend.refetch(digest).map_err(|io| {
+                    crate::storage::trait_error(
+                        format_args!("cannot fetch blob {digest} again"),
+                        io,
+                    )
+                })?;
+                if fetched {
+                    attempt()
+                } else {
+                    Err(e)
+                }
+            }
+            r => r,
+        }
+    }
+
+    fn copy_hashed_once(
+        &self,
+        digest: &str,
+        dst: File,
+        what: &str,
+        step: Option<u64>,
+        sync: bool,
+    ) -> Result<()> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
         let mut src = self.open(digest, &who)?;
         match copy_hashing(&mut src, dst, sync) {
@@ -225,6 +282,10 @@ impl BlobStore {
 
     /// Read a blob and verify it. `step` names the step that needs it, for the error.
     pub fn get(&self, digest: &str, step: Option<u64>) -> Result<Vec<u8>> {
+        self.refetching(digest, || self.get_once(digest, step))
+    }
+
+    fn get_once(&self, digest: &str, step: Option<u64>) -> Result<Vec<u8>> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
         let mut bytes = Vec::new();
         self.open(digest, &who)?
@@ -267,6 +328,10 @@ impl BlobStore {
 
     /// Check a blob is present and intact without keeping its bytes (streamed).
     pub fn check(&self, digest: &str, step: Option<u64>) -> Result<()> {
+        self.refetching(digest, || self.check_once(digest, step))
+    }
+
+    fn check_once(&self, digest: &str, step: Option<u64>) -> Result<()> {
         let who = step.map(|s| format!("step {s}: ")).unwrap_or_default();
         let f = self.open(digest, &who)?;
         match crate::util::blake3_reader(f) {

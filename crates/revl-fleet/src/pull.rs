@@ -104,7 +104,12 @@ impl Reader {
     pub fn over(store: &Store, remote: &Remote, bucket: Bucket) -> Result<Reader> {
         let root = crate::config::remote_dir(store, &remote.name);
         let dir = root.join("mirror");
-        let mirror = Store::open_copy(&dir, mirror_settings(&dir), None)?;
+        let mirror = refetching(
+            store,
+            &remote.name,
+            Store::open_copy(&dir, mirror_settings(&dir), None)?,
+            Some(&bucket),
+        );
         Ok(Reader {
             bucket,
             remote: remote.clone(),
@@ -1207,7 +1212,7 @@ fn fork_dir(store: &Store, remote: &str, id: &str) -> PathBuf {
 
 fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Store> {
     let dir = fork_dir(store, remote, id);
-    Store::open_copy(
+    let work = Store::open_copy(
         &dir,
         Copied {
             workspaces: dir.join("heads"),
@@ -1215,7 +1220,24 @@ fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Stor
             remote: Some(remote.to_string()),
         },
         Some(mirror.root().join("blobs")),
-    )
+    )?;
+    Ok(refetching(store, remote, work, None))
+}
+
+/// `cache` (a store over a remote's cached blobs: the mirror, a remote fork's scratch
+/// store) with every blob read that finds one damaged or missing fetching it again from
+/// the remote `remote` of `store` ([`MirrorBlobs`]), its bucket `bucket` if open already.
+fn refetching(store: &Store, remote: &str, cache: Store, bucket: Option<&Bucket>) -> Store {
+    let storage = revl_core::storage::Storage {
+        journals: cache.storage().journals.clone(),
+        blobs: std::sync::Arc::new(MirrorBlobs::new(
+            store,
+            remote,
+            cache.storage().blobs.clone(),
+            bucket,
+        )),
+    };
+    cache.with_storage(storage)
 }
 
 /// `revl fork --remote NAME SESSION --at K`: the session's workspace at its head is made

@@ -160,8 +160,12 @@ impl View<'_> {
         rel: &str,
         ws: &Workspace,
     ) -> Result<Vec<u8>> {
-        if let Ok(b) = self.blobs.get(digest, None) {
-            return Ok(b);
+        match self.blobs.get(digest, None) {
+            Ok(b) => return Ok(b),
+            // A cache of a remote fetched it again and the remote holds it damaged: that
+            // object's refusal, not a search elsewhere.
+            Err(e) if e.code == Code::CorruptRemote => return Err(e),
+            Err(_) => {}
         }
         if let Some(b) = super::read::inline_preimage(&self.state.steps, digest)? {
             return Ok(b);

@@ -754,6 +754,40 @@ fn a_damaged_blob_of_the_cache_is_fetched_again_when_a_remote_branch_moves_in() 
     f.b(&["write", &branch, "after.txt", "--content", "x"]).ok();
 }
 
+/// A blob of the cache damaged (a power cut: the cache's blobs are not fsynced) is fetched
+/// again from the remote by a remote read, checked against its name, and the cache put
+/// right; damaged in the remote too, the read is refused, naming the object.
+#[test]
+fn a_remote_read_fetches_again_a_blob_the_cache_lost() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, _head) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    // Step 2 wrote big.txt; the last step overwrote it, keeping its bytes as a blob.
+    let read = ["--remote", "origin", "read", &id, "big.txt", "--at", "2"];
+    let big: String = (0..3000).map(|i| format!("line {i}\n")).collect();
+    assert_eq!(f.b(&read).ok()["content"], big.as_str());
+    let d = blake3::hash(big.as_bytes()).to_hex().to_string();
+    let cached = f
+        .store_b
+        .join("remotes/origin/mirror/blobs")
+        .join(&d[..2])
+        .join(&d[2..]);
+    assert!(cached.is_file(), "the read kept the blob in the cache");
+    std::fs::write(&cached, &big.as_bytes()[..100]).unwrap();
+    assert_eq!(f.b(&read).ok()["content"], big.as_str());
+    assert_eq!(
+        std::fs::read(&cached).unwrap(),
+        big.as_bytes(),
+        "the cache put right"
+    );
+    std::fs::write(&cached, b"cut").unwrap();
+    let in_bucket = f.w.path("bucket").join("blobs").join(&d);
+    std::fs::write(&in_bucket, b"not what its name says").unwrap();
+    let msg = f.b(&read).err(1, "corrupt-remote");
+    assert!(msg.contains(&format!("blobs/{d}")), "{msg}");
+}
+
 /// The same blob damaged in the remote too: the move is refused (`corrupt-remote`, naming
 /// the object), nothing of the branch moves, and it moves once the remote holds the blob
 /// intact again.
