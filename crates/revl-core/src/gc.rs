@@ -97,6 +97,14 @@ impl Store {
         let mut aborted = BTreeSet::new();
         for id in &ids {
             let id = id.clone();
+            // The lease first: taking it folds the WAL's commit ring back in
+            // (docs/wal-format.md, "The commit ring"), so after a power cut the WAL read here
+            // names every blob an acknowledged record does. A dry run takes it if it is free.
+            let lease = if apply {
+                Some(self.lease(&id)?)
+            } else {
+                self.try_lease(&id).ok().flatten()
+            };
             let st = match State::read(&self.wal_path(&id)) {
                 Ok((st, _)) => st,
                 Err(e) if apply => {
@@ -140,7 +148,7 @@ impl Store {
                     }
                     continue;
                 }
-                Life::Live if apply => locks.push(self.lease(&id)?),
+                Life::Live if apply => locks.extend(lease),
                 _ => {}
             }
             kept += 1;

@@ -146,10 +146,12 @@ impl Store {
             std::fs::hard_link(&tmp, &moved_to)?;
             std::fs::remove_file(&tmp)?;
             std::fs::File::open(&dir)?.sync_all()?;
-            // The commit ring was folded in when the lease was taken; it goes before the
-            // cut, so the cut bytes are never folded back.
-            crate::ring::remove(&wal)?;
+            // The commit ring was folded in when the lease was taken; the WAL is synced (what
+            // it keeps may have been durable only in the ring), then the ring is set aside
+            // before the cut, so the cut bytes are never folded back.
             let w = std::fs::OpenOptions::new().write(true).open(&wal)?;
+            w.sync_data()?;
+            crate::ring::set_aside(&wal)?;
             w.set_len(cut)?;
             w.sync_all()
         })()

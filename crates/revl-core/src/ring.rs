@@ -12,17 +12,17 @@
 //! ([`fold`]): where the WAL lost bytes the ring holds (a power cut), they are written to
 //! the WAL again, and the WAL is synced, before anything reads it to write.
 //!
-//! A chunk: a 32-byte header, then its payload:
+//! A chunk: a 40-byte header, then its payload:
 //!
 //! ```text
-//! "revlring" | wal id u32 | payload length u32 | WAL offset u64 | payload CRC-32C u32 | header CRC-32C u32
+//! "revlring" | wal id u32 | payload length u32 | WAL offset u64 | chain base u64 | payload CRC-32C u32 | header CRC-32C u32
 //! ```
 //!
-//! little endian; the header CRC covers the 28 bytes before it. The wal id is the CRC-32C
+//! little endian; the header CRC covers the 36 bytes before it. The wal id is the CRC-32C
 //! of the WAL's first line (its header record): a ring is never folded into another WAL
 //! of the same path. Chunks lie one after another from offset 0; the chain ends at the
-//! first chunk whose header is not valid, whose wal id differs, or whose WAL offset is not
-//! where the previous chunk's payload ended.
+//! first chunk whose header or payload is not valid, whose wal id or chain base differs
+//! from the first's, or whose WAL offset is not where the previous chunk's payload ended.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -37,7 +37,7 @@ pub const RING_BYTES: u64 = 256 * 1024;
 const MAGIC: &[u8; 8] = b"revlring";
 /// The sync of the WAL, by one appender, at which its ring is made.
 pub const MAKE_AT: u32 = 4;
-const HEADER: u64 = 32;
+const HEADER: u64 = 40;
 /// The most of a WAL's first line read to identify it.
 const FIRST_LINE_MAX: usize = 64 * 1024;
 
@@ -46,6 +46,7 @@ const FIRST_LINE_MAX: usize = 64 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingTail {
     pos: u64,
+    base: u64,
     end: u64,
 }
 
@@ -53,7 +54,6 @@ struct Chunk {
     at: u64,
     len: u32,
     offset: u64,
-    crc: u32,
 }
 
 /// The id of the WAL open as `wal`: the CRC-32C of its first line (`None`: no whole first
@@ -79,45 +79,52 @@ fn wal_id(wal: &File) -> std::io::Result<Option<u32>> {
     }
 }
 
-fn header(id: u32, offset: u64, payload: &[u8]) -> [u8; HEADER as usize] {
+fn header(id: u32, offset: u64, base: u64, payload: &[u8]) -> [u8; HEADER as usize] {
     let mut h = [0u8; HEADER as usize];
     h[..8].copy_from_slice(MAGIC);
     h[8..12].copy_from_slice(&id.to_le_bytes());
     h[12..16].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     h[16..24].copy_from_slice(&offset.to_le_bytes());
-    h[24..28].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
-    let crc = crc32c::crc32c(&h[..28]);
-    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h[24..32].copy_from_slice(&base.to_le_bytes());
+    h[32..36].copy_from_slice(&crc32c::crc32c(payload).to_le_bytes());
+    let crc = crc32c::crc32c(&h[..36]);
+    h[36..40].copy_from_slice(&crc.to_le_bytes());
     h
 }
 
-/// The valid chain of chunks at the start of `ring` for the WAL `id` (payloads unchecked).
+/// The valid chain of chunks at the start of `ring` for the WAL `id`: every header and
+/// payload checked, one base, each offset where the previous payload ended (any bytes at
+/// all: a ring is read as possibly garbage).
 fn chain(ring: &[u8], id: u32) -> Vec<Chunk> {
     let mut out: Vec<Chunk> = Vec::new();
     let mut at = 0u64;
+    let mut expect: Option<(u64, u64)> = None;
     while at + HEADER <= ring.len() as u64 {
         let h = &ring[at as usize..(at + HEADER) as usize];
         let word = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().expect("4 bytes"));
-        if &h[..8] != MAGIC || crc32c::crc32c(&h[..28]) != word(28) || word(8) != id {
+        let long = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
+        if &h[..8] != MAGIC || crc32c::crc32c(&h[..36]) != word(36) || word(8) != id {
             break;
         }
-        let len = word(12);
-        let offset = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
-        let next = at + HEADER + u64::from(len);
-        if next > ring.len() as u64 {
+        let (len, offset, base) = (word(12), long(16), long(24));
+        let Some(next) = (at + HEADER).checked_add(u64::from(len)) else {
+            break;
+        };
+        let Some(end) = offset.checked_add(u64::from(len)) else {
+            break;
+        };
+        if next > ring.len() as u64
+            || expect.is_some_and(|(b, o)| (b, o) != (base, offset))
+            || (expect.is_none() && offset != base)
+        {
             break;
         }
-        if let Some(prev) = out.last() {
-            if prev.offset + u64::from(prev.len) != offset {
-                break;
-            }
+        let payload = &ring[(at + HEADER) as usize..next as usize];
+        if crc32c::crc32c(payload) != word(32) {
+            break;
         }
-        out.push(Chunk {
-            at,
-            len,
-            offset,
-            crc: word(24),
-        });
+        out.push(Chunk { at, len, offset });
+        expect = Some((base, end));
         at = next;
     }
     out
@@ -144,11 +151,12 @@ pub fn fold(wal: &Path) -> std::io::Result<Option<RingTail>> {
     };
     let mut bytes = Vec::with_capacity(RING_BYTES as usize);
     (&mut ring).take(RING_BYTES).read_to_end(&mut bytes)?;
-    let mut chunks = chain(&bytes, id);
-    let Some(first) = chunks.first() else {
+    let chunks = chain(&bytes, id);
+    let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
         return Ok(None);
     };
     let base = first.offset;
+    let end = last.offset + u64::from(last.len);
     let len = file.metadata()?.len();
     if base > len {
         // The WAL was cut before the chain began (by hand): the ring is not this history.
@@ -158,9 +166,8 @@ pub fn fold(wal: &Path) -> std::io::Result<Option<RingTail>> {
         let from = (c.at + HEADER) as usize;
         &bytes[from..from + c.len as usize]
     };
-    let end_of = |c: &[Chunk]| c.last().map_or(base, |l| l.offset + u64::from(l.len));
     // The WAL's own copy of the chain's range, as far as it reaches.
-    let mut ours = vec![0u8; (end_of(&chunks) - base) as usize];
+    let mut ours = vec![0u8; (end - base) as usize];
     let mut have = 0;
     while have < ours.len() {
         match file.read_at(&mut ours[have..], base + have as u64)? {
@@ -168,56 +175,52 @@ pub fn fold(wal: &Path) -> std::io::Result<Option<RingTail>> {
             n => have += n,
         }
     }
-    // Where the WAL first differs from the chain (as far as the WAL reaches).
-    let mut diverge = None;
-    for c in &chunks {
-        let at = (c.offset - base) as usize;
-        let theirs = payload(c);
-        let ours = &ours[at..have.max(at)][..theirs.len().min(have.saturating_sub(at))];
-        if let Some(i) = theirs.iter().zip(ours).position(|(a, b)| a != b) {
-            diverge = Some(c.offset + i as u64);
-            break;
+    let ours = &ours[..have];
+    let theirs: Vec<u8> = chunks
+        .iter()
+        .flat_map(|c| payload(c).iter().copied())
+        .collect();
+    let first_diff = theirs
+        .iter()
+        .zip(ours)
+        .position(|(t, o)| t != o)
+        .or((ours.len() < theirs.len()).then_some(ours.len()));
+    if let Some(from) = first_diff {
+        // What a power cut leaves of an append: the WAL ends early, or shows zeros (a page
+        // that never reached the disk, wherever it lies) or a torn line (no newline after
+        // where it first differs). Whole lines that differ otherwise are damage or an
+        // edit, no power cut's: the WAL is read as it is (and reported corrupt).
+        let only_zeros = theirs.iter().zip(ours).all(|(t, o)| t == o || *o == 0);
+        if !only_zeros && newline_after(&file, base + from as u64, len)? {
+            return Ok(None);
         }
-        if ours.len() < theirs.len() {
-            diverge = Some(c.offset + ours.len() as u64);
-            break;
-        }
-    }
-    if let Some(from) = diverge {
-        // What a power cut leaves of an append: the WAL ends early, or shows zeros or a
-        // torn line (no newline) from there on. Whole lines that differ from the chain are
-        // damage or an edit, no power cut's: the WAL is read as it is (and reported).
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut at = from;
-        while at < len {
-            let n = file.read_at(&mut buf, at)?;
-            if n == 0 {
-                break;
-            }
-            if buf[..n].contains(&b'\n') {
-                return Ok(None);
-            }
-            at += n as u64;
-        }
-        // The chunks whose payload is whole are written again, all of them, and the WAL
-        // is synced.
-        let good = chunks
-            .iter()
-            .position(|c| crc32c::crc32c(payload(c)) != c.crc)
-            .unwrap_or(chunks.len());
-        chunks.truncate(good);
         for c in &chunks {
             file.write_all_at(payload(c), c.offset)?;
         }
         file.sync_data()?;
     }
-    let Some(last) = chunks.last() else {
-        return Ok(None);
-    };
     Ok(Some(RingTail {
         pos: last.at + HEADER + u64::from(last.len),
-        end: end_of(&chunks),
+        base,
+        end,
     }))
+}
+
+/// Whether the WAL open as `file` holds a newline in `[from, len)`.
+fn newline_after(file: &File, from: u64, len: u64) -> std::io::Result<bool> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut at = from;
+    while at < len {
+        let n = file.read_at(&mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        if buf[..n].contains(&b'\n') {
+            return Ok(true);
+        }
+        at += n as u64;
+    }
+    Ok(false)
 }
 
 /// End the chain of the WAL at `wal`, durably, before the WAL is cut (a torn tail the next
@@ -234,11 +237,26 @@ pub fn invalidate(wal: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Remove the ring of the WAL at `wal` (before the WAL is cut or replaced by hand: its
-/// chain must never be folded into what stands after).
+/// Remove the ring of the WAL at `wal` (a new WAL is created at its path: a chain of
+/// another history must never be folded into it).
 pub fn remove(wal: &Path) -> std::io::Result<()> {
     let dir = wal.parent().expect("a WAL path has a parent");
     match std::fs::remove_file(dir.join(RING_NAME)) {
+        Ok(()) => File::open(dir)?.sync_all(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Set the ring of the WAL at `wal` aside, as `wal.ring.set-aside` (replacing an older
+/// one), durably, before the WAL is cut by `recover --truncate-corrupt`: its chain is never
+/// folded over the cut, and its bytes stay for whoever wants to look at them.
+pub fn set_aside(wal: &Path) -> std::io::Result<()> {
+    let dir = wal.parent().expect("a WAL path has a parent");
+    match std::fs::rename(
+        dir.join(RING_NAME),
+        dir.join(format!("{RING_NAME}.set-aside")),
+    ) {
         Ok(()) => File::open(dir)?.sync_all(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
@@ -255,8 +273,9 @@ pub(crate) struct RingWriter {
     /// How often this appender synced the WAL itself: the ring is made at the
     /// [`MAKE_AT`]th (a command that syncs a few times gains less than the ring costs).
     syncs: u32,
-    /// A chain is open: the WAL is durable through its base, the chunks through `covered`.
+    /// A chain is open: the WAL is durable through its `base`, the chunks through `covered`.
     open: bool,
+    base: u64,
     pos: u64,
     covered: u64,
     /// The WAL's bytes after `covered`, while a chain is open.
@@ -295,6 +314,7 @@ impl RingWriter {
             dir,
             id,
             open: go_on.is_some(),
+            base: go_on.as_ref().map_or(keep, |(t, _)| t.base),
             pos: go_on.as_ref().map_or(0, |(t, _)| t.pos),
             covered: go_on.as_ref().map_or(keep, |(t, _)| t.end),
             pending: go_on.map(|(_, b)| b).unwrap_or_default(),
@@ -305,9 +325,16 @@ impl RingWriter {
 
     /// `bytes` were appended to the WAL.
     pub(crate) fn appended(&mut self, bytes: &[u8]) {
-        if self.open {
-            self.pending.extend_from_slice(bytes);
+        if !self.open {
+            return;
         }
+        if self.pending.len() + bytes.len() > RING_BYTES as usize {
+            // More than a chunk can hold: the next durable append syncs the WAL itself.
+            self.open = false;
+            self.pending = Vec::new();
+            return;
+        }
+        self.pending.extend_from_slice(bytes);
     }
 
     /// Make every byte appended to `wal` (`len` long now) durable: one chunk in the ring
@@ -320,7 +347,7 @@ impl RingWriter {
             let need = HEADER + self.pending.len() as u64;
             if self.pos + need <= RING_BYTES {
                 let mut chunk = Vec::with_capacity(need as usize);
-                chunk.extend_from_slice(&header(id, self.covered, &self.pending));
+                chunk.extend_from_slice(&header(id, self.covered, self.base, &self.pending));
                 chunk.extend_from_slice(&self.pending);
                 ring.write_all_at(&chunk, self.pos)?;
                 ring.sync_data()?;
@@ -333,6 +360,7 @@ impl RingWriter {
         wal.sync_data()?;
         self.pending.clear();
         self.covered = len;
+        self.base = len;
         self.pos = 0;
         self.syncs += 1;
         if self.ring.is_none() && self.syncs >= MAKE_AT && self.id.is_some() {
@@ -366,24 +394,44 @@ fn make(dir: &Path) -> std::io::Result<File> {
 mod tests {
     use super::*;
 
+    fn put(ring: &mut [u8], at: usize, id: u32, offset: u64, base: u64, p: &[u8]) -> usize {
+        let h = header(id, offset, base, p);
+        ring[at..at + HEADER as usize].copy_from_slice(&h);
+        ring[at + HEADER as usize..at + HEADER as usize + p.len()].copy_from_slice(p);
+        at + HEADER as usize + p.len()
+    }
+
     #[test]
-    fn a_chain_stops_at_a_chunk_of_another_history() {
+    fn a_chain_stops_at_a_chunk_of_another_history_or_garbage() {
         let mut ring = vec![0u8; 4096];
         let a = b"{\"record\":\"x\"}\n".to_vec();
-        let h1 = header(7, 100, &a);
-        ring[..32].copy_from_slice(&h1);
-        ring[32..32 + a.len()].copy_from_slice(&a);
-        let at = 32 + a.len();
+        let n = a.len() as u64;
+        let at = put(&mut ring, 0, 7, 100, 100, &a);
         // Not where the first ended: an older chain's chunk.
-        let h2 = header(7, 90, &a);
-        ring[at..at + 32].copy_from_slice(&h2);
+        put(&mut ring, at, 7, 90, 90, &a);
         assert_eq!(chain(&ring, 7).len(), 1);
         assert_eq!(chain(&ring, 8).len(), 0, "another WAL's ring");
-        let h2 = header(7, 100 + a.len() as u64, &a);
-        ring[at..at + 32].copy_from_slice(&h2);
-        ring[at + 32..at + 32 + a.len()].copy_from_slice(&a);
+        // Where the first ended, but of another chain (another base).
+        put(&mut ring, at, 7, 100 + n, 100 + n, &a);
+        assert_eq!(chain(&ring, 7).len(), 1);
+        let end = put(&mut ring, at, 7, 100 + n, 100, &a);
         assert_eq!(chain(&ring, 7).len(), 2);
         ring[at + 3] ^= 1;
         assert_eq!(chain(&ring, 7).len(), 1, "a torn header ends the chain");
+        ring[at + 3] ^= 1;
+        ring[end - 2] ^= 1;
+        assert_eq!(chain(&ring, 7).len(), 1, "a torn payload ends the chain");
+        // Offsets and lengths that would overflow end it, never panic.
+        let mut ring = vec![0u8; 4096];
+        let at = put(&mut ring, 0, 7, u64::MAX - 3, u64::MAX - 3, &a);
+        put(&mut ring, at, 7, 0, u64::MAX - 3, &a);
+        assert!(chain(&ring, 7).is_empty());
+        let mut h = header(7, 5, 5, &a);
+        h[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        let crc = crc32c::crc32c(&h[..36]);
+        h[36..40].copy_from_slice(&crc.to_le_bytes());
+        let mut ring = vec![0u8; 4096];
+        ring[..40].copy_from_slice(&h);
+        assert!(chain(&ring, 7).is_empty(), "a length past the file");
     }
 }

@@ -43,7 +43,9 @@ pub struct Lease {
     _held: File,
     /// Where the WAL's commit ring ends, as the fold under this lease found it (local
     /// journals: docs/wal-format.md, "The commit ring").
-    ring: Option<crate::ring::RingTail>,
+    /// Taken by the first appender opened under the lease (a second would write over the
+    /// first one's chunks).
+    ring: std::sync::Mutex<Option<crate::ring::RingTail>>,
 }
 
 /// A session's WAL, as a journal of bytes that only grows.
@@ -270,14 +272,21 @@ impl Journals for LocalJournals {
         let mut file = fs::OpenOptions::new().read(true).write(true).open(&path)?;
         let cut = file.metadata()?.len() != keep;
         if cut {
-            // The commit ring's chain may cover the bytes cut: it ends first, so it is never
-            // folded over what is appended after the cut.
-            crate::ring::invalidate(&path)?;
+            // Cut and synced first (the bytes kept may be durable only in the commit ring
+            // until the WAL is synced), then the ring's chain, which may cover the bytes cut,
+            // ends, so it is never folded over what is appended after the cut.
             file.set_len(keep)?;
             file.sync_all()?;
+            crate::ring::invalidate(&path)?;
         }
         file.seek(SeekFrom::End(0))?;
-        let ring = crate::ring::RingWriter::open(&path, &file, keep, lease.ring.filter(|_| !cut));
+        let tail = lease
+            .ring
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .filter(|_| !cut);
+        let ring = crate::ring::RingWriter::open(&path, &file, keep, tail);
         Ok(Box::new(FileAppender {
             file,
             len: keep,
@@ -292,7 +301,7 @@ impl Journals for LocalJournals {
             return Ok(None);
         };
         // A writable copy (a remote fork's scratch store) appends through rings too.
-        lease.ring = crate::ring::fold(&self.wal(id))?;
+        lease.ring = std::sync::Mutex::new(crate::ring::fold(&self.wal(id))?);
         Ok(Some(lease))
     }
 
@@ -316,7 +325,7 @@ pub(crate) fn lease_file(path: &Path, wait: Duration) -> std::io::Result<Option<
             Ok(()) => {
                 return Ok(Some(Lease {
                     _held: f,
-                    ring: None,
+                    ring: std::sync::Mutex::new(None),
                 }))
             }
             Err(fs::TryLockError::WouldBlock) if start.elapsed() >= wait => return Ok(None),

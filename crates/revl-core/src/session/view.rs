@@ -160,13 +160,13 @@ impl View<'_> {
         rel: &str,
         ws: &Workspace,
     ) -> Result<Vec<u8>> {
-        match self.blobs.get(digest, None) {
+        // A cache of a remote fetched it again and the remote holds it damaged: that
+        // object's refusal is the answer if no other copy (checked by its digest) is found.
+        let refused = match self.blobs.get(digest, None) {
             Ok(b) => return Ok(b),
-            // A cache of a remote fetched it again and the remote holds it damaged: that
-            // object's refusal, not a search elsewhere.
-            Err(e) if e.code == Code::CorruptRemote => return Err(e),
-            Err(_) => {}
-        }
+            Err(e) if e.code == Code::CorruptRemote => Some(e),
+            Err(_) => None,
+        };
         if let Some(b) = super::read::inline_preimage(&self.state.steps, digest)? {
             return Ok(b);
         }
@@ -208,6 +208,9 @@ impl View<'_> {
             if crate::util::blake3_hex(&b) == digest {
                 return Ok(b);
             }
+        }
+        if let Some(e) = refused {
+            return Err(e);
         }
         Err(Error::new(
             Code::MissingPreimage,
