@@ -484,21 +484,10 @@ impl Objects for Cloud {
         let p = self.path(key)?;
         let url = self.url.as_str();
         self.rt.block_on(async {
-            let r = match self.store.get(&p).await {
-                Ok(r) => r,
-                // A missing bucket is not a missing object.
-                Err(e @ object_store::Error::NotFound { .. })
-                    if is_no_such_bucket(&e.to_string()) =>
-                {
-                    return Err(remote_err(url, format!("cannot read {p}"), e))
-                }
-                Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) => return Err(remote_err(url, format!("cannot read {p}"), e)),
+            let Some(r) = s3_open(&*self.store, &p, max, url).await? else {
+                return Ok(None);
             };
             let size = r.meta.size;
-            if size > max {
-                return Err(refused(url, p.as_ref(), &too_big(size, max)));
-            }
             use futures::StreamExt;
             let mut chunks = r.into_stream();
             let mut n = 0u64;
@@ -734,18 +723,10 @@ async fn s3_fetch(
     spill: &Path,
     url: &str,
 ) -> Result<Option<Fetched>> {
-    let r = match store.get(&p).await {
-        Ok(r) => r,
-        Err(e @ object_store::Error::NotFound { .. }) if is_no_such_bucket(&e.to_string()) => {
-            return Err(remote_err(url, format!("cannot read {p}"), e))
-        }
-        Err(object_store::Error::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(remote_err(url, format!("cannot read {p}"), e)),
+    let Some(r) = s3_open(&*store, &p, max, url).await? else {
+        return Ok(None);
     };
     let size = r.meta.size;
-    if size > max {
-        return Err(refused(url, p.as_ref(), &too_big(size, max)));
-    }
     use futures::StreamExt;
     let more = || {
         refused(
@@ -926,38 +907,50 @@ async fn s3_get(
     max: u64,
     url: &str,
 ) -> Result<Option<(Vec<u8>, Version)>> {
-    match store.get(&p).await {
-        Ok(r) => {
-            let v = version_of(&r.meta);
-            let size = r.meta.size;
-            if size > max {
-                return Err(refused(url, p.as_ref(), &too_big(size, max)));
-            }
-            // Read chunk by chunk, never past the size the store states (itself within
-            // `max`): memory grows with the bytes that came, never with a stated length.
-            use futures::StreamExt;
-            let mut b = Vec::with_capacity(size.min(RESERVE) as usize);
-            let mut chunks = r.into_stream();
-            while let Some(c) = chunks.next().await {
-                let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
-                if (b.len() + c.len()) as u64 > size {
-                    return Err(refused(
-                        url,
-                        p.as_ref(),
-                        &format!("its server sent more than the {size} bytes it stated"),
-                    ));
-                }
-                b.extend_from_slice(&c);
-            }
-            Ok(Some((b, v)))
+    let Some(r) = s3_open(&*store, &p, max, url).await? else {
+        return Ok(None);
+    };
+    let v = version_of(&r.meta);
+    let size = r.meta.size;
+    // Read chunk by chunk, never past the size the store states (itself within `max`):
+    // memory grows with the bytes that came, never with a stated length.
+    use futures::StreamExt;
+    let mut b = Vec::with_capacity(size.min(RESERVE) as usize);
+    let mut chunks = r.into_stream();
+    while let Some(c) = chunks.next().await {
+        let c = c.map_err(|e| remote_err(url, format!("cannot read {p}"), e))?;
+        if (b.len() + c.len()) as u64 > size {
+            return Err(refused(
+                url,
+                p.as_ref(),
+                &format!("its server sent more than the {size} bytes it stated"),
+            ));
         }
-        // A missing bucket is not a missing object.
-        Err(e @ object_store::Error::NotFound { .. }) if is_no_such_bucket(&e.to_string()) => {
-            Err(remote_err(url, format!("cannot read {p}"), e))
-        }
-        Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(remote_err(url, format!("cannot read {p}"), e)),
+        b.extend_from_slice(&c);
     }
+    Ok(Some((b, v)))
+}
+
+/// The object at `p` opened for reading, judged by its stated size (at most `max`); `None`
+/// when absent. A missing bucket is not a missing object: it is an error.
+async fn s3_open(
+    store: &dyn ObjectStore,
+    p: &object_store::path::Path,
+    max: u64,
+    url: &str,
+) -> Result<Option<object_store::GetResult>> {
+    let r = match store.get(p).await {
+        Ok(r) => r,
+        Err(e @ object_store::Error::NotFound { .. }) if is_no_such_bucket(&e.to_string()) => {
+            return Err(remote_err(url, format!("cannot read {p}"), e))
+        }
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(remote_err(url, format!("cannot read {p}"), e)),
+    };
+    if r.meta.size > max {
+        return Err(refused(url, p.as_ref(), &too_big(r.meta.size, max)));
+    }
+    Ok(Some(r))
 }
 
 /// A conditional PUT: create-if-absent (`expect` None) or replace-if-unchanged (the
@@ -1083,10 +1076,15 @@ fn through_symlink(url: &str, key: &str) -> Error {
     )
 }
 
-/// A shared directory's object: every component reached without following a symlink, the
-/// object a regular file of at most `max` bytes, read with that limit.
-fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8>, Version)>> {
-    use std::io::Read;
+/// A shared directory's object opened as it is judged: every component reached without
+/// following a symlink, the object a regular file of at most `max` bytes. Its file, its path
+/// and its length when judged; `None` when absent.
+fn dir_open(
+    root: &Path,
+    key: &str,
+    max: u64,
+    url: &str,
+) -> Result<Option<(std::fs::File, PathBuf, u64)>> {
     let Some(cur) = dir_walk(root, key, false, url)? else {
         return Ok(None);
     };
@@ -1109,19 +1107,32 @@ fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(&cur)
         .map_err(|e| Error::io(cur.display(), e))?;
+    Ok(Some((f, cur, md.len())))
+}
+
+/// A file that grew past the length it was judged at while it was read.
+fn grew(url: &str, key: &str, len: u64) -> Error {
+    refused(
+        url,
+        key,
+        &format!("it grew past its {len} bytes while it was read"),
+    )
+}
+
+/// A shared directory's object ([`dir_open`]), read with its limit.
+fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8>, Version)>> {
+    use std::io::Read;
+    let Some((f, cur, len)) = dir_open(root, key, max, url)? else {
+        return Ok(None);
+    };
     // Never more than the file's size when it was judged (a file growing meanwhile is
     // refused, not followed).
-    let len = md.len();
     let mut b = Vec::with_capacity(len.min(RESERVE) as usize);
     f.take(len.saturating_add(1))
         .read_to_end(&mut b)
         .map_err(|e| Error::io(cur.display(), e))?;
     if b.len() as u64 > len {
-        return Err(refused(
-            url,
-            key,
-            &format!("it grew past its {len} bytes while it was read"),
-        ));
+        return Err(grew(url, key, len));
     }
     let v = Version(revl_core::util::blake3_hex(&b));
     Ok(Some((b, v)))
@@ -1130,9 +1141,8 @@ fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8
 /// The most of a shared directory's file [`Bucket::read_streamed`] holds at once.
 pub const STREAM_CHUNK: usize = 1 << 20;
 
-/// A shared directory's object as [`dir_get`] judges it (reached without following a
-/// symlink, a regular file of at most `max` bytes), given to `each` [`STREAM_CHUNK`] bytes
-/// at a time: its length, `None` when absent. A file growing while it is read is refused.
+/// A shared directory's object ([`dir_open`]), given to `each` [`STREAM_CHUNK`] bytes at a
+/// time: its length, `None` when absent. A file growing while it is read is refused.
 fn dir_stream(
     root: &Path,
     key: &str,
@@ -1141,29 +1151,9 @@ fn dir_stream(
     each: &mut dyn FnMut(&[u8]) -> Result<()>,
 ) -> Result<Option<u64>> {
     use std::io::Read;
-    let Some(cur) = dir_walk(root, key, false, url)? else {
+    let Some((mut src, cur, len)) = dir_open(root, key, max, url)? else {
         return Ok(None);
     };
-    let md = match std::fs::symlink_metadata(&cur) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(cur.display(), e)),
-    };
-    if md.file_type().is_symlink() {
-        return Err(through_symlink(url, key));
-    }
-    if !md.is_file() {
-        return Err(refused(url, key, "it is not a regular file"));
-    }
-    if md.len() > max {
-        return Err(refused(url, key, &too_big(md.len(), max)));
-    }
-    let len = md.len();
-    let mut src = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&cur)
-        .map_err(|e| Error::io(cur.display(), e))?;
     let mut buf = vec![0u8; STREAM_CHUNK];
     let mut n = 0u64;
     loop {
@@ -1174,11 +1164,7 @@ fn dir_stream(
             Err(e) => return Err(Error::io(cur.display(), e)),
         };
         if n + k as u64 > len {
-            return Err(refused(
-                url,
-                key,
-                &format!("it grew past its {len} bytes while it was read"),
-            ));
+            return Err(grew(url, key, len));
         }
         n += k as u64;
         each(&buf[..k])?;

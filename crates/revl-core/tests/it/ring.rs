@@ -33,6 +33,33 @@ fn session(root: &Path, ws: &Path) -> String {
     s.id().to_string()
 }
 
+/// A store in a temp directory with one released [`session`], its WAL and its ring.
+struct Ringed {
+    _tmp: tempfile::TempDir,
+    root: std::path::PathBuf,
+    id: String,
+    wal: std::path::PathBuf,
+    ring: Vec<u8>,
+}
+
+fn ringed() -> Ringed {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, ws) = (tmp.path().join("store"), tmp.path().join("ws"));
+    std::fs::create_dir(&ws).unwrap();
+    let id = session(&root, &ws);
+    let wal = root.join("sessions").join(&id).join("wal.jsonl");
+    let ring = std::fs::read(root.join("sessions").join(&id).join("wal.ring"))
+        .expect("a session one process synced four times has a ring");
+    assert_eq!(ring.len(), revl_core::ring::RING_BYTES as usize);
+    Ringed {
+        _tmp: tmp,
+        root,
+        id,
+        wal,
+        ring,
+    }
+}
+
 /// Where the ring's first chunk begins in the WAL (its header's WAL offset), read as
 /// docs/wal-format.md describes the header.
 fn chain_base(ring: &[u8]) -> u64 {
@@ -74,14 +101,9 @@ type Cut<'a> = Box<dyn Fn(&mut Vec<u8>) + 'a>;
 
 #[test]
 fn writes_a_power_cut_took_from_the_wal_come_back_from_the_ring() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (root, ws) = (tmp.path().join("store"), tmp.path().join("ws"));
-    std::fs::create_dir(&ws).unwrap();
-    let id = session(&root, &ws);
-    let wal = root.join("sessions").join(&id).join("wal.jsonl");
-    let ring = std::fs::read(root.join("sessions").join(&id).join("wal.ring"))
-        .expect("a session that synced more than once has a ring");
-    assert_eq!(ring.len(), revl_core::ring::RING_BYTES as usize);
+    let r = ringed();
+    let (root, id, wal, ring) = (r.root.clone(), r.id.clone(), r.wal.clone(), r.ring.clone());
+    let tmp = r._tmp.path();
     let whole = std::fs::read(&wal).unwrap();
     let base = chain_base(&ring) as usize;
     assert!(
@@ -119,7 +141,7 @@ fn writes_a_power_cut_took_from_the_wal_come_back_from_the_ring() {
         ),
     ];
     for (what, cut) in cuts {
-        let root2 = tmp.path().join(what.replace(' ', "-"));
+        let root2 = tmp.join(what.replace(' ', "-"));
         copy_dir(&root, &root2);
         let wal2 = root2.join("sessions").join(&id).join("wal.jsonl");
         let mut lost = whole.clone();
@@ -150,13 +172,9 @@ fn writes_a_power_cut_took_from_the_wal_come_back_from_the_ring() {
 
 #[test]
 fn damage_the_ring_holds_a_copy_of_is_reported_and_a_cut_never_comes_back() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (root, ws) = (tmp.path().join("store"), tmp.path().join("ws"));
-    std::fs::create_dir(&ws).unwrap();
-    let id = session(&root, &ws);
-    let wal = root.join("sessions").join(&id).join("wal.jsonl");
-    let ring = std::fs::read(root.join("sessions").join(&id).join("wal.ring")).unwrap();
-    let base = chain_base(&ring) as usize;
+    let r = ringed();
+    let (root, id, wal) = (r.root.clone(), r.id.clone(), r.wal.clone());
+    let base = chain_base(&r.ring) as usize;
     let whole = std::fs::read(&wal).unwrap();
     let nl = |from: usize| from + whole[from..].iter().position(|&b| b == b'\n').unwrap() + 1;
     // A byte flipped in a line the ring also holds, whole lines after it: damage, not what
@@ -199,13 +217,9 @@ fn damage_the_ring_holds_a_copy_of_is_reported_and_a_cut_never_comes_back() {
 /// look unreachable and are deleted.
 #[test]
 fn gc_after_a_power_cut_keeps_the_blobs_only_the_ring_names() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (root, ws) = (tmp.path().join("store"), tmp.path().join("ws"));
-    std::fs::create_dir(&ws).unwrap();
-    let id = session(&root, &ws);
-    let wal = root.join("sessions").join(&id).join("wal.jsonl");
-    let ring = std::fs::read(root.join("sessions").join(&id).join("wal.ring")).unwrap();
-    let base = chain_base(&ring) as usize;
+    let r = ringed();
+    let (root, id, wal) = (r.root.clone(), r.id.clone(), r.wal.clone());
+    let base = chain_base(&r.ring) as usize;
     let step = {
         let s = open(&root).attach(&id).unwrap();
         s.state()
