@@ -209,26 +209,16 @@ impl BlobStore {
         sync: bool,
     ) -> Result<()> {
         // A second try writes the same file again from its start.
-        let again = dst.try_clone().ok();
-        let mut first = Some(dst);
+        let mut tries = 0;
         self.refetching(digest, || {
-            let dst = match (first.take(), &again) {
-                (Some(f), _) => f,
-                (None, Some(f)) => {
-                    use std::io::{Seek, SeekFrom};
-                    let mut f = f.try_clone().map_err(|e| Error::io(what, e))?;
-                    f.set_len(0).map_err(|e| Error::io(what, e))?;
-                    f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(what, e))?;
-                    f
-                }
-                (None, None) => {
-                    return Err(Error::io(
-                        what,
-                        std::io::Error::other("the file cannot be written again"),
-                    ))
-                }
-            };
-            self.copy_hashed_once(digest, dst, what, step, sync)
+            let mut f = dst.try_clone().map_err(|e| Error::io(what, e))?;
+            if tries > 0 {
+                use std::io::{Seek, SeekFrom};
+                f.set_len(0).map_err(|e| Error::io(what, e))?;
+                f.seek(SeekFrom::Start(0)).map_err(|e| Error::io(what, e))?;
+            }
+            tries += 1;
+            self.copy_hashed_once(digest, f, what, step, sync)
         })
     }
 

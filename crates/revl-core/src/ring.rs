@@ -149,7 +149,13 @@ pub fn fold(wal: &Path) -> std::io::Result<Option<RingTail>> {
     let Some(id) = wal_id(&file)? else {
         return Ok(None);
     };
-    let mut bytes = Vec::with_capacity(RING_BYTES as usize);
+    // Most attaches find no chain (a ring ended, or made and not yet written): one header
+    // read says so; the rest is read only behind a first chunk.
+    let mut bytes = vec![0u8; HEADER as usize];
+    if ring.read_exact_at(&mut bytes, 0).is_err() || &bytes[..8] != MAGIC {
+        return Ok(None);
+    }
+    bytes.clear();
     (&mut ring).take(RING_BYTES).read_to_end(&mut bytes)?;
     let chunks = chain(&bytes, id);
     let (Some(first), Some(last)) = (chunks.first(), chunks.last()) else {
@@ -176,21 +182,28 @@ pub fn fold(wal: &Path) -> std::io::Result<Option<RingTail>> {
         }
     }
     let ours = &ours[..have];
-    let theirs: Vec<u8> = chunks
-        .iter()
-        .flat_map(|c| payload(c).iter().copied())
-        .collect();
-    let first_diff = theirs
-        .iter()
-        .zip(ours)
-        .position(|(t, o)| t != o)
-        .or((ours.len() < theirs.len()).then_some(ours.len()));
+    // Where the WAL first differs from the chain (or ends before it does), and whether
+    // every byte that differs is zero.
+    let (mut first_diff, mut only_zeros) = (None, true);
+    for c in &chunks {
+        let at = (c.offset - base) as usize;
+        let theirs = payload(c);
+        let mine = &ours[at.min(have)..(at + theirs.len()).min(have)];
+        if first_diff.is_none() {
+            first_diff = theirs
+                .iter()
+                .zip(mine)
+                .position(|(t, o)| t != o)
+                .or((mine.len() < theirs.len()).then_some(mine.len()))
+                .map(|i| at + i);
+        }
+        only_zeros &= theirs.iter().zip(mine).all(|(t, o)| t == o || *o == 0);
+    }
     if let Some(from) = first_diff {
         // What a power cut leaves of an append: the WAL ends early, or shows zeros (a page
         // that never reached the disk, wherever it lies) or a torn line (no newline after
         // where it first differs). Whole lines that differ otherwise are damage or an
         // edit, no power cut's: the WAL is read as it is (and reported corrupt).
-        let only_zeros = theirs.iter().zip(ours).all(|(t, o)| t == o || *o == 0);
         if !only_zeros && newline_after(&file, base + from as u64, len)? {
             return Ok(None);
         }

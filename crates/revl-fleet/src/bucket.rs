@@ -775,35 +775,14 @@ fn dir_fetch(
     url: &str,
 ) -> Result<Option<Fetched>> {
     use std::io::Read;
-    let Some(cur) = dir_walk(root, key, false, url)? else {
+    let Some((mut src, cur, len)) = dir_open(root, key, max, url)? else {
         return Ok(None);
     };
-    let md = match std::fs::symlink_metadata(&cur) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(cur.display(), e)),
-    };
-    if md.len() <= small || md.file_type().is_symlink() || !md.is_file() {
-        return Ok(dir_get(root, key, max.min(small), url)?.map(|(b, _)| Fetched::Bytes(b)));
+    if len <= small {
+        return read_judged(src, &cur, len, url, key).map(|b| Some(Fetched::Bytes(b)));
     }
-    if md.len() > max {
-        return Err(refused(url, key, &too_big(md.len(), max)));
-    }
-    let len = md.len();
-    let mut src = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(&cur)
-        .map_err(|e| Error::io(cur.display(), e))?;
     let mut out = Spill::new(spill, len)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let grew = || {
-        refused(
-            url,
-            key,
-            &format!("it grew past its {len} bytes while it was read"),
-        )
-    };
+    let mut buf = vec![0u8; STREAM_CHUNK];
     let streamed = loop {
         let k = match src.read(&mut buf) {
             Ok(0) => break Ok(()),
@@ -812,7 +791,7 @@ fn dir_fetch(
             Err(e) => break Err(Error::io(cur.display(), e)),
         };
         if let Err(e) = out.write(&buf[..k]) {
-            break Err(e.unwrap_or_else(grew));
+            break Err(e.unwrap_or_else(|| grew(url, key, len)));
         }
     };
     out.finish(streamed, |n| {
@@ -1121,12 +1100,18 @@ fn grew(url: &str, key: &str, len: u64) -> Error {
 
 /// A shared directory's object ([`dir_open`]), read with its limit.
 fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8>, Version)>> {
-    use std::io::Read;
     let Some((f, cur, len)) = dir_open(root, key, max, url)? else {
         return Ok(None);
     };
-    // Never more than the file's size when it was judged (a file growing meanwhile is
-    // refused, not followed).
+    let b = read_judged(f, &cur, len, url, key)?;
+    let v = Version(revl_core::util::blake3_hex(&b));
+    Ok(Some((b, v)))
+}
+
+/// A file [`dir_open`] judged, read whole: never more than its size when it was judged (a
+/// file growing meanwhile is refused, not followed).
+fn read_judged(f: std::fs::File, cur: &Path, len: u64, url: &str, key: &str) -> Result<Vec<u8>> {
+    use std::io::Read;
     let mut b = Vec::with_capacity(len.min(RESERVE) as usize);
     f.take(len.saturating_add(1))
         .read_to_end(&mut b)
@@ -1134,12 +1119,11 @@ fn dir_get(root: &Path, key: &str, max: u64, url: &str) -> Result<Option<(Vec<u8
     if b.len() as u64 > len {
         return Err(grew(url, key, len));
     }
-    let v = Version(revl_core::util::blake3_hex(&b));
-    Ok(Some((b, v)))
+    Ok(b)
 }
 
 /// The most of a shared directory's file [`Bucket::read_streamed`] holds at once.
-pub const STREAM_CHUNK: usize = 1 << 20;
+pub use revl_core::util::STREAM_CHUNK;
 
 /// A shared directory's object ([`dir_open`]), given to `each` [`STREAM_CHUNK`] bytes at a
 /// time: its length, `None` when absent. A file growing while it is read is refused.

@@ -734,6 +734,7 @@ struct MirrorBlobs {
     bucket: std::sync::OnceLock<Bucket>,
     open: Box<dyn Fn() -> Result<Bucket> + Send + Sync>,
     spill: PathBuf,
+    swept: std::sync::Once,
 }
 
 impl MirrorBlobs {
@@ -757,6 +758,7 @@ impl MirrorBlobs {
             bucket: opened,
             open: Box::new(move || Bucket::open(&crate::Remotes::load(&st)?.get(&n)?.url)),
             spill: crate::config::remote_dir(store, name).join("incoming"),
+            swept: std::sync::Once::new(),
         }
     }
 
@@ -779,7 +781,8 @@ impl MirrorBlobs {
                 e,
             )
         };
-        sweep_stale_spills(&self.spill);
+        // Once a cache's life: what a killed fetch left is older than this one.
+        self.swept.call_once(|| sweep_stale_spills(&self.spill));
         let got = self
             .bucket()?
             .fetch_each(

@@ -1366,9 +1366,10 @@ pub fn gc_abandoned(r: &revl_core::gc::GcReport) -> String {
         "would be removed (dry run)"
     };
     let mut out = format!(
-        "\n{} temp file(s) of blob writes that never finished ({} bytes, untouched for ten minutes): {verb}",
+        "\n{} temp file(s) of blob writes that never finished ({} bytes, untouched for {} minutes): {verb}",
         r.abandoned_temp_files.len(),
-        r.abandoned_temp_bytes
+        r.abandoned_temp_bytes,
+        revl_core::gc::ABANDONED_AFTER.as_secs() / 60
     );
     for p in &r.abandoned_temp_files {
         let _ = write!(out, "\n  {}", path_text(p));

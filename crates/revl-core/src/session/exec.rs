@@ -802,7 +802,7 @@ impl Session {
                 .filter(|i| matches!(i.how, How::Chmod(_)))
                 .map(|i| self.ws.abs(&i.path)),
         );
-        make_durable(&dirs, self.ws.root())
+        make_durable_with(dirs.len(), || dirs, self.ws.root())
             .map_err(|e| Error::io("making the applied changes durable", e))
     }
 
@@ -864,14 +864,10 @@ impl Session {
     }
 }
 
-/// fsync every file and directory that will move in; above [`SYNCFS_OVER`] of them, one
-/// `syncfs` of the filesystem that holds them.
-fn make_durable(paths: &[PathBuf], upper: &Path) -> std::io::Result<()> {
-    make_durable_with(paths.len(), || paths.to_vec(), upper)
-}
-
-/// [`make_durable`] of what `paths` lists, at least `at_least` of them: the list is made
-/// (a stat of each) only where it is short enough to fsync one by one.
+/// fsync every file and directory `paths` lists, at least `at_least` of them; above
+/// [`SYNCFS_OVER`] of them, one `syncfs` of the filesystem that holds them (where it
+/// persists anything). The list is made (a stat of each) only where it is short enough to
+/// fsync one by one.
 fn make_durable_with(
     at_least: usize,
     paths: impl FnOnce() -> Vec<PathBuf>,
@@ -881,11 +877,16 @@ fn make_durable_with(
         let f = std::fs::File::open(upper)?;
         rustix::fs::syncfs(&f).map_err(Into::into)
     };
-    if at_least > SYNCFS_OVER && crate::util::syncfs_persists(upper) {
+    // Asked once, and only where the count calls for it.
+    let mut persists = None;
+    let mut one_syncfs = |n: usize| {
+        n > SYNCFS_OVER && *persists.get_or_insert_with(|| crate::util::syncfs_persists(upper))
+    };
+    if one_syncfs(at_least) {
         return syncfs();
     }
     let paths = paths();
-    if paths.len() > SYNCFS_OVER && crate::util::syncfs_persists(upper) {
+    if one_syncfs(paths.len()) {
         return syncfs();
     }
     sync_all_parallel(&paths)
