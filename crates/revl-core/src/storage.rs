@@ -183,13 +183,26 @@ impl SessionIndex for Store {
 /// that hold them, never by a mode of the store.
 #[derive(Debug, Clone)]
 pub struct Copied {
-    /// `<workspaces>/<id>` stands for session `id`'s workspace (the other machine's path
-    /// in its header names nothing here).
+    /// `<workspaces>/<id>` is session `id`'s workspace root (the other machine's path in its
+    /// header names nothing here).
     pub workspaces: PathBuf,
+    /// What holds the files no step of a copied session touched.
+    pub untouched: Untouched,
     /// Whether verbs may write these journals (only the scratch store of a remote fork).
     pub writable: bool,
     /// The remote they were copied from: a branch made here names its parent there.
     pub remote: Option<String>,
+}
+
+/// Where a copied session's files that no step touched are read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Untouched {
+    /// The files under `<workspaces>/<id>` (a remote fork's scratch store: the head it
+    /// wrote there is the workspace the fork rewinds).
+    Workspace,
+    /// The session's base tree, each file by its digest in the blob store (a remote's
+    /// mirror: nothing is written out; a path the tree does not name did not exist).
+    BaseTree,
 }
 
 /// The open storage of a store: its journals and its blobs.

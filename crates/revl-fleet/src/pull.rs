@@ -89,7 +89,10 @@ struct Mark {
 
 fn mirror_settings(dir: &Path) -> Copied {
     Copied {
+        // Nothing is written there: a mirrored session's untouched files are read from its
+        // base tree, by digest, in the mirror's blobs.
         workspaces: dir.join("bases"),
+        untouched: revl_core::storage::Untouched::BaseTree,
         writable: false,
         remote: None,
     }
@@ -217,7 +220,8 @@ impl Reader {
         })
     }
 
-    /// Remove session `id` from the mirror (its WAL, blobs aside, and its base directory).
+    /// Remove session `id` from the mirror (its WAL, blobs aside, and the base directory an
+    /// older revl wrote out for it).
     fn forget(&self, id: &str) {
         let sdir = self.mirror.session_dir(id);
         let base = self.dir.join("bases").join(id);
@@ -273,14 +277,16 @@ impl Reader {
                 self.fetch_blobs(id, &m)?;
                 // What the base tree and the WAL name passes the checks a local write
                 // passes, before anything is written at it (docs/fleet.md, "A remote is
-                // untrusted input").
+                // untrusted input"): the base tree's shape and every path, without
+                // writing the tree out (a mirror reads it by digest).
                 let base_obj = m.base.as_ref().map(|b| blob_key(&b.tree));
-                self.ensure_base_dir(id)
-                    .map_err(|e| hostile(name, base_obj.as_deref().unwrap_or(&wal_obj), e))?;
-                self.mirror
+                let s = self
+                    .mirror
                     .attach_read(id)
-                    .and_then(|s| s.check_paths())
-                    .map_err(|e| hostile(name, &wal_obj, e))
+                    .map_err(|e| hostile(name, &wal_obj, e))?;
+                s.check_base()
+                    .map_err(|e| hostile(name, base_obj.as_deref().unwrap_or(&wal_obj), e))?;
+                s.check_paths().map_err(|e| hostile(name, &wal_obj, e))
             })?;
             Checked::of(&m).write(&pulled)?;
             // One copy on disk: the verified WAL becomes the mirror's (a hard link; each is
@@ -288,7 +294,6 @@ impl Reader {
             // the next read still starts from the verified bytes and the WAL they state).
             share(&self.mirror.wal_path(id), &verified);
         }
-        self.ensure_base_dir(id)?;
         Ok(m)
     }
 
@@ -650,42 +655,6 @@ impl Reader {
                 }
             }
         }
-    }
-
-    /// The mirrored session's base tree, written out once (it stands for the workspace's
-    /// files the session never touched).
-    fn ensure_base_dir(&self, id: &str) -> Result<()> {
-        let dir = self.dir.join("bases").join(id);
-        // Keyed by the tree: a session pushed first without a base tree may gain one.
-        let tree = self
-            .mirror
-            .base_of(id)
-            .map_or_else(|| "none".to_string(), |b| b.tree);
-        let done = self.dir.join("bases").join(format!(".{id}.{tree}.done"));
-        if done.exists() && dir.is_dir() {
-            return Ok(());
-        }
-        // Written whole beside its place, synced, then renamed into it; the mark that it
-        // is done is written last, durably: after a crash the directory is whole or made
-        // again, never a part of one believed.
-        let tmp = self.dir.join("bases").join(format!(".{id}.tmp"));
-        for d in [&tmp, &dir] {
-            let gone = match std::fs::symlink_metadata(d) {
-                Ok(m) if m.is_dir() => {
-                    make_writable(d);
-                    std::fs::remove_dir_all(d)
-                }
-                Ok(_) => std::fs::remove_file(d),
-                Err(_) => Ok(()),
-            };
-            gone.map_err(|e| Error::io(d.display(), e))?;
-        }
-        self.mirror.materialise_base(id, &tmp)?;
-        let io = |p: &Path, e: std::io::Error| Error::io(p.display(), e);
-        let bases = std::fs::File::open(self.dir.join("bases")).map_err(|e| io(&tmp, e))?;
-        rustix::fs::syncfs(&bases).map_err(|e| io(&tmp, e.into()))?;
-        std::fs::rename(&tmp, &dir).map_err(|e| io(&dir, e))?;
-        revl_core::util::write_durable(&done, b"").map_err(|e| io(&done, e))
     }
 }
 
@@ -1219,6 +1188,7 @@ fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Stor
         &dir,
         Copied {
             workspaces: dir.join("heads"),
+            untouched: revl_core::storage::Untouched::Workspace,
             writable: true,
             remote: Some(remote.to_string()),
         },

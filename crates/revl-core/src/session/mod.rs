@@ -75,6 +75,9 @@ pub struct Session {
     /// A session a serial fork froze: the branches that hold its workspace since (its
     /// branch, that branch's, ...), read once, for the paths it never touched.
     heirs: std::sync::OnceLock<Vec<State>>,
+    /// A copied session whose untouched files are its base tree: that tree by path, read
+    /// once ([`Session::base_index`]).
+    base: std::sync::OnceLock<Option<remote::BaseIndex>>,
     /// What revl expects the workspace to hold ([`crate::drift::Expected`]) as of a
     /// [`State::witness_version`]: built once for the scans of one call (a fork's
     /// enumeration and the check of its branch's DIR) and, through [`Kept`], for the next
@@ -409,6 +412,7 @@ impl Store {
             repairs: Vec::new(),
             repair_blocked: None,
             heirs: std::sync::OnceLock::new(),
+            base: std::sync::OnceLock::new(),
             expected: std::sync::Mutex::new(expected),
         };
         // A command that writes cuts a torn last line before anything else (opening the

@@ -222,13 +222,28 @@ impl Session {
     /// The image `rel` had right after step `k` ran (see [`Session::read_at`]), with its
     /// bytes when they sit in a directory listing.
     pub(crate) fn image_at(&self, rel: &str, k: Pos) -> Result<(Image, Option<Vec<u8>>)> {
-        let witnessed = Expected::at_in_with(
+        self.image_in(&self.expected_at(k), rel, k)
+    }
+
+    /// What revl witnessed right after step `k` (built once for the many paths of a
+    /// diff or a materialisation).
+    pub(crate) fn expected_at(&self, k: Pos) -> Expected {
+        Expected::at_in_with(
             &self.journal.state.steps,
             k,
             &self.blobs,
             self.journal.state.inherited(),
         )
-        .image_of(rel);
+    }
+
+    /// [`Session::image_at`] with `exp`, the session's [`Session::expected_at`] of `k`.
+    pub(crate) fn image_in(
+        &self,
+        exp: &Expected,
+        rel: &str,
+        k: Pos,
+    ) -> Result<(Image, Option<Vec<u8>>)> {
+        let witnessed = exp.image_of(rel);
         Ok(match witnessed {
             // Only its mode was witnessed (a chmod of a file revl had not written): its
             // content is what it was before the next change, or what it is now.
@@ -271,8 +286,12 @@ impl Session {
     /// The workspace, unless this session was frozen by a serial fork: then the workspace is
     /// its branch's (or that branch's branch's), and the path is as the first of their steps
     /// that touched it found it (its preimage), or, untouched by all of them, as it is now.
-    /// (A mirror's workspace is the session's base tree, which no branch wrote.)
+    /// (A mirror's untouched files are the session's base tree, which no branch wrote:
+    /// [`crate::storage::Untouched::BaseTree`].)
     fn unwitnessed_now(&self, rel: &str) -> Result<(Image, Option<Vec<u8>>)> {
+        if let Some(img) = self.untouched_in_base(rel)? {
+            return Ok((img, None));
+        }
         if self.store.copied().is_none() {
             for st in self.heirs()? {
                 if let Some(found) = first_preimage(st.steps.iter(), &self.blobs, rel)? {

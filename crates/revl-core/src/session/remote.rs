@@ -7,8 +7,8 @@ use super::Session;
 use crate::error::{Error, Result};
 use crate::step::{Pos, StepKind};
 use crate::store::Store;
-use crate::undo::{FileKind, RestoreEntry, TreeItem, Undo};
-use std::collections::BTreeSet;
+use crate::undo::{FileKind, Image, RestoreEntry, TreeItem, Undo};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -143,44 +143,132 @@ impl Store {
             )
         })
     }
+}
 
-    /// Write session `id`'s base tree into `dir` (created; must be empty or absent). The
-    /// tree may come from another store: each entry passes the checks a local write passes
-    /// ([`confined`]) before anything is written at it, and nothing is written through a
-    /// symlink. The files are written unsynced and made durable by one sync of the tree at
-    /// the end (a base of 10,000 files would otherwise cost 10,000 fsyncs).
-    pub fn materialise_base(&self, id: &str, dir: &Path) -> Result<()> {
-        fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let Some(base) = self.base_of(id) else {
-            return Ok(());
-        };
-        let dest = destination(dir)?;
-        let blobs = self.blobs();
-        let items = self.base_items(&base)?;
-        for it in &items {
-            let abs = confined(&dest, &it.path)?;
-            if let Some(p) = abs.parent() {
-                fs::create_dir_all(p).map_err(|e| Error::io(p.display(), e))?;
-            }
-            match it.kind {
-                FileKind::Dir => {
-                    fs::create_dir(&abs).map_err(|e| Error::io(abs.display(), e))?;
-                }
-                FileKind::File => {
-                    let d = it.digest.as_deref().unwrap_or_default();
-                    blobs.copy_out_with(d, &abs, None, crate::storage::Durability::Cached)?;
-                }
-                FileKind::Symlink => {
-                    let t = it.target.as_deref().unwrap_or_default();
-                    std::os::unix::fs::symlink(crate::name::to_os(t), &abs)
-                        .map_err(|e| Error::io(abs.display(), e))?;
-                }
-                _ => {}
-            }
-        }
-        set_modes(dir, &items);
-        crate::util::sync_tree(dir).map_err(|e| Error::io(dir.display(), e))
+/// A base tree by path: what a remote's mirror reads for the paths no step touched
+/// ([`crate::storage::Untouched::BaseTree`]), instead of a directory written out.
+pub(crate) struct BaseIndex(BTreeMap<String, TreeItem>);
+
+impl BaseIndex {
+    fn of(items: Vec<TreeItem>) -> BaseIndex {
+        BaseIndex(items.into_iter().map(|i| (i.path.clone(), i)).collect())
     }
+
+    /// The image `rel` has in the tree: what [`crate::workspace::Workspace::observe`] would
+    /// read from the tree written out (a directory's digest is its listing's).
+    fn image(&self, rel: &str) -> Image {
+        let Some(it) = self.0.get(rel) else {
+            return Image::absent(rel);
+        };
+        let digest = match it.kind {
+            FileKind::File => it.digest.clone(),
+            FileKind::Symlink => it
+                .target
+                .as_deref()
+                .map(|t| crate::util::blake3_hex(crate::name::to_os(t).as_encoded_bytes())),
+            FileKind::Dir => Some(crate::workspace::listing_digest(&self.listing(rel))),
+            _ => None,
+        };
+        Image {
+            digest,
+            kind: Some(it.kind),
+            mode: if it.kind == FileKind::Symlink {
+                None
+            } else {
+                it.mode.clone()
+            },
+            path: rel.to_string(),
+        }
+    }
+
+    /// The entries below directory `dir`, relative to it, in the order a walk of the
+    /// directory lists them (names sorted within each directory, depth first).
+    fn listing(&self, dir: &str) -> Vec<TreeItem> {
+        let prefix = format!("{dir}/");
+        let mut out: Vec<TreeItem> = self
+            .0
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix))
+            .map(|(p, it)| TreeItem {
+                content: None,
+                digest: (it.kind == FileKind::File)
+                    .then(|| it.digest.clone())
+                    .flatten(),
+                kind: it.kind,
+                mode: (it.kind != FileKind::Symlink)
+                    .then(|| it.mode.clone())
+                    .flatten(),
+                path: p[prefix.len()..].to_string(),
+                target: (it.kind == FileKind::Symlink)
+                    .then(|| it.target.clone())
+                    .flatten(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
+        out
+    }
+
+    /// The target of the symlink the tree names at `rel`.
+    fn target(&self, rel: &str) -> Option<&str> {
+        self.0
+            .get(rel)
+            .filter(|i| i.kind == FileKind::Symlink)
+            .and_then(|i| i.target.as_deref())
+    }
+}
+
+/// A tree from another store is a tree: each path named once, and nothing named below a
+/// path the tree makes a file or a symlink (which a copy would otherwise write through).
+fn check_tree_shape(items: &[TreeItem]) -> Result<()> {
+    let mut kinds: HashMap<&str, FileKind> = HashMap::with_capacity(items.len());
+    for it in items {
+        if kinds.insert(it.path.as_str(), it.kind).is_some() {
+            return Err(named_twice(&it.path));
+        }
+    }
+    for it in items {
+        let mut up = it.path.as_str();
+        while let Some((parent, _)) = up.rsplit_once('/') {
+            if let Some(k) = kinds.get(parent).filter(|k| **k != FileKind::Dir) {
+                return Err(Error::new(
+                    crate::error::Code::PathOutside,
+                    format!(
+                        "path {:?} lies below {parent:?}, which the tree makes a {}; revl never writes through a symlink or below a file",
+                        it.path,
+                        k.as_str()
+                    ),
+                    "a recorded tree names directories above the paths it holds",
+                ));
+            }
+            up = parent;
+        }
+    }
+    Ok(())
+}
+
+fn named_twice(rel: &str) -> Error {
+    Error::new(
+        crate::error::Code::PathOutside,
+        format!(
+            "path {rel:?} is named twice; revl writes each path once and never through a symlink"
+        ),
+        "a recorded tree names each path once",
+    )
+}
+
+/// A recorded path in the normal form revl writes (relative, no empty, `.` or `..`
+/// component, no NUL), checked without touching the disk.
+fn normal(rel: &str) -> Result<()> {
+    if rel.is_empty()
+        || rel.starts_with('/')
+        || rel.contains('\0')
+        || rel
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(not_normal(rel));
+    }
+    Ok(())
 }
 
 fn not_normal(rel: &str) -> Error {
@@ -189,35 +277,6 @@ fn not_normal(rel: &str) -> Error {
         format!("path {rel:?} is not a relative path in normal form"),
         "a recorded path is relative, without a leading `/`, `.`, `..` or empty components",
     )
-}
-
-/// `dir` as the root of a workspace the copy writes into (its canonical path, as the
-/// workspace's checks need).
-fn destination(dir: &Path) -> Result<crate::workspace::Workspace> {
-    let root = fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
-    Ok(crate::workspace::Workspace::new(
-        root,
-        crate::failpoint::Failpoints::none(),
-    ))
-}
-
-/// Where a path another store recorded may be written in `dest`: it passes the checks a local
-/// write passes ([`crate::workspace::Workspace::confine`]: relative, no `..`, no symlink on
-/// the way or leading out), it is in the normal form revl records, and nothing is there yet
-/// (each entry is written once, never through a symlink an earlier entry made).
-pub fn confined(dest: &crate::workspace::Workspace, rel: &str) -> Result<std::path::PathBuf> {
-    if dest.confine(rel, false)? != rel {
-        return Err(not_normal(rel));
-    }
-    let abs = dest.abs(rel);
-    if fs::symlink_metadata(&abs).is_ok() {
-        return Err(Error::new(
-            crate::error::Code::PathOutside,
-            format!("path {rel:?} is named twice; revl writes each path once and never through a symlink"),
-            "a recorded tree names each path once",
-        ));
-    }
-    Ok(abs)
 }
 
 fn set_modes(dir: &Path, items: &[TreeItem]) {
@@ -288,114 +347,210 @@ pub struct Materialised {
 
 impl Session {
     /// Write the workspace as it was right after step `k` into `dir` (empty or absent), from
-    /// the WAL, the blob store and the session's workspace directory (a mirror's: its base
-    /// tree) alone: each path the base or any step names gets the image [`Session::read_at`]
-    /// reads, so the two agree byte for byte.
+    /// the WAL, the blob store and what holds the session's untouched files (a mirror's:
+    /// its base tree): each path the base or any step names gets the image
+    /// [`Session::read_at`] reads, so the two agree byte for byte.
+    ///
+    /// The paths come from another store: each is in normal form, named once, and written
+    /// only below directories this call made (never through a symlink or below a file it
+    /// wrote); `dir` must be empty, so nothing else is there to follow. Files are created,
+    /// never opened through what is there, and given their mode through their descriptor.
     pub fn materialise_at(&self, k: i64, dir: &Path) -> Result<Materialised> {
         let k: Pos = self.check_range(k)?;
         fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let dest = destination(dir)?;
+        let root = fs::canonicalize(dir).map_err(|e| Error::io(dir.display(), e))?;
+        if fs::read_dir(&root)
+            .map_err(|e| Error::io(root.display(), e))?
+            .next()
+            .is_some()
+        {
+            return Err(Error::new(
+                crate::error::Code::BadArgs,
+                format!("{} is not empty", root.display()),
+                "materialise into an empty or absent directory",
+            ));
+        }
+        let exp = self.expected_at(k);
         let paths = self.paths_named()?;
         let mut out = Materialised::default();
-        let mut modes = Vec::new();
+        // What this call made below `root`, by path.
+        let mut made: HashMap<String, FileKind> = HashMap::new();
+        let mut dir_modes = Vec::new();
         for rel in &paths {
-            let (img, inline) = self.image_at(rel, k)?;
-            let abs = match img.kind {
-                Some(FileKind::Dir | FileKind::File | FileKind::Symlink) => confined(&dest, rel),
-                _ => continue,
+            let (img, inline) = self.image_in(&exp, rel, k)?;
+            let Some(kind @ (FileKind::Dir | FileKind::File | FileKind::Symlink)) = img.kind else {
+                continue;
             };
-            // A directory a deeper path made already is fine; anything else is checked.
-            let abs = match abs {
-                Ok(a) => a,
-                Err(_)
-                    if img.kind == Some(FileKind::Dir)
-                        && dest.confine(rel, false).is_ok()
-                        && fs::symlink_metadata(dest.abs(rel)).is_ok_and(|m| m.is_dir()) =>
-                {
-                    continue;
+            normal(rel)?;
+            // Its directories: made here, or made by this call already as directories.
+            let mut at = 0;
+            while let Some(i) = rel[at..].find('/') {
+                let parent = &rel[..at + i];
+                match made.get(parent) {
+                    Some(FileKind::Dir) => {}
+                    Some(k) => {
+                        return Err(Error::new(
+                            crate::error::Code::PathOutside,
+                            format!(
+                                "path {rel:?} lies below {parent:?}, which is a {}; revl never writes through a symlink or below a file",
+                                k.as_str()
+                            ),
+                            "a recorded tree names directories above the paths it holds",
+                        ))
+                    }
+                    None => {
+                        let p = root.join(crate::name::to_os(parent));
+                        fs::create_dir(&p).map_err(|e| Error::io(p.display(), e))?;
+                        made.insert(parent.to_string(), FileKind::Dir);
+                    }
                 }
-                Err(e) => return Err(e),
-            };
-            match img.kind {
-                Some(FileKind::Dir) => {
-                    fs::create_dir_all(&abs).map_err(|e| Error::io(abs.display(), e))?;
-                    out.dirs += 1;
+                at += i + 1;
+            }
+            match made.get(rel.as_str()) {
+                Some(FileKind::Dir) if kind == FileKind::Dir => {}
+                Some(_) => return Err(named_twice(rel)),
+                None => {}
+            }
+            let abs = root.join(crate::name::to_os(rel));
+            match kind {
+                FileKind::Dir => {
+                    if !made.contains_key(rel.as_str()) {
+                        fs::create_dir(&abs).map_err(|e| Error::io(abs.display(), e))?;
+                        out.dirs += 1;
+                    }
+                    dir_modes.push(TreeItem {
+                        content: None,
+                        digest: None,
+                        kind,
+                        mode: img.mode.clone(),
+                        path: rel.clone(),
+                        target: None,
+                    });
                 }
-                Some(FileKind::File) => {
+                FileKind::File => {
                     let bytes = match (inline, &img.digest) {
                         (Some(b), _) => b,
                         (None, Some(d)) => self.bytes_by_digest(d, rel)?,
                         (None, None) => continue,
                     };
-                    if let Some(p) = abs.parent() {
-                        fs::create_dir_all(p).map_err(|e| Error::io(p.display(), e))?;
-                    }
-                    // Created, never opened through what is there (no symlink followed).
                     use std::io::Write;
+                    use std::os::unix::fs::OpenOptionsExt;
+                    let mode = img
+                        .mode
+                        .as_deref()
+                        .and_then(|m| crate::workspace::parse_mode(m).ok());
                     fs::OpenOptions::new()
                         .write(true)
                         .create_new(true)
+                        .mode(0o600)
+                        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
                         .open(&abs)
-                        .and_then(|mut f| f.write_all(&bytes))
+                        .and_then(|mut f| {
+                            f.write_all(&bytes)?;
+                            match mode {
+                                Some(m) => f.set_permissions(fs::Permissions::from_mode(m)),
+                                None => Ok(()),
+                            }
+                        })
                         .map_err(|e| Error::io(abs.display(), e))?;
                     out.files += 1;
                     out.bytes += bytes.len() as u64;
                 }
-                Some(FileKind::Symlink) => {
-                    // The WAL keeps a symlink's target digest only; the base tree keeps the
-                    // target of those the session never changed.
-                    let src = self.ws.abs(rel);
-                    if let Ok(t) = fs::read_link(&src) {
-                        if img.digest.as_deref()
-                            == Some(&crate::util::blake3_hex(t.as_os_str().as_encoded_bytes()))
-                        {
-                            if let Some(p) = abs.parent() {
-                                let _ = fs::create_dir_all(p);
-                            }
-                            let _ = std::os::unix::fs::symlink(&t, &abs);
-                        }
-                    }
-                    continue;
+                _ => {
+                    // The WAL keeps a symlink's target digest only; the base tree (or the
+                    // workspace) keeps the target of those the session never changed.
+                    let target = match self.base_index()? {
+                        Some(b) => b.target(rel).map(|t| crate::name::to_os(t).into_owned()),
+                        None => fs::read_link(self.ws.abs(rel))
+                            .ok()
+                            .map(|t| t.into_os_string()),
+                    };
+                    let Some(t) = target.filter(|t| {
+                        img.digest.as_deref()
+                            == Some(&crate::util::blake3_hex(t.as_encoded_bytes()))
+                    }) else {
+                        continue;
+                    };
+                    std::os::unix::fs::symlink(&t, &abs)
+                        .map_err(|e| Error::io(abs.display(), e))?;
                 }
-                _ => continue,
             }
-            modes.push(TreeItem {
-                content: None,
-                digest: None,
-                kind: img.kind.unwrap_or(FileKind::File),
-                mode: img.mode.clone(),
-                path: rel.clone(),
-                target: None,
-            });
+            made.insert(rel.clone(), kind);
         }
-        set_modes(dir, &modes);
+        set_modes(&root, &dir_modes);
         Ok(out)
     }
 
     /// Every path the session's base tree and WAL name, each checked as a local write is
     /// ([`Workspace::confine`](crate::workspace::Workspace::confine) against the session's
     /// workspace, in normal form): a copy of another store's session is refused before
-    /// anything is written at a path it names.
+    /// anything is written at a path it names. The base tree first ([`Session::check_base`]).
     pub fn check_paths(&self) -> Result<()> {
+        self.check_base()?;
         for rel in self.paths_named()? {
-            if rel.starts_with('/')
-                || rel
-                    .split('/')
-                    .any(|c| c.is_empty() || c == "." || c == "..")
-            {
-                // The refusal a local write gets (`..`, outside), else the form's.
-                self.ws.confine(&rel, false)?;
-                return Err(not_normal(&rel));
-            }
-            // The path itself may be a symlink (kept as a link, never followed); nothing on
-            // the way to it may be one.
-            if let Some((parent, _)) = rel.rsplit_once('/') {
-                if self.ws.confine(parent, false)? != parent {
-                    return Err(not_normal(&rel));
-                }
+            self.check_path(&rel)?;
+        }
+        Ok(())
+    }
+
+    /// The session's base tree alone, if it has one: a tree ([`check_tree_shape`]), and each
+    /// of its paths as [`Session::check_paths`] checks them.
+    pub fn check_base(&self) -> Result<()> {
+        if let Some(base) = self.store.base_of(&self.id) {
+            let items = self.store.base_items(&base)?;
+            check_tree_shape(&items)?;
+            for it in &items {
+                self.check_path(&it.path)?;
             }
         }
         Ok(())
+    }
+
+    fn check_path(&self, rel: &str) -> Result<()> {
+        if rel.starts_with('/')
+            || rel
+                .split('/')
+                .any(|c| c.is_empty() || c == "." || c == "..")
+        {
+            // The refusal a local write gets (`..`, outside), else the form's.
+            self.ws.confine(rel, false)?;
+            return Err(not_normal(rel));
+        }
+        // The path itself may be a symlink (kept as a link, never followed); nothing on
+        // the way to it may be one.
+        if let Some((parent, _)) = rel.rsplit_once('/') {
+            if self.ws.confine(parent, false)? != parent {
+                return Err(not_normal(rel));
+            }
+        }
+        Ok(())
+    }
+
+    /// The session's base tree by path, when its store reads untouched files from it
+    /// ([`crate::storage::Untouched::BaseTree`]) and one was captured (read once per attach).
+    pub(crate) fn base_index(&self) -> Result<Option<&BaseIndex>> {
+        use crate::storage::Untouched;
+        if !self
+            .store
+            .copied()
+            .is_some_and(|c| c.untouched == Untouched::BaseTree)
+        {
+            return Ok(None);
+        }
+        if let Some(b) = self.base.get() {
+            return Ok(b.as_ref());
+        }
+        let index = match self.store.base_of(&self.id) {
+            Some(base) => Some(BaseIndex::of(self.store.base_items(&base)?)),
+            None => Some(BaseIndex::of(Vec::new())),
+        };
+        Ok(self.base.get_or_init(|| index).as_ref())
+    }
+
+    /// The image of a path no step touched, where the base tree holds those
+    /// ([`Session::base_index`]); `None` where the workspace does.
+    pub(crate) fn untouched_in_base(&self, rel: &str) -> Result<Option<Image>> {
+        Ok(self.base_index()?.map(|b| b.image(rel)))
     }
 
     /// Every path the base tree or any step names (directory snapshots' entries included).

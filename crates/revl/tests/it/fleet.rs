@@ -2148,3 +2148,126 @@ fn a_remotes_large_blobs_stream_into_the_cache_within_a_memory_budget() {
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Reading a remote session writes its base tree nowhere but the cache's blobs (each of its
+/// files is held once there, not written out again as a directory), and a branch made from
+/// it at any step has every file's bytes, every mode and every symlink of the workspace
+/// that step saw, the files no step touched included.
+#[test]
+fn a_remote_read_holds_each_base_file_once_and_a_branch_keeps_modes_and_symlinks() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fleet::dir();
+    f.add_remotes();
+    let ws = f.w.ws("ws");
+    std::fs::create_dir_all(ws.join("bin")).unwrap();
+    std::fs::create_dir_all(ws.join("locked/inner")).unwrap();
+    let mut base_files = Vec::new();
+    for i in 0..40 {
+        let (rel, body) = (format!("data/{i:02}.txt"), format!("base file {i}\n"));
+        std::fs::create_dir_all(ws.join("data")).unwrap();
+        std::fs::write(ws.join(&rel), &body).unwrap();
+        base_files.push(body.into_bytes());
+    }
+    std::fs::write(ws.join("bin/run.sh"), "#!/bin/sh\necho run\n").unwrap();
+    std::fs::set_permissions(
+        ws.join("bin/run.sh"),
+        std::fs::Permissions::from_mode(0o751),
+    )
+    .unwrap();
+    std::fs::write(ws.join("locked/inner/secret"), "s\n").unwrap();
+    std::fs::set_permissions(
+        ws.join("locked/inner/secret"),
+        std::fs::Permissions::from_mode(0o400),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("bin/run.sh", ws.join("run")).unwrap();
+    std::os::unix::fs::symlink("../missing", ws.join("data/dangling")).unwrap();
+    std::fs::set_permissions(ws.join("locked"), std::fs::Permissions::from_mode(0o750)).unwrap();
+    let id = s(&f.a(&["new", "--workspace", ws.to_str().unwrap()]).ok()["session"]);
+    f.a(&["write", &id, "data/00.txt", "--content", "changed\n"])
+        .ok();
+    f.a(&["chmod", &id, "bin/run.sh", "700"]).ok();
+    pushed(&f.a(&["push"]));
+    // What `new` found: every entry's kind, mode and bytes (or target).
+    fn entries(root: &Path) -> BTreeMap<String, (String, u32, Vec<u8>)> {
+        let mut out = BTreeMap::new();
+        fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, (String, u32, Vec<u8>)>) {
+            let mut names: Vec<_> = std::fs::read_dir(d).unwrap().flatten().collect();
+            names.sort_by_key(|e| e.file_name());
+            for e in names {
+                let p = e.path();
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                let m = std::fs::symlink_metadata(&p).unwrap();
+                let mode = m.permissions().mode() & 0o7777;
+                if m.file_type().is_symlink() {
+                    let t = std::fs::read_link(&p).unwrap();
+                    out.insert(
+                        rel,
+                        ("symlink".into(), 0, t.into_os_string().into_encoded_bytes()),
+                    );
+                } else if m.is_dir() {
+                    out.insert(rel, ("dir".into(), mode, Vec::new()));
+                    walk(root, &p, out);
+                } else {
+                    out.insert(rel, ("file".into(), mode, std::fs::read(&p).unwrap()));
+                }
+            }
+        }
+        walk(root, root, &mut out);
+        out.retain(|k, _| !k.starts_with(".revl"));
+        out
+    }
+    let now = entries(&ws);
+    let mut before = now.clone();
+    before.get_mut("data/00.txt").unwrap().2 = b"base file 0\n".to_vec();
+    before.get_mut("bin/run.sh").unwrap().1 = 0o751;
+    // A read of a file no step touched comes from the base tree.
+    let r = f.b(&[
+        "--remote",
+        "origin",
+        "read",
+        &id,
+        "data/07.txt",
+        "--at",
+        "1",
+    ]);
+    assert_eq!(r.ok()["content"], "base file 7\n");
+    // The cache holds each base file's bytes once.
+    let cache = f.store_b.join("remotes/origin");
+    let mut held = Vec::new();
+    fn all_files(d: &Path, out: &mut Vec<Vec<u8>>) {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            if m.is_dir() {
+                all_files(&e.path(), out);
+            } else if m.is_file() {
+                out.push(std::fs::read(e.path()).unwrap());
+            }
+        }
+    }
+    all_files(&cache, &mut held);
+    for b in &base_files[1..] {
+        let copies = held.iter().filter(|h| *h == b).count();
+        assert_eq!(
+            copies,
+            1,
+            "{:?} is held {copies} times in the cache",
+            String::from_utf8_lossy(b)
+        );
+    }
+    // Branches before every step and at the head: the workspace as it was, byte for byte.
+    for (k, want) in [("-1", &before), ("2", &now)] {
+        let hash = s(&f.b(&["fork", "--remote", "origin", &id, "--at", k]).ok()["hash"]);
+        let into = f.w.path(&format!("branch{k}"));
+        f.b(&[
+            "fork-confirm",
+            &id,
+            "--hash",
+            &hash,
+            "--into",
+            into.to_str().unwrap(),
+        ])
+        .ok();
+        assert_eq!(&entries(&into), want, "the branch at {k}");
+    }
+}
