@@ -210,7 +210,7 @@ impl Store {
                 let f = f.map_err(|e| Error::io(dir.display(), e))?;
                 let name = f.file_name().to_string_lossy().into_owned();
                 if name.starts_with('.') {
-                    // `.<rest of the digest>.<pid>.tmp`: a blob being written.
+                    // `.<rest of the digest>.<pid>.<n>.tmp`: a blob being written.
                     temp(&f);
                     continue;
                 }

@@ -418,10 +418,13 @@ impl Blobs for LocalBlobs {
         let durable = self.synced(durability);
         let dir = path.parent().expect("blob path has a parent").to_path_buf();
         fs::create_dir_all(&dir)?;
+        // Named for this call alone: two threads may put the same blob at once.
+        static PUTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let tmp = dir.join(format!(
-            ".{}.{}.tmp",
+            ".{}.{}.{}.tmp",
             digest.get(2..).unwrap_or_default(),
-            std::process::id()
+            std::process::id(),
+            PUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ));
         let mut f = File::create(&tmp)?;
         let r = f

@@ -54,9 +54,32 @@ impl Store {
         donor: Option<&crate::blobs::BlobStore>,
     ) -> Result<BaseTree> {
         let blobs = self.blobs();
+        let mut found: Vec<(String, fs::Metadata, std::path::PathBuf)> = Vec::new();
+        walk(workspace, "", &mut |rel, meta, abs| {
+            found.push((rel.to_string(), meta.clone(), abs.to_path_buf()));
+            Ok(())
+        })?;
+        // Each file's bytes stored, over the cores. Small files unsynced, one sync of the
+        // blob store below (a base of 10,000 files would otherwise cost 30,000 fsyncs);
+        // large ones streamed.
+        let digests = crate::util::par_map(&found, |(_, meta, abs)| {
+            if !meta.file_type().is_file() {
+                return Ok(None);
+            }
+            if meta.len() <= 1 << 20 {
+                let b = fs::read(abs).map_err(|e| Error::io(abs.display(), e))?;
+                match donor {
+                    Some(d) => blobs.put_shared(&b, d),
+                    None => blobs.put_cached(&b),
+                }
+                .map(Some)
+            } else {
+                blobs.put_file(abs).map(Some)
+            }
+        });
         let mut items = Vec::new();
         let (mut files, mut bytes) = (0u64, 0u64);
-        walk(workspace, "", &mut |rel, meta, abs| {
+        for ((rel, meta, abs), digest) in found.iter().zip(digests) {
             let mode = Some(crate::workspace::mode_str(meta.permissions().mode()));
             let ft = meta.file_type();
             let item = if ft.is_dir() {
@@ -65,29 +88,18 @@ impl Store {
                     digest: None,
                     kind: FileKind::Dir,
                     mode,
-                    path: rel.to_string(),
+                    path: rel.clone(),
                     target: None,
                 }
             } else if ft.is_file() {
                 files += 1;
                 bytes += meta.len();
-                // Small files unsynced, one sync of the blob store below (a base of 10,000
-                // files would otherwise cost 30,000 fsyncs); large ones streamed.
-                let digest = if meta.len() <= 1 << 20 {
-                    let b = fs::read(abs).map_err(|e| Error::io(abs.display(), e))?;
-                    match donor {
-                        Some(d) => blobs.put_shared(&b, d)?,
-                        None => blobs.put_cached(&b)?,
-                    }
-                } else {
-                    blobs.put_file(abs)?
-                };
                 TreeItem {
                     content: None,
-                    digest: Some(digest),
+                    digest: digest?,
                     kind: FileKind::File,
                     mode,
-                    path: rel.to_string(),
+                    path: rel.clone(),
                     target: None,
                 }
             } else if ft.is_symlink() {
@@ -97,15 +109,14 @@ impl Store {
                     digest: None,
                     kind: FileKind::Symlink,
                     mode: None,
-                    path: rel.to_string(),
+                    path: rel.clone(),
                     target: Some(crate::name::from_os(t.as_os_str()).into_owned()),
                 }
             } else {
-                return Ok(());
+                continue;
             };
             items.push(item);
-            Ok(())
-        })?;
+        }
         let root = self.root().join("blobs");
         crate::util::sync_tree(&root).map_err(|e| Error::io(root.display(), e))?;
         let tree = blobs.put(&serde_json::to_vec(&items).expect("a tree serialises"))?;
@@ -279,6 +290,28 @@ fn not_normal(rel: &str) -> Error {
     )
 }
 
+/// A file made at `abs` holding `bytes`, with `mode` set through its descriptor: created,
+/// never opened through what is there (no symlink followed). Returns its size.
+fn create_file(abs: &Path, bytes: &[u8], mode: Option<u32>) -> Result<u64> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(abs)
+        .and_then(|mut f| {
+            f.write_all(bytes)?;
+            match mode {
+                Some(m) => f.set_permissions(fs::Permissions::from_mode(m)),
+                None => Ok(()),
+            }
+        })
+        .map_err(|e| Error::io(abs.display(), e))?;
+    Ok(bytes.len() as u64)
+}
+
 fn set_modes(dir: &Path, items: &[TreeItem]) {
     // Deepest first, so a read-only directory does not stop its entries' modes.
     for it in items.iter().rev() {
@@ -376,6 +409,14 @@ impl Session {
         // What this call made below `root`, by path.
         let mut made: HashMap<String, FileKind> = HashMap::new();
         let mut dir_modes = Vec::new();
+        // (where, path, its bytes or their digest, its mode)
+        type File<'a> = (
+            std::path::PathBuf,
+            &'a String,
+            std::result::Result<Vec<u8>, String>,
+            Option<u32>,
+        );
+        let mut files: Vec<File> = Vec::new();
         for rel in &paths {
             let (img, inline) = self.image_in(&exp, rel, k)?;
             let Some(kind @ (FileKind::Dir | FileKind::File | FileKind::Symlink)) = img.kind else {
@@ -428,33 +469,15 @@ impl Session {
                     });
                 }
                 FileKind::File => {
-                    let bytes = match (inline, &img.digest) {
-                        (Some(b), _) => b,
-                        (None, Some(d)) => self.bytes_by_digest(d, rel)?,
-                        (None, None) => continue,
-                    };
-                    use std::io::Write;
-                    use std::os::unix::fs::OpenOptionsExt;
                     let mode = img
                         .mode
                         .as_deref()
                         .and_then(|m| crate::workspace::parse_mode(m).ok());
-                    fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o600)
-                        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                        .open(&abs)
-                        .and_then(|mut f| {
-                            f.write_all(&bytes)?;
-                            match mode {
-                                Some(m) => f.set_permissions(fs::Permissions::from_mode(m)),
-                                None => Ok(()),
-                            }
-                        })
-                        .map_err(|e| Error::io(abs.display(), e))?;
-                    out.files += 1;
-                    out.bytes += bytes.len() as u64;
+                    match (inline, img.digest) {
+                        (Some(b), _) => files.push((abs, rel, Ok(b), mode)),
+                        (None, Some(d)) => files.push((abs, rel, Err(d), mode)),
+                        (None, None) => continue,
+                    }
                 }
                 _ => {
                     // The WAL keeps a symlink's target digest only; the base tree (or the
@@ -476,6 +499,25 @@ impl Session {
                 }
             }
             made.insert(rel.clone(), kind);
+        }
+        // The files, over the cores (each read from the blob store by its digest, checked
+        // against it); one the blob store does not hold is found the slower way after.
+        let blobs = &self.blobs;
+        let written = crate::util::par_map(&files, |(abs, _, bytes, mode)| match bytes {
+            Ok(b) => create_file(abs, b, *mode).map(Some),
+            Err(d) => match blobs.get(d, None) {
+                Ok(b) => create_file(abs, &b, *mode).map(Some),
+                Err(_) => Ok(None),
+            },
+        });
+        for ((abs, rel, bytes, mode), w) in files.iter().zip(written) {
+            let n = match (w?, bytes) {
+                (Some(n), _) => n,
+                (None, Err(d)) => create_file(abs, &self.bytes_by_digest(d, rel)?, *mode)?,
+                (None, Ok(_)) => continue,
+            };
+            out.files += 1;
+            out.bytes += n;
         }
         set_modes(&root, &dir_modes);
         Ok(out)
