@@ -166,33 +166,6 @@ impl BlobStore {
             })
     }
 
-    /// Store `bytes` as [`BlobStore::put_cached`] does, but where `donor` (another store's
-    /// blobs on this filesystem, a remote's verified cache) holds the same bytes, by a hard
-    /// link to its file: nothing is written. Both files are only ever replaced whole, by
-    /// rename, so neither changes under the other; the donor's bytes are compared with
-    /// `bytes` before they are shared.
-    pub fn put_shared(&self, bytes: &[u8], donor: &BlobStore) -> Result<String> {
-        let digest = blake3_hex(bytes);
-        let (Some(mine), Some(theirs)) = (self.backend.dir(), donor.backend.dir()) else {
-            return self.put_cached(bytes);
-        };
-        let path = self.path_of(&digest);
-        if path.starts_with(mine) && fs::symlink_metadata(&path).is_err() {
-            let from = donor.path_of(&digest);
-            let same = from.starts_with(theirs)
-                && fs::symlink_metadata(&from).is_ok_and(|m| m.is_file())
-                && fs::read(&from).is_ok_and(|b| b == bytes);
-            let linked = same
-                && self.fp.enospc().is_ok()
-                && path.parent().is_some_and(|p| fs::create_dir_all(p).is_ok())
-                && fs::hard_link(&from, &path).is_ok();
-            if linked {
-                return Ok(digest);
-            }
-        }
-        self.put_cached(bytes)
-    }
-
     /// [`BlobStore::copy_out`] into a file the caller opened (made through a directory
     /// handle): the blob's bytes, checked against its name as they stream. On an error the
     /// caller removes what it made; `what` names it in the message.

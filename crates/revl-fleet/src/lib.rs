@@ -15,6 +15,7 @@ pub mod bucket;
 pub mod cache;
 pub mod config;
 pub mod index;
+mod packs;
 pub mod pull;
 pub mod push;
 pub mod storage;

@@ -567,21 +567,21 @@ impl Reader {
             if let Some((bytes, _)) = self.bucket.get_limited(&key, MAX_PACK)? {
                 let entries = crate::unpack(&bytes)
                     .ok_or_else(|| tampered(&self.remote.name, &key, "it is not a pack"))?;
-                // Each entry checked, then kept (over the cores: ten thousand small files
-                // cost the kernel's per-file work, not bytes).
-                let kept = revl_core::util::par_map(&entries, |(d, b)| {
-                    if revl_core::util::blake3_hex(b) != *d {
-                        return Err(tampered(
-                            &self.remote.name,
-                            &key,
-                            "an entry's content does not match its digest",
-                        ));
-                    }
-                    blobs.put_cached(b)
+                // Each entry checked, then the pack kept whole: one file in the cache, not
+                // one a blob (the cache's reads find a blob no loose file holds in it).
+                let intact = revl_core::util::par_map(&entries, |(d, b)| {
+                    revl_core::util::blake3_hex(b) == *d
                 });
-                for d in kept {
-                    held.insert(d?);
+                if intact.contains(&false) {
+                    return Err(tampered(
+                        &self.remote.name,
+                        &key,
+                        "an entry's content does not match its digest",
+                    ));
                 }
+                crate::packs::keep(&self.dir.join("packs"), &base.tree, &bytes)
+                    .map_err(|e| Error::io(format_args!("cannot keep {key} in the cache"), e))?;
+                held.extend(entries.into_iter().map(|(d, _)| d));
             }
         }
         let mut tried: BTreeSet<String> = BTreeSet::new();
@@ -709,6 +709,8 @@ struct MirrorBlobs {
     open: Box<dyn Fn() -> Result<Bucket> + Send + Sync>,
     spill: PathBuf,
     swept: std::sync::Once,
+    /// The base-tree packs the cache keeps whole: a blob no loose file holds is read there.
+    packs: crate::packs::Packs,
 }
 
 impl MirrorBlobs {
@@ -733,6 +735,11 @@ impl MirrorBlobs {
             open: Box::new(move || Bucket::open(&crate::Remotes::load(&st)?.get(&n)?.url)),
             spill: crate::config::remote_dir(store, name).join("incoming"),
             swept: std::sync::Once::new(),
+            packs: crate::packs::Packs::new(
+                crate::config::remote_dir(store, name)
+                    .join("mirror")
+                    .join("packs"),
+            ),
         }
     }
 
@@ -742,6 +749,26 @@ impl MirrorBlobs {
         }
         let b = (self.open)()?;
         Ok(self.bucket.get_or_init(|| b))
+    }
+
+    /// The remote's pack of base tree `tree` (a pack of the cache that no longer reads
+    /// whole), every entry checked against its digest, kept in its place: whether that was
+    /// done.
+    fn pack_again(&self, tree: &str) -> bool {
+        let key = crate::pack_key(tree);
+        let Some(bytes) = is_digest(tree)
+            .then(|| self.bucket().ok())
+            .flatten()
+            .and_then(|b| b.get_limited(&key, MAX_PACK).ok().flatten())
+            .map(|(bytes, _)| bytes)
+        else {
+            return false;
+        };
+        crate::unpack(&bytes).is_some_and(|entries| {
+            revl_core::util::par_map(&entries, |(d, b)| revl_core::util::blake3_hex(b) == *d)
+                .into_iter()
+                .all(|ok| ok)
+        }) && crate::packs::keep(self.packs.dir(), tree, &bytes).is_ok()
     }
 
     /// The remote's blob `digest`, checked against its name, put in the cache.
@@ -816,11 +843,18 @@ impl revl_core::storage::Blobs for MirrorBlobs {
     }
 
     fn open(&self, digest: &str) -> std::io::Result<Option<Box<dyn std::io::Read + Send>>> {
-        self.cache.open(digest)
+        Ok(match self.cache.open(digest)? {
+            Some(r) => Some(r),
+            None => self.packs.open(digest, &|tree| self.pack_again(tree)),
+        })
     }
 
     fn contains(&self, digest: &str) -> std::io::Result<bool> {
-        self.cache.contains(digest)
+        Ok(self.cache.contains(digest)?
+            || self
+                .packs
+                .size(digest, &|tree| self.pack_again(tree))
+                .is_some())
     }
 
     fn dir(&self) -> Option<&Path> {
@@ -828,7 +862,10 @@ impl revl_core::storage::Blobs for MirrorBlobs {
     }
 
     fn size(&self, digest: &str) -> std::io::Result<Option<u64>> {
-        self.cache.size(digest)
+        Ok(match self.cache.size(digest)? {
+            Some(n) => Some(n),
+            None => self.packs.size(digest, &|tree| self.pack_again(tree)),
+        })
     }
 
     /// Fetched from the remote, checked, and put back in the cache; one the remote holds
@@ -1352,15 +1389,11 @@ fn move_branch(
         revl_core::storage::Durability::Synced,
         &mut || {},
     )?;
-    copy_journal(work, store, branch, meta.good_len)?;
-    // A branch made from a remote can be branched again elsewhere.
-    // Its files were made from the blobs the scratch store reads (the mirror's, verified):
-    // the local store shares those files instead of writing them again.
-    if store.base_of(branch).is_none() {
-        let ws = Path::new(&st.workspace);
-        store.capture_base_sharing(branch, ws, Some(&work.blobs()))?;
-    }
-    Ok(())
+    // The branch's base tree is not captured here: like a session made before its store had
+    // a remote, its first push captures it (its workspace then holds, for every path the
+    // branch never touched, what it held when the branch was made), so a branch costs no
+    // second copy of its files unless it is pushed.
+    copy_journal(work, store, branch, meta.good_len)
 }
 
 /// The first `len` bytes of session `id`'s WAL copied from store `from` into store `to`,

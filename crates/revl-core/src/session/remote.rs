@@ -40,19 +40,6 @@ impl Store {
     /// Capture session `id`'s workspace as it is now into the blob store (every file's bytes,
     /// then the tree), and record it as the session's base (`new --capture-base`).
     pub fn capture_base(&self, id: &str, workspace: &Path) -> Result<BaseTree> {
-        self.capture_base_sharing(id, workspace, None)
-    }
-
-    /// [`Store::capture_base`], sharing the files of `donor` (a remote's verified cache on
-    /// this filesystem) for the small blobs it holds: a branch made from a remote captures
-    /// its workspace without writing again the blobs it was made from
-    /// ([`crate::blobs::BlobStore::put_shared`]).
-    pub fn capture_base_sharing(
-        &self,
-        id: &str,
-        workspace: &Path,
-        donor: Option<&crate::blobs::BlobStore>,
-    ) -> Result<BaseTree> {
         let blobs = self.blobs();
         let mut found: Vec<(String, fs::Metadata, std::path::PathBuf)> = Vec::new();
         walk(workspace, "", &mut |rel, meta, abs| {
@@ -68,11 +55,7 @@ impl Store {
             }
             if meta.len() <= 1 << 20 {
                 let b = fs::read(abs).map_err(|e| Error::io(abs.display(), e))?;
-                match donor {
-                    Some(d) => blobs.put_shared(&b, d),
-                    None => blobs.put_cached(&b),
-                }
-                .map(Some)
+                blobs.put_cached(&b).map(Some)
             } else {
                 blobs.put_file(abs).map(Some)
             }

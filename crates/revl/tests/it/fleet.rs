@@ -788,6 +788,65 @@ fn a_remote_read_fetches_again_a_blob_the_cache_lost() {
     assert!(msg.contains(&format!("blobs/{d}")), "{msg}");
 }
 
+/// The cache keeps a base tree's small files as the remote's pack, whole: a pack damaged in
+/// the cache (its bytes altered, or cut short) is read like a damaged blob: the file is
+/// fetched again from the remote, checked, and read; a branch made then has every file.
+#[test]
+fn a_damaged_pack_of_the_cache_is_read_through_blobs_fetched_again() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, _head) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    let read = ["--remote", "origin", "read", &id, "README", "--at", "0"];
+    assert_eq!(f.b(&read).ok()["content"], "untouched by the agent\n");
+    let packs = f.store_b.join("remotes/origin/mirror/packs");
+    let pack = std::fs::read_dir(&packs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .expect("the read kept the base tree's pack");
+    let whole = std::fs::read(&pack).unwrap();
+    let at = whole
+        .windows(b"untouched".len())
+        .position(|w| w == b"untouched")
+        .unwrap();
+    let mut altered = whole.clone();
+    altered[at..at + 9].copy_from_slice(b"TAMPERED!");
+    std::fs::write(&pack, &altered).unwrap();
+    assert_eq!(f.b(&read).ok()["content"], "untouched by the agent\n");
+    // Cut short: the pack's entries past the cut are fetched again too.
+    std::fs::write(&pack, &whole[..whole.len() / 3]).unwrap();
+    let hash = s(&f.b(&["fork", "--remote", "origin", &id, "--at", "-1"]).ok()["hash"]);
+    let into = f.w.path("branch");
+    f.b(&[
+        "fork-confirm",
+        &id,
+        "--hash",
+        &hash,
+        "--into",
+        into.to_str().unwrap(),
+    ])
+    .ok();
+    // Before every step: the workspace as `new` found it.
+    assert_eq!(
+        std::fs::read(into.join("README")).unwrap(),
+        b"untouched by the agent\n"
+    );
+    assert_eq!(
+        std::fs::read(into.join("src/deep/data.bin")).unwrap(),
+        [0u8, 1, 2, 255, 254]
+    );
+    assert_eq!(
+        std::fs::read(into.join("doomed.txt")).unwrap(),
+        b"will be deleted\n"
+    );
+    assert_eq!(
+        std::fs::read(into.join("src/lib.rs")).unwrap(),
+        b"fn main() {}\n"
+    );
+}
+
 /// The same blob damaged in the remote too: the move is refused (`corrupt-remote`, naming
 /// the object), nothing of the branch moves, and it moves once the remote holds the blob
 /// intact again.
@@ -2027,11 +2086,10 @@ fn a_lineage_query_of_one_family_verifies_only_that_family() {
 
 /// A remote branch's confirm writes none of the base's files again (docs/fleet.md, "A branch
 /// on another machine"): the workspace the enumeration made in the scratch store is moved
-/// into DIR (nothing copied), and the branch's base tree shares the files of the verified
-/// cache's blobs instead of writing them again.
+/// into DIR (nothing copied), and no second copy of its files is kept in the store until the
+/// branch is pushed, whose first push captures its base so that it branches elsewhere.
 #[test]
-fn a_remote_branch_moves_its_made_workspace_and_shares_the_caches_blobs() {
-    use std::os::unix::fs::MetadataExt;
+fn a_remote_branch_moves_its_made_workspace_and_writes_no_second_copy() {
     let f = Fleet::dir();
     f.add_remotes();
     let (id, _ws, _) = session_with_history(&f, "ws");
@@ -2056,33 +2114,56 @@ fn a_remote_branch_moves_its_made_workspace_and_shares_the_caches_blobs() {
         std::fs::read(into.join("README")).unwrap(),
         b"untouched by the agent\n"
     );
-    // The branch's base tree names the files DIR holds; each the remote session's base
-    // tree holds too is the cache's blob file, shared (a second link), not a second copy.
-    let base: Value = serde_json::from_slice(
-        &std::fs::read(f.store_b.join("sessions").join(&branch).join("base.json")).unwrap(),
-    )
-    .unwrap();
-    let blob = |d: &str| f.store_b.join("blobs").join(&d[..2]).join(&d[2..]);
-    let tree: Vec<Value> =
-        serde_json::from_slice(&std::fs::read(blob(&s(&base["tree"]))).unwrap()).unwrap();
-    let from_base = ["README", "doomed.txt", "src/lib.rs", "src/deep/data.bin"];
-    let digests: Vec<String> = tree
-        .iter()
-        .filter(|i| from_base.iter().any(|p| i["p"] == *p))
-        .map(|i| s(&i["d"]))
-        .collect();
-    assert_eq!(digests.len(), from_base.len(), "{tree:?}");
-    for d in &digests {
-        let m = std::fs::metadata(blob(d)).unwrap();
-        assert!(
-            m.nlink() >= 2,
-            "blob {d} of the branch's base was written again, not shared"
-        );
+    // The move writes no second copy of the branch's files: no base tree yet, and no blob
+    // of this store holds a file DIR got from the remote session's base.
+    assert!(
+        !f.store_b
+            .join("sessions")
+            .join(&branch)
+            .join("base.json")
+            .exists(),
+        "the move captured a base tree"
+    );
+    let mut held = Vec::new();
+    all_files(&f.store_b.join("blobs"), &mut held);
+    for p in ["README", "src/deep/data.bin"] {
+        let want = std::fs::read(into.join(p)).unwrap();
+        assert!(!held.contains(&want), "{p} was written again as a blob");
     }
     // Nothing of the scratch store is left, and the branch works.
     assert!(!f.store_b.join("remotes/origin/forks").join(&id).exists());
     f.b(&["write", &branch, "after.txt", "--content", "x"]).ok();
     assert_eq!(f.b(&["status", &branch]).ok()["state"], "live");
+    // Its first push captures its base: a third store branches it at its first step with
+    // the files it was made with.
+    pushed(&f.b(&["push", &branch]));
+    let c = fresh(&f, "store-c");
+    let hash = s(&f
+        .on(&c, &["fork", "--remote", "origin", &branch, "--at", "0"])
+        .ok()["hash"]);
+    let again = f.w.path("again");
+    f.on(
+        &c,
+        &[
+            "fork-confirm",
+            &branch,
+            "--hash",
+            &hash,
+            "--into",
+            again.to_str().unwrap(),
+        ],
+    )
+    .ok();
+    assert_eq!(
+        files(&again)
+            .into_iter()
+            .filter(|(p, _)| !p.starts_with(".revl"))
+            .collect::<BTreeMap<_, _>>(),
+        files(&into)
+            .into_iter()
+            .filter(|(p, _)| !p.starts_with(".revl") && p != "after.txt")
+            .collect::<BTreeMap<_, _>>()
+    );
 }
 
 /// `revl ARGS` on `store` with at most `kib` KiB of address space (`ulimit -v`).
@@ -2147,6 +2228,18 @@ fn a_remotes_large_blobs_stream_into_the_cache_within_a_memory_budget() {
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Every regular file's bytes below `d` (symlinks not followed).
+fn all_files(d: &Path, out: &mut Vec<Vec<u8>>) {
+    for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
+        if m.is_dir() {
+            all_files(&e.path(), out);
+        } else if m.is_file() {
+            out.push(std::fs::read(e.path()).unwrap());
+        }
+    }
 }
 
 /// Reading a remote session writes its base tree nowhere but the cache's blobs (each of its
@@ -2235,19 +2328,14 @@ fn a_remote_read_holds_each_base_file_once_and_a_branch_keeps_modes_and_symlinks
     // The cache holds each base file's bytes once.
     let cache = f.store_b.join("remotes/origin");
     let mut held = Vec::new();
-    fn all_files(d: &Path, out: &mut Vec<Vec<u8>>) {
-        for e in std::fs::read_dir(d).unwrap().flatten() {
-            let m = std::fs::symlink_metadata(e.path()).unwrap();
-            if m.is_dir() {
-                all_files(&e.path(), out);
-            } else if m.is_file() {
-                out.push(std::fs::read(e.path()).unwrap());
-            }
-        }
-    }
     all_files(&cache, &mut held);
     for b in &base_files[1..] {
-        let copies = held.iter().filter(|h| *h == b).count();
+        // Loose or in a pack: each file of the cache that holds the bytes, as often as it
+        // holds them.
+        let copies: usize = held
+            .iter()
+            .map(|h| h.windows(b.len()).filter(|w| w == b).count())
+            .sum();
         assert_eq!(
             copies,
             1,
