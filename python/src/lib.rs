@@ -352,16 +352,18 @@ impl NativeStore {
     ) -> PyResult<Doc> {
         let root = self.root.clone();
         blocking(py, move || {
-            let c = catalog(&root, remote)?;
-            let listing = c.listing(session.as_deref())?;
-            let report = revl_core::log::log(c.store(), listing.session.as_deref())?;
-            let (doc, refusal) = answer(&report, &[]);
-            if listing.unreadable.is_empty() {
-                return Ok((doc, refusal));
-            }
-            let mut v: Value = serde_json::from_str(&doc).map_err(|e| internal(e.to_string()))?;
-            v["unreadable"] = revl_core::report::to_json(&listing.unreadable);
-            Ok((v.to_string(), refusal))
+            revl_fleet::reading(&*catalog(&root, remote)?, |c| {
+                let listing = c.listing(session.as_deref())?;
+                let report = revl_core::log::log(c.store(), listing.session.as_deref())?;
+                let (doc, refusal) = answer(&report, &[]);
+                if listing.unreadable.is_empty() {
+                    return Ok((doc, refusal));
+                }
+                let mut v: Value =
+                    serde_json::from_str(&doc).map_err(|e| internal(e.to_string()))?;
+                v["unreadable"] = revl_core::report::to_json(&listing.unreadable);
+                Ok((v.to_string(), refusal))
+            })
         })
     }
 
@@ -377,11 +379,12 @@ impl NativeStore {
     ) -> PyResult<Doc> {
         let root = self.root.clone();
         blocking(py, move || {
-            let c = catalog(&root, remote)?;
-            let (l, r) = (c.session(&left)?, c.session(&right)?);
-            let store = c.store();
-            let report = revl_core::lineage::compare(&store.wal_path(&l), &store.wal_path(&r))?;
-            Ok(answer(&report, &[]))
+            revl_fleet::reading(&*catalog(&root, remote)?, |c| {
+                let (l, r) = (c.session(&left)?, c.session(&right)?);
+                let store = c.store();
+                let report = revl_core::lineage::compare(&store.wal_path(&l), &store.wal_path(&r))?;
+                Ok(answer(&report, &[]))
+            })
         })
     }
 
@@ -398,9 +401,10 @@ impl NativeStore {
     ) -> PyResult<Doc> {
         let root = self.root.clone();
         blocking(py, move || {
-            let c = catalog(&root, remote)?;
-            let s = c.store().attach_read(&c.session(&session)?)?;
-            Ok(answer(&s.read_at(&path, at)?, s.repairs()))
+            revl_fleet::reading(&*catalog(&root, remote)?, |c| {
+                let s = c.store().attach_read(&c.session(&session)?)?;
+                Ok(answer(&s.read_at(&path, at)?, s.repairs()))
+            })
         })
     }
 
@@ -409,9 +413,10 @@ impl NativeStore {
     fn timeline(&self, py: Python<'_>, session: String, remote: Option<String>) -> PyResult<Doc> {
         let root = self.root.clone();
         blocking(py, move || {
-            let c = catalog(&root, remote)?;
-            let s = c.store().attach_prefix(&c.session(&session)?)?;
-            Ok(answer(&s.timeline(), s.repairs()))
+            revl_fleet::reading(&*catalog(&root, remote)?, |c| {
+                let s = c.store().attach_prefix(&c.session(&session)?)?;
+                Ok(answer(&s.timeline(), s.repairs()))
+            })
         })
     }
 
@@ -452,10 +457,11 @@ impl NativeStore {
     ) -> PyResult<Doc> {
         let root = self.root.clone();
         blocking(py, move || {
-            let c = catalog(&root, remote)?;
-            let (l, r) = (c.point(&left)?, c.point(&right)?);
-            let report = revl_core::session::diff::diff_in(c.store(), &l, &r, path.as_deref())?;
-            Ok(answer(&report, &[]))
+            revl_fleet::reading(&*catalog(&root, remote)?, |c| {
+                let (l, r) = (c.point(&left)?, c.point(&right)?);
+                let report = revl_core::session::diff::diff_in(c.store(), &l, &r, path.as_deref())?;
+                Ok(answer(&report, &[]))
+            })
         })
     }
 }

@@ -28,6 +28,11 @@ pub trait Catalog {
     /// sessions of a remote that were refused are listed apart, never blocking the others.
     fn listing(&self, given: Option<&str>) -> Result<Listing>;
 
+    /// A verb run on this catalog failed with `e`: where that is a remote's object refused
+    /// (`corrupt-remote`) while the one session the verb named was read, that session is
+    /// marked unreadable ([`Reader::refused`]). Nothing for this store's own sessions.
+    fn refused(&self, _e: &revl_core::Error) {}
+
     /// A point `ID` or `ID@K` (`diff`), its session made ready as [`Catalog::session`] does.
     fn point(&self, given: &str) -> Result<String> {
         match given.rsplit_once('@') {
@@ -35,6 +40,12 @@ pub trait Catalog {
             None => self.session(given),
         }
     }
+}
+
+/// `f` on the catalog `c`: a refusal it meets marks the session it named
+/// ([`Catalog::refused`]). Every front end runs a read verb on a catalog through this.
+pub fn reading<T>(c: &dyn Catalog, f: impl FnOnce(&dyn Catalog) -> Result<T>) -> Result<T> {
+    f(c).inspect_err(|e| c.refused(e))
 }
 
 /// What a listing reads.
@@ -73,6 +84,8 @@ impl Catalog for Store {
 pub struct RemoteCache {
     store: Store,
     reader: Reader,
+    /// The sessions verbs named, resolved by [`Catalog::session`].
+    named: std::sync::Mutex<Vec<String>>,
 }
 
 impl RemoteCache {
@@ -88,6 +101,7 @@ impl RemoteCache {
         RemoteCache {
             store: store.clone(),
             reader,
+            named: std::sync::Mutex::default(),
         }
     }
 
@@ -105,8 +119,22 @@ impl Catalog for RemoteCache {
     /// Resolved among the remote's sessions, then pulled with its ancestors, verified.
     fn session(&self, given: &str) -> Result<String> {
         let id = self.reader.resolve(given)?;
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        if !named.contains(&id) {
+            named.push(id.clone());
+        }
+        drop(named);
         self.reader.sync_family(&id)?;
         Ok(id)
+    }
+
+    /// Only when the verb named one session: a refusal met comparing two is not known to
+    /// be either's.
+    fn refused(&self, e: &revl_core::Error) {
+        let named = self.named.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let [id] = named.as_slice() {
+            self.reader.refused(id, e);
+        }
     }
 
     /// Every session of the remote, or the family of `given` (from the index when the remote

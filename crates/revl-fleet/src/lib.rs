@@ -22,7 +22,7 @@ pub mod storage;
 pub mod untrusted;
 
 pub use bucket::Bucket;
-pub use cache::{Catalog, Listing, RemoteCache};
+pub use cache::{reading, Catalog, Listing, RemoteCache};
 pub use config::{Remote, Remotes};
 
 /// The manifest of one session in a remote.

@@ -353,6 +353,26 @@ impl Reader {
         Ok(m.expect("judged"))
     }
 
+    /// A refusal (`corrupt-remote`) met reading session `id` after it was pulled (a blob the
+    /// cache lost that the remote holds damaged too): marked as the sync marks one, against
+    /// the manifest the remote holds now, and the session left out of the mirror, so
+    /// listings name it unreadable and its reads are refused at once while the remote's
+    /// other sessions still read. Any other error is left as it is.
+    pub fn refused(&self, id: &str, e: &Error) {
+        if e.code != Code::CorruptRemote {
+            return;
+        }
+        if let Ok(Some((bytes, _))) = self
+            .bucket
+            .get_limited(&crate::manifest_key(id), MAX_MANIFEST)
+        {
+            let _ = self.judge(id, &bytes, || {
+                Err(Error::new(e.code, e.message.clone(), e.hint.clone()))
+            });
+            self.forget(id);
+        }
+    }
+
     /// Run `check` for session `id` whose manifest is `bytes`; a refusal
     /// (`corrupt-remote`) is recorded as the session's unreadable mark.
     fn judge(&self, id: &str, bytes: &[u8], check: impl FnOnce() -> Result<()>) -> Result<()> {
@@ -1266,8 +1286,12 @@ pub fn fork(
     // Through the store's verified cache of the remote, as every read verb: one verified
     // copy of each object.
     let r = cache.reader();
-    let remote = &r.remote;
     let id = r.resolve(given)?;
+    fork_of(store, r, &id, k).inspect_err(|e| r.refused(&id, e))
+}
+
+fn fork_of(store: &Store, r: &Reader, id: &str, k: i64) -> Result<revl_core::report::ForkReport> {
+    let (remote, id) = (&r.remote, id.to_string());
     let m = r.sync_family(&id)?;
     let dir = fork_dir(store, &remote.name, &id);
     // A branch an earlier confirm made here but never moved is moved before its scratch
@@ -1441,6 +1465,27 @@ fn adopt_branches(
 /// `revl fork-confirm SESSION --hash H --into DIR` of a remote fork: the parallel fork runs
 /// in the scratch store; its branch (WAL and the blobs it names) moves into this store.
 pub fn fork_confirm(
+    store: &Store,
+    remote: &str,
+    id: &str,
+    hash: &str,
+    into: &Path,
+) -> Result<revl_core::report::ForkReport> {
+    confirm_of(store, remote, id, hash, into).inspect_err(|e| {
+        // A blob the branch names that the remote holds damaged: the session is marked as
+        // a read marks it ([`Reader::refused`]).
+        if e.code == Code::CorruptRemote {
+            if let Ok(r) = crate::Remotes::load(store)
+                .and_then(|rs| rs.get(remote))
+                .and_then(|rm| Reader::open(store, &rm))
+            {
+                r.refused(id, e);
+            }
+        }
+    })
+}
+
+fn confirm_of(
     store: &Store,
     remote: &str,
     id: &str,

@@ -298,10 +298,11 @@ impl RevlServer {
         T: Answer,
     {
         self.blocking(move |store, cur| {
-            let c = catalog(store, a.remote.as_deref())?;
-            let id = c.session(a.session.as_deref().unwrap_or(cur))?;
-            let s = c.store().attach_prefix(&id)?;
-            f(&s).map(|d| Reply::of(&d, s.repairs()))
+            revl_fleet::reading(&*catalog(store, a.remote.as_deref())?, |c| {
+                let id = c.session(a.session.as_deref().unwrap_or(cur))?;
+                let s = c.store().attach_prefix(&id)?;
+                f(&s).map(|d| Reply::of(&d, s.repairs()))
+            })
         })
         .await
     }
@@ -469,22 +470,23 @@ impl RevlServer {
     )]
     async fn revl_read(&self, Parameters(a): Parameters<ReadArgs>) -> CallToolResult {
         self.blocking(move |store, cur| {
-            let c = catalog(store, a.remote.as_deref())?;
-            let id = c.session(a.session.as_deref().unwrap_or(cur))?;
-            let s = c.store().attach(&id)?;
-            let repaired = s.repairs().to_vec();
-            match (a.at, &a.remote) {
-                (Some(k), _) => s.read_at(&a.path, k).map(|r| Reply::of(&r, &repaired)),
-                (None, None) => s
-                    .workspace()
-                    .read(&a.path)
-                    .map(|r| Reply::of(&r, &repaired)),
-                (None, Some(_)) => Err(Error::new(
-                    Code::BadArgs,
-                    "a remote session is read as it was after a step: give `at`",
-                    "call revl_read again with `at` (a step index from revl_timeline with the same `remote`)",
-                )),
-            }
+            revl_fleet::reading(&*catalog(store, a.remote.as_deref())?, |c| {
+                let id = c.session(a.session.as_deref().unwrap_or(cur))?;
+                let s = c.store().attach(&id)?;
+                let repaired = s.repairs().to_vec();
+                match (a.at, &a.remote) {
+                    (Some(k), _) => s.read_at(&a.path, k).map(|r| Reply::of(&r, &repaired)),
+                    (None, None) => s
+                        .workspace()
+                        .read(&a.path)
+                        .map(|r| Reply::of(&r, &repaired)),
+                    (None, Some(_)) => Err(Error::new(
+                        Code::BadArgs,
+                        "a remote session is read as it was after a step: give `at`",
+                        "call revl_read again with `at` (a step index from revl_timeline with the same `remote`)",
+                    )),
+                }
+            })
         })
         .await
     }
@@ -746,12 +748,13 @@ impl RevlServer {
     )]
     async fn revl_diff(&self, Parameters(a): Parameters<DiffArgs>) -> CallToolResult {
         self.blocking(move |store, cur| {
-            let c = catalog(store, a.remote.as_deref())?;
-            let left = c.point(a.left.as_deref().unwrap_or(cur))?;
-            let right = c.point(&a.right)?;
-            let report =
-                revl_core::session::diff::diff_in(c.store(), &left, &right, a.path.as_deref())?;
-            Ok(Reply::of(&report, &[]))
+            revl_fleet::reading(&*catalog(store, a.remote.as_deref())?, |c| {
+                let left = c.point(a.left.as_deref().unwrap_or(cur))?;
+                let right = c.point(&a.right)?;
+                let report =
+                    revl_core::session::diff::diff_in(c.store(), &left, &right, a.path.as_deref())?;
+                Ok(Reply::of(&report, &[]))
+            })
         })
         .await
     }
@@ -772,19 +775,20 @@ impl RevlServer {
     )]
     async fn revl_log(&self, Parameters(a): Parameters<SessionArgs>) -> CallToolResult {
         self.blocking(move |store, cur| {
-            let c = catalog(store, a.remote.as_deref())?;
-            // This store: this session's family by default; a remote: all its sessions.
-            let given = a
-                .session
-                .as_deref()
-                .or(a.remote.is_none().then_some(cur.as_str()));
-            let listing = c.listing(given)?;
-            let report = revl_core::log::log(c.store(), listing.session.as_deref())?;
-            let mut reply = Reply::of(&report, &[]);
-            if !listing.unreadable.is_empty() {
-                reply.doc["unreadable"] = revl_core::report::to_json(&listing.unreadable);
-            }
-            Ok(reply)
+            revl_fleet::reading(&*catalog(store, a.remote.as_deref())?, |c| {
+                // This store: this session's family by default; a remote: all its sessions.
+                let given = a
+                    .session
+                    .as_deref()
+                    .or(a.remote.is_none().then_some(cur.as_str()));
+                let listing = c.listing(given)?;
+                let report = revl_core::log::log(c.store(), listing.session.as_deref())?;
+                let mut reply = Reply::of(&report, &[]);
+                if !listing.unreadable.is_empty() {
+                    reply.doc["unreadable"] = revl_core::report::to_json(&listing.unreadable);
+                }
+                Ok(reply)
+            })
         })
         .await
     }

@@ -1820,10 +1820,10 @@ fn run_remote(cli: &Cli, name: &str) -> Result<Outcome, Error> {
                     )),
                 }
             };
-            match offline(cli, &wal) {
+            revl_fleet::reading(&cache, |c| match offline(cli, &wal) {
                 Some(out) => out,
-                None => reads(cli, &cache),
-            }
+                None => reads(cli, c),
+            })
         }
         _ => Err(Error::new(
             Code::Usage,

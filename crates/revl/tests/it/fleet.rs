@@ -756,13 +756,12 @@ fn a_damaged_blob_of_the_cache_is_fetched_again_when_a_remote_branch_moves_in() 
 
 /// A blob of the cache damaged (a power cut: the cache's blobs are not fsynced) is fetched
 /// again from the remote by a remote read, checked against its name, and the cache put
-/// right; damaged in the remote too, the read is refused, naming the object.
+/// right; damaged in the remote too, the read is refused, naming the object, and the session
+/// is marked unreadable: listed so, refused at once, the remote's other sessions still read.
 #[test]
 fn a_remote_read_fetches_again_a_blob_the_cache_lost() {
     let f = Fleet::dir();
-    f.add_remotes();
-    let (id, _ws, _head) = session_with_history(&f, "ws");
-    pushed(&f.a(&["push"]));
+    let (id, other) = two_pushed(&f);
     // Step 2 wrote big.txt; the last step overwrote it, keeping its bytes as a blob.
     let read = ["--remote", "origin", "read", &id, "big.txt", "--at", "2"];
     let big: String = (0..3000).map(|i| format!("line {i}\n")).collect();
@@ -785,6 +784,18 @@ fn a_remote_read_fetches_again_a_blob_the_cache_lost() {
     let in_bucket = f.w.path("bucket").join("blobs").join(&d);
     std::fs::write(&in_bucket, b"not what its name says").unwrap();
     let msg = f.b(&read).err(1, "corrupt-remote");
+    assert!(msg.contains(&format!("blobs/{d}")), "{msg}");
+    let log = f.b(&["--remote", "origin", "log"]).ok().clone();
+    let (code, why) = unreadable(&log, &id).unwrap_or_else(|| panic!("not marked: {log}"));
+    assert_eq!(code, "corrupt-remote");
+    assert!(why.contains(&format!("blobs/{d}")), "{why}");
+    assert!(listed(&log, &other), "the bystander is listed: {log}");
+    let other_read = ["--remote", "origin", "read", &other, "o.txt", "--at", "1"];
+    assert_eq!(f.b(&other_read).ok()["content"], "bystander");
+    // Another path of the marked session: refused at once, with the reason.
+    let msg = f
+        .b(&["--remote", "origin", "read", &id, "README", "--at", "0"])
+        .err(1, "corrupt-remote");
     assert!(msg.contains(&format!("blobs/{d}")), "{msg}");
 }
 
@@ -860,6 +871,10 @@ fn a_blob_damaged_in_the_remote_too_is_refused_when_a_remote_branch_moves_in() {
     let msg = f.b(&args).err(1, "corrupt-remote");
     assert!(msg.contains(&format!("blobs/{d}")), "{msg}");
     assert_eq!(moved_branch(&f, args[1]), None, "moved past a damaged blob");
+    // The session is marked unreadable, as a read marks it.
+    let log = f.b(&["--remote", "origin", "log"]).ok().clone();
+    let (code, _) = unreadable(&log, args[1]).unwrap_or_else(|| panic!("not marked: {log}"));
+    assert_eq!(code, "corrupt-remote");
     std::fs::write(&in_bucket, &good).unwrap();
     let msg = f.b(&args).err(1, "no-pending-fork");
     assert!(msg.contains("is now this store's session"), "{msg}");
