@@ -221,6 +221,14 @@ impl Blobs for FaultyBlobs {
         }
     }
 
+    fn put_stream(&self, r: &mut dyn Read, durability: Durability) -> std::io::Result<String> {
+        match self.plan.pass("put-stream".to_string())? {
+            None => self.inner.put_stream(r, durability),
+            Some(Fault::Fail) => Err(failed()),
+            Some(_) => Err(stopped()),
+        }
+    }
+
     fn sync(&self) -> std::io::Result<()> {
         match self.plan.pass("sync blobs".to_string())? {
             None => self.inner.sync(),

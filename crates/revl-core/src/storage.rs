@@ -148,6 +148,23 @@ pub trait Blobs: Debug + Send + Sync {
             .map(|(d, b)| self.put(d, b, durability).map(|()| true))
             .collect()
     }
+
+    /// [`Blobs::open`] of each of `digests`, in order. One by one unless an implementation
+    /// overlaps them (a remote: its requests in flight together, a large blob streamed into
+    /// a file rather than held).
+    fn open_many(&self, digests: &[String]) -> Vec<std::io::Result<Option<Box<dyn Read + Send>>>> {
+        digests.iter().map(|d| self.open(d)).collect()
+    }
+
+    /// Store what `r` reads, to its end, and return its digest; atomic and idempotent as
+    /// [`Blobs::put`]. By default read whole, then put; a local store streams it.
+    fn put_stream(&self, r: &mut dyn Read, durability: Durability) -> std::io::Result<String> {
+        let mut b = Vec::new();
+        r.read_to_end(&mut b)?;
+        let digest = crate::util::blake3_hex(&b);
+        self.put(&digest, &b, durability)?;
+        Ok(digest)
+    }
 }
 
 /// What a store knows about its sessions as a whole.
@@ -443,6 +460,10 @@ impl Blobs for LocalBlobs {
     }
 
     fn put_file(&self, path: &Path, durability: Durability) -> std::io::Result<String> {
+        self.put_stream(&mut File::open(path)?, durability)
+    }
+
+    fn put_stream(&self, r: &mut dyn Read, durability: Durability) -> std::io::Result<String> {
         fs::create_dir_all(&self.root)?;
         let tmp = self.root.join(format!(
             ".incoming.{}.{}.tmp",
@@ -450,14 +471,13 @@ impl Blobs for LocalBlobs {
             crate::util::new_id()
         ));
         let synced = self.synced(durability);
-        let digest =
-            match crate::blobs::copy_hashing(&mut File::open(path)?, File::create(&tmp)?, synced) {
-                Ok(d) => d,
-                Err(e) => {
-                    let _ = fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            };
+        let digest = match crate::blobs::copy_hashing(r, File::create(&tmp)?, synced) {
+            Ok(d) => d,
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         let dest = self.path_of(&digest);
         let intact = File::open(&dest)
             .and_then(crate::util::blake3_reader)
@@ -570,7 +590,10 @@ pub fn copy_blobs(
     after_each: &mut dyn FnMut(),
 ) -> Result<BlobsCopied> {
     let mut done = BlobsCopied::default();
-    let mut flush = |items: &mut Vec<(String, Vec<u8>)>| -> Result<()> {
+    let flush = |items: &mut Vec<(String, Vec<u8>)>,
+                 done: &mut BlobsCopied,
+                 after_each: &mut dyn FnMut()|
+     -> Result<()> {
         let stored = to
             .put_many(items, durability)
             .map_err(|e| trait_error("cannot store blobs", e))?;
@@ -584,86 +607,160 @@ pub fn copy_blobs(
         items.clear();
         Ok(())
     };
+    // Only a remote is asked: a local blob store's `contains` sees a file, not that it
+    // is intact (a blob put unsynced may be damaged by a crash), and its put checks the
+    // bytes it holds and replaces a damaged blob. A blob store of this machine takes a
+    // blob above `STREAM_ABOVE` as it is read (never held whole); a remote takes blobs in
+    // batches of overlapped puts.
+    let ask = to.dir().is_none();
+    let stream_above = if ask { 64 << 20 } else { STREAM_ABOVE };
     for chunk in digests.chunks(256) {
-        let sizes = chunk
+        let held: std::collections::BTreeSet<String> = if ask {
+            let sizes = chunk
+                .iter()
+                .map(|d| from.size(d))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|e| Error::io("cannot read the blobs to copy", e))?;
+            let large: Vec<String> = chunk
+                .iter()
+                .zip(&sizes)
+                .filter(|(_, n)| n.is_some_and(|n| n > ASK_FIRST))
+                .map(|(d, _)| d.clone())
+                .collect();
+            large
+                .iter()
+                .zip(
+                    to.contains_many(&large)
+                        .map_err(|e| trait_error("cannot ask which blobs are held", e))?,
+                )
+                .filter(|(_, there)| *there)
+                .map(|(d, _)| d.clone())
+                .collect()
+        } else {
+            Default::default()
+        };
+        let wanted: Vec<String> = chunk
             .iter()
-            .map(|d| from.size(d))
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|e| Error::io("cannot read the blobs to copy", e))?;
-        // Only a remote is asked: a local blob store's `contains` sees a file, not that it
-        // is intact (a blob put unsynced may be damaged by a crash), and its put checks the
-        // bytes it holds and replaces a damaged blob.
-        let ask = to.dir().is_none();
-        let large: Vec<String> = chunk
-            .iter()
-            .zip(&sizes)
-            .filter(|(_, n)| ask && n.is_some_and(|n| n > ASK_FIRST))
-            .map(|(d, _)| d.clone())
-            .collect();
-        let held: std::collections::BTreeSet<String> = large
-            .iter()
-            .zip(
-                to.contains_many(&large)
-                    .map_err(|e| trait_error("cannot ask which blobs are held", e))?,
-            )
-            .filter(|(_, there)| *there)
-            .map(|(d, _)| d.clone())
+            .filter(|d| !held.contains(*d))
+            .cloned()
             .collect();
         let mut items = Vec::new();
         let mut bytes = 0usize;
-        for (d, size) in chunk.iter().zip(sizes) {
-            if size.is_none() || held.contains(d) {
+        for (d, opened) in wanted.iter().zip(from.open_many(&wanted)) {
+            let io = |e| trait_error(format_args!("cannot read blob {d}"), e);
+            let Some(mut r) = opened.map_err(io)? else {
+                continue;
+            };
+            let mut b = Vec::new();
+            (&mut r)
+                .take(stream_above + 1)
+                .read_to_end(&mut b)
+                .map_err(io)?;
+            if b.len() as u64 > stream_above {
+                let n = stream_verified(from, to, d, std::io::Cursor::new(b).chain(r), durability)?;
+                done.blobs += 1;
+                done.bytes += n;
+                after_each();
                 continue;
             }
-            let Some(b) = read_verified(from, d)? else {
+            let Some(b) = verified(from, d, b)? else {
                 continue;
             };
             bytes += b.len();
             items.push((d.clone(), b));
             if items.len() >= 64 || bytes >= 64 << 20 {
-                flush(&mut items)?;
+                flush(&mut items, &mut done, after_each)?;
                 bytes = 0;
             }
         }
-        flush(&mut items)?;
+        flush(&mut items, &mut done, after_each)?;
     }
     Ok(done)
 }
 
-/// A blob's bytes from `blobs`, checked against its name; `None` when not held. A damaged
-/// one is fetched again when `blobs` is a cache of another store ([`Blobs::refetch`]: a
-/// remote's mirror, whose blobs are not fsynced), and checked again; else it stops the copy.
-fn read_verified(blobs: &dyn Blobs, digest: &str) -> Result<Option<Vec<u8>>> {
-    let read = || -> Result<Option<Vec<u8>>> {
-        let io = |e| Error::io(format_args!("cannot read blob {digest}"), e);
-        let Some(mut r) = blobs.open(digest).map_err(io)? else {
-            return Ok(None);
-        };
-        let mut b = Vec::new();
-        r.read_to_end(&mut b).map_err(io)?;
-        Ok(Some(b))
-    };
+/// A blob of [`copy_blobs`] above this size, copied into a blob store of this machine, is
+/// streamed into it (the size the fleet's fetches hold in memory at most, docs/fleet.md).
+pub const STREAM_ABOVE: u64 = 256 << 10;
+
+/// The blob `digest` that `r` reads from `from`, streamed into `to` and checked as it went
+/// (what `to` stored is named by what it read): its size. Damaged in `from`, it is fetched
+/// again there when `from` is a cache of another store ([`Blobs::refetch`]) and streamed
+/// again; else the copy stops.
+fn stream_verified(
+    from: &dyn Blobs,
+    to: &dyn Blobs,
+    digest: &str,
+    mut r: impl Read,
+    durability: Durability,
+) -> Result<u64> {
+    let io = |e| trait_error(format_args!("cannot copy blob {digest}"), e);
+    let mut counted = Counted(&mut r, 0);
+    if to.put_stream(&mut counted, durability).map_err(io)? == digest {
+        return Ok(counted.1);
+    }
+    let fetched = from
+        .refetch(digest)
+        .map_err(|e| trait_error(format_args!("cannot fetch blob {digest} again"), e))?;
+    if fetched {
+        if let Some(mut again) = from.open(digest).map_err(io)? {
+            let mut counted = Counted(&mut again, 0);
+            if to.put_stream(&mut counted, durability).map_err(io)? == digest {
+                return Ok(counted.1);
+            }
+        }
+    }
+    Err(damaged(digest))
+}
+
+/// A reader that counts what it read.
+struct Counted<R>(R, u64);
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.0.read(buf)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+}
+
+fn damaged(digest: &str) -> Error {
+    Error::new(
+        Code::MissingPreimage,
+        format!("blob {digest} is damaged (its content does not match its name)"),
+        "restore the store's blobs/ directory from a backup; nothing was copied past it",
+    )
+}
+
+/// `b`, the bytes `from` holds as blob `digest`, if they are its. A damaged one is fetched
+/// again when `from` is a cache of another store ([`Blobs::refetch`]: a remote's mirror,
+/// whose blobs are not fsynced; a remote itself, which refuses it), and checked again; else
+/// it stops the copy.
+fn verified(from: &dyn Blobs, digest: &str, b: Vec<u8>) -> Result<Option<Vec<u8>>> {
     let intact = |b: &Vec<u8>| crate::util::blake3_hex(b) == digest;
-    let Some(b) = read()? else {
-        return Ok(None);
-    };
     if intact(&b) {
         return Ok(Some(b));
     }
     drop(b);
-    let fetched = blobs
+    let fetched = from
         .refetch(digest)
         .map_err(|e| trait_error(format_args!("cannot fetch blob {digest} again"), e))?;
     if fetched {
-        if let Some(b) = read()?.filter(intact) {
+        if let Some(b) = read_whole(from, digest)?.filter(intact) {
             return Ok(Some(b));
         }
     }
-    Err(Error::new(
-        Code::MissingPreimage,
-        format!("blob {digest} is damaged (its content does not match its name)"),
-        "restore the store's blobs/ directory from a backup; nothing was copied past it",
-    ))
+    Err(damaged(digest))
+}
+
+/// A blob's bytes from `blobs`, as held (unchecked); `None` when not held.
+fn read_whole(blobs: &dyn Blobs, digest: &str) -> Result<Option<Vec<u8>>> {
+    let io = |e| trait_error(format_args!("cannot read blob {digest}"), e);
+    let Some(mut r) = blobs.open(digest).map_err(io)? else {
+        return Ok(None);
+    };
+    let mut b = Vec::new();
+    r.read_to_end(&mut b).map_err(io)?;
+    Ok(Some(b))
 }
 
 /// A blob's bytes, verified against its digest; `Ok(None)` when the store does not hold it.

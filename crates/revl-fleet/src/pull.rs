@@ -632,53 +632,27 @@ impl Reader {
             if new.is_empty() {
                 return Ok(());
             }
-            // A chunk holds at most FETCH_BUDGET bytes in memory: 256 blobs of at most
-            // FETCH_SMALL bytes each; a larger blob streams into a file of the cache, hashed
-            // as it comes, and is kept only once its digest is its name.
+            // The one copy between stores (revl_core::storage::copy_blobs), from the
+            // remote's blobs: 256 asked at a time, so a round holds at most FETCH_BUDGET
+            // bytes in memory (blobs of at most FETCH_SMALL bytes each); a larger blob
+            // streams into a file of the cache (`incoming/`), then into the mirror as it is
+            // read. Each is checked against its name before the mirror keeps it; one that
+            // does not match is refused (`corrupt-remote`, naming the object).
             let spill = self.root.join("incoming");
             sweep_stale_spills(&spill);
-            for chunk in new.chunks(FETCH_CHUNK) {
-                tried.extend(chunk.iter().cloned());
-                let keys: Vec<String> = chunk.iter().map(|d| blob_key(d)).collect();
-                let got = self
-                    .bucket
-                    .fetch_each(&keys, MAX_OBJECT, FETCH_SMALL, &spill);
-                // Every spilled file is removed, whatever is refused on the way.
-                let _spilled = Spilled(
-                    got.iter()
-                        .filter_map(|g| match g {
-                            Ok(Some(Fetched::File { path, .. })) => Some(path.clone()),
-                            _ => None,
-                        })
-                        .collect(),
-                );
-                for (d, got) in chunk.iter().zip(got) {
-                    let altered = || {
-                        tampered(
-                            &self.remote.name,
-                            &blob_key(d),
-                            "its content does not match its digest",
-                        )
-                    };
-                    // Not every digest a WAL names is a blob (small preimages sit inline).
-                    match got? {
-                        None => continue,
-                        Some(Fetched::Bytes(b)) => {
-                            if revl_core::util::blake3_hex(&b) != *d {
-                                return Err(altered());
-                            }
-                            // A cache: every blob is verified again when read.
-                            held.insert(blobs.put_cached(&b)?);
-                        }
-                        Some(Fetched::File { path, blake3 }) => {
-                            if blake3 != *d {
-                                return Err(altered());
-                            }
-                            held.insert(blobs.put_file(&path)?);
-                        }
-                    }
-                }
-            }
+            tried.extend(new.iter().cloned());
+            let from = crate::storage::RemoteBlobs::reading(
+                self.bucket.clone(),
+                &self.remote.name,
+                &spill,
+            );
+            revl_core::storage::copy_blobs(
+                &from,
+                &*self.mirror.storage().blobs,
+                &new,
+                revl_core::storage::Durability::Cached,
+                &mut || {},
+            )?;
         }
     }
 }
@@ -687,7 +661,7 @@ impl Reader {
 const FETCH_CHUNK: usize = 256;
 /// The largest blob a fetch holds in memory: a round holds at most
 /// [`crate::untrusted::FETCH_BUDGET`] bytes; a larger blob streams into a file.
-const FETCH_SMALL: u64 = crate::untrusted::FETCH_BUDGET / FETCH_CHUNK as u64;
+pub(crate) const FETCH_SMALL: u64 = crate::untrusted::FETCH_BUDGET / FETCH_CHUNK as u64;
 
 /// Files a fetch streamed into the cache, removed when it is done with them.
 struct Spilled(Vec<PathBuf>);
@@ -856,6 +830,14 @@ impl revl_core::storage::Blobs for MirrorBlobs {
         durability: revl_core::storage::Durability,
     ) -> std::io::Result<String> {
         self.cache.put_file(path, durability)
+    }
+
+    fn put_stream(
+        &self,
+        r: &mut dyn std::io::Read,
+        durability: revl_core::storage::Durability,
+    ) -> std::io::Result<String> {
+        self.cache.put_stream(r, durability)
     }
 
     fn sync(&self) -> std::io::Result<()> {

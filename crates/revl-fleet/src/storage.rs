@@ -15,7 +15,7 @@
 //!   lease (a remote is written only by `revl push`), and journals opened for reading
 //!   ([`RemoteJournals::reading`]) are never written.
 
-use crate::bucket::{Bucket, Put, Version};
+use crate::bucket::{Bucket, Fetched, Put, Version};
 use crate::untrusted::{MAX_FIELD, MAX_MANIFEST, MAX_OBJECT, MAX_WAL_READ};
 use crate::{blob_key, manifest_key, segment_key, sha256_hex, tampered, Manifest, Segment};
 use revl_core::storage::{Appender, Blobs, Durability, Journals, Lease};
@@ -397,11 +397,28 @@ fn state_of(id: &str, wal: &[u8]) -> Result<revl_core::state::State> {
 /// The blobs of a remote: `blobs/<digest>`, shared by every session, created once.
 pub struct RemoteBlobs {
     bucket: Bucket,
+    /// Set when the blobs are read (a cache filled from them, docs/fleet.md, "Reading a
+    /// remote"): the remote's name (for its refusals), and where a large blob streams.
+    reading: Option<(String, std::path::PathBuf)>,
 }
 
 impl RemoteBlobs {
     pub fn new(bucket: Bucket) -> RemoteBlobs {
-        RemoteBlobs { bucket }
+        RemoteBlobs {
+            bucket,
+            reading: None,
+        }
+    }
+
+    /// The blobs of the remote `name` through `bucket`, to be read: many at once, up to 32
+    /// requests in flight, a blob above [`crate::pull::FETCH_SMALL`] streamed into a file
+    /// of `spill` (removed once opened) instead of held; one that does not match its name is
+    /// refused (`corrupt-remote`, naming the object).
+    pub fn reading(bucket: Bucket, name: &str, spill: &Path) -> RemoteBlobs {
+        RemoteBlobs {
+            bucket,
+            reading: Some((name.to_string(), spill.to_path_buf())),
+        }
     }
 }
 
@@ -450,6 +467,38 @@ impl Blobs for RemoteBlobs {
     fn contains_many(&self, digests: &[String]) -> std::io::Result<Vec<bool>> {
         let keys: Vec<String> = digests.iter().map(|d| blob_key(d)).collect();
         self.bucket.exists_many(&keys).map_err(carried)
+    }
+
+    fn open_many(&self, digests: &[String]) -> Vec<std::io::Result<Option<Box<dyn Read + Send>>>> {
+        let Some((_, spill)) = &self.reading else {
+            return digests.iter().map(|d| self.open(d)).collect();
+        };
+        let keys: Vec<String> = digests.iter().map(|d| blob_key(d)).collect();
+        let got = self
+            .bucket
+            .fetch_each(&keys, MAX_OBJECT, crate::pull::FETCH_SMALL, spill);
+        got.into_iter()
+            .map(|g| match g.map_err(carried)? {
+                None => Ok(None),
+                Some(Fetched::Bytes(b)) => Ok(Some(Box::new(std::io::Cursor::new(b)) as _)),
+                Some(Fetched::File { path, .. }) => {
+                    // Read through the open file; its name goes at once.
+                    let f = std::fs::File::open(&path);
+                    let _ = std::fs::remove_file(&path);
+                    Ok(Some(Box::new(f?) as _))
+                }
+            })
+            .collect()
+    }
+
+    /// A remote holds its blobs; one read from it that does not match its name is refused.
+    fn refetch(&self, digest: &str) -> std::io::Result<bool> {
+        let name = self.reading.as_ref().map_or("", |(n, _)| n.as_str());
+        Err(carried(tampered(
+            name,
+            &blob_key(digest),
+            "its content does not match its digest",
+        )))
     }
 
     /// Up to 32 requests in flight, each created only if absent.
