@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::{BufRead, Read, Seek};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// The packs of one cache, and where each blob they hold lies (learned from the packs'
@@ -27,19 +27,6 @@ struct Index {
     at: HashMap<String, (Arc<File>, u64, u64)>,
 }
 
-/// Keep `bytes`, a pack whose every entry was checked against its digest, as the cache's pack
-/// of the base tree `tree` in `dir`: written beside its place and renamed into it (a cache:
-/// not synced, every read checks what it reads).
-pub(crate) fn keep(dir: &Path, tree: &str, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{tree}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes)
-        .and_then(|()| std::fs::rename(&tmp, dir.join(tree)))
-        .inspect_err(|_| {
-            let _ = std::fs::remove_file(&tmp);
-        })
-}
-
 impl Packs {
     pub(crate) fn new(dir: PathBuf) -> Packs {
         Packs {
@@ -48,9 +35,17 @@ impl Packs {
         }
     }
 
-    /// The directory that holds the packs.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
+    /// Keep `bytes`, a pack whose every entry was checked against its digest, as the pack
+    /// of the base tree `tree`: written beside its place and renamed into it (a cache: not
+    /// synced, every read checks what it reads).
+    pub(crate) fn keep(&self, tree: &str, bytes: &[u8]) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let tmp = self.dir.join(format!(".{tree}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, bytes)
+            .and_then(|()| std::fs::rename(&tmp, self.dir.join(tree)))
+            .inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            })
     }
 
     /// Where the blob `digest` lies in a pack, if one holds it (packs added since the last

@@ -21,6 +21,8 @@ pub struct Reader {
     pub remote: Remote,
     pub bucket: Bucket,
     pub mirror: Store,
+    /// The mirror's blobs (the mirror's storage: its packs are kept through it).
+    cache_blobs: std::sync::Arc<MirrorBlobs>,
     /// The mirror's directory (`<store>/remotes/NAME/mirror`).
     dir: PathBuf,
     /// The store's cache of the remote (`<store>/remotes/NAME`).
@@ -107,7 +109,7 @@ impl Reader {
     pub fn over(store: &Store, remote: &Remote, bucket: Bucket) -> Result<Reader> {
         let root = crate::config::remote_dir(store, &remote.name);
         let dir = root.join("mirror");
-        let mirror = refetching(
+        let (mirror, cache_blobs) = refetching_with(
             store,
             &remote.name,
             Store::open_copy(&dir, mirror_settings(&dir), None)?,
@@ -117,6 +119,7 @@ impl Reader {
             bucket,
             remote: remote.clone(),
             mirror,
+            cache_blobs,
             dir,
             root,
         })
@@ -599,7 +602,9 @@ impl Reader {
                         "an entry's content does not match its digest",
                     ));
                 }
-                crate::packs::keep(&self.dir.join("packs"), &base.tree, &bytes)
+                self.cache_blobs
+                    .packs
+                    .keep(&base.tree, &bytes)
                     .map_err(|e| Error::io(format_args!("cannot keep {key} in the cache"), e))?;
                 held.extend(entries.into_iter().map(|(d, _)| d));
             }
@@ -762,7 +767,7 @@ impl MirrorBlobs {
             revl_core::util::par_map(&entries, |(d, b)| revl_core::util::blake3_hex(b) == *d)
                 .into_iter()
                 .all(|ok| ok)
-        }) && crate::packs::keep(self.packs.dir(), tree, &bytes).is_ok()
+        }) && self.packs.keep(tree, &bytes).is_ok()
     }
 
     /// The remote's blob `digest`, checked against its name, put in the cache.
@@ -1245,16 +1250,27 @@ fn scratch(store: &Store, remote: &str, id: &str, mirror: &Store) -> Result<Stor
 /// store) with every blob read that finds one damaged or missing fetching it again from
 /// the remote `remote` of `store` ([`MirrorBlobs`]), its bucket `bucket` if open already.
 fn refetching(store: &Store, remote: &str, cache: Store, bucket: Option<&Bucket>) -> Store {
+    refetching_with(store, remote, cache, bucket).0
+}
+
+/// [`refetching`], and the cache's blobs (which keep its packs).
+fn refetching_with(
+    store: &Store,
+    remote: &str,
+    cache: Store,
+    bucket: Option<&Bucket>,
+) -> (Store, std::sync::Arc<MirrorBlobs>) {
+    let blobs = std::sync::Arc::new(MirrorBlobs::new(
+        store,
+        remote,
+        cache.storage().blobs.clone(),
+        bucket,
+    ));
     let storage = revl_core::storage::Storage {
         journals: cache.storage().journals.clone(),
-        blobs: std::sync::Arc::new(MirrorBlobs::new(
-            store,
-            remote,
-            cache.storage().blobs.clone(),
-            bucket,
-        )),
+        blobs: blobs.clone(),
     };
-    cache.with_storage(storage)
+    (cache.with_storage(storage), blobs)
 }
 
 /// `revl fork --remote NAME SESSION --at K`: the session's workspace at its head is made
