@@ -828,17 +828,8 @@ fn a_damaged_pack_of_the_cache_is_read_through_blobs_fetched_again() {
     assert_eq!(f.b(&read).ok()["content"], "untouched by the agent\n");
     // Cut short: the pack's entries past the cut are fetched again too.
     std::fs::write(&pack, &whole[..whole.len() / 3]).unwrap();
-    let hash = s(&f.b(&["fork", "--remote", "origin", &id, "--at", "-1"]).ok()["hash"]);
     let into = f.w.path("branch");
-    f.b(&[
-        "fork-confirm",
-        &id,
-        "--hash",
-        &hash,
-        "--into",
-        into.to_str().unwrap(),
-    ])
-    .ok();
+    remote_branch(&f, &f.store_b, &id, "-1", &into);
     // Before every step: the workspace as `new` found it.
     assert_eq!(
         std::fs::read(into.join("README")).unwrap(),
@@ -2153,22 +2144,8 @@ fn a_remote_branch_moves_its_made_workspace_and_writes_no_second_copy() {
     // the files it was made with.
     pushed(&f.b(&["push", &branch]));
     let c = fresh(&f, "store-c");
-    let hash = s(&f
-        .on(&c, &["fork", "--remote", "origin", &branch, "--at", "0"])
-        .ok()["hash"]);
     let again = f.w.path("again");
-    f.on(
-        &c,
-        &[
-            "fork-confirm",
-            &branch,
-            "--hash",
-            &hash,
-            "--into",
-            again.to_str().unwrap(),
-        ],
-    )
-    .ok();
+    remote_branch(&f, &c, &branch, "0", &again);
     assert_eq!(
         files(&again)
             .into_iter()
@@ -2243,6 +2220,20 @@ fn a_remotes_large_blobs_stream_into_the_cache_within_a_memory_budget() {
         .map(|rd| rd.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// `fork --remote origin ID --at K` on `store`, confirmed into `into`: the confirm's document.
+fn remote_branch(f: &Fleet, store: &Path, id: &str, k: &str, into: &Path) -> Value {
+    let hash = s(&f
+        .on(store, &["fork", "--remote", "origin", id, "--at", k])
+        .ok()["hash"]);
+    let into = into.to_str().unwrap();
+    f.on(
+        store,
+        &["fork-confirm", id, "--hash", &hash, "--into", into],
+    )
+    .ok()
+    .clone()
 }
 
 /// Every regular file's bytes below `d` (symlinks not followed).
@@ -2360,17 +2351,8 @@ fn a_remote_read_holds_each_base_file_once_and_a_branch_keeps_modes_and_symlinks
     }
     // Branches before every step and at the head: the workspace as it was, byte for byte.
     for (k, want) in [("-1", &before), ("2", &now)] {
-        let hash = s(&f.b(&["fork", "--remote", "origin", &id, "--at", k]).ok()["hash"]);
         let into = f.w.path(&format!("branch{k}"));
-        f.b(&[
-            "fork-confirm",
-            &id,
-            "--hash",
-            &hash,
-            "--into",
-            into.to_str().unwrap(),
-        ])
-        .ok();
+        remote_branch(&f, &f.store_b, &id, k, &into);
         assert_eq!(&entries(&into), want, "the branch at {k}");
     }
 }
