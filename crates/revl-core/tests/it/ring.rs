@@ -248,3 +248,27 @@ fn gc_after_a_power_cut_keeps_the_blobs_only_the_ring_names() {
         blake3::hash(&vec![b'b'; 9000]).to_hex().to_string()
     );
 }
+
+/// A closed session never appends again: `gc --apply` syncs its WAL and removes its ring
+/// (256 KiB each), and the session reads as it did, every write at its step.
+#[test]
+fn gc_retires_the_ring_of_a_closed_session_and_keeps_every_write() {
+    let r = ringed();
+    let ring = r.root.join("sessions").join(&r.id).join("wal.ring");
+    let store = open(&r.root);
+    store.attach(&r.id).unwrap().abort().unwrap();
+    let before = std::fs::read(&r.wal).unwrap();
+    store.gc(false).unwrap();
+    assert!(ring.exists(), "a dry run removes nothing");
+    store.gc(true).unwrap();
+    assert!(!ring.exists(), "the ring of a closed session stays");
+    assert_eq!(
+        std::fs::read(&r.wal).unwrap(),
+        before,
+        "the WAL is as it was"
+    );
+    let s = store.attach(&r.id).unwrap();
+    let steps = s.state().steps.len() as i64;
+    let last = s.read_at("f.txt", steps - 1).unwrap();
+    assert_eq!(last.content.as_deref(), Some("version 11\n"));
+}
