@@ -119,12 +119,13 @@ impl Catalog for RemoteCache {
     /// Resolved among the remote's sessions, then pulled with its ancestors, verified.
     fn session(&self, given: &str) -> Result<String> {
         let id = self.reader.resolve(given)?;
+        // A hostile object met pulling the family marks its own session (the sync does);
+        // only what goes wrong after is this session's to be marked for.
+        self.reader.sync_family(&id)?;
         let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
         if !named.contains(&id) {
             named.push(id.clone());
         }
-        drop(named);
-        self.reader.sync_family(&id)?;
         Ok(id)
     }
 

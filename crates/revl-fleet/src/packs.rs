@@ -23,8 +23,9 @@ pub(crate) struct Packs {
 struct Index {
     /// The pack files already read (a pack is only ever added whole, by rename).
     read: HashSet<OsString>,
-    /// digest → (its pack, where its bytes start, how many).
-    at: HashMap<String, (Arc<File>, u64, u64)>,
+    /// digest → (its pack, where its bytes start, how many). A pack is opened for each
+    /// read, not held open: a cache of many sessions holds many packs.
+    at: HashMap<String, (Arc<PathBuf>, u64, u64)>,
 }
 
 impl Packs {
@@ -36,24 +37,48 @@ impl Packs {
     }
 
     /// Keep `bytes`, a pack whose every entry was checked against its digest, as the pack
-    /// of the base tree `tree`: written beside its place and renamed into it (a cache: not
-    /// synced, every read checks what it reads).
+    /// of the base tree `tree`: written beside its place, synced, and renamed into it, the
+    /// directory synced, before the cache records the session as pulled (a power cut must
+    /// not leave an empty pack where a whole one was believed). Every read still checks
+    /// what it reads.
     pub(crate) fn keep(&self, tree: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let written = self.write(tree, bytes);
+        // Read again at the next look (it may replace a pack read before).
+        let mut idx = self.index.lock().unwrap_or_else(|e| e.into_inner());
+        idx.read.remove(std::ffi::OsStr::new(tree));
+        let path = self.dir.join(tree);
+        idx.at.retain(|_, (p, _, _)| **p != path);
+        written
+    }
+
+    /// [`Packs::keep`] without touching what was read of the packs: for the `again` of
+    /// [`Packs::find`], which reads the pack it replaces right after.
+    pub(crate) fn write(&self, tree: &str, bytes: &[u8]) -> std::io::Result<()> {
+        static KEPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         std::fs::create_dir_all(&self.dir)?;
-        let tmp = self.dir.join(format!(".{tree}.{}.tmp", std::process::id()));
-        std::fs::write(&tmp, bytes)
-            .and_then(|()| std::fs::rename(&tmp, self.dir.join(tree)))
-            .inspect_err(|_| {
-                let _ = std::fs::remove_file(&tmp);
-            })
+        let n = KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self
+            .dir
+            .join(format!(".{tree}.{}.{n}.tmp", std::process::id()));
+        let written = (|| {
+            let mut f = File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, bytes)?;
+            f.sync_data()?;
+            std::fs::rename(&tmp, self.dir.join(tree))?;
+            File::open(&self.dir)?.sync_all()
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
     }
 
     /// Where the blob `digest` lies in a pack, if one holds it (packs added since the last
     /// look are read first). A pack whose headers do not read whole (cut short by a power
     /// cut, or altered) is handed to `again`, which fetches it again from the remote (by
-    /// its name, the base tree's digest) and keeps it in its place if it is intact there;
-    /// whatever of it still reads is used either way.
-    fn find(&self, digest: &str, again: &dyn Fn(&str) -> bool) -> Option<(Arc<File>, u64, u64)> {
+    /// its name, the base tree's digest) and writes it in its place ([`Packs::write`]) if
+    /// it is intact there; whatever of it still reads is used either way.
+    fn find(&self, digest: &str, again: &dyn Fn(&str) -> bool) -> Option<(Arc<PathBuf>, u64, u64)> {
         let mut idx = self.index.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(at) = idx.at.get(digest) {
             return Some(at.clone());
@@ -79,9 +104,11 @@ impl Packs {
                     entries = entries_of(&f).0;
                 }
             }
-            let f = Arc::new(f);
+            let path = Arc::new(self.dir.join(&name));
             for (d, start, len) in entries {
-                idx.at.entry(d).or_insert_with(|| (f.clone(), start, len));
+                idx.at
+                    .entry(d)
+                    .or_insert_with(|| (path.clone(), start, len));
             }
         }
         idx.at.get(digest).cloned()
@@ -93,7 +120,9 @@ impl Packs {
         digest: &str,
         again: &dyn Fn(&str) -> bool,
     ) -> Option<Box<dyn Read + Send>> {
-        let (file, start, len) = self.find(digest, again)?;
+        let (path, start, len) = self.find(digest, again)?;
+        // Opened now (not followed if a symlink); one gone since reads as not held.
+        let file = revl_core::util::open_regular_nofollow(&path).ok()?;
         Some(Box::new(Entry {
             file,
             at: start,
@@ -109,7 +138,7 @@ impl Packs {
 
 /// One entry of a pack, read in place.
 struct Entry {
-    file: Arc<File>,
+    file: File,
     at: u64,
     end: u64,
 }
@@ -137,7 +166,8 @@ fn entries_of(f: &File) -> (Vec<(String, u64, u64)>, bool) {
 }
 
 fn read_entries(f: &File, out: &mut Vec<(String, u64, u64)>) -> Option<()> {
-    let total = f.metadata().ok()?.len();
+    // A pack holds at least one entry: an empty file is one a power cut emptied.
+    let total = Some(f.metadata().ok()?.len()).filter(|n| *n > 0)?;
     let mut r = std::io::BufReader::new(f);
     r.rewind().ok()?;
     let mut pos = 0u64;

@@ -767,7 +767,7 @@ impl MirrorBlobs {
             revl_core::util::par_map(&entries, |(d, b)| revl_core::util::blake3_hex(b) == *d)
                 .into_iter()
                 .all(|ok| ok)
-        }) && self.packs.keep(tree, &bytes).is_ok()
+        }) && self.packs.write(tree, &bytes).is_ok()
     }
 
     /// The remote's blob `digest`, checked against its name, put in the cache.
@@ -1285,12 +1285,20 @@ pub fn fork(
     // copy of each object.
     let r = cache.reader();
     let id = r.resolve(given)?;
-    fork_of(store, r, &id, k).inspect_err(|e| r.refused(&id, e))
+    // A hostile object met pulling the family marks its own session (the sync does); one
+    // met after is this session's ([`Reader::refused`]).
+    let m = r.sync_family(&id)?;
+    fork_of(store, r, &id, &m, k).inspect_err(|e| r.refused(&id, e))
 }
 
-fn fork_of(store: &Store, r: &Reader, id: &str, k: i64) -> Result<revl_core::report::ForkReport> {
+fn fork_of(
+    store: &Store,
+    r: &Reader,
+    id: &str,
+    m: &Manifest,
+    k: i64,
+) -> Result<revl_core::report::ForkReport> {
     let (remote, id) = (&r.remote, id.to_string());
-    let m = r.sync_family(&id)?;
     let dir = fork_dir(store, &remote.name, &id);
     // A branch an earlier confirm made here but never moved is moved before its scratch
     // store goes.
@@ -1386,9 +1394,9 @@ pub fn pending_fork(store: &Store, given: &str) -> Result<Option<(String, String
 }
 
 /// Move a branch a remote fork made in the scratch store `work` into `store`: every blob
-/// it names, then its WAL (the commit point of the move), then its base tree (its
-/// workspace as the fork left it). Each step is idempotent: a move cut short is finished
-/// by running it again.
+/// it names, then its WAL (the commit point of the move). Each step is idempotent: a move
+/// cut short is finished by running it again. Its base tree comes later (its first push, or
+/// its close: [`revl_core::Session`]'s capture at close).
 fn move_branch(
     store: &Store,
     work: &Store,

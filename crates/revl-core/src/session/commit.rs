@@ -181,6 +181,7 @@ impl Session {
         self.sync()?;
         // The session is over: no next exec will free what its last one replaced.
         let _ = crate::workspace::remove_any(&self.exec_spent());
+        self.capture_base_at_close();
         Ok(CommitResult::Committed {
             committed: true,
             flushed,

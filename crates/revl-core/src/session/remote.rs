@@ -281,7 +281,8 @@ fn create_file(abs: &Path, bytes: &[u8], mode: Option<u32>) -> Result<u64> {
     fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        // Without a recorded mode, as a new file is made here (the umask applies).
+        .mode(if mode.is_some() { 0o600 } else { 0o666 })
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(abs)
         .and_then(|mut f| {
@@ -484,14 +485,17 @@ impl Session {
             made.insert(rel.clone(), kind);
         }
         // The files, over the cores (each read from the blob store by its digest, checked
-        // against it); one the blob store does not hold is found the slower way after.
+        // against it; only small ones, so that the threads never hold more than one large
+        // blob's worth between them); one the blob store does not hold, or a large one, is
+        // written after, one at a time.
         let blobs = &self.blobs;
         let written = crate::util::par_map(&files, |(abs, _, bytes, mode)| match bytes {
             Ok(b) => create_file(abs, b, *mode).map(Some),
-            Err(d) => match blobs.get(d, None) {
+            Err(d) if blobs.size(d).is_some_and(|n| n <= 1 << 20) => match blobs.get(d, None) {
                 Ok(b) => create_file(abs, &b, *mode).map(Some),
                 Err(_) => Ok(None),
             },
+            Err(_) => Ok(None),
         });
         for ((abs, rel, bytes, mode), w) in files.iter().zip(written) {
             let n = match (w?, bytes) {
@@ -549,6 +553,24 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// A branch made from a remote session gets its base tree at its first push, while it
+    /// is live; one closed before that gets it as it closes (committed: its workspace holds,
+    /// for every path it never touched, what it held when the branch was made; aborted:
+    /// rewound to that point), so it can still be branched elsewhere once pushed. The
+    /// session is closed already: a capture that fails leaves it without a base tree (its
+    /// remote branch then gets the files its WAL names), never undoes the close.
+    pub(crate) fn capture_base_at_close(&self) {
+        let from_remote = self
+            .journal
+            .state
+            .origin
+            .as_ref()
+            .is_some_and(|o| o.parent_remote.is_some());
+        if from_remote && self.store.copied().is_none() && self.store.base_of(&self.id).is_none() {
+            let _ = self.store.capture_base(&self.id, self.ws.root());
+        }
     }
 
     /// The session's base tree by path, when its store reads untouched files from it

@@ -800,8 +800,9 @@ fn a_remote_read_fetches_again_a_blob_the_cache_lost() {
 }
 
 /// The cache keeps a base tree's small files as the remote's pack, whole: a pack damaged in
-/// the cache (its bytes altered, or cut short) is read like a damaged blob: the file is
-/// fetched again from the remote, checked, and read; a branch made then has every file.
+/// the cache (its bytes altered, emptied, or cut short) is read like a damaged blob: the
+/// file is fetched again from the remote, checked, and read; a branch made then has every
+/// file.
 #[test]
 fn a_damaged_pack_of_the_cache_is_read_through_blobs_fetched_again() {
     let f = Fleet::dir();
@@ -826,6 +827,14 @@ fn a_damaged_pack_of_the_cache_is_read_through_blobs_fetched_again() {
     altered[at..at + 9].copy_from_slice(b"TAMPERED!");
     std::fs::write(&pack, &altered).unwrap();
     assert_eq!(f.b(&read).ok()["content"], "untouched by the agent\n");
+    // Emptied (what a power cut leaves of a file written just before it): fetched again.
+    std::fs::write(&pack, b"").unwrap();
+    assert_eq!(f.b(&read).ok()["content"], "untouched by the agent\n");
+    assert_eq!(
+        std::fs::read(&pack).unwrap(),
+        whole,
+        "the pack put back whole"
+    );
     // Cut short: the pack's entries past the cut are fetched again too.
     std::fs::write(&pack, &whole[..whole.len() / 3]).unwrap();
     let into = f.w.path("branch");
@@ -2156,6 +2165,39 @@ fn a_remote_branch_moves_its_made_workspace_and_writes_no_second_copy() {
             .filter(|(p, _)| !p.starts_with(".revl") && p != "after.txt")
             .collect::<BTreeMap<_, _>>()
     );
+}
+
+/// A branch made from a remote and committed (or aborted) before it was ever pushed gets its
+/// base tree as it closes: pushed then, a third store reads every file it was made with,
+/// the ones it never touched included, at its first step.
+#[test]
+fn a_remote_branch_closed_before_its_first_push_reads_whole_elsewhere() {
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, _) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    for end in ["commit", "abort"] {
+        let into = f.w.path(&format!("branch-{end}"));
+        let branch = s(&remote_branch(&f, &f.store_b, &id, "2", &into)["branch"]);
+        let made = files(&into);
+        f.b(&["write", &branch, "after.txt", "--content", "x"]).ok();
+        if end == "commit" {
+            let plan = s(&f.b(&["commit", &branch]).ok()["hash"]);
+            f.b(&["commit-confirm", &branch, "--hash", &plan]).ok();
+        } else {
+            f.b(&["abort", &branch]).ok();
+        }
+        pushed(&f.b(&["push", &branch]));
+        let c = fresh(&f, &format!("store-c-{end}"));
+        for p in ["README", "src/lib.rs", "src/deep/data.bin", "doomed.txt"] {
+            let r = f.on(&c, &["--remote", "origin", "read", &branch, p, "--at", "0"]);
+            assert_eq!(
+                read_bytes(&r),
+                made[p],
+                "{p} of the branch {end}ed before its push"
+            );
+        }
+    }
 }
 
 /// `revl ARGS` on `store` with at most `kib` KiB of address space (`ulimit -v`).
