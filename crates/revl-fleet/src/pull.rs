@@ -23,8 +23,6 @@ pub struct Reader {
     pub mirror: Store,
     /// The mirror's blobs (the mirror's storage: its packs are kept through it).
     cache_blobs: std::sync::Arc<MirrorBlobs>,
-    /// The mirror's directory (`<store>/remotes/NAME/mirror`).
-    dir: PathBuf,
     /// The store's cache of the remote (`<store>/remotes/NAME`).
     root: PathBuf,
 }
@@ -109,6 +107,13 @@ impl Reader {
     pub fn over(store: &Store, remote: &Remote, bucket: Bucket) -> Result<Reader> {
         let root = crate::config::remote_dir(store, &remote.name);
         let dir = root.join("mirror");
+        // The base directories an older revl wrote out (`mirror/bases/`): nothing reads
+        // them now (a mirror reads base trees by digest), so they go.
+        let old = dir.join("bases");
+        if old.exists() {
+            make_writable(&old);
+            let _ = std::fs::remove_dir_all(&old);
+        }
         let (mirror, cache_blobs) = refetching_with(
             store,
             &remote.name,
@@ -120,7 +125,6 @@ impl Reader {
             remote: remote.clone(),
             mirror,
             cache_blobs,
-            dir,
             root,
         })
     }
@@ -223,29 +227,15 @@ impl Reader {
         })
     }
 
-    /// Remove session `id` from the mirror (its WAL, blobs aside, and the base directory an
-    /// older revl wrote out for it).
+    /// Remove session `id` from the mirror (its WAL; blobs aside).
     fn forget(&self, id: &str) {
         let sdir = self.mirror.session_dir(id);
-        let base = self.dir.join("bases").join(id);
-        for d in [sdir, base] {
-            if d.exists() {
-                make_writable(&d);
-                let _ = std::fs::remove_dir_all(&d);
-            }
+        if sdir.exists() {
+            make_writable(&sdir);
+            let _ = std::fs::remove_dir_all(&sdir);
         }
         for ext in ["wal", "json", "pulled"] {
             let _ = std::fs::remove_file(self.verified_path(id, ext));
-        }
-        if let Ok(rd) = std::fs::read_dir(self.dir.join("bases")) {
-            for e in rd.flatten() {
-                if e.file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!(".{id}."))
-                {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
         }
     }
 

@@ -2278,6 +2278,28 @@ fn remote_branch(f: &Fleet, store: &Path, id: &str, k: &str, into: &Path) -> Val
     .clone()
 }
 
+/// A cache an older revl filled kept each session's base tree written out
+/// (`mirror/bases/<id>`, read-only directories among them); nothing reads it now, and the
+/// next remote read removes it, whatever it holds, reading as before.
+#[test]
+fn the_base_directories_an_older_cache_wrote_out_are_removed() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fleet::dir();
+    f.add_remotes();
+    let (id, _ws, _) = session_with_history(&f, "ws");
+    pushed(&f.a(&["push"]));
+    let read = ["--remote", "origin", "read", &id, "README", "--at", "0"];
+    assert_eq!(f.b(&read).ok()["content"], "untouched by the agent\n");
+    let bases = f.store_b.join("remotes/origin/mirror/bases");
+    let old = bases.join(&id).join("src/deep");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("data.bin"), b"old copy").unwrap();
+    std::fs::write(bases.join(format!(".{id}.tree.done")), b"").unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o500)).unwrap();
+    assert_eq!(f.b(&read).ok()["content"], "untouched by the agent\n");
+    assert!(!bases.exists(), "an older cache's base directories stayed");
+}
+
 /// Every regular file's bytes below `d` (symlinks not followed).
 fn all_files(d: &Path, out: &mut Vec<Vec<u8>>) {
     for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
