@@ -243,13 +243,13 @@ impl BlobStore {
         }
     }
 
-    /// Read a blob and verify it. `step` names the step that needs it, for the error.
     /// The size of the blob as stored (unverified), `None` when it is not held or cannot
     /// be told.
     pub fn size(&self, digest: &str) -> Option<u64> {
         self.backend.size(digest).ok().flatten()
     }
 
+    /// Read a blob and verify it. `step` names the step that needs it, for the error.
     pub fn get(&self, digest: &str, step: Option<u64>) -> Result<Vec<u8>> {
         self.refetching(digest, || self.get_once(digest, step))
     }

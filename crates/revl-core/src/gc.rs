@@ -145,16 +145,11 @@ impl Store {
                     if apply {
                         let spent = self.root().join("scratch").join(format!("{id}.spent"));
                         let _ = crate::workspace::remove_any(&spent);
-                        // Its commit ring (docs/wal-format.md, "The commit ring"), folded
-                        // back by the lease just taken: a closed session never appends
-                        // again, so once its WAL is synced the ring holds nothing it lacks.
-                        let wal = self.wal_path(&id);
-                        std::fs::File::open(&wal)
-                            .and_then(|f| f.sync_data())
-                            .and_then(|()| crate::ring::remove(&wal))
-                            .map_err(|e| {
-                                Error::io(format_args!("cannot retire the commit ring of {id}"), e)
-                            })?;
+                        // Its commit ring, folded back by the lease just taken: a closed
+                        // session never appends again.
+                        crate::ring::retire(&self.wal_path(&id)).map_err(|e| {
+                            Error::io(format_args!("cannot retire the commit ring of {id}"), e)
+                        })?;
                     }
                     continue;
                 }

@@ -261,6 +261,18 @@ pub fn remove(wal: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Retire the ring of the WAL at `wal`, a WAL that will never be appended to again (its
+/// session closed) and whose ring was folded back: the WAL is synced, then the ring removed
+/// (nothing to do where there is no ring).
+pub fn retire(wal: &Path) -> std::io::Result<()> {
+    let dir = wal.parent().expect("a WAL path has a parent");
+    if std::fs::symlink_metadata(dir.join(RING_NAME)).is_err() {
+        return Ok(());
+    }
+    File::open(wal)?.sync_data()?;
+    remove(wal)
+}
+
 /// Set the ring of the WAL at `wal` aside, as `wal.ring.set-aside` (replacing an older
 /// one), durably, before the WAL is cut by `recover --truncate-corrupt`: its chain is never
 /// folded over the cut, and its bytes stay for whoever wants to look at them.

@@ -578,10 +578,12 @@ pub struct BlobsCopied {
 pub const ASK_FIRST: u64 = 64 << 10;
 
 /// The blobs `digests` copied from `from` into `to`, each verified against its name on the
-/// way (a damaged one stops the copy: nothing unverified is ever put; unless `from` is a
-/// cache that fetches it again, verified, [`Blobs::refetch`]), at most 64 blobs or
-/// 64 MiB read at a time; one `from` does not hold is skipped (a digest a WAL names may be a
-/// small preimage held inline). `after_each` runs after each blob put (a failpoint).
+/// way (a damaged one stops the copy, unless `from` is a cache that fetches it again,
+/// verified, [`Blobs::refetch`]): a blob held in memory is put only once verified; one
+/// streamed ([`STREAM_ABOVE`]) is stored by `to` under the digest of what it read, so it is
+/// never believed under the name asked for unless that is its name. At most 64 blobs or
+/// 64 MiB are held at a time; one `from` does not hold is skipped (a digest a WAL names may
+/// be a small preimage held inline). `after_each` runs after each blob put (a failpoint).
 pub fn copy_blobs(
     from: &dyn Blobs,
     to: &dyn Blobs,

@@ -522,8 +522,9 @@ impl Session {
         Ok(())
     }
 
-    /// The session's base tree alone, if it has one: a tree ([`check_tree_shape`]), and each
-    /// of its paths as [`Session::check_paths`] checks them.
+    /// The session's base tree alone, if it has one: a tree (each path once, nothing below a
+    /// file or symlink it makes), and each of its paths as [`Session::check_paths`] checks
+    /// them.
     pub fn check_base(&self) -> Result<()> {
         if let Some(base) = self.store.base_of(&self.id) {
             let items = self.store.base_items(&base)?;
