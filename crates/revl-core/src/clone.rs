@@ -10,8 +10,10 @@
 
 use crate::error::{Error, Result};
 use crate::failpoint::Failpoints;
+use crate::statindex::StatIndex;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 /// How a workspace was cloned.
@@ -46,14 +48,7 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: Option<&str>)
             bytes_copied: 0,
         });
     }
-    let mut st = Walk {
-        reflink_works: None,
-        reflinked: 0,
-        copied: 0,
-        bytes_copied: 0,
-        fp,
-        files: 0,
-    };
+    let mut st = Walk::new(fp, None);
     if !dst.exists() {
         fs::create_dir(dst).map_err(|e| io(dst, e))?;
     }
@@ -67,6 +62,59 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: Option<&str>)
         how: if st.copied == 0 { "reflink" } else { "copy" },
         bytes_copied: st.bytes_copied,
     })
+}
+
+/// Copy the tree at `src` into `dst` (absent, or an empty directory) as [`clone_tree`]
+/// copies it, for a layered fork's frozen lower layer (docs/architecture.md, "Layered
+/// workspaces"): no snapshot or reflink is tried (layers are made where there is none), and
+/// each regular file is hashed as its bytes are copied, its digest noted in `index` against
+/// the copy's own stat ([`StatIndex::note_frozen`]). So the first scan of the new layer reads
+/// none of its files back. A sparse file is copied hole for hole and left for a scan to read.
+pub fn freeze_tree(src: &Path, dst: &Path, index: &StatIndex) -> Result<Cloned> {
+    let fp = Failpoints::none();
+    let mut st = Walk::new(&fp, Some((dst, index)));
+    if !dst.exists() {
+        fs::create_dir(dst).map_err(|e| io(dst, e))?;
+    }
+    st.dir(src, dst)?;
+    let m = fs::metadata(src).map_err(|e| io(src, e))?;
+    fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))?;
+    crate::util::sync_tree(dst).map_err(|e| io(dst, e))?;
+    Ok(Cloned {
+        how: "copy",
+        bytes_copied: st.bytes_copied,
+    })
+}
+
+/// Copy the regular file `from` (whose `lstat` is `m`) to the new file `to`, hashing the
+/// bytes as they are written: their digest. The copy gets `from`'s permission bits.
+fn copy_hashing(from: &Path, to: &Path, m: &fs::Metadata) -> std::io::Result<([u8; 32], u64)> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut src = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(from)?;
+    let mut dst = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; (m.len() as usize).clamp(1, 1 << 20)];
+    let mut n = 0u64;
+    loop {
+        let got = match src.read(&mut buf) {
+            Ok(0) => break,
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..got]);
+        dst.write_all(&buf[..got])?;
+        n += got as u64;
+    }
+    dst.set_permissions(m.permissions())?;
+    Ok((*hasher.finalize().as_bytes(), n))
 }
 
 /// Can the filesystem share `src`'s blocks with a tree made at `dst` (absent, or an empty
@@ -127,9 +175,25 @@ struct Walk<'a> {
     bytes_copied: u64,
     fp: &'a Failpoints,
     files: u64,
+    /// A freeze ([`freeze_tree`]): the copy's root, and where each copied file's digest is
+    /// noted.
+    noting: Option<(&'a Path, &'a StatIndex)>,
 }
 
-impl Walk<'_> {
+impl<'a> Walk<'a> {
+    fn new(fp: &'a Failpoints, noting: Option<(&'a Path, &'a StatIndex)>) -> Self {
+        Walk {
+            // A freeze copies: layers are made where nothing shares blocks.
+            reflink_works: noting.map(|_| false),
+            reflinked: 0,
+            copied: 0,
+            bytes_copied: 0,
+            fp,
+            files: 0,
+            noting,
+        }
+    }
+
     fn dir(&mut self, src: &Path, dst: &Path) -> Result<()> {
         let mut modes = Vec::new();
         for e in fs::read_dir(src).map_err(|e| io(src, e))? {
@@ -164,9 +228,34 @@ impl Walk<'_> {
             self.reflink_works.get_or_insert(ok);
             ok
         };
+        // A file with holes (fewer blocks than its length fills) keeps them: copied as
+        // below, its digest left for a scan.
+        let sparse = m.blocks().saturating_mul(512) < m.len();
         if cloned {
             self.reflinked += 1;
             fs::set_permissions(to, m.permissions()).map_err(|e| io(to, e))?;
+        } else if let (Some(_), true) = (self.noting, sparse) {
+            let mut src = fs::File::open(from).map_err(|e| io(from, e))?;
+            let mut dst = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(to)
+                .map_err(|e| io(to, e))?;
+            crate::util::copy_sparse(&mut src, &mut dst).map_err(|e| io(to, e))?;
+            dst.set_permissions(m.permissions())
+                .map_err(|e| io(to, e))?;
+            self.copied += 1;
+            self.bytes_copied += m.blocks().saturating_mul(512).min(m.len());
+        } else if let (Some((root, index)), false) = (self.noting, sparse) {
+            let (digest, n) = copy_hashing(from, to, m).map_err(|e| io(to, e))?;
+            if n > 0 {
+                self.copied += 1;
+                self.bytes_copied += n;
+            }
+            let copy = fs::symlink_metadata(to).map_err(|e| io(to, e))?;
+            if let Ok(rel) = to.strip_prefix(root) {
+                index.note_frozen(rel.as_os_str().as_bytes(), &copy, &digest);
+            }
         } else {
             // copy_file_range, and the mode.
             let n = fs::copy(from, to).map_err(|e| io(to, e))?;
@@ -232,5 +321,59 @@ mod btrfs {
             let _ = std::fs::create_dir(dst);
         }
         r.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// A freeze copies every file, mode and symlink, and notes each copied file's digest
+    /// (the bytes it wrote) against the copy's own stat; a sparse file keeps its holes and is
+    /// left for a scan to read.
+    #[test]
+    fn a_freeze_notes_the_digest_of_every_file_it_copies() {
+        let t = tempfile::tempdir().unwrap();
+        let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+        fs::create_dir_all(src.join("d/e")).unwrap();
+        fs::write(src.join("a"), b"alpha").unwrap();
+        fs::write(src.join("d/e/b"), vec![7u8; 300_000]).unwrap();
+        fs::write(src.join("empty"), b"").unwrap();
+        fs::set_permissions(src.join("a"), fs::Permissions::from_mode(0o751)).unwrap();
+        std::os::unix::fs::symlink("a", src.join("link")).unwrap();
+        let sparse = fs::File::create(src.join("sparse")).unwrap();
+        sparse.set_len(64 << 20).unwrap();
+        let at = t.path().join("stat-index");
+        let index = StatIndex::frozen(&at);
+        let c = freeze_tree(&src, &dst, &index).unwrap();
+        index.save().unwrap();
+        assert_eq!(c.how, "copy");
+        assert_eq!(fs::read(dst.join("a")).unwrap(), b"alpha");
+        assert_eq!(fs::read(dst.join("d/e/b")).unwrap(), vec![7u8; 300_000]);
+        assert_eq!(fs::read_link(dst.join("link")).unwrap(), Path::new("a"));
+        let ma = fs::symlink_metadata(dst.join("a")).unwrap();
+        assert_eq!(ma.mode() & 0o7777, 0o751);
+        let ms = fs::symlink_metadata(dst.join("sparse")).unwrap();
+        assert_eq!(ms.len(), 64 << 20);
+        assert!(ms.blocks() * 512 < 1 << 20, "the holes stayed holes");
+        let kept = StatIndex::load(&at);
+        for (rel, body) in [
+            ("a", b"alpha".to_vec()),
+            ("d/e/b", vec![7u8; 300_000]),
+            ("empty", Vec::new()),
+        ] {
+            let m = fs::symlink_metadata(dst.join(rel)).unwrap();
+            assert_eq!(
+                kept.digest(rel.as_bytes(), &m),
+                Some(crate::util::blake3_hex(&body)),
+                "{rel}"
+            );
+        }
+        assert_eq!(
+            kept.digest(b"sparse", &ms),
+            None,
+            "a sparse file is read by a scan"
+        );
     }
 }

