@@ -78,13 +78,17 @@ struct Entry {
     parent: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     manifest_digest: Option<String>,
+    /// A fork the session began is neither complete nor abandoned
+    /// ([`State::fork_unfinished`]): a branch's commands repair their parent's fork only
+    /// where this says so (or the entry no longer describes the WAL).
+    fork_unfinished: bool,
     wal: WalStamp,
     /// What `log` shows beyond the above (absent: `log` reads the WAL).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     log: Option<LogPart>,
 }
 
-const INDEX_VERSION: u32 = 2;
+const INDEX_VERSION: u32 = 3;
 
 /// An entry whose `log` part would list more items than this (checkpoints, forks, residue)
 /// has none: it stays small, and `log` reads that session's WAL.
@@ -281,6 +285,13 @@ pub(crate) fn read_log(store: &Store, id: &str) -> Option<Facts> {
     log?.facts(info)
 }
 
+/// Whether session `id` has a fork it began and has not finished, from its entry, if
+/// there is one of this version that still describes its WAL as it is now.
+pub(crate) fn fork_unfinished(store: &Store, id: &str) -> Option<bool> {
+    let e = entry(store, id)?;
+    (e.index_version == INDEX_VERSION).then_some(e.fork_unfinished)
+}
+
 fn entry(store: &Store, id: &str) -> Option<Entry> {
     if store.copied().is_some() {
         return None;
@@ -321,6 +332,7 @@ pub(crate) fn write(store: &Store, id: &str, st: &State, wal: WalStamp) {
         head: info.head,
         parent: info.parent.clone(),
         manifest_digest: info.manifest_digest.clone(),
+        fork_unfinished: st.fork_unfinished(),
         wal,
         log: LogPart::of(id, &Facts::of(st, false, None)),
     };

@@ -402,6 +402,13 @@ impl State {
         self.steps.len() as u64
     }
 
+    /// A fork this session began is neither complete nor abandoned: the next command on it
+    /// (or on the fork's branch, which repairs its parent first) finishes or abandons it.
+    pub fn fork_unfinished(&self) -> bool {
+        self.fork_begun.is_some() && !self.fork_complete && self.life() == Life::Live
+            || self.fork_frozen.is_some() && !self.fork_complete
+    }
+
     pub fn life(&self) -> Life {
         if let Some(f) = &self.fork_frozen {
             Life::Frozen {

@@ -9,7 +9,6 @@ use crate::drift::Drift;
 use crate::error::{Code, Error, Remedy, Result};
 use crate::layers::Made;
 use crate::report::{ForkLineage, ForkReport, Residue, Rewound};
-use crate::state::Life;
 use crate::step::{Pos, StepKind, BY_FORK};
 use crate::unwind::{Context, Failed};
 use crate::util::{new_id, now_rfc3339, sha256_jcs};
@@ -1028,12 +1027,15 @@ impl Session {
             return Ok(());
         };
         let parent = &origin.parent;
+        // The parent's index entry says so where it still describes the parent's WAL: a
+        // branch of a large session does not read the parent's whole WAL at every call.
+        if crate::index::fork_unfinished(&self.store, parent) == Some(false) {
+            return Ok(());
+        }
         let Ok((st, _)) = crate::state::State::read(&self.store.wal_path(parent)) else {
             return Ok(());
         };
-        if st.fork_begun.is_some() && !st.fork_complete && st.life() == Life::Live
-            || st.fork_frozen.is_some() && !st.fork_complete
-        {
+        if st.fork_unfinished() {
             drop(self.store.attach(parent)?);
         }
         Ok(())

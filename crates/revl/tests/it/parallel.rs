@@ -290,6 +290,47 @@ fn the_parent_and_three_branches_write_at_once() {
     }
 }
 
+/// A branch's command finishes its parent's interrupted fork first. It reads the parent's
+/// WAL for that only where the parent's index entry says a fork is unfinished or no longer
+/// describes the WAL (docs/wal-format.md, "The session index"): here the entry was
+/// rebuilt by a reader after the crash, so it is fresh and says `forkUnfinished: true`.
+#[test]
+fn a_branch_finishes_its_parents_interrupted_fork_whatever_the_parents_entry_says() {
+    let (e, sink) = (env(), Sink::start().unwrap());
+    let (s, at_k) = parent(&e, &sink);
+    let dir = e.root.join("branch");
+    let o = confirm_into(&e, &s, dir.to_str().unwrap(), Some("fork.after-branch"));
+    assert_eq!(
+        o.code, -1,
+        "the process dies at the failpoint: {}",
+        o.stderr
+    );
+    let entry_of = |id: &str| -> Value {
+        let p = e.store.join("sessions").join(id).join("index.json");
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    let wal = e.store.join("sessions").join(&s).join("wal.jsonl");
+    let last = |wal: &Path| records(wal).last().unwrap()["record"].clone();
+    assert_eq!(last(&wal), "fork-begin");
+    // `log` reads every session and rebuilds the entries it finds stale, repairing nothing.
+    ok(&e, &["log"]);
+    let entry = entry_of(&s);
+    assert_eq!(entry["forkUnfinished"], true, "{entry}");
+    assert_eq!(last(&wal), "fork-begin", "log repaired nothing");
+    let branch = std::fs::read_dir(e.store.join("sessions"))
+        .unwrap()
+        .map(|d| d.unwrap().file_name().into_string().unwrap())
+        .find(|id| *id != s)
+        .expect("the branch's WAL exists");
+    // The branch's command: the parent's fork is completed first.
+    assert_eq!(ok(&e, &["status", &branch])["state"], "live");
+    assert_eq!(last(&wal), "fork-complete");
+    assert_snap_eq(&at_k, &snapshot(&dir), "the branch's workspace");
+    ok(&e, &["status", &s]);
+    assert_eq!(entry_of(&s)["forkUnfinished"], false);
+    assert_eq!(sink.count(), 0, "nothing was sent");
+}
+
 #[test]
 fn a_crash_at_any_fork_failpoint_in_parallel_mode_leaves_the_parent_whole() {
     for fp in [
