@@ -49,15 +49,7 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: Option<&str>)
         });
     }
     let mut st = Walk::new(fp, None);
-    if !dst.exists() {
-        fs::create_dir(dst).map_err(|e| io(dst, e))?;
-    }
-    mark(dst)?;
-    st.dir(src, dst)?;
-    let m = fs::metadata(src).map_err(|e| io(src, e))?;
-    fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))?;
-    // The copy is durable before the branch that names it exists.
-    crate::util::sync_tree(dst).map_err(|e| io(dst, e))?;
+    st.tree(src, dst, mark)?;
     Ok(Cloned {
         how: if st.copied == 0 { "reflink" } else { "copy" },
         bytes_copied: st.bytes_copied,
@@ -73,13 +65,7 @@ pub fn clone_tree(src: &Path, dst: &Path, fp: &Failpoints, marker: Option<&str>)
 pub fn freeze_tree(src: &Path, dst: &Path, index: &StatIndex) -> Result<Cloned> {
     let fp = Failpoints::none();
     let mut st = Walk::new(&fp, Some((dst, index)));
-    if !dst.exists() {
-        fs::create_dir(dst).map_err(|e| io(dst, e))?;
-    }
-    st.dir(src, dst)?;
-    let m = fs::metadata(src).map_err(|e| io(src, e))?;
-    fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))?;
-    crate::util::sync_tree(dst).map_err(|e| io(dst, e))?;
+    st.tree(src, dst, |_| Ok(()))?;
     Ok(Cloned {
         how: "copy",
         bytes_copied: st.bytes_copied,
@@ -192,6 +178,24 @@ impl<'a> Walk<'a> {
             files: 0,
             noting,
         }
+    }
+
+    /// The whole tree: `dst` made if absent, `mark`ed, filled, given `src`'s mode, and
+    /// durable before the branch that names it exists.
+    fn tree(
+        &mut self,
+        src: &Path,
+        dst: &Path,
+        mark: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<()> {
+        if !dst.exists() {
+            fs::create_dir(dst).map_err(|e| io(dst, e))?;
+        }
+        mark(dst)?;
+        self.dir(src, dst)?;
+        let m = fs::metadata(src).map_err(|e| io(src, e))?;
+        fs::set_permissions(dst, m.permissions()).map_err(|e| io(dst, e))?;
+        crate::util::sync_tree(dst).map_err(|e| io(dst, e))
     }
 
     fn dir(&mut self, src: &Path, dst: &Path) -> Result<()> {
