@@ -72,15 +72,15 @@ pub fn freeze_tree(src: &Path, dst: &Path, index: &StatIndex) -> Result<Cloned> 
     })
 }
 
-/// Copy the regular file `from` (whose `lstat` is `m`) to the new file `to`, hashing the
-/// bytes as they are written: their digest. The copy gets `from`'s permission bits.
-fn copy_hashing(from: &Path, to: &Path, m: &fs::Metadata) -> std::io::Result<([u8; 32], u64)> {
+/// Copy the regular file open as `src` (whose `lstat` was `m`) to the new file `to`,
+/// hashing the bytes as they are written: their digest. The copy gets `src`'s permission
+/// bits.
+fn copy_hashing(
+    src: &mut fs::File,
+    to: &Path,
+    m: &fs::Metadata,
+) -> std::io::Result<([u8; 32], u64)> {
     use std::io::{Read, Write};
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut src = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(from)?;
     let mut dst = fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -251,7 +251,13 @@ impl<'a> Walk<'a> {
             self.copied += 1;
             self.bytes_copied += m.blocks().saturating_mul(512).min(m.len());
         } else if let (Some((root, index)), false) = (self.noting, sparse) {
-            let (digest, n) = copy_hashing(from, to, m).map_err(|e| io(to, e))?;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut src = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(from)
+                .map_err(|e| io(from, e))?;
+            let (digest, n) = copy_hashing(&mut src, to, m).map_err(|e| io(to, e))?;
             if n > 0 {
                 self.copied += 1;
                 self.bytes_copied += n;

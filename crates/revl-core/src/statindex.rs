@@ -21,9 +21,10 @@
 //! so its entries are kept without waiting to settle ([`StatIndex::frozen`]).
 //!
 //! Format (little-endian): `revl-stat-index 1\n` (a frozen layer's: `revl-stat-index
-//! frozen 1\n`, whose entries are kept at load whatever their ctime), the scan's start (i64 seconds, u32 nanoseconds), the entry
-//! count (u64), the entries (path length u32, path bytes, inode u64, size u64, mtime i64 +
-//! u32, ctime i64 + u32, mode u32, digest 32 bytes), then the blake3 of everything before.
+//! frozen 1\n`, whose entries are kept at load whatever their ctime), the scan's start
+//! (i64 seconds, u32 nanoseconds), the entry count (u64), the entries (path length u32,
+//! path bytes, inode u64, size u64, mtime i64 + u32, ctime i64 + u32, mode u32, digest 32
+//! bytes), then the blake3 of everything before.
 
 use std::collections::HashMap;
 use std::fs::Metadata;
