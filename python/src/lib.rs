@@ -753,6 +753,21 @@ impl NativeSession {
         })
     }
 
+    /// `fork` and `fork_confirm(into=…)` in one call, the workspace scanned once
+    /// (`RevlSaver.branch`): with `require_clean`, an enumeration whose residue is not clean
+    /// comes back unconfirmed (no branch), the fork pending.
+    fn fork_branch(
+        &self,
+        py: Python<'_>,
+        at: i64,
+        into: PathBuf,
+        require_clean: bool,
+    ) -> PyResult<Doc> {
+        self.verb(py, How::Write, move |s| {
+            s.fork_branch(at, &into, require_clean)
+        })
+    }
+
     fn commit(&self, py: Python<'_>) -> PyResult<Doc> {
         self.verb(py, How::Write, |s| s.commit())
     }

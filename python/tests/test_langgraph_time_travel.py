@@ -339,13 +339,14 @@ def test_fork_not_clean_raises_and_changes_nothing(
 def test_a_branch_enumerates_its_fork_once(
     base: Path, sink: Sink, store_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`saver.branch` (tree search) enumerates its fork once, then confirms it: every
-    enumeration checks each witnessed path of the workspace, so a preview before it cost a
-    whole scan per branch. What `on_crossed` reads comes from that one enumeration: a branch
-    over a crossed emission still raises, before its directory is made."""
+    """`saver.branch` (tree search) enumerates and confirms its fork in one call
+    (`fork_branch`): every enumeration checks each witnessed path of the workspace, so a
+    preview, or a confirm's second scan, cost a whole scan per branch. What `on_crossed`
+    reads comes from that one enumeration: a branch over a crossed emission still raises,
+    before its directory is made, and the fork stays pending."""
     saver, app, k1, _ = crossed_setup(base, sink, store_dir, "raise")
     calls: list[str] = []
-    for name in ("fork_preview", "fork"):
+    for name in ("fork_preview", "fork", "fork_confirm", "fork_branch"):
         real = getattr(revl.Session, name)
 
         def spy(self: revl.Session, *a: Any, _name: str = name, _real: Any = real, **kw: Any) -> Any:
@@ -355,13 +356,13 @@ def test_a_branch_enumerates_its_fork_once(
         monkeypatch.setattr(revl.Session, name, spy)
     latest = app.get_state({"configurable": {"thread_id": "x"}})
     b = saver.branch(latest.config, base / "b1")
-    assert calls == ["fork"], calls
+    assert calls == ["fork_branch"], calls
     assert (base / "b1" / "reply.txt").read_bytes() == OLD.encode()
     assert b.status().parent == saver.thread_session("x").id  # type: ignore[union-attr]
     calls.clear()
     with pytest.raises(revl.ForkNotClean) as exc:
         saver.branch(k1.config, base / "later" / "b2")
-    assert calls == ["fork"], calls
+    assert calls == ["fork_branch"], calls
     assert exc.value.report is not None and exc.value.report.to_dict()["emissionsCrossed"]
     assert not (base / "later").exists(), "refused before anything was made"
     assert sink.count == 1

@@ -4,6 +4,7 @@ revl.diff."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -308,6 +309,32 @@ def test_fork_parallel_into_dir_leaves_parent_live(session: revl.Session, base: 
     # the pending fork was consumed
     with pytest.raises(revl.NoPendingFork):
         session.fork_confirm(plan.hash)
+
+
+def test_fork_branch_enumerates_and_confirms_in_one_call(
+    session: revl.Session, base: Path
+) -> None:
+    """`fork_branch` writes what `fork` then `fork_confirm(into=...)` write, and gives the
+    same branch; its parents are made."""
+    ws, into = base / "ws", base / "deep" / "alt"
+    session.write("a.txt", "at-1")  # 1
+    session.write("a.txt", "after")  # 2
+    done = session.fork_branch(1, into)
+    assert done.mode == "parallel" and Path(done.into) == into.resolve()
+    assert (into / "a.txt").read_text() == "at-1"
+    assert (ws / "a.txt").read_text() == "after", "the parent's workspace is untouched"
+    assert session.status().state == "live"
+    b = done.branch
+    assert isinstance(b, revl.Session) and b.status().parent == session.id
+    b.write("q.txt", "branch")
+    assert not (ws / "q.txt").exists()
+    wal = Path(session.status().wal).read_text().splitlines()
+    records = [json.loads(line)["record"] for line in wal]
+    # As `fork` then `fork_confirm(into=...)`: the pending fork, then the confirm's records.
+    tail = records[records.index("fork-pending") :]
+    assert tail[-1] == "fork-complete" and "fork-begin" in tail, records
+    with pytest.raises(revl.NoPendingFork):
+        session.fork_confirm(done.hash or "0" * 64)
 
 
 def test_commit_and_commit_confirm(session: revl.Session) -> None:

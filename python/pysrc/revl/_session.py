@@ -435,6 +435,24 @@ class Session:
         branch = Session(self.store, report.branch_id, self.tools, _host_obj=self._host)
         return ForkReport(report.to_dict(), branch=branch)
 
+    def fork_branch(
+        self, at: int, into: PathLike, require_clean: bool = False
+    ) -> ForkReport:
+        """:meth:`fork` at ``at`` and :meth:`fork_confirm` into ``into`` in one call, the
+        workspace scanned once (the confirm's check is that enumeration; the session stays
+        locked between them): a parallel branch, ``.branch``, for a caller that decides on
+        the report itself. ``into``'s missing parents are made. With
+        ``require_clean=True``, an enumeration whose residue is not clean comes back
+        unconfirmed (``.branch`` is ``None``, ``.hash`` set; nothing is made): the fork stays
+        pending, as after :meth:`fork`."""
+        report = _result(
+            ForkReport, self._native.fork_branch(at, os.fspath(into), require_clean)
+        )
+        if report.branch_id is None:
+            return report
+        branch = Session(self.store, report.branch_id, self.tools, _host_obj=self._host)
+        return ForkReport(report.to_dict(), branch=branch)
+
     def commit(self) -> CommitPlan:
         """The commit plan (nothing fires); confirm with ``commit_confirm(plan.hash)``."""
         return _result(CommitPlan, self._native.commit())

@@ -239,6 +239,16 @@ class Session:
             return _enumeration(report)
         return ForkReport(report.to_dict(), branch=Session(report.branch, _store=self.store))
 
+    async def fork_branch(
+        self, at: int, into: PathLike, require_clean: bool = False
+    ) -> ForkReport[Session]:
+        """:meth:`revl.Session.fork_branch`; the result's ``branch`` is a
+        :class:`revl.aio.Session`."""
+        report = await asyncio.to_thread(self.sync.fork_branch, at, into, require_clean)
+        if report.branch is None:
+            return _enumeration(report)
+        return ForkReport(report.to_dict(), branch=Session(report.branch, _store=self.store))
+
     async def commit(self) -> CommitPlan:
         return await asyncio.to_thread(self.sync.commit)
 

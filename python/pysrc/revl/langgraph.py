@@ -487,25 +487,20 @@ class RevlSaver(InMemorySaver):
         ``on_crossed``."""
         with self._lock:
             s, pos = self.position_of(config)
-            # One enumeration, not a preview and then the enumeration: each checks every
-            # witnessed path of the workspace, and the confirm checks them again against the
-            # hash. What the policy reads (``clean``) comes from the timeline alone, so the
-            # enumeration's report serves it; refused, the enumerated fork is left pending,
-            # unconfirmed (nothing in any workspace changed; the next fork replaces it).
-            plan = s.fork(pos)
-            if not plan.clean and self.on_crossed == "raise":
+            # One call, one scan: each scan checks every witnessed path of the workspace, so
+            # the fork is enumerated and confirmed together (``fork_branch``: the confirm's
+            # check is that enumeration). What the policy reads (``clean``) comes from the
+            # timeline alone; refused, the enumerated fork is left pending, unconfirmed
+            # (nothing in any workspace changed; the next fork replaces it).
+            plan = s.fork_branch(pos, into, require_clean=self.on_crossed == "raise")
+            if plan.branch is None:
                 raise ForkNotClean(
                     f"a branch of session {s.id} at step {pos} would start over what already "
                     "left the host; nothing was changed (the fork stays enumerated, unconfirmed)",
                     'pass on_crossed="proceed" to branch anyway',
                     report=plan,
                 )
-            parent_dir = os.path.dirname(os.path.abspath(os.fspath(into)))
-            os.makedirs(parent_dir, exist_ok=True)
-            assert plan.hash is not None
-            branch = s.fork_confirm(plan.hash, into=into).branch
-            assert branch is not None
-            return branch
+            return plan.branch
 
     def thread_session(self, thread_id: str) -> Session | None:
         """The live line's session of a thread (``None`` before its first effect)."""

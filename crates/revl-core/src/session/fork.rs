@@ -483,6 +483,43 @@ impl Session {
         self.fork_confirm_with(hash, Some(into), DriftPolicy::Restore)
     }
 
+    /// A parallel branch at step `k` in `into`, enumerated and confirmed in one call: for a
+    /// front end that decides on the enumeration itself (`RevlSaver.branch`,
+    /// docs/langgraph.md). The WAL gets what `fork` and then `fork-confirm --into` write
+    /// (`fork-pending`, then the confirm's records). The workspace is scanned once: the
+    /// confirm's checks are this call's enumeration. The session's lock is held from one to
+    /// the other, so no record can come between them, and a hand edit of the workspace can
+    /// come after the scan as it can after a confirm's own check. With `require_clean`, an
+    /// enumeration whose residue is not clean is returned as it is (no `branch`): the fork
+    /// stays pending, unconfirmed, as after `fork`, and nothing is made. Otherwise `into`'s
+    /// missing parent directories are made, and `into` is checked as the confirm checks it.
+    pub fn fork_branch(&mut self, k: i64, into: &Path, require_clean: bool) -> Result<ForkReport> {
+        self.require_live()?;
+        let p = self.fork_checks(k)?;
+        let k = p.at;
+        let drift = self.fork_drift(&p)?;
+        let hash = self.fork_hash(&p, &drift);
+        self.append(
+            Record::ForkPending {
+                at: k,
+                hash: Some(hash.clone()),
+            },
+            true,
+        )?;
+        if require_clean {
+            let mut report = self.fork_report(&p, None, &[], drift.clone());
+            if !report.residue.clean {
+                report.hash = Some(hash);
+                return Ok(report);
+            }
+        }
+        if let Some(parent) = into.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
+        }
+        let (dir, existed) = self.check_into(into)?;
+        self.parallel_from(&dir, existed, p, drift, k, DriftPolicy::Restore)
+    }
+
     fn confirm_parallel(
         &mut self,
         hash: &str,
@@ -495,17 +532,31 @@ impl Session {
             Ok(x) => x,
             Err(refused) => return Ok(*refused),
         };
+        self.parallel_from(&dir, existed, p, drift, k, policy)
+    }
+
+    /// The confirmed parallel fork, from its checked enumeration: fork-begin, DIR and the
+    /// branch, fork-complete, the report.
+    fn parallel_from(
+        &mut self,
+        dir: &Path,
+        existed: bool,
+        p: Partition,
+        drift: Vec<Drift>,
+        k: Pos,
+        policy: DriftPolicy,
+    ) -> Result<ForkReport> {
         // 1. fork-begin names DIR, durable, before anything is made there.
         let into = (dir.display().to_string(), !existed);
         let begun = self.begin_fork(k, &p, Some(into), policy)?;
         let branch = begun.branch.clone();
         // 2-4. DIR, then the branch. Anything failing on the way: what revl made in DIR is
         // removed and the fork abandoned (the parent was never touched).
-        let made = self.make_parallel_branch(&dir, k, begun, policy, &drift);
+        let made = self.make_parallel_branch(dir, k, begun, policy, &drift);
         let (made, into_str, preserved, done) = match made {
             Ok(x) => x,
             Err(e) => {
-                remove_made(&self.store, &dir, existed, &branch);
+                remove_made(&self.store, dir, existed, &branch);
                 self.append(
                     Record::ForkAbandoned {
                         at: k,
