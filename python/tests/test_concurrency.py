@@ -238,6 +238,24 @@ def stepped_ws(s: revl.aio.Session) -> str:
     return str(s.sync.status().workspace)
 
 
+def test_aio_fork_branch_gives_an_aio_branch(store_dir: Path, base: Path) -> None:
+    """`revl.aio.Session.fork_branch` is `revl.Session.fork_branch` awaited: its `.branch` is
+    a `revl.aio.Session` at the step, in its own directory."""
+
+    async def main() -> None:
+        s = await revl.aio.Store(store_dir).new(base / "aio-ws")
+        await s.write("a.txt", "one")
+        await s.write("a.txt", "two")
+        report = await s.fork_branch(1, base / "aio-alt")
+        branch = report.branch
+        assert isinstance(branch, revl.aio.Session), type(branch)
+        assert await branch.read("a.txt") == b"one"
+        assert (base / "aio-alt" / "a.txt").read_text() == "one"
+        assert (base / "aio-ws" / "a.txt").read_text() == "two"
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("parallel", [False, True])
 def test_aio_fork_confirm_gives_an_aio_branch(store_dir: Path, base: Path, parallel: bool) -> None:
     """docs/python.md: `revl.aio` offers the same verbs; `fork_confirm`'s `.branch` is the branch as
