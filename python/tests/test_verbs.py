@@ -319,6 +319,10 @@ def test_fork_branch_enumerates_and_confirms_in_one_call(
     ws, into = base / "ws", base / "deep" / "alt"
     session.write("a.txt", "at-1")  # 1
     session.write("a.txt", "after")  # 2
+    # A directory inside the live workspace is refused before any parent of it is made.
+    with pytest.raises(revl.PathOutside):
+        session.fork_branch(1, ws / "inner" / "alt")
+    assert not (ws / "inner").exists()
     done = session.fork_branch(1, into)
     assert done.mode == "parallel" and Path(done.into) == into.resolve()
     assert (into / "a.txt").read_text() == "at-1"

@@ -491,8 +491,8 @@ impl Session {
     /// the other, so no record can come between them, and a hand edit of the workspace can
     /// come after the scan as it can after a confirm's own check. With `require_clean`, an
     /// enumeration whose residue is not clean is returned as it is (no `branch`): the fork
-    /// stays pending, unconfirmed, as after `fork`, and nothing is made. Otherwise `into`'s
-    /// missing parent directories are made, and `into` is checked as the confirm checks it.
+    /// stays pending, unconfirmed, as after `fork`, and nothing is made. Otherwise `into` is
+    /// checked as the confirm checks it, then its missing parent directories are made.
     pub fn fork_branch(&mut self, k: i64, into: &Path, require_clean: bool) -> Result<ForkReport> {
         self.require_live()?;
         let p = self.fork_checks(k)?;
@@ -513,10 +513,12 @@ impl Session {
                 return Ok(report);
             }
         }
-        if let Some(parent) = into.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // Checked first (never inside or around a live workspace or the store), then its
+        // missing parents made.
+        let (dir, existed) = self.check_into(into)?;
+        if let Some(parent) = dir.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent.display(), e))?;
         }
-        let (dir, existed) = self.check_into(into)?;
         self.parallel_from(&dir, existed, p, drift, k, DriftPolicy::Restore)
     }
 
