@@ -53,24 +53,9 @@ impl Packs {
 
     /// [`Packs::keep`] without touching what was read of the packs: for the `again` of
     /// [`Packs::find`], which reads the pack it replaces right after.
+    /// (Its temporary file's name starts with a dot: never read as a pack.)
     pub(crate) fn write(&self, tree: &str, bytes: &[u8]) -> std::io::Result<()> {
-        static KEPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        std::fs::create_dir_all(&self.dir)?;
-        let n = KEPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = self
-            .dir
-            .join(format!(".{tree}.{}.{n}.tmp", std::process::id()));
-        let written = (|| {
-            let mut f = File::create(&tmp)?;
-            std::io::Write::write_all(&mut f, bytes)?;
-            f.sync_data()?;
-            std::fs::rename(&tmp, self.dir.join(tree))?;
-            File::open(&self.dir)?.sync_all()
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written
+        revl_core::util::write_durable(&self.dir.join(tree), bytes)
     }
 
     /// Where the blob `digest` lies in a pack, if one holds it (packs added since the last

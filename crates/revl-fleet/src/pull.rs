@@ -582,10 +582,7 @@ impl Reader {
                     .ok_or_else(|| tampered(&self.remote.name, &key, "it is not a pack"))?;
                 // Each entry checked, then the pack kept whole: one file in the cache, not
                 // one a blob (the cache's reads find a blob no loose file holds in it).
-                let intact = revl_core::util::par_map(&entries, |(d, b)| {
-                    revl_core::util::blake3_hex(b) == *d
-                });
-                if intact.contains(&false) {
+                if !pack_intact(&entries) {
                     return Err(tampered(
                         &self.remote.name,
                         &key,
@@ -657,6 +654,14 @@ const FETCH_CHUNK: usize = 256;
 /// The largest blob a fetch holds in memory: a round holds at most
 /// [`crate::untrusted::FETCH_BUDGET`] bytes; a larger blob streams into a file.
 pub(crate) const FETCH_SMALL: u64 = crate::untrusted::FETCH_BUDGET / FETCH_CHUNK as u64;
+
+/// Whether every entry of a pack holds what its digest names (checked over the cores: ten
+/// thousand small entries cost the hashing, not the bytes).
+fn pack_intact(entries: &[(String, &[u8])]) -> bool {
+    revl_core::util::par_map(entries, |(d, b)| revl_core::util::blake3_hex(b) == *d)
+        .into_iter()
+        .all(|ok| ok)
+}
 
 /// Files a fetch streamed into the cache, removed when it is done with them.
 struct Spilled(Vec<PathBuf>);
@@ -753,11 +758,8 @@ impl MirrorBlobs {
         else {
             return false;
         };
-        crate::unpack(&bytes).is_some_and(|entries| {
-            revl_core::util::par_map(&entries, |(d, b)| revl_core::util::blake3_hex(b) == *d)
-                .into_iter()
-                .all(|ok| ok)
-        }) && self.packs.write(tree, &bytes).is_ok()
+        crate::unpack(&bytes).is_some_and(|entries| pack_intact(&entries))
+            && self.packs.write(tree, &bytes).is_ok()
     }
 
     /// The remote's blob `digest`, checked against its name, put in the cache.
