@@ -639,7 +639,7 @@ pub fn run_to(
     if let Some(fd) = note_fd {
         cmd.env("REVL_NOTE_FD", fd.to_string());
     }
-    revl_sandbox::arm(&mut cmd, plan, &board);
+    revl_sandbox::arm(&mut cmd, plan, &board).map_err(Failure::NotStarted)?;
     let mut said = false;
     let mut note_reader = None;
     let mut started = || {

@@ -3,11 +3,14 @@
 //!
 //! Most of it is the exec sandbox's children (docs/architecture.md, "The exec sandbox"):
 //! `std::process::Command` forks; in that child (before exec) [`arm`]'s hook makes the
-//! namespaces and forks the namespace's first process (PID 1), which sets up the mounts and
-//! forks the command (PID 2) as an ordinary process. PID 1 is a minimal init: it reaps
-//! orphans, and when the command exits it writes the command's wait status to a page
-//! shared with revl ([`Board`]) and exits, whereupon the kernel kills every process left in
-//! the namespace. Each of the three dies with its parent (`PR_SET_PDEATHSIG`).
+//! namespaces and starts the namespace's first process (PID 1), which sets up the mounts and
+//! starts the command's process (PID 2), which runs `execve`. PID 1 and PID 2 share the
+//! memory of `Command`'s child instead of copying it (`CLONE_VM`, each on a stack of its
+//! own: [`namespaces::spawn_vm`]), so an exec copies the caller's page tables once, not
+//! three times. PID 1 is a minimal init: it reaps orphans, and when the command exits it
+//! writes the command's wait status to a page shared with revl ([`Board`]) and exits,
+//! whereupon the kernel kills every process left in the namespace. Each of the three dies
+//! with its parent (`PR_SET_PDEATHSIG`).
 //!
 //! Everything between fork and exec is a system call on data prepared before the fork (a
 //! [`Plan`]): no allocation, no lock, as `pre_exec` requires. The calls go through rustix
@@ -46,6 +49,7 @@ pub mod seccomp;
 pub mod signals;
 
 use std::ffi::CString;
+use std::os::fd::FromRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -329,21 +333,171 @@ impl Drop for Board {
 }
 
 /// Make `cmd` start in the sandbox `plan` describes, reporting to `board`. The board must
-/// outlive the command's start (it is read after the command ends).
+/// outlive the command's start (it is read after the command ends). The command's program,
+/// arguments and environment are taken from `cmd` now (the sandbox's last process runs
+/// `execve` itself; see [`Exec`]); an error: one of them holds a NUL byte.
 #[allow(unsafe_code)]
-pub fn arm(cmd: &mut Command, plan: Plan, board: &Board) {
+pub fn arm(cmd: &mut Command, plan: Plan, board: &Board) -> std::io::Result<()> {
+    let exec = Exec::of(cmd)?;
     let page = board.ptr.as_ptr() as usize;
-    // SAFETY: `enter` makes only system calls on memory prepared before the fork (`plan`,
-    // moved into the hook, and the shared page); it never allocates or takes a lock.
+    // SAFETY: `enter` makes only system calls on memory prepared before the fork (`plan`
+    // and `exec`, moved into the hook, and the shared page); it never allocates or takes a
+    // lock.
     unsafe {
-        cmd.pre_exec(move || enter(&plan, &*(page as *const Page)));
+        cmd.pre_exec(move || enter(&plan, &exec, &*(page as *const Page)));
+    }
+    Ok(())
+}
+
+/// The command's `execve`, prepared before the fork: the paths to try (the program itself
+/// when it names a path, else each directory of the command's `PATH` in turn, as the C
+/// library's `execvp` searches), and its argument and environment vectors (the caller's
+/// environment with `cmd`'s changes, as `std::process::Command` would pass it).
+///
+/// A file found but not executable as a program (`ENOEXEC`: a script without `#!`) is an
+/// error here, where `execvp` would run it with `/bin/sh`: revl runs a command never
+/// through a shell.
+pub struct Exec {
+    paths: Vec<CString>,
+    _strings: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into `_strings`' heap buffers, owned by the same value and
+// never changed; they are only read (by `execve`).
+#[allow(unsafe_code)]
+unsafe impl Send for Exec {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl Sync for Exec {}
+
+impl Exec {
+    fn of(cmd: &Command) -> std::io::Result<Exec> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = |s: &std::ffi::OsStr| {
+            CString::new(s.as_bytes()).map_err(|_| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a NUL byte in the command's program, arguments or environment",
+                )
+            })
+        };
+        let mut env: std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString> =
+            std::env::vars_os().collect();
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => env.insert(k.to_owned(), v.to_owned()),
+                None => env.remove(k),
+            };
+        }
+        let prog = cmd.get_program();
+        let paths = if prog.as_bytes().contains(&b'/') {
+            vec![c(prog)?]
+        } else {
+            // The C library's default where PATH is unset (`confstr(_CS_PATH)`).
+            let search = env
+                .get(std::ffi::OsStr::new("PATH"))
+                .map_or(&b"/bin:/usr/bin"[..], |p| p.as_bytes());
+            let mut paths = Vec::new();
+            for dir in search.split(|b| *b == b':') {
+                // An empty entry is the working directory.
+                let mut full = dir.to_vec();
+                if !full.is_empty() {
+                    full.push(b'/');
+                }
+                full.extend_from_slice(prog.as_bytes());
+                paths.push(c(std::ffi::OsStr::from_bytes(&full))?);
+            }
+            paths
+        };
+        let mut strings = Vec::new();
+        strings.push(c(prog)?);
+        for a in cmd.get_args() {
+            strings.push(c(a)?);
+        }
+        let argc = strings.len();
+        for (k, v) in &env {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            strings.push(c(std::ffi::OsStr::from_bytes(&kv))?);
+        }
+        let ptrs = |v: &[CString]| {
+            v.iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect::<Vec<_>>()
+        };
+        let argv = ptrs(&strings[..argc]);
+        let envp = ptrs(&strings[argc..]);
+        Ok(Exec {
+            paths,
+            _strings: strings,
+            argv,
+            envp,
+        })
+    }
+
+    /// Try each path; returns only if none could be run: the error `execvp` would give
+    /// (the last one that was not "not there", else `EACCES` if a file was found but not
+    /// allowed, else `ENOENT`).
+    #[allow(unsafe_code)]
+    fn run(&self) -> std::io::Error {
+        let mut denied = false;
+        for path in &self.paths {
+            // SAFETY: NUL-terminated vectors of pointers into C strings this value owns.
+            unsafe { libc::execve(path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EACCES) => denied = true,
+                Some(
+                    libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT,
+                ) => {}
+                _ => return e,
+            }
+        }
+        std::io::Error::from_raw_os_error(if denied { libc::EACCES } else { libc::ENOENT })
     }
 }
 
-/// Runs in the child `Command` forked, before exec: the namespaces, PID 1 and its set-up,
-/// then the command's own process, which returns to exec. The other two never return.
-fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
+/// What PID 1 and the command's process are handed: pointers into the frame of the process
+/// that starts them (it stays in that frame while they may read them).
+struct Hand<'a> {
+    plan: &'a Plan,
+    exec: &'a Exec,
+    board: &'a Page,
+    /// The write end of the pipe a failure is told through (see [`enter`]).
+    told: std::os::fd::RawFd,
+    /// PID 1: a process descriptor of `Command`'s child (`-1`: none).
+    outer: std::os::fd::RawFd,
+    /// The command: the pipe PID 1's go-ahead comes through.
+    sync: (std::os::fd::RawFd, std::os::fd::RawFd),
+}
+
+/// Tell `enter` why this process of the sandbox failed (the error number; a pipe write of
+/// four bytes is atomic), then exit.
+fn fail(told: std::os::fd::RawFd, e: &std::io::Error, code: i32) -> ! {
+    let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
+    #[allow(unsafe_code)]
+    // SAFETY: `told` is open in this process until it exits or execs.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(told) };
+    let _ = rustix::io::write(fd, &errno.to_ne_bytes());
+    namespaces::exit(code)
+}
+
+/// Runs in the child `Command` forked, before exec: the namespaces, then PID 1, which sets
+/// up the mounts and starts the command's own process, which runs `execve`. PID 1 and the
+/// command's process share this process's memory (`CLONE_VM`, [`namespaces::spawn_vm`]):
+/// revl is copied once per exec, not three times.
+///
+/// None of the three returns into `Command`'s code but this one, and only with an error:
+/// PID 1 and the command's process tell it theirs through a pipe (its error number), and it
+/// returns that, so `Command::spawn` fails as it would had the error been its own. The pipe
+/// is closed on exec: end of file means the command runs.
+fn enter(p: &Plan, exec: &Exec, board: &Page) -> std::io::Result<()> {
     use rustix::process::{set_parent_process_death_signal, Signal};
+    use std::os::fd::AsRawFd;
     let at = |s: Stage| board.stage.store(s as i32, Ordering::SeqCst);
     at(Stage::DeathSignal);
     set_parent_process_death_signal(Some(Signal::KILL))?;
@@ -373,22 +527,75 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
         rustix::process::PidfdFlags::empty(),
     )
     .ok();
-    let init = namespaces::fork()?;
-    if init > 0 {
-        // Outside the namespace: wait for its PID 1, then exit as it did (0 after it
-        // reported the command's status; else what killed it).
-        fdpass::close_from(0, false);
-        let st = namespaces::reap_until(init);
-        namespaces::exit(if libc::WIFEXITED(st) {
-            libc::WEXITSTATUS(st)
-        } else {
-            128 + libc::WTERMSIG(st)
+    let (told_r, told_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let stack = namespaces::Stack::new()?;
+    let hand = Hand {
+        plan: p,
+        exec,
+        board,
+        told: told_w.as_raw_fd(),
+        outer: outer.as_ref().map_or(-1, |o| o.as_raw_fd()),
+        sync: (-1, -1),
+    };
+    let init = namespaces::spawn_vm(0, &stack, pid1, std::ptr::from_ref(&hand).cast())?;
+    drop(told_w);
+    // Until the command runs (end of file: every write end closed, the last by its exec)
+    // or a process of the sandbox fails (its error number). This process only reads here:
+    // it makes no call that sets `errno`, which the other two share with it.
+    let mut got = [0u8; 4];
+    let mut n = 0;
+    while n < got.len() {
+        match rustix::io::read(&told_r, &mut got[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if n > 0 {
+        // PID 1 dies with this process (its death signal), and the kernel empties the
+        // namespace with it.
+        return Err(match n {
+            4 => std::io::Error::from_raw_os_error(i32::from_ne_bytes(got)),
+            _ => std::io::Error::from_raw_os_error(libc::EIO),
         });
     }
-    // PID 1.
+    // Outside the namespace: wait for its PID 1, then exit as it did (0 after it reported
+    // the command's status; else what killed it).
+    fdpass::close_from(0, false);
+    let st = namespaces::reap_until(init);
+    namespaces::exit(if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else {
+        128 + libc::WTERMSIG(st)
+    });
+}
+
+/// PID 1 of the sandbox's namespaces, on a stack of its own in the memory of `Command`'s
+/// child ([`enter`]): it sets up the mounts and starts the command, then only waits.
+extern "C" fn pid1(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Hand` in `enter`'s frame, which waits (in that frame) until
+    // this process has told its failure or the command runs, and never changes it.
+    #[allow(unsafe_code)]
+    let h = unsafe { &*arg.cast::<Hand>() };
+    let e = match pid1_run(h) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    fail(h.told, &e, 125)
+}
+
+fn pid1_run(h: &Hand) -> std::io::Result<std::convert::Infallible> {
+    use rustix::process::{set_parent_process_death_signal, Signal};
+    use std::os::fd::AsRawFd;
+    let (p, board) = (h.plan, h.board);
+    let at = |s: Stage| board.stage.store(s as i32, Ordering::SeqCst);
     set_parent_process_death_signal(Some(Signal::KILL))?;
-    if let Some(outer) = outer {
+    if h.outer >= 0 {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        #[allow(unsafe_code)]
+        // SAFETY: the descriptor `enter` opened, in this process's copy of its table.
+        let outer = unsafe { std::os::fd::BorrowedFd::borrow_raw(h.outer) };
         let mut fds = [PollFd::new(&outer, PollFlags::IN)];
         let now = Timespec {
             tv_sec: 0,
@@ -413,48 +620,83 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
     // The command waits for PID 1's go-ahead: PID 1 writes the command's id maps (as
     // root) and confines itself first, so the command never runs beside an unconfined PID 1.
     let (sync_r, sync_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    let cmd = if p.command_userns {
-        namespaces::clone_into_userns()?
-    } else {
-        namespaces::fork()?
+    let stack = namespaces::Stack::new()?;
+    let hand = Hand {
+        sync: (sync_r.as_raw_fd(), sync_w.as_raw_fd()),
+        ..*h
     };
-    if cmd > 0 {
-        drop(sync_r);
-        if p.command_userns {
-            // The whole id range, as is: files keep their owners; the capabilities of
-            // uid 0 there reach only that (empty) namespace.
-            if let Err(e) = namespaces::write_identity_maps(cmd) {
-                namespaces::kill(cmd);
-                return Err(e);
-            }
-        }
-        // PID 1 only waits from here on: a session of its own (out of revl's process
-        // group: the command cannot signal the caller's shell through it), not dumpable (no
-        // `/proc/1/mem` to write into), no capability, and the command's seccomp filter
-        // (docs/security.md); then nothing open.
-        let confined = (|| -> std::io::Result<()> {
-            rustix::process::setsid()?;
-            rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)?;
-            caps::drop_bounding()?;
-            caps::clear()?;
-            seccomp::install(&p.seccomp)
-        })();
-        if let Err(e) = confined {
+    let flags = if p.command_userns {
+        libc::CLONE_NEWUSER
+    } else {
+        0
+    };
+    let cmd = namespaces::spawn_vm(flags, &stack, command, std::ptr::from_ref(&hand).cast())?;
+    drop(sync_r);
+    if p.command_userns {
+        // The whole id range, as is: files keep their owners; the capabilities of
+        // uid 0 there reach only that (empty) namespace.
+        if let Err(e) = namespaces::write_identity_maps(cmd) {
             namespaces::kill(cmd);
             return Err(e);
         }
-        let _ = rustix::io::write(&sync_w, b"1");
-        drop(sync_w);
-        fdpass::close_from(0, false);
-        let status = namespaces::reap_until(cmd);
-        board.status.store(status, Ordering::SeqCst);
-        board.done.store(1, Ordering::SeqCst);
-        // PID 1 exits: the kernel kills whatever the command left running.
-        namespaces::exit(0);
     }
-    // The command's process: exec follows.
+    // PID 1 only waits from here on: a session of its own (out of revl's process
+    // group: the command cannot signal the caller's shell through it), not dumpable (no
+    // `/proc/1/mem` to write into), no capability, and the command's seccomp filter
+    // (docs/security.md); then nothing open.
+    let confined = (|| -> std::io::Result<()> {
+        rustix::process::setsid()?;
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)?;
+        caps::drop_bounding()?;
+        caps::clear()?;
+        seccomp::install(&p.seccomp)
+    })();
+    if let Err(e) = confined {
+        namespaces::kill(cmd);
+        return Err(e);
+    }
+    // From here on PID 1 makes no call that sets `errno` (`close_range` succeeds on every
+    // kernel the sandbox runs on; the rest is rustix's own system calls): the command,
+    // now running beside it in the same memory, reads its own.
+    let _ = rustix::io::write(&sync_w, b"1");
+    drop(sync_w);
+    fdpass::close_from(0, false);
+    let status = namespaces::reap_until(cmd);
+    board.status.store(status, Ordering::SeqCst);
+    board.done.store(1, Ordering::SeqCst);
+    // PID 1 exits: the kernel kills whatever the command left running.
+    namespaces::exit(0);
+}
+
+/// The command's own process, on a stack of its own: it waits for PID 1's go-ahead,
+/// confines itself and runs `execve`.
+extern "C" fn command(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Hand` in PID 1's frame, which stays there (waiting for this
+    // process) and never changes it.
+    #[allow(unsafe_code)]
+    let h = unsafe { &*arg.cast::<Hand>() };
+    let e = match command_run(h) {
+        Ok(never) => match never {},
+        Err(e) => e,
+    };
+    fail(h.told, &e, 127)
+}
+
+#[allow(unsafe_code)]
+fn command_run(h: &Hand) -> std::io::Result<std::convert::Infallible> {
+    use rustix::process::{set_parent_process_death_signal, Signal};
+    let (p, board) = (h.plan, h.board);
+    let at = |s: Stage| board.stage.store(s as i32, Ordering::SeqCst);
     set_parent_process_death_signal(Some(Signal::KILL))?;
-    // Wait for PID 1 (EOF: it failed and reported why).
+    // This process's copies of the go-ahead pipe (its table is a copy of PID 1's): the
+    // write end closes now, so PID 1's failure reads as an end.
+    // SAFETY: both are open in this process's table and not used again once closed.
+    let (sync_r, sync_w) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(h.sync.0),
+            std::os::fd::OwnedFd::from_raw_fd(h.sync.1),
+        )
+    };
     drop(sync_w);
     let mut b = [0u8; 1];
     if rustix::io::read(&sync_r, &mut b) != Ok(1) {
@@ -463,7 +705,7 @@ fn enter(p: &Plan, board: &Page) -> std::io::Result<()> {
     drop(sync_r);
     confine(p, &at)?;
     board.stage.store(STAGE_EXEC, Ordering::SeqCst);
-    Ok(())
+    Err(h.exec.run())
 }
 
 /// The command's own process, last before exec: a new session without a controlling

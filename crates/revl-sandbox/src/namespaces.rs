@@ -1,5 +1,5 @@
-//! Namespaces and processes between fork and exec: `unshare`, a `clone` that runs no fork
-//! handler, the user namespaces' id maps, reaping, the loopback interface of the new
+//! Namespaces and processes between fork and exec: `unshare`, a `clone` that shares memory
+//! instead of copying it (and runs no fork handler), the user namespaces' id maps, reaping, the loopback interface of the new
 //! network namespace, and a fresh session keyring.
 
 use std::ffi::CStr;
@@ -21,32 +21,80 @@ pub fn unshare(flags: libc::c_int) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A raw fork (not the C library's: no fork handlers, which might take locks another thread
-/// of revl held when `Command` forked). The child's pid, or 0 in the child.
-pub fn fork() -> std::io::Result<libc::pid_t> {
-    raw_clone(0)
+/// A stack for a process made by [`spawn_vm`]: an anonymous private mapping (its pages are
+/// only made as they are touched) with an inaccessible guard page below it, so an overflow
+/// faults instead of writing into other memory. Made with a system call, not the
+/// allocator (this runs between fork and exec); never unmapped (the processes that share
+/// this memory exit or exec, and the memory goes with them).
+pub struct Stack {
+    top: *mut libc::c_void,
 }
 
-/// [`fork`] into a new user namespace.
-pub fn clone_into_userns() -> std::io::Result<libc::pid_t> {
-    raw_clone(libc::CLONE_NEWUSER)
+/// The size of a [`Stack`] above its guard page. The set-up needs a few kilobytes; this
+/// leaves a debug build's deeper frames ample room, and costs only the pages used.
+pub const STACK_SIZE: usize = 1 << 20;
+
+const GUARD: usize = 4096;
+
+impl Stack {
+    #[allow(unsafe_code)]
+    pub fn new() -> std::io::Result<Stack> {
+        use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+        // SAFETY: a fresh anonymous mapping nobody else refers to; its lowest page is then
+        // made inaccessible (the stack grows down towards it).
+        let base = unsafe {
+            let base = rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                GUARD + STACK_SIZE,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::STACK,
+            )?;
+            rustix::mm::mprotect(base, GUARD, MprotectFlags::empty())?;
+            base
+        };
+        Ok(Stack {
+            top: base.cast::<u8>().wrapping_add(GUARD + STACK_SIZE).cast(),
+        })
+    }
 }
 
+/// Start a child process that shares this process's memory (`CLONE_VM`, as `posix_spawn`
+/// does) and runs `entry(arg)` on `stack`, plus `flags` (`CLONE_NEWUSER`: in a new user
+/// namespace). Nothing is copied: a fork of revl copies its page tables, which costs about
+/// 0.1 ms of CPU per MB of the caller's memory for the fork and its teardown
+/// (docs/performance.md), and the sandbox starts two processes. The child's pid.
+///
+/// Unlike a fork, parent and child now write the same memory: `entry` must touch only its
+/// own stack, the shared page's atomics and data no process changes any more (the plan),
+/// and must never return into code the parent is running (it ends with `_exit` or
+/// `execve`). They also share the C library's thread-local `errno`; the callers keep the
+/// system calls that may set it out of each other's way (see `crate::enter`).
 #[allow(unsafe_code)]
-fn raw_clone(flags: libc::c_int) -> std::io::Result<libc::pid_t> {
-    // SAFETY: `clone` without CLONE_VM and without a new stack is a fork: the child gets a
-    // copy of this single-threaded process's memory and returns here.
+pub fn spawn_vm(
+    flags: libc::c_int,
+    stack: &Stack,
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *const libc::c_void,
+) -> std::io::Result<libc::pid_t> {
+    // SAFETY: `stack.top` is the top of a mapping of STACK_SIZE writable bytes that only
+    // the child uses; `arg` outlives the child's use of it (the callers keep it in a frame
+    // that does not return while the child may read it); no CLONE_THREAD, CLONE_FILES,
+    // CLONE_FS or CLONE_SIGHAND: the child is a process of its own, with its own copy of
+    // the descriptor table, working directory and signal handlers. The C library's `clone`
+    // runs no fork handler.
     let r = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (libc::SIGCHLD | flags) as libc::c_long,
-            0 as libc::c_long,
-            0 as libc::c_long,
-            0 as libc::c_long,
-            0 as libc::c_long,
+        libc::clone(
+            entry,
+            stack.top,
+            libc::CLONE_VM | libc::SIGCHLD | flags,
+            arg.cast_mut(),
         )
     };
-    check(r).map(|p| p as libc::pid_t)
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
 }
 
 /// `_exit(code)`: no destructor, no `atexit` handler (this is a copy of revl's process).

@@ -487,7 +487,13 @@ impl Session {
                     Failure::NotStarted(e) => Error::new(
                         Code::ExecFailed,
                         format!("could not start {}: {e}", o.argv[0]),
-                        "check the program name and that it is executable (the sandbox shows the host's files read-only; PATH is yours)",
+                        if e.raw_os_error() == Some(libc::ENOEXEC) {
+                            // `execvp` would have run it with /bin/sh; revl runs a command
+                            // never through a shell.
+                            "a script needs a `#!` line naming its interpreter: add one, or run it with its interpreter (`sh SCRIPT`)"
+                        } else {
+                            "check the program name and that it is executable (the sandbox shows the host's files read-only; PATH is yours)"
+                        },
                     ),
                     Failure::Started(e) => match wal_error.take() {
                         Some(w) => w,

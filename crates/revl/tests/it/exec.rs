@@ -348,6 +348,76 @@ fn step_back_and_abort_restore_what_a_command_changed() {
     assert_snap_eq(&before, &snapshot(&ws), "abort");
 }
 
+/// The sandbox's last process runs `execve` itself (it shares memory with PID 1 instead of
+/// being a copy that returns into `std::process::Command`): the program is looked up on
+/// the command's PATH as `execvp` does (an entry that is not executable is passed over, an
+/// empty entry is the working directory), its arguments and environment arrive whole, and a
+/// script without `#!` is refused (`execvp` would run it with /bin/sh; revl runs a command
+/// never through a shell) with a hint that says so, nothing recorded.
+#[test]
+fn a_program_is_looked_up_on_path_and_a_script_without_hash_bang_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let (sid, ws) = w.session();
+    let put = |rel: &str, body: &str, mode: u32| {
+        let p = ws.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    put("first/tool", "#!/bin/sh\necho from-first\n", 0o644);
+    put(
+        "second/tool",
+        "#!/bin/sh\necho \"from-second $# [$1] [$2] $REVL_PROBE\"\n",
+        0o755,
+    );
+    put("plain.sh", "echo no-hash-bang\n", 0o755);
+    let path = format!(
+        "{}:{}:{}",
+        ws.join("first").display(),
+        ws.join("second").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let env = [("PATH", path.as_str()), ("REVL_PROBE", "probe value")];
+    let doc = w
+        .json_env(&["exec", &sid, "--", "tool", "a b", ""], &env)
+        .ok()
+        .clone();
+    assert_eq!(
+        doc["stdout"], "from-second 2 [a b] [] probe value\n",
+        "{doc}"
+    );
+    assert_eq!(doc["exitCode"], 0);
+    assert_eq!(w.head(&sid), 1);
+    // An empty PATH entry: the working directory (here --cwd second).
+    let env = [("PATH", ":/usr/bin:/bin"), ("REVL_PROBE", "cwd")];
+    let doc = w
+        .json_env(&["exec", &sid, "--cwd", "second", "--", "tool"], &env)
+        .ok()
+        .clone();
+    assert_eq!(doc["stdout"], "from-second 0 [] [] cwd\n", "{doc}");
+    // Only a file that is not executable: permission denied, nothing recorded.
+    let env = [("PATH", path.split(':').next().unwrap())];
+    let msg = w
+        .json_env(&["exec", &sid, "--", "tool"], &env)
+        .err(1, "exec-failed");
+    assert!(msg.contains("Permission denied"), "{msg}");
+    // A script without `#!`: refused, with the reason in the hint.
+    let out = w.json(&["exec", &sid, "--", "./plain.sh"]);
+    let msg = out.err(1, "exec-failed");
+    assert!(msg.contains("Exec format error"), "{msg}");
+    let hint = out.doc()["error"]["hint"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(hint.contains("#!"), "{hint}");
+    assert_eq!(
+        w.head(&sid),
+        2,
+        "a command that did not start records nothing"
+    );
+}
+
 #[test]
 fn exec_options_and_refusals() {
     let w = World::new();
