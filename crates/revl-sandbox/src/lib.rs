@@ -439,9 +439,9 @@ impl Exec {
         })
     }
 
-    /// Try each path; returns only if none could be run: the error `execvp` would give
-    /// (the last one that was not "not there", else `EACCES` if a file was found but not
-    /// allowed, else `ENOENT`).
+    /// Try each path; returns only if none could be run, with the error `execvp` would
+    /// give: the first that is neither "not there" nor "not allowed" (which stops the
+    /// search), else `EACCES` if some file was there but not allowed, else `ENOENT`.
     #[allow(unsafe_code)]
     fn run(&self) -> std::io::Error {
         let mut denied = false;
@@ -571,18 +571,29 @@ fn enter(p: &Plan, exec: &Exec, board: &Page) -> std::io::Result<()> {
     });
 }
 
-/// PID 1 of the sandbox's namespaces, on a stack of its own in the memory of `Command`'s
-/// child ([`enter`]): it sets up the mounts and starts the command, then only waits.
-extern "C" fn pid1(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `Hand` in `enter`'s frame, which waits (in that frame) until
-    // this process has told its failure or the command runs, and never changes it.
+/// The start of a process made by [`namespaces::spawn_vm`]: `run` on the [`Hand`] at `arg`,
+/// which returns only with an error, told (then `_exit(code)`).
+fn started(
+    arg: *mut libc::c_void,
+    run: fn(&Hand) -> std::io::Result<std::convert::Infallible>,
+    code: i32,
+) -> ! {
+    // SAFETY: `arg` is the `Hand` in the frame of the process that started this one, which
+    // stays in that frame while this one may read it (`enter` until the command runs or a
+    // failure is told; PID 1 until the command exits) and never changes it.
     #[allow(unsafe_code)]
     let h = unsafe { &*arg.cast::<Hand>() };
-    let e = match pid1_run(h) {
+    let e = match run(h) {
         Ok(never) => match never {},
         Err(e) => e,
     };
-    fail(h.told, &e, 125)
+    fail(h.told, &e, code)
+}
+
+/// PID 1 of the sandbox's namespaces, on a stack of its own in the memory of `Command`'s
+/// child ([`enter`]): it sets up the mounts and starts the command, then only waits.
+extern "C" fn pid1(arg: *mut libc::c_void) -> libc::c_int {
+    started(arg, pid1_run, 125)
 }
 
 fn pid1_run(h: &Hand) -> std::io::Result<std::convert::Infallible> {
@@ -671,15 +682,7 @@ fn pid1_run(h: &Hand) -> std::io::Result<std::convert::Infallible> {
 /// The command's own process, on a stack of its own: it waits for PID 1's go-ahead,
 /// confines itself and runs `execve`.
 extern "C" fn command(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `Hand` in PID 1's frame, which stays there (waiting for this
-    // process) and never changes it.
-    #[allow(unsafe_code)]
-    let h = unsafe { &*arg.cast::<Hand>() };
-    let e = match command_run(h) {
-        Ok(never) => match never {},
-        Err(e) => e,
-    };
-    fail(h.told, &e, 127)
+    started(arg, command_run, 127)
 }
 
 #[allow(unsafe_code)]
