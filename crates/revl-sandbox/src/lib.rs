@@ -537,7 +537,11 @@ fn enter(p: &Plan, exec: &Exec, board: &Page) -> std::io::Result<()> {
         outer: outer.as_ref().map_or(-1, |o| o.as_raw_fd()),
         sync: (-1, -1),
     };
-    let init = namespaces::spawn_vm(0, &stack, pid1, std::ptr::from_ref(&hand).cast())?;
+    // SAFETY: PID 1 keeps to `spawn_vm`'s rules (`pid1_run`: its stack, the plan, the
+    // page, system calls, then `_exit`); `hand` stays in this frame until PID 1 has told a
+    // failure (and exits) or the command runs (PID 1 is past its last read of it).
+    #[allow(unsafe_code)]
+    let init = unsafe { namespaces::spawn_vm(0, &stack, pid1, std::ptr::from_ref(&hand).cast()) }?;
     drop(told_w);
     // Until the command runs (end of file: every write end closed, the last by its exec)
     // or a process of the sandbox fails (its error number). This process only reads here:
@@ -641,7 +645,13 @@ fn pid1_run(h: &Hand) -> std::io::Result<std::convert::Infallible> {
     } else {
         0
     };
-    let cmd = namespaces::spawn_vm(flags, &stack, command, std::ptr::from_ref(&hand).cast())?;
+    // SAFETY: the command's process keeps to `spawn_vm`'s rules (`command_run`: its stack,
+    // the plan, the page, system calls, then `execve` or `_exit`); `hand` stays in this
+    // frame while PID 1 waits for it (PID 1 leaves this frame early only after killing it,
+    // and a killed process completes no further system call).
+    #[allow(unsafe_code)]
+    let cmd =
+        unsafe { namespaces::spawn_vm(flags, &stack, command, std::ptr::from_ref(&hand).cast()) }?;
     drop(sync_r);
     if p.command_userns {
         // The whole id range, as is: files keep their owners; the capabilities of

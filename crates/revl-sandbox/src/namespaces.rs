@@ -1,6 +1,6 @@
 //! Namespaces and processes between fork and exec: `unshare`, a `clone` that shares memory
-//! instead of copying it (and runs no fork handler), the user namespaces' id maps, reaping, the loopback interface of the new
-//! network namespace, and a fresh session keyring.
+//! instead of copying it (and runs no fork handler), the user namespaces' id maps, reaping,
+//! the loopback interface of the new network namespace, and a fresh session keyring.
 
 use std::ffi::CStr;
 
@@ -64,21 +64,24 @@ impl Stack {
 /// 0.1 ms of CPU per MB of the caller's memory for the fork and its teardown
 /// (docs/performance.md), and the sandbox starts two processes. The child's pid.
 ///
-/// Unlike a fork, parent and child now write the same memory: `entry` must touch only its
-/// own stack, the shared page's atomics and data no process changes any more (the plan),
-/// and must never return into code the parent is running (it ends with `_exit` or
-/// `execve`). They also share the C library's thread-local `errno`; the callers keep the
-/// system calls that may set it out of each other's way (see `crate::enter`).
+/// # Safety
+///
+/// Unlike a fork, parent and child now write the same memory. `entry` must touch only its
+/// own stack, the shared page's atomics and data no process changes any more (the plan,
+/// and what `arg` points to, which must stay where it is while the child may read it), and
+/// must never return (it ends with `_exit` or `execve`). They also share the C library's
+/// thread-local `errno`: the caller keeps the system calls that may set it out of the
+/// child's way (see `crate::enter`).
 #[allow(unsafe_code)]
-pub fn spawn_vm(
+pub unsafe fn spawn_vm(
     flags: libc::c_int,
     stack: &Stack,
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     arg: *const libc::c_void,
 ) -> std::io::Result<libc::pid_t> {
     // SAFETY: `stack.top` is the top of a mapping of STACK_SIZE writable bytes that only
-    // the child uses; `arg` outlives the child's use of it (the callers keep it in a frame
-    // that does not return while the child may read it); no CLONE_THREAD, CLONE_FILES,
+    // the child uses; `arg` outlives the child's use of it (this function's contract); no
+    // CLONE_THREAD, CLONE_FILES,
     // CLONE_FS or CLONE_SIGHAND: the child is a process of its own, with its own copy of
     // the descriptor table, working directory and signal handlers. The C library's `clone`
     // runs no fork handler.

@@ -337,15 +337,15 @@ struct Bare {
 impl Bare {
     fn new(tmp: &Path, tree: &Path) -> Option<Bare> {
         let root = tmp.join("bare");
-        std::fs::create_dir(&root).unwrap();
         let lower = root.join("lower");
-        copy_tree(tree, &lower);
+        std::fs::create_dir_all(&lower).unwrap();
         let b = Bare { lower, root };
-        // Mount once to see whether this process may.
-        b.mount().map(|m| {
-            b.unmount(&m);
-            b
-        })
+        // Mount once, over the empty lower layer, to see whether this process may.
+        let m = b.mount()?;
+        b.unmount(&m);
+        std::fs::remove_dir(&b.lower).unwrap();
+        copy_tree(tree, &b.lower);
+        Some(b)
     }
 
     fn mount(&self) -> Option<std::path::PathBuf> {
