@@ -685,22 +685,30 @@ fn bench_exec() {
         );
         let cli_sid = cli["session"].as_str().unwrap().to_string();
         // One round is the same change by the four, interleaved (the machine drifts).
+        // Each arm starts with nothing dirty on the filesystem (a `sync`, not timed): revl's
+        // `syncfs` would otherwise write back what the arm before it left (git's objects
+        // and index, in the order below), a cost of the bench's order, not of revl.
+        let quiet = || sh(&twin, &["sync"]);
         let mut round = |off: usize| {
             let script = script(off);
+            quiet();
             let t = Instant::now();
             sh(&twin, &["sh", "-c", &script]);
             let plain = t.elapsed();
+            quiet();
             let t = Instant::now();
             sh(&gitws, &["sh", "-c", &script]);
             git(&gitws, &["add", "-A"]);
             git(&gitws, &["commit", "-qm", "step"]);
             let git = t.elapsed();
             let argv = sh_c(&script);
+            quiet();
             let t = Instant::now();
             let r = s.exec_with(&ExecOptions::new(&argv)).unwrap();
             let revl = t.elapsed();
             let applied = r.sandboxed.as_ref().unwrap().changes.len();
             assert_eq!(applied, changed);
+            quiet();
             let t = Instant::now();
             let doc = revl_as(
                 None,
@@ -709,6 +717,7 @@ fn bench_exec() {
             );
             let bin = t.elapsed();
             assert_eq!(doc["changes"].as_array().map(Vec::len), Some(changed));
+            quiet();
             let overlay = bare.as_ref().map(|b| b.run(&script));
             (plain, git, revl, bin, overlay)
         };
