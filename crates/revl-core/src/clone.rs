@@ -159,18 +159,10 @@ fn first_file(dir: &Path, seen: &mut usize) -> Option<std::path::PathBuf> {
 }
 
 /// Files are copied in batches of at most this many (the walk's memory stays bounded
-/// whatever the tree's size), each batch by up to [`workers`] threads.
+/// whatever the tree's size), each batch spread over the cores ([`crate::util::par_map`]:
+/// creating files is mostly the kernel's work, and in a tree search the other branches
+/// wait for their first branch's copy, so a core would otherwise idle).
 const BATCH: usize = 4096;
-
-/// A batch smaller than this is copied by the walking thread alone.
-const WORTH_THREADS: usize = 64;
-
-/// How many threads copy a batch: the cores, at most four. Creating files is mostly the
-/// kernel's work, and on a tree search's first branch the other branches' threads wait for
-/// this copy, so their cores would otherwise idle (docs/performance.md).
-fn workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
-}
 
 /// What copying some files did.
 #[derive(Default, Clone, Copy)]
@@ -268,9 +260,9 @@ impl<'a> Walk<'a> {
 
     /// Copy the queued files: alone until the first file with bytes has decided whether
     /// reflinks work (the first file also passes the `fork.mid-clone` failpoint), the rest
-    /// by [`workers`] threads taking the next file in turn. The first error stops them all
-    /// and is returned; what was copied stays for the caller's clean-up (as one thread's
-    /// error left it).
+    /// over the cores, each thread a contiguous run (a directory's files stay on one
+    /// thread). The first error is returned; what was copied stays for the caller's
+    /// clean-up.
     fn flush(&mut self) -> Result<()> {
         let batch = std::mem::take(&mut self.pending);
         let mut rest = &batch[..];
@@ -291,53 +283,13 @@ impl<'a> Walk<'a> {
             }
             rest = tail;
         }
-        let threads = if rest.len() < WORTH_THREADS {
-            1
-        } else {
-            workers()
-        };
         let reflink = self.reflink_works == Some(true);
         let this = &*self;
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let failed = std::sync::atomic::AtomicBool::new(false);
-        let work = || -> Result<Counts> {
-            use std::sync::atomic::Ordering::Relaxed;
-            let mut c = Counts::default();
-            while !failed.load(Relaxed) {
-                let Some((from, to, m)) = rest.get(next.fetch_add(1, Relaxed)) else {
-                    break;
-                };
-                match this.copy(from, to, m, reflink && m.len() > 0) {
-                    Ok((d, _)) => c.add(d),
-                    Err(e) => {
-                        failed.store(true, Relaxed);
-                        return Err(e);
-                    }
-                }
-            }
-            Ok(c)
-        };
-        let done: Vec<Result<Counts>> = if threads == 1 {
-            vec![work()]
-        } else {
-            std::thread::scope(|s| {
-                let hands: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
-                hands
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(Error::new(
-                                crate::error::Code::Io,
-                                "a thread copying the workspace stopped",
-                                "run the fork again",
-                            ))
-                        })
-                    })
-                    .collect()
-            })
-        };
+        let done = crate::util::par_map(rest, |(from, to, m)| {
+            this.copy(from, to, m, reflink && m.len() > 0)
+        });
         for d in done {
-            self.counts.add(d?);
+            self.counts.add(d?.0);
         }
         self.files += rest.len() as u64;
         Ok(())

@@ -264,7 +264,6 @@ pub fn blake3_reader_sized(mut r: impl std::io::Read, len: u64) -> std::io::Resu
     Ok((h.finalize().to_hex().to_string(), n))
 }
 
-/// A fresh 32-hex id (sessions, branches, tickets).
 /// `f` of each of `items`, in order, spread over the machine's cores (up to four threads,
 /// each taking one contiguous run of the items: files of one directory stay on one
 /// thread). For work on many small files, where the kernel's per-file work is the cost.
@@ -285,6 +284,7 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
     })
 }
 
+/// A fresh 32-hex id (sessions, branches, tickets).
 pub fn new_id() -> String {
     let mut b = [0u8; 16];
     // getrandom only fails when the OS has no entropy source at all; fall back to time+pid
