@@ -167,14 +167,12 @@ const BATCH: usize = 4096;
 /// What copying some files did.
 #[derive(Default, Clone, Copy)]
 struct Counts {
-    reflinked: u64,
     copied: u64,
     bytes_copied: u64,
 }
 
 impl Counts {
     fn add(&mut self, o: Counts) {
-        self.reflinked += o.reflinked;
         self.copied += o.copied;
         self.bytes_copied += o.bytes_copied;
     }
@@ -314,7 +312,6 @@ impl<'a> Walk<'a> {
         // below, its digest left for a scan.
         let sparse = m.blocks().saturating_mul(512) < m.len();
         if cloned {
-            c.reflinked += 1;
             fs::set_permissions(to, m.permissions()).map_err(|e| io(to, e))?;
         } else if let (Some(_), true) = (self.noting, sparse) {
             let mut src = fs::File::open(from).map_err(|e| io(from, e))?;
